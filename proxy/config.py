@@ -249,7 +249,7 @@ def read_config_file(path: str | Path, environ: Mapping[str, str] | None = None)
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{file} is not valid YAML: {exc}") from exc
+        raise ConfigError(f"{file} is not valid YAML: {_describe_yaml_error(exc)}") from exc
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -259,6 +259,16 @@ def read_config_file(path: str | Path, environ: Mapping[str, str] | None = None)
     result = _interpolate_tree(data, environ)
     assert isinstance(result, dict)
     return result
+
+
+def _describe_yaml_error(exc: yaml.YAMLError) -> str:
+    # PyYAML's own message quotes the offending line, which may well hold a key: say where the
+    # problem is, never what the line says.
+    problem = getattr(exc, "problem", None) or "syntax error"
+    context = getattr(exc, "context", None)
+    mark = getattr(exc, "problem_mark", None)
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    return f"{context}: {problem}{where}" if context else f"{problem}{where}"
 
 
 def load_settings(
@@ -285,6 +295,13 @@ def format_validation_error(exc: ValidationError, *, source: str) -> str:
                 message = f"unknown key; allowed here: {', '.join(allowed)}"
             else:
                 message = "unknown key"
+            # No value: a misspelt `api_key` is the likeliest unknown key, and holds a secret.
+            lines.append(f"  {loc}: {message}")
+            continue
+        if not error["loc"]:
+            # A whole-document check: its input is the entire configuration, secrets included.
+            lines.append(f"  {loc}: {message}")
+            continue
         value = error.get("input")
         shown = _mask_if_secret(loc, value)
         lines.append(f"  {loc}: {message} (got {shown})")
@@ -324,7 +341,8 @@ def _mask_if_secret(loc: str, value: Any) -> str:
         last in _SECRET_WORDS and isinstance(value, str)
     ):
         return "'***'"
-    text = repr(value)
+    # Containers may hold keys (`upstreams: {api_key: ...}`), strings may be credentialed URLs.
+    text = repr(_mask_tree(value, last))
     return text if len(text) <= 120 else text[:117] + "..."
 
 
@@ -341,7 +359,7 @@ def _mask_tree(node: Any, key: str = "") -> Any:
         return [_mask_tree(item, key) for item in node]
     if key in ("api_key", "api_keys", "password") and node not in (None, ""):
         return "***"
-    if isinstance(node, str) and key == "url" and "@" in node:
+    if isinstance(node, str) and "://" in node and "@" in node:
         # redis://user:password@host — hide credentials in URLs.
         return re.sub(r"//[^@/]*@", "//***@", node)
     return node
