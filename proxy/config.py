@@ -11,7 +11,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_origin
 
 import yaml
 from pydantic import (
@@ -310,16 +310,26 @@ def format_validation_error(exc: ValidationError, *, source: str) -> str:
 
 def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
     model: Any = Settings
+    in_mapping = False
     for part in loc:
-        if isinstance(part, int):
+        if isinstance(part, int) or in_mapping:
+            # A list index or a key of a `dict[str, Model]` (`models.gpt-4o`): not a field.
+            in_mapping = False
             continue
         field = getattr(model, "model_fields", {}).get(part)
         if field is None:
             return []
+        in_mapping = _is_mapping(field.annotation)
         model = _model_of(field.annotation)
         if model is None:
             return []
     return sorted(getattr(model, "model_fields", {}))
+
+
+def _is_mapping(annotation: Any) -> bool:
+    if get_origin(annotation) is dict:
+        return True
+    return any(_is_mapping(arg) for arg in getattr(annotation, "__args__", ()))
 
 
 def _model_of(annotation: Any) -> Any:
