@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import orjson
 import pytest
 
@@ -122,3 +124,19 @@ def test_bad_request_defaults() -> None:
         "param": None,
         "code": "invalid_request",
     }
+
+
+def test_proxy_error_survives_a_context_manager() -> None:
+    # httpx re-raises through @contextmanager, which assigns __traceback__: a frozen
+    # dataclass turned that into a TypeError and a 413 into a 500.
+    import contextlib
+
+    @contextlib.contextmanager
+    def wrapper() -> Iterator[None]:
+        yield
+
+    with pytest.raises(ProxyError) as info, wrapper():
+        raise bad_request("x")
+    assert info.value.status == 400
+    assert info.value.__traceback__ is not None
+    assert len({info.value, bad_request("x")}) == 2  # hashable, by identity
