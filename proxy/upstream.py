@@ -173,15 +173,23 @@ def classify_error(exc: BaseException, upstream: UpstreamSettings) -> UpstreamFa
             return UpstreamFailure(
                 502, "upstream_protocol_error", f"{where}: connection closed unexpectedly"
             )
-    if any(
-        isinstance(e, httpx.TimeoutException | asyncio.TimeoutError | aiohttp.ServerTimeoutError)
-        for e in chain
-    ):
+    if any(_is_timeout(e) for e in chain):
         phase = _timeout_phase(chain)
         return UpstreamFailure(504, "upstream_timeout", f"{where}: timed out {phase}")
     if any(isinstance(e, httpx.ConnectError | OSError) for e in chain):
         return UpstreamFailure(502, "upstream_unreachable", f"{where}: cannot connect")
     return UpstreamFailure(502, "upstream_error", f"{where}: {type(exc).__name__}")
+
+
+def _is_timeout(e: BaseException) -> bool:
+    if isinstance(e, httpx.TimeoutException):
+        # httpx_aiohttp maps every aiohttp.ClientConnectionError (a reset, a closed socket) to
+        # httpx.ConnectTimeout: only an aiohttp timeout underneath makes it a real one.
+        cause = e.__cause__
+        return not isinstance(cause, aiohttp.ClientError) or isinstance(
+            cause, aiohttp.ServerTimeoutError
+        )
+    return isinstance(e, asyncio.TimeoutError | aiohttp.ServerTimeoutError)
 
 
 def _timeout_phase(chain: list[BaseException]) -> str:
