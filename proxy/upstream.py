@@ -103,15 +103,24 @@ def upstream_headers(
 
 
 def response_headers(headers: httpx.Headers) -> list[tuple[bytes, bytes]]:
+    """Upstream response headers as they go back to the client.
+
+    The upstream's own `x-request-id` (OpenAI always sends one) is renamed to
+    `x-upstream-request-id`: the client's `x-request-id` is the proxy's id, which the access
+    log carries, and two headers of one name would be read as one joined value by the SDKs.
+    """
     connection_listed = {
         t.strip().lower() for t in headers.get("connection", "").split(",") if t.strip()
     }
     drop = _RESPONSE_DROP | connection_listed
-    return [
-        (name.lower(), value)
-        for name, value in headers.raw
-        if name.decode("latin-1").lower() not in drop
-    ]
+    out: list[tuple[bytes, bytes]] = []
+    for name, value in headers.raw:
+        lower = name.lower()
+        text = lower.decode("latin-1")
+        if text in drop:
+            continue
+        out.append((b"x-upstream-request-id" if lower == b"x-request-id" else lower, value))
+    return out
 
 
 def make_client(server: ServerSettings) -> httpx.AsyncClient:

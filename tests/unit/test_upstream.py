@@ -211,7 +211,7 @@ class TestResponseHeaders:
         )
         assert response_headers(headers) == [
             (b"content-type", b"application/json"),
-            (b"x-request-id", b"req_1"),
+            (b"x-upstream-request-id", b"req_1"),
             (b"openai-processing-ms", b"12"),
         ]
 
@@ -564,3 +564,11 @@ async def test_aiohttp_chain_matches_hand_built_shape() -> None:
     )
     kinds = [type(e) for e in _walk(raised)]
     assert kinds == [httpx.ConnectTimeout, aiohttp.ClientConnectorError, ConnectionRefusedError]
+
+
+def test_upstream_request_id_is_renamed_so_the_client_sees_one_id() -> None:
+    from proxy.upstream import response_headers as rh
+
+    out = rh(httpx.Headers([("X-Request-Id", "req_up"), ("content-type", "application/json")]))
+    assert (b"x-upstream-request-id", b"req_up") in out
+    assert not any(name == b"x-request-id" for name, _ in out)
