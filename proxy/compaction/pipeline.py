@@ -33,7 +33,7 @@ from .strategies.base import Strategy, StrategyContext, StrategyOutcome
 from .strategies.truncation import TruncationStrategy
 from .tokenizer_provider import TokenizerProvider
 from .tokens import Tokenizer
-from .triggers import Condition, OverBudget
+from .triggers import Always, Condition, OverBudget
 from .view import DEFAULT_SUMMARY_MARKER, SummaryMarker, build_view
 
 
@@ -109,8 +109,6 @@ class PipelineStrategy(Strategy):
         self.early_stop = early_stop
 
     def default_trigger(self) -> Condition:
-        from .triggers import Always
-
         return Always()
 
     def apply(self, draft: Draft, ctx: StrategyContext) -> StrategyOutcome:
