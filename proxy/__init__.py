@@ -1,3 +1,3 @@
-"""compaction-proxy: an OpenAI-compatible proxy that compacts chat-completions requests in flight."""
+"""compaction-proxy: an OpenAI-compatible proxy that compacts chat requests in flight."""
 
 __version__ = "0.1.0"

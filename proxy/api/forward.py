@@ -1,0 +1,147 @@
+"""Send one request upstream and stream the answer back as it arrives.
+
+Shared by chat completions and the pass-through: both must relay bytes without buffering or
+re-encoding, cancel the upstream call when the client goes away, and turn transport failures
+into 502/504 in OpenAI's error shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import httpx
+
+from proxy.asgi import Receive, Scope, Send, send_error
+from proxy.config import UpstreamSettings
+from proxy.errors import ProxyError
+from proxy.upstream import classify_error, response_headers, timeout_for
+
+log = logging.getLogger("compaction_proxy.forward")
+
+_SSE_HEADERS = [(b"x-accel-buffering", b"no"), (b"cache-control", b"no-cache")]
+
+
+@dataclass(slots=True)
+class Outcome:
+    status: int
+    bytes_out: int = 0
+    completed: bool = False
+    client_gone: bool = False
+
+
+class _DisconnectWatch:
+    """Cancels the forwarding task when the client disconnects.
+
+    One extra task per request instead of a task group: it waits on `receive()` (which, once
+    the body is read, only ever yields `http.disconnect`) and cancels its owner.
+    """
+
+    def __init__(self, receive: Receive, body_done: asyncio.Event | None) -> None:
+        self.fired = False
+        self._finished = False
+        self._owner = asyncio.current_task()
+        self._task = asyncio.ensure_future(self._watch(receive, body_done))
+
+    async def _watch(self, receive: Receive, body_done: asyncio.Event | None) -> None:
+        if body_done is not None:
+            await body_done.wait()
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                break
+        if not self._finished and self._owner is not None:
+            self.fired = True
+            self._owner.cancel()
+
+    def finish(self) -> None:
+        self._finished = True
+        self._task.cancel()
+
+
+async def forward(
+    client: httpx.AsyncClient,
+    upstream: UpstreamSettings,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    *,
+    method: str,
+    url: str,
+    headers: list[tuple[str, str]],
+    content: bytes | AsyncIterator[bytes],
+    body_done: asyncio.Event | None = None,
+    extra_headers: list[tuple[bytes, bytes]] | None = None,
+) -> Outcome:
+    """Forward and relay. Never raises for transport problems: the client gets 502/504."""
+    outcome = Outcome(status=0)
+    watch = _DisconnectWatch(receive, body_done)
+    response: httpx.Response | None = None
+    try:
+        request = client.build_request(
+            method, url, headers=headers, content=content, timeout=timeout_for(upstream)
+        )
+        try:
+            response = await client.send(request, stream=True)
+        except ProxyError:
+            raise
+        except (TimeoutError, httpx.HTTPError, OSError) as exc:
+            failure = classify_error(exc, upstream)
+            log.warning("upstream request failed: %s", failure.message)
+            outcome.status = failure.status
+            await send_error(
+                send,
+                ProxyError(failure.status, failure.message, "upstream_error", failure.code),
+                extra_headers,
+            )
+            outcome.completed = True
+            return outcome
+
+        out_headers = response_headers(response.headers)
+        if response.headers.get("content-type", "").startswith("text/event-stream"):
+            out_headers = [h for h in out_headers if h[0].lower() != b"cache-control"]
+            out_headers.extend(_SSE_HEADERS)
+        if extra_headers:
+            out_headers.extend(extra_headers)
+        outcome.status = response.status_code
+        await send(
+            {"type": "http.response.start", "status": response.status_code, "headers": out_headers}
+        )
+        try:
+            async for chunk in response.aiter_raw():
+                if chunk:
+                    outcome.bytes_out += len(chunk)
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except (TimeoutError, httpx.HTTPError, OSError) as exc:
+            # Headers are gone already: the only honest signal left is an aborted body.
+            failure = classify_error(exc, upstream)
+            log.warning(
+                "upstream stream broke after %d bytes: %s", outcome.bytes_out, failure.message
+            )
+            return outcome
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        outcome.completed = True
+        return outcome
+    except asyncio.CancelledError:
+        if not watch.fired:
+            raise
+        # The client left: stop here. Closing the response (below) drops the upstream
+        # connection, which is how the provider learns to stop generating.
+        asyncio.current_task().uncancel()  # type: ignore[union-attr]
+        outcome.client_gone = True
+        if outcome.status == 0:
+            outcome.status = 499
+        return outcome
+    finally:
+        watch.finish()
+        if response is not None:
+            await _close_quietly(response)
+
+
+async def _close_quietly(response: httpx.Response) -> None:
+    try:
+        await response.aclose()
+    except Exception:  # closing a broken stream may raise; nothing is left to tell anyone
+        log.debug("error while closing upstream response", exc_info=True)

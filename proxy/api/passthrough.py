@@ -1,0 +1,131 @@
+"""Every /v1 path the proxy does not compact: relayed both ways without buffering.
+
+Models, embeddings, the Responses API, files, audio: the request body streams upstream as the
+client sends it (bounded by `server.max_body_bytes`) and the answer streams back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import orjson
+
+from proxy.api.forward import Outcome, forward
+from proxy.asgi import (
+    ClientGone,
+    Receive,
+    Scope,
+    Send,
+    content_length,
+    header,
+    read_body,
+    too_large,
+)
+from proxy.config import UpstreamSettings
+from proxy.context import RequestContext
+from proxy.upstream import upstream_headers
+
+_PEEK_LIMIT = 256 * 1024
+
+
+def _peek_model(raw: bytes) -> str | None:
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    model = data.get("model") if isinstance(data, dict) else None
+    return model if isinstance(model, str) else None
+
+
+def upstream_url(upstream: UpstreamSettings, scope: Scope) -> str:
+    """The upstream URL for a /v1/... path: base_url already ends in /v1 (or its equivalent)."""
+    path: str = scope.get("raw_path", b"").decode("latin-1").split("?", 1)[0] or scope["path"]
+    suffix = path[len("/v1") :] if path.startswith("/v1") else path
+    query: bytes = scope.get("query_string", b"")
+    url = upstream.url + suffix
+    if query:
+        url += "?" + query.decode("latin-1")
+    return url
+
+
+async def passthrough(ctx: RequestContext, scope: Scope, receive: Receive, send: Send) -> Outcome:
+    state = ctx.state
+    limit = state.settings.server.max_body_bytes
+    declared = content_length(scope)
+    if declared is not None and declared > limit:
+        raise too_large(limit)
+    method: str = scope["method"]
+    content_type = (header(scope, b"content-type") or b"").lower()
+    if (
+        declared is not None
+        and 0 < declared <= _PEEK_LIMIT
+        and content_type.startswith(b"application/json")
+    ):
+        # A small JSON body (embeddings, responses, moderations) is routed by its model, like
+        # chat completions; reading it first costs nothing that matters at this size.
+        raw = await read_body(scope, receive, limit)
+        ctx.bytes_in = len(raw)
+        upstream = state.router.for_model(_peek_model(raw))
+        ctx.upstream = upstream.name
+        done = asyncio.Event()
+        done.set()
+        return await forward(
+            state.client,
+            upstream,
+            scope,
+            receive,
+            send,
+            method=method,
+            url=upstream_url(upstream, scope),
+            headers=upstream_headers(
+                scope["headers"], upstream, strip_authorization=ctx.authenticated
+            ),
+            content=raw,
+            body_done=done,
+            extra_headers=ctx.response_headers,
+        )
+
+    upstream = state.router.default
+    ctx.upstream = upstream.name
+    body_done = asyncio.Event()
+
+    async def body() -> AsyncIterator[bytes]:
+        total = 0
+        try:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise ClientGone
+                chunk = message.get("body", b"")
+                total += len(chunk)
+                ctx.bytes_in = total
+                if total > limit:
+                    raise too_large(limit)
+                if chunk:
+                    yield chunk
+                if not message.get("more_body", False):
+                    return
+        finally:
+            body_done.set()
+
+    has_body = method not in ("GET", "HEAD", "DELETE", "OPTIONS") or bool(declared)
+    content: bytes | AsyncIterator[bytes]
+    if has_body:
+        content = body()
+    else:
+        content = b""
+        body_done.set()
+    return await forward(
+        state.client,
+        upstream,
+        scope,
+        receive,
+        send,
+        method=method,
+        url=upstream_url(upstream, scope),
+        headers=upstream_headers(scope["headers"], upstream, strip_authorization=ctx.authenticated),
+        content=content,
+        body_done=body_done,
+        extra_headers=ctx.response_headers,
+    )

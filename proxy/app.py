@@ -1,0 +1,179 @@
+"""The ASGI application: a thin plain-ASGI front for /v1, FastAPI for everything else.
+
+The forwarding routes sit in front of FastAPI as raw ASGI so the hot path has no routing,
+dependency solving or response-class machinery; the pages and JSON endpoints that are not on
+the hot path (health, preview, metrics, dashboard) use FastAPI normally.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+import re
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from proxy import __version__
+from proxy.api import health
+from proxy.api.chat import chat_completions
+from proxy.api.forward import Outcome
+from proxy.api.passthrough import passthrough
+from proxy.asgi import ClientGone, Receive, Scope, Send, header, send_error
+from proxy.config import Settings, load_settings
+from proxy.context import AppState, RequestContext
+from proxy.errors import ProxyError
+from proxy.logs import ACCESS
+from proxy.upstream import Router, make_client
+
+log = logging.getLogger("compaction_proxy.app")
+
+_REQUEST_ID = re.compile(rb"^[A-Za-z0-9._:\-]{1,128}$")
+_FASTAPI_V1_PATHS = frozenset({"/v1/compaction/preview"})
+
+
+class ProxyApp:
+    """Root ASGI callable: request ids, inbound auth, dispatch, one access-log line."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.state = AppState(settings=settings, router=Router(settings.upstreams))
+        self._api_keys = [k.get_secret_value().encode() for k in settings.server.api_keys]
+        self.fastapi = _build_fastapi(self.state)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.fastapi(scope, receive, send)  # lifespan (and websockets, refused)
+            return
+        ctx = RequestContext(state=self.state, request_id=_request_id(scope))
+        id_header = (b"x-request-id", ctx.request_id.encode())
+        ctx.response_headers.append(id_header)
+
+        async def send_with_id(message: dict) -> None:  # type: ignore[type-arg]
+            if message["type"] == "http.response.start":
+                ctx.status = message["status"]
+                if not any(name == b"x-request-id" for name, _ in message["headers"]):
+                    message["headers"] = [*message["headers"], id_header]
+            await send(message)
+
+        path: str = scope["path"]
+        try:
+            if path.startswith("/v1/") and path not in _FASTAPI_V1_PATHS:
+                self._authenticate(ctx, scope)
+                outcome = await self._forward(ctx, scope, receive, send_with_id)
+                ctx.bytes_out = outcome.bytes_out
+                ctx.client_gone = outcome.client_gone
+                if outcome.client_gone:
+                    ctx.status = 499
+            else:
+                if path.startswith("/v1/"):
+                    self._authenticate(ctx, scope)
+                scope.setdefault("state", {})["request_context"] = ctx
+                await self.fastapi(scope, receive, send_with_id)
+        except ProxyError as error:
+            await send_error(send_with_id, error)
+        except ClientGone:
+            ctx.status = 499
+            ctx.client_gone = True
+        finally:
+            _access_log(ctx, scope)
+
+    async def _forward(
+        self, ctx: RequestContext, scope: Scope, receive: Receive, send: Send
+    ) -> Outcome:
+        if scope["path"] == "/v1/chat/completions" and scope["method"] == "POST":
+            return await chat_completions(ctx, scope, receive, send)
+        return await passthrough(ctx, scope, receive, send)
+
+    def _authenticate(self, ctx: RequestContext, scope: Scope) -> None:
+        if not self._api_keys:
+            return
+        presented = _presented_key(scope)
+        # Compare against every key, always, so timing reveals neither which key nor how
+        # much of one matched.
+        matched = False
+        for key in self._api_keys:
+            matched |= hmac.compare_digest(presented, key)
+        if not matched:
+            raise ProxyError(
+                401,
+                "missing or invalid API key for this proxy: send 'Authorization: Bearer <key>' "
+                "with one of the keys in server.api_keys",
+                "invalid_request_error",
+                "invalid_api_key",
+            )
+        ctx.authenticated = True
+
+
+def _presented_key(scope: Scope) -> bytes:
+    auth = header(scope, b"authorization") or b""
+    if auth[:7].lower() == b"bearer ":
+        return auth[7:].strip()
+    return header(scope, b"x-api-key") or b""
+
+
+def _request_id(scope: Scope) -> str:
+    given = header(scope, b"x-request-id")
+    if given is not None and _REQUEST_ID.match(given):
+        return given.decode()
+    return uuid.uuid4().hex
+
+
+def _access_log(ctx: RequestContext, scope: Scope) -> None:
+    if not ACCESS.isEnabledFor(logging.INFO):
+        return
+    ACCESS.info(
+        "request",
+        extra={
+            "request_id": ctx.request_id,
+            "method": scope.get("method"),
+            "path": scope.get("path"),
+            "model": ctx.model,
+            "upstream": ctx.upstream,
+            "status": ctx.status,
+            "bytes_in": ctx.bytes_in,
+            "bytes_out": ctx.bytes_out,
+            "duration_ms": round(ctx.elapsed_ms, 2),
+        },
+    )
+
+
+def _build_fastapi(state: AppState) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state.client = make_client(state.settings.server)
+        log.info(
+            "ready",
+            extra={
+                "upstreams": [u.name for u in state.settings.upstreams],
+                "transport": state.settings.server.upstream_transport,
+            },
+        )
+        try:
+            yield
+        finally:
+            state.shutting_down = True
+            await state.client.aclose()
+
+    app = FastAPI(
+        title="compaction-proxy",
+        version=__version__,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    app.state.proxy = state
+    app.include_router(health.router)
+    return app
+
+
+def create_app(settings: Settings | None = None) -> ProxyApp:
+    return ProxyApp(settings or load_settings())
+
+
+def create_app_from_env() -> ProxyApp:
+    """Factory for uvicorn workers: each worker process reads the same config file."""
+    return ProxyApp(load_settings(os.environ.get("COMPACTION_PROXY_CONFIG") or None))

@@ -1,0 +1,347 @@
+"""Typed configuration: one YAML file, environment overrides, ${VAR} interpolation.
+
+The file is the contract users edit, so every model forbids unknown keys: a typo must fail
+at start-up with the key path, not silently do nothing (LibreChat's loader drops unknown keys
+and users lose their `softTrim` settings without a word).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import (
+    AnyHttpUrl,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+CONFIG_ENV_VAR = "COMPACTION_PROXY_CONFIG"
+ENV_PREFIX = "COMPACTION_PROXY_"
+
+
+class Strict(BaseModel):
+    """Base for every config section: unknown keys are errors, not silence."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class ServerSettings(Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=1, le=65535)
+    api_keys: list[SecretStr] = Field(default_factory=list)
+    max_body_bytes: int = Field(32 * 1024 * 1024, gt=0)
+    workers: int = Field(1, ge=1, le=64)
+    # How long open streams may run on after a shutdown signal before they are cut.
+    graceful_shutdown_seconds: int = Field(30, ge=0)
+    # The upstream HTTP transport: aiohttp measured faster under concurrency (bench/).
+    upstream_transport: Literal["aiohttp", "httpx"] = "aiohttp"
+    max_connections: int = Field(1000, ge=1)
+    max_keepalive_connections: int = Field(200, ge=0)
+    keepalive_expiry: float = Field(30.0, ge=0)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class Timeouts(Strict):
+    """Seconds. `read` bounds the gap between two chunks, not the whole stream."""
+
+    connect: float = Field(10.0, gt=0)
+    read: float = Field(600.0, gt=0)
+    write: float = Field(60.0, gt=0)
+    pool: float = Field(30.0, gt=0)
+
+
+class UpstreamSettings(Strict):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
+    base_url: AnyHttpUrl
+    api_key: SecretStr | None = None
+    models: list[str] = Field(default_factory=lambda: ["*"])
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+
+    @field_validator("api_key", mode="before")
+    @classmethod
+    def _empty_key_is_none(cls, value: Any) -> Any:
+        # `${OPENAI_API_KEY:-}` interpolates to "", which means "pass the client's key".
+        if value is None or (isinstance(value, str) and value.strip() == ""):
+            return None
+        return value
+
+    @property
+    def url(self) -> str:
+        return str(self.base_url).rstrip("/")
+
+
+class ModelSettings(Strict):
+    """Facts about one model name or glob; the built-in table fills what is left out."""
+
+    context_window: int | None = Field(None, gt=0)
+    max_output_tokens: int | None = Field(None, gt=0)
+    encoding: str | None = None
+    compaction: dict[str, Any] | None = None
+
+
+class StoreSettings(Strict):
+    backend: Literal["memory", "sqlite", "redis"] = "sqlite"
+    path: str = "./data/checkpoints.db"
+    url: str | None = None
+    ttl: str | int = "7d"
+    max_entries: int = Field(10_000, gt=0)
+
+    @field_validator("ttl")
+    @classmethod
+    def _ttl_parses(cls, value: str | int) -> str | int:
+        parse_duration(value)
+        return value
+
+    @property
+    def ttl_seconds(self) -> int:
+        return parse_duration(self.ttl)
+
+
+class TokenizerSettings(Strict):
+    # Extra directory searched for tiktoken encoding files (`o200k_base.tiktoken`, ...).
+    encodings_dir: str | None = None
+    default_encoding: str = "o200k_base"
+    image_tokens_estimate: int = Field(765, ge=0)
+
+
+class DashboardSettings(Strict):
+    enabled: bool = True
+    show_content: bool = False
+    prices: dict[str, float] = Field(default_factory=dict)
+
+
+def _default_upstreams() -> list[UpstreamSettings]:
+    return [
+        UpstreamSettings(
+            name="openai",
+            base_url=AnyHttpUrl("https://api.openai.com/v1"),
+            api_key=_empty_to_none(os.environ.get("OPENAI_API_KEY")),
+        )
+    ]
+
+
+def _empty_to_none(value: str | None) -> SecretStr | None:
+    return SecretStr(value) if value else None
+
+
+class Settings(BaseSettings):
+    """The whole configuration. Environment variables override the file:
+    `COMPACTION_PROXY_SERVER__PORT=9000`, `COMPACTION_PROXY_UPSTREAMS='[...]'` (JSON)."""
+
+    model_config = SettingsConfigDict(
+        extra="forbid",
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        populate_by_name=True,
+    )
+
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    upstreams: list[UpstreamSettings] = Field(default_factory=_default_upstreams, min_length=1)
+    models: dict[str, ModelSettings] = Field(default_factory=dict)
+    default_context_window: int = Field(128_000, gt=0)
+    tokenizer: TokenizerSettings = Field(default_factory=TokenizerSettings)
+    store: StoreSettings = Field(default_factory=StoreSettings)
+    summarization: dict[str, Any] | None = None
+    compaction: dict[str, Any] | None = None
+    dashboard: DashboardSettings = Field(default_factory=DashboardSettings)
+
+    @model_validator(mode="after")
+    def _unique_upstream_names(self) -> Settings:
+        names = [u.name for u in self.upstreams]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"upstream names must be unique; repeated: {', '.join(dupes)}")
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Environment wins over the file, which arrives as init kwargs.
+        return env_settings, init_settings
+
+    def upstream_named(self, name: str) -> UpstreamSettings | None:
+        return next((u for u in self.upstreams if u.name == name), None)
+
+
+# --- loading -------------------------------------------------------------------------------
+
+_INTERPOLATION = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_DURATION = re.compile(r"^\s*(\d+)\s*([smhdw]?)\s*$")
+_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+class ConfigError(Exception):
+    """A configuration problem, worded for the person who wrote the file."""
+
+
+def parse_duration(value: str | int) -> int:
+    """'7d', '12h', '30m', '45s' or a number of seconds."""
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("a duration must not be negative")
+        return value
+    match = _DURATION.match(value)
+    if not match:
+        raise ValueError(f"{value!r} is not a duration; use e.g. 45s, 30m, 12h, 7d or seconds")
+    return int(match.group(1)) * _DURATION_UNITS[match.group(2)]
+
+
+def interpolate(text: str, environ: Mapping[str, str] | None = None) -> str:
+    """Replace `${VAR}` and `${VAR:-default}`; an unset `${VAR}` without default is an error,
+    since silently sending an empty key upstream is worse than refusing to start."""
+    env = os.environ if environ is None else environ
+    missing: list[str] = []
+
+    def substitute(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in env and (env[name] != "" or default is None):
+            return env[name]
+        if default is not None:
+            return default
+        missing.append(name)
+        return ""
+
+    result = _INTERPOLATION.sub(substitute, text)
+    if missing:
+        raise ConfigError(
+            "environment variable(s) not set: "
+            + ", ".join(sorted(set(missing)))
+            + " (use ${VAR:-default} to give a default)"
+        )
+    return result
+
+
+def _interpolate_tree(node: Any, environ: Mapping[str, str] | None) -> Any:
+    # Interpolating values (not raw text) keeps YAML quoting rules intact: a key
+    # containing ':' or '#' cannot break the document structure.
+    if isinstance(node, str):
+        return interpolate(node, environ)
+    if isinstance(node, list):
+        return [_interpolate_tree(item, environ) for item in node]
+    if isinstance(node, dict):
+        return {key: _interpolate_tree(value, environ) for key, value in node.items()}
+    return node
+
+
+def read_config_file(path: str | Path, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {file}: {exc.strerror or exc}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{file} is not valid YAML: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{file}: the top level must be a mapping of sections, not {type(data).__name__}"
+        )
+    result = _interpolate_tree(data, environ)
+    assert isinstance(result, dict)
+    return result
+
+
+def load_settings(
+    path: str | Path | None = None, environ: Mapping[str, str] | None = None
+) -> Settings:
+    """Load from `path`, else from $COMPACTION_PROXY_CONFIG, else the embedded defaults."""
+    env = os.environ if environ is None else environ
+    chosen = path if path is not None else env.get(CONFIG_ENV_VAR) or None
+    data = read_config_file(chosen, environ) if chosen else {}
+    try:
+        return Settings(**data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, source=str(chosen or "defaults"))) from exc
+
+
+def format_validation_error(exc: ValidationError, *, source: str) -> str:
+    lines = [f"invalid configuration ({source}):"]
+    for error in exc.errors(include_url=False):
+        loc = ".".join(str(part) for part in error["loc"]) or "(top level)"
+        message = error["msg"]
+        if error["type"] == "extra_forbidden":
+            allowed = _allowed_keys(error["loc"][:-1])
+            if allowed:
+                message = f"unknown key; allowed here: {', '.join(allowed)}"
+            else:
+                message = "unknown key"
+        value = error.get("input")
+        shown = _mask_if_secret(loc, value)
+        lines.append(f"  {loc}: {message} (got {shown})")
+    return "\n".join(lines)
+
+
+def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
+    model: Any = Settings
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        model = _model_of(field.annotation)
+        if model is None:
+            return []
+    return sorted(getattr(model, "model_fields", {}))
+
+
+def _model_of(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None
+
+
+_SECRET_WORDS = ("key", "secret", "token", "password", "authorization")
+
+
+def _mask_if_secret(loc: str, value: Any) -> str:
+    last = loc.rsplit(".", 1)[-1].lower()
+    if any(word in loc.lower() for word in ("api_key", "api_keys", "password", "secret")) or (
+        last in _SECRET_WORDS and isinstance(value, str)
+    ):
+        return "'***'"
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def effective_config(settings: Settings) -> dict[str, Any]:
+    """The configuration as it will run, secrets masked: what `check-config` prints."""
+    data = settings.model_dump(mode="json")
+    return _mask_tree(data)
+
+
+def _mask_tree(node: Any, key: str = "") -> Any:
+    if isinstance(node, dict):
+        return {k: _mask_tree(v, k) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_mask_tree(item, key) for item in node]
+    if key in ("api_key", "api_keys", "password") and node not in (None, ""):
+        return "***"
+    if isinstance(node, str) and key == "url" and "@" in node:
+        # redis://user:password@host — hide credentials in URLs.
+        return re.sub(r"//[^@/]*@", "//***@", node)
+    return node

@@ -1,0 +1,48 @@
+"""Per-process state and per-request context, passed explicitly instead of globals."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import httpx
+
+    from proxy.config import Settings
+    from proxy.upstream import Router
+
+
+@dataclass(slots=True)
+class AppState:
+    """What every request shares: settings, the router and the one upstream client."""
+
+    settings: Settings
+    router: Router
+    client: httpx.AsyncClient | None = None
+    shutting_down: bool = False
+
+    @property
+    def ready(self) -> bool:
+        return self.client is not None and not self.client.is_closed and not self.shutting_down
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """What one request carries from the edge to the access log."""
+
+    state: AppState
+    request_id: str
+    started: float = field(default_factory=time.perf_counter)
+    authenticated: bool = False
+    model: str | None = None
+    upstream: str | None = None
+    status: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    client_gone: bool = False
+    response_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+    @property
+    def elapsed_ms(self) -> float:
+        return (time.perf_counter() - self.started) * 1000.0

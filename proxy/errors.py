@@ -1,0 +1,34 @@
+"""Errors the proxy itself raises, in OpenAI's shape so every SDK parses them.
+
+Upstream errors never pass through here: they go back to the client byte for byte.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import orjson
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyError(Exception):
+    status: int
+    message: str
+    type: str = "invalid_request_error"
+    code: str | None = None
+    param: str | None = None
+
+    def body(self) -> bytes:
+        return error_body(self.message, type=self.type, code=self.code, param=self.param)
+
+
+def error_body(
+    message: str, *, type: str, code: str | None = None, param: str | None = None
+) -> bytes:
+    return orjson.dumps({"error": {"message": message, "type": type, "param": param, "code": code}})
+
+
+def bad_request(
+    message: str, *, param: str | None = None, code: str = "invalid_request"
+) -> ProxyError:
+    return ProxyError(400, message, "invalid_request_error", code, param)
