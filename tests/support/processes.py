@@ -54,10 +54,13 @@ def tiktoken_cache_dir() -> str:
 
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment of a child server: offline tiktoken, unbuffered output, no proxies."""
-    env = dict(os.environ)
-    for name in ("COMPACTION_PROXY_CONFIG", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
-        env.pop(name, None)
-        env.pop(name.lower(), None)
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        # The proxy reads COMPACTION_PROXY_* as config overrides: only a test may set them.
+        if not name.upper().startswith("COMPACTION_PROXY_")
+        and name.upper() not in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
+    }
     env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
     env["TIKTOKEN_CACHE_DIR"] = tiktoken_cache_dir()
     env["PYTHONUNBUFFERED"] = "1"
