@@ -21,6 +21,7 @@ Per-request behaviour is steered by request headers, which pass through the prox
 - ``X-Fake-Chunks: N`` / ``X-Fake-Chunk-Delay-Ms: M`` stream N content chunks M ms apart, each
   carrying its server-side send time as ``t=<unix ms>;`` so a test can compare send and receive;
 - ``X-Fake-Response-Bytes: N`` makes the catch-all route answer with N bytes of a fixed pattern;
+  ``X-Fake-Chunks`` on the catch-all route streams N stamped SSE events (Responses-API style);
 - ``X-Fake-Tag: anything`` labels the events this request produces.
 
 Test-only routes: ``GET|DELETE /_requests``, ``GET|DELETE /_events``, ``GET|POST /_control``.
@@ -486,6 +487,16 @@ async def _chat_events(
     yield b"data: [DONE]\n\n"
 
 
+async def _generic_events(count: int, delay: float) -> AsyncIterator[bytes]:
+    """A Responses-API-like SSE stream for pass-through routes, stamped like chat chunks."""
+    for i in range(count):
+        if i and delay:
+            await asyncio.sleep(delay)
+        stamp = f"t={time.time() * 1000:.3f};"
+        yield _sse({"type": "response.output_text.delta", "sequence_number": i, "delta": stamp})
+    yield b"data: [DONE]\n\n"
+
+
 # --------------------------------------------------------------------------- handlers
 
 
@@ -662,6 +673,11 @@ def create_app(
         size = _header_number(request, "x-fake-response-bytes")
         if size is not None:
             return Response(pattern_bytes(int(size)), media_type="application/octet-stream")
+        chunks = _header_number(request, "x-fake-chunks")
+        if chunks is not None:
+            delay = _header_number(request, "x-fake-chunk-delay-ms")
+            delay = fake.settings.chunk_delay_ms if delay is None else delay
+            return EventStreamResponse(fake, request, _generic_events(int(chunks), delay / 1000))
         return _json(
             {
                 "method": request.method,

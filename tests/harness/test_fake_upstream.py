@@ -11,6 +11,7 @@ import json
 import re
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import openai
@@ -224,3 +225,15 @@ async def test_pluggable_responder_in_process() -> None:
         small = await client.post("/v1/chat/completions", json={"model": "small", "messages": long})
         assert small.status_code == 400
     assert len(app.state.fake.requests) == 3
+
+
+def test_context_window_from_command_line(upstream_factory: Any) -> None:
+    small: UpstreamServer = upstream_factory(context_window=30)
+    assert small.control()["context_window"] == 30
+    body = {"model": "m", "messages": [{"role": "user", "content": "word " * 50}]}
+    response = small.client.post("/v1/chat/completions", json=body)
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "context_length_exceeded"
+    assert small.client.post(
+        "/v1/chat/completions", json={"model": "m", "messages": USER}
+    ).is_success

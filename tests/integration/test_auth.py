@@ -188,3 +188,30 @@ def test_keys_never_logged(
     log = proxy.log_text()
     for secret in ALL_SECRETS:
         assert secret not in log, f"{secret!r} appears in the proxy's output"
+
+
+def test_inbound_key_not_forwarded_without_upstream_key(
+    proxy_factory: Any, upstream: UpstreamServer
+) -> None:
+    proxy: ProxyServer = proxy_factory(
+        proxy_config(upstream_entry(upstream), api_keys=INBOUND_KEYS)
+    )
+    with proxy.http_client() as client:
+        assert_openai_error(client.post(CHAT_PATH, json=CHAT), 401)
+        ok = client.post(
+            CHAT_PATH, json=CHAT, headers={"Authorization": f"Bearer {INBOUND_KEYS[0]}"}
+        )
+    assert ok.status_code == 200
+    recorded = upstream.last_request(CHAT_PATH)
+    assert INBOUND_KEYS[0] not in str(recorded.raw_headers)
+
+
+def test_query_string_secrets_never_logged(proxy: ProxyServer, upstream: UpstreamServer) -> None:
+    """Some OpenAI-compatible providers take the key in the query (Azure's api-key, ?key=)."""
+    secret = "qs-secret-6e1b0d94c2"
+    offset = proxy.log_size()
+    with proxy.http_client() as client:
+        client.get(f"/v1/models?api-key={secret}").raise_for_status()
+        client.post(f"/v1/chat/completions?key={secret}", json=CHAT).raise_for_status()
+    assert upstream.last_request(CHAT_PATH).query == f"key={secret}"
+    assert secret not in proxy.log_text(offset)

@@ -7,6 +7,7 @@ small and shared; a buffering proxy fails them by whole seconds, not millisecond
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from typing import Any
@@ -188,3 +189,40 @@ def test_read_timeout_bounds_gaps_not_the_whole_stream(
         c.choices[0].delta.content for c in stream if c.choices and c.choices[0].delta.content
     ]
     assert len(send_times_ms(c or "" for c in contents)) == 10
+
+
+def test_pass_through_sse_is_not_buffered(
+    proxy_http: httpx.Client, upstream: UpstreamServer
+) -> None:
+    """Streams on other routes (the Responses API) are relayed as they arrive too."""
+    headers = {"X-Fake-Chunks": str(CHUNKS), "X-Fake-Chunk-Delay-Ms": str(CHUNK_DELAY_MS)}
+    arrivals: list[tuple[float, str]] = []
+    with proxy_http.stream(
+        "POST", "/v1/responses", json={"model": "gpt-4o", "stream": True}, headers=headers
+    ) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        for data in iter_sse_data(response.iter_lines()):
+            arrivals.append((time.time() * 1000, data))
+    assert arrivals[-1][1] == "[DONE]"
+    received_ms = [t for t, d in arrivals if "t=" in d]
+    sent_ms = send_times_ms(d for _, d in arrivals)
+    assert len(sent_ms) == CHUNKS
+    assert received_ms[0] < sent_ms[-1], (received_ms, sent_ms)
+
+
+async def test_concurrent_streams_stay_separate(
+    async_openai_client: openai.AsyncOpenAI, upstream: UpstreamServer
+) -> None:
+    async def one(n: int) -> str:
+        stream = await async_openai_client.chat.completions.create(
+            model="gpt-4o",
+            messages=[{"role": "user", "content": f"conversation number {n} " * 3}],
+            stream=True,
+            extra_headers={"X-Fake-Chunk-Delay-Ms": "20"},
+        )
+        return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+
+    texts = await asyncio.gather(*(one(n) for n in range(8)))
+    assert texts == [f"echo: {f'conversation number {n} ' * 3}" for n in range(8)]
+    assert len(upstream.requests(CHAT_PATH)) == 8
