@@ -65,6 +65,7 @@ class ProxyApp:
                 outcome = await self._forward(ctx, scope, receive, send_with_id)
                 ctx.bytes_out = outcome.bytes_out
                 ctx.client_gone = outcome.client_gone
+                ctx.upstream_request_id = outcome.upstream_request_id
                 if outcome.client_gone:
                     ctx.status = 499
             else:
@@ -132,6 +133,7 @@ def _access_log(ctx: RequestContext, scope: Scope) -> None:
             "path": scope.get("path"),
             "model": ctx.model,
             "upstream": ctx.upstream,
+            "upstream_request_id": ctx.upstream_request_id,
             "status": ctx.status,
             "bytes_in": ctx.bytes_in,
             "bytes_out": ctx.bytes_out,

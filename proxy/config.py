@@ -11,7 +11,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_origin
 
 import yaml
 from pydantic import (
@@ -246,10 +246,14 @@ def read_config_file(path: str | Path, environ: Mapping[str, str] | None = None)
         text = file.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read config file {file}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"config file {file} is not UTF-8 text (bad byte at offset {exc.start})"
+        ) from exc
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{file} is not valid YAML: {exc}") from exc
+        raise ConfigError(f"{file} is not valid YAML: {_describe_yaml_error(exc)}") from exc
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -259,6 +263,16 @@ def read_config_file(path: str | Path, environ: Mapping[str, str] | None = None)
     result = _interpolate_tree(data, environ)
     assert isinstance(result, dict)
     return result
+
+
+def _describe_yaml_error(exc: yaml.YAMLError) -> str:
+    # PyYAML's own message quotes the offending line, which may well hold a key: say where the
+    # problem is, never what the line says.
+    problem = getattr(exc, "problem", None) or "syntax error"
+    context = getattr(exc, "context", None)
+    mark = getattr(exc, "problem_mark", None)
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    return f"{context}: {problem}{where}" if context else f"{problem}{where}"
 
 
 def load_settings(
@@ -285,6 +299,13 @@ def format_validation_error(exc: ValidationError, *, source: str) -> str:
                 message = f"unknown key; allowed here: {', '.join(allowed)}"
             else:
                 message = "unknown key"
+            # No value: a misspelt `api_key` is the likeliest unknown key, and holds a secret.
+            lines.append(f"  {loc}: {message}")
+            continue
+        if not error["loc"]:
+            # A whole-document check: its input is the entire configuration, secrets included.
+            lines.append(f"  {loc}: {message}")
+            continue
         value = error.get("input")
         shown = _mask_if_secret(loc, value)
         lines.append(f"  {loc}: {message} (got {shown})")
@@ -293,16 +314,26 @@ def format_validation_error(exc: ValidationError, *, source: str) -> str:
 
 def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
     model: Any = Settings
+    in_mapping = False
     for part in loc:
-        if isinstance(part, int):
+        if isinstance(part, int) or in_mapping:
+            # A list index or a key of a `dict[str, Model]` (`models.gpt-4o`): not a field.
+            in_mapping = False
             continue
         field = getattr(model, "model_fields", {}).get(part)
         if field is None:
             return []
+        in_mapping = _is_mapping(field.annotation)
         model = _model_of(field.annotation)
         if model is None:
             return []
     return sorted(getattr(model, "model_fields", {}))
+
+
+def _is_mapping(annotation: Any) -> bool:
+    if get_origin(annotation) is dict:
+        return True
+    return any(_is_mapping(arg) for arg in getattr(annotation, "__args__", ()))
 
 
 def _model_of(annotation: Any) -> Any:
@@ -324,7 +355,8 @@ def _mask_if_secret(loc: str, value: Any) -> str:
         last in _SECRET_WORDS and isinstance(value, str)
     ):
         return "'***'"
-    text = repr(value)
+    # Containers may hold keys (`upstreams: {api_key: ...}`), strings may be credentialed URLs.
+    text = repr(_mask_tree(value, last))
     return text if len(text) <= 120 else text[:117] + "..."
 
 
@@ -341,7 +373,7 @@ def _mask_tree(node: Any, key: str = "") -> Any:
         return [_mask_tree(item, key) for item in node]
     if key in ("api_key", "api_keys", "password") and node not in (None, ""):
         return "***"
-    if isinstance(node, str) and key == "url" and "@" in node:
+    if isinstance(node, str) and "://" in node and "@" in node:
         # redis://user:password@host — hide credentials in URLs.
         return re.sub(r"//[^@/]*@", "//***@", node)
     return node

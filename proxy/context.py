@@ -41,6 +41,7 @@ class RequestContext:
     bytes_in: int = 0
     bytes_out: int = 0
     client_gone: bool = False
+    upstream_request_id: str | None = None
     response_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
 
     @property

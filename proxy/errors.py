@@ -10,7 +10,10 @@ from dataclasses import dataclass
 import orjson
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: Python sets `__traceback__` on exceptions passing through a @contextmanager
+# (httpx wraps every send in one), and a frozen dataclass turns that into a TypeError.
+# eq=False keeps exceptions hashable by identity.
+@dataclass(slots=True, eq=False)
 class ProxyError(Exception):
     status: int
     message: str

@@ -103,15 +103,24 @@ def upstream_headers(
 
 
 def response_headers(headers: httpx.Headers) -> list[tuple[bytes, bytes]]:
+    """Upstream response headers as they go back to the client.
+
+    The upstream's own `x-request-id` (OpenAI always sends one) is renamed to
+    `x-upstream-request-id`: the client's `x-request-id` is the proxy's id, which the access
+    log carries, and two headers of one name would be read as one joined value by the SDKs.
+    """
     connection_listed = {
         t.strip().lower() for t in headers.get("connection", "").split(",") if t.strip()
     }
     drop = _RESPONSE_DROP | connection_listed
-    return [
-        (name.lower(), value)
-        for name, value in headers.raw
-        if name.decode("latin-1").lower() not in drop
-    ]
+    out: list[tuple[bytes, bytes]] = []
+    for name, value in headers.raw:
+        lower = name.lower()
+        text = lower.decode("latin-1")
+        if text in drop:
+            continue
+        out.append((b"x-upstream-request-id" if lower == b"x-request-id" else lower, value))
+    return out
 
 
 def make_client(server: ServerSettings) -> httpx.AsyncClient:
@@ -173,15 +182,23 @@ def classify_error(exc: BaseException, upstream: UpstreamSettings) -> UpstreamFa
             return UpstreamFailure(
                 502, "upstream_protocol_error", f"{where}: connection closed unexpectedly"
             )
-    if any(
-        isinstance(e, httpx.TimeoutException | asyncio.TimeoutError | aiohttp.ServerTimeoutError)
-        for e in chain
-    ):
+    if any(_is_timeout(e) for e in chain):
         phase = _timeout_phase(chain)
         return UpstreamFailure(504, "upstream_timeout", f"{where}: timed out {phase}")
     if any(isinstance(e, httpx.ConnectError | OSError) for e in chain):
         return UpstreamFailure(502, "upstream_unreachable", f"{where}: cannot connect")
     return UpstreamFailure(502, "upstream_error", f"{where}: {type(exc).__name__}")
+
+
+def _is_timeout(e: BaseException) -> bool:
+    if isinstance(e, httpx.TimeoutException):
+        # httpx_aiohttp maps every aiohttp.ClientConnectionError (a reset, a closed socket) to
+        # httpx.ConnectTimeout: only an aiohttp timeout underneath makes it a real one.
+        cause = e.__cause__
+        return not isinstance(cause, aiohttp.ClientError) or isinstance(
+            cause, aiohttp.ServerTimeoutError
+        )
+    return isinstance(e, asyncio.TimeoutError | aiohttp.ServerTimeoutError)
 
 
 def _timeout_phase(chain: list[BaseException]) -> str:

@@ -30,6 +30,7 @@ class Outcome:
     bytes_out: int = 0
     completed: bool = False
     client_gone: bool = False
+    upstream_request_id: str | None = None
 
 
 class _DisconnectWatch:
@@ -106,6 +107,7 @@ async def forward(
         if extra_headers:
             out_headers.extend(extra_headers)
         outcome.status = response.status_code
+        outcome.upstream_request_id = response.headers.get("x-request-id")
         await send(
             {"type": "http.response.start", "status": response.status_code, "headers": out_headers}
         )
