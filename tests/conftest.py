@@ -11,7 +11,9 @@ Fixture map (see tests/support/servers.py for the handle types):
   upstream, default settings (:class:`ProxyServer`).
 - ``proxy_factory`` (function): ``start(config: dict | str, *, via_env=False, env=None)
   -> ProxyServer`` for special configs; stopped after the test.
-- ``dead_upstream_url`` (function): a ``base_url`` on a port nothing listens on.
+- ``module_proxy_factory`` (module): the same, proxies shared by a module's tests (build
+  module-scoped fixtures on it with ``fake_upstream``, and still request ``upstream`` in tests).
+- ``dead_upstream_url`` (module): a ``base_url`` whose port is bound but never listens.
 - ``openai_client`` / ``async_openai_client`` (function): SDK clients on the shared proxy
   (base_url=proxy/v1, dummy key, ``max_retries=0``).
 - ``proxy_http`` (function): an ``httpx.Client`` on the shared proxy for raw requests.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import socket
 from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -31,7 +34,7 @@ import httpx
 import openai
 import pytest
 
-from tests.support.processes import LIVE_SERVERS, free_port, tail, tiktoken_cache_dir
+from tests.support.processes import LIVE_SERVERS, tail, tiktoken_cache_dir
 from tests.support.servers import (
     ProxyServer,
     UpstreamServer,
@@ -121,10 +124,16 @@ def upstream_factory(tmp_path: Path) -> Iterator[UpstreamFactory]:
         server.stop()
 
 
-@pytest.fixture
-def dead_upstream_url() -> str:
-    """A base_url where the connection is refused (the port was free a moment ago)."""
-    return f"http://127.0.0.1:{free_port()}/v1"
+@pytest.fixture(scope="module")
+def dead_upstream_url() -> Iterator[str]:
+    """A base_url where connections are refused.
+
+    The port stays bound (never listening) while the fixture lives, so no server started
+    meanwhile can take it and turn the dead upstream into a live one.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
 
 
 # --------------------------------------------------------------------------- proxies
@@ -138,27 +147,47 @@ def proxy(fake_upstream: UpstreamServer, servers_dir: Path) -> Iterator[ProxySer
     server.stop()
 
 
-@pytest.fixture
-def proxy_factory(tmp_path: Path) -> Iterator[ProxyFactory]:
-    started: list[ProxyServer] = []
+class _ProxyLauncher:
+    """Starts proxies with given configs in one directory and stops them all at the end."""
 
-    def start(
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.started: list[ProxyServer] = []
+
+    def __call__(
+        self,
         config: Mapping[str, Any] | str,
         *,
         via_env: bool = False,
         env: Mapping[str, str] | None = None,
     ) -> ProxyServer:
         n = next(_names)
-        path = write_config(tmp_path / f"proxy-{n}.yaml", config)
+        path = write_config(self.directory / f"proxy-{n}.yaml", config)
         server = ProxyServer(
-            path, tmp_path / f"proxy-{n}.log", via_env=via_env, env=env, name=f"proxy-{n}"
+            path, self.directory / f"proxy-{n}.log", via_env=via_env, env=env, name=f"proxy-{n}"
         )
-        started.append(server.start())
+        self.started.append(server.start())
         return server
 
-    yield start
-    for server in started:
-        server.stop()
+    def stop_all(self) -> None:
+        for server in self.started:
+            server.stop()
+
+
+@pytest.fixture
+def proxy_factory(tmp_path: Path) -> Iterator[ProxyFactory]:
+    """Proxies for one test (use it when the test stops the proxy or reads its whole log)."""
+    launcher = _ProxyLauncher(tmp_path)
+    yield launcher
+    launcher.stop_all()
+
+
+@pytest.fixture(scope="module")
+def module_proxy_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyFactory]:
+    """Proxies shared by a module's tests: a special config costs one start, not one a test."""
+    launcher = _ProxyLauncher(tmp_path_factory.mktemp("proxies"))
+    yield launcher
+    launcher.stop_all()
 
 
 # --------------------------------------------------------------------------- clients

@@ -362,8 +362,11 @@ def _status_error(status: int, message: str | None) -> Response:
     return error_response(status, message or f"fake upstream error: status {status}", type_, code)
 
 
-def _json(payload: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(payload), status_code=status, media_type=_JSON)
+def _json(payload: Any, status: int = 200, request_id: str | None = None) -> Response:
+    # Like OpenAI, API answers carry the upstream's own x-request-id; a proxy must not let it
+    # collide with the id it gives the client.
+    headers = None if request_id is None else {"x-request-id": request_id}
+    return Response(orjson.dumps(payload), status_code=status, media_type=_JSON, headers=headers)
 
 
 def _header_number(request: Request, name: str) -> float | None:
@@ -405,6 +408,7 @@ class EventStreamResponse:
 
     def __init__(self, fake: FakeUpstream, request: Request, events: AsyncIterator[bytes]):
         self.fake, self.request, self.events = fake, request, events
+        self.request_id = f"req_fake{fake.next_id()}".encode()
         self.sent = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -428,6 +432,7 @@ class EventStreamResponse:
                 "headers": [
                     (b"content-type", b"text/event-stream; charset=utf-8"),
                     (b"cache-control", b"no-cache"),
+                    (b"x-request-id", self.request_id),
                 ],
             }
         )
@@ -534,7 +539,9 @@ def create_app(
             await asyncio.sleep(delay / 1000)
         status = _header_number(request, "x-fake-status")
         if status is not None:
-            return body, _status_error(int(status), headers.get("x-fake-error-message"))
+            error = _status_error(int(status), headers.get("x-fake-error-message"))
+            error.headers["x-request-id"] = f"req_fake{fake.next_id()}"
+            return body, error
         return body, None
 
     async def chat_completions(request: Request) -> Any:
@@ -619,7 +626,10 @@ def create_app(
             "logprobs": None,
             "finish_reason": reply.finish_reason,
         }
-        return _json({**base, "object": "chat.completion", "choices": [choice], "usage": usage})
+        return _json(
+            {**base, "object": "chat.completion", "choices": [choice], "usage": usage},
+            request_id=f"req_{base['id']}",
+        )
 
     async def list_models(request: Request) -> Any:
         _, early = await prelude(request)
@@ -629,7 +639,7 @@ def create_app(
             {"id": name, "object": "model", "created": 1_700_000_000, "owned_by": "fake"}
             for name in fake.settings.models
         ]
-        return _json({"object": "list", "data": data})
+        return _json({"object": "list", "data": data}, request_id=f"req_fake{fake.next_id()}")
 
     async def embeddings(request: Request) -> Any:
         body, early = await prelude(request)
@@ -663,7 +673,8 @@ def create_app(
                 "data": data,
                 "model": payload.get("model"),
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-            }
+            },
+            request_id=f"req_fake{fake.next_id()}",
         )
 
     async def echo(request: Request) -> Any:

@@ -45,9 +45,11 @@ def test_sdk_key_passes_through(proxy: ProxyServer, upstream: UpstreamServer) ->
     assert upstream.last_request(CHAT_PATH).headers["authorization"] == f"Bearer {CLIENT_KEY}"
 
 
-@pytest.fixture
-def keyed_upstream_proxy(proxy_factory: Any, upstream: UpstreamServer) -> ProxyServer:
-    proxy: ProxyServer = proxy_factory(proxy_config(upstream_entry(upstream, api_key=UPSTREAM_KEY)))
+@pytest.fixture(scope="module")
+def keyed_upstream_proxy(module_proxy_factory: Any, fake_upstream: UpstreamServer) -> ProxyServer:
+    proxy: ProxyServer = module_proxy_factory(
+        proxy_config(upstream_entry(fake_upstream, api_key=UPSTREAM_KEY))
+    )
     return proxy
 
 
@@ -83,10 +85,10 @@ def test_upstream_key_used_when_client_sends_none(
     assert upstream.last_request(CHAT_PATH).headers["authorization"] == f"Bearer {UPSTREAM_KEY}"
 
 
-@pytest.fixture
-def locked_proxy(proxy_factory: Any, upstream: UpstreamServer) -> ProxyServer:
-    proxy: ProxyServer = proxy_factory(
-        proxy_config(upstream_entry(upstream, api_key=UPSTREAM_KEY), api_keys=INBOUND_KEYS)
+@pytest.fixture(scope="module")
+def locked_proxy(module_proxy_factory: Any, fake_upstream: UpstreamServer) -> ProxyServer:
+    proxy: ProxyServer = module_proxy_factory(
+        proxy_config(upstream_entry(fake_upstream, api_key=UPSTREAM_KEY), api_keys=INBOUND_KEYS)
     )
     return proxy
 

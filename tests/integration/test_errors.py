@@ -81,9 +81,9 @@ def test_upstream_context_window_error_passes_through(
 # --------------------------------------------------------------------------- 502 / 504
 
 
-@pytest.fixture
-def dead_proxy(proxy_factory: Any, dead_upstream_url: str) -> ProxyServer:
-    proxy: ProxyServer = proxy_factory(
+@pytest.fixture(scope="module")
+def dead_proxy(module_proxy_factory: Any, dead_upstream_url: str) -> ProxyServer:
+    proxy: ProxyServer = module_proxy_factory(
         proxy_config(upstream_entry(dead_upstream_url, name="deadup-7"))
     )
     return proxy
@@ -118,11 +118,11 @@ def test_upstream_down_sdk_sees_502(dead_proxy: ProxyServer) -> None:
     assert "deadup-7" in caught.value.message
 
 
-@pytest.fixture
-def impatient_proxy(proxy_factory: Any, upstream: UpstreamServer) -> ProxyServer:
+@pytest.fixture(scope="module")
+def impatient_proxy(module_proxy_factory: Any, fake_upstream: UpstreamServer) -> ProxyServer:
     timeouts = {"connect": 5, "read": 1, "write": 5, "pool": 5}
-    proxy: ProxyServer = proxy_factory(
-        proxy_config(upstream_entry(upstream, name="slowup-3", timeouts=timeouts))
+    proxy: ProxyServer = module_proxy_factory(
+        proxy_config(upstream_entry(fake_upstream, name="slowup-3", timeouts=timeouts))
     )
     return proxy
 
@@ -210,9 +210,11 @@ def test_bad_body_sdk_sees_bad_request(openai_client: openai.OpenAI) -> None:
 LIMIT = 4096
 
 
-@pytest.fixture
-def small_body_proxy(proxy_factory: Any, upstream: UpstreamServer) -> ProxyServer:
-    proxy: ProxyServer = proxy_factory(proxy_config(upstream_entry(upstream), max_body_bytes=LIMIT))
+@pytest.fixture(scope="module")
+def small_body_proxy(module_proxy_factory: Any, fake_upstream: UpstreamServer) -> ProxyServer:
+    proxy: ProxyServer = module_proxy_factory(
+        proxy_config(upstream_entry(fake_upstream), max_body_bytes=LIMIT)
+    )
     return proxy
 
 

@@ -166,10 +166,12 @@ def test_proxy_keeps_serving_after_a_disconnect(
         assert completion.choices[0].message.content == "echo: stream to me"
 
 
-@pytest.fixture
-def slow_reader_proxy(proxy_factory: Any, upstream: UpstreamServer) -> ProxyServer:
+@pytest.fixture(scope="module")
+def slow_reader_proxy(module_proxy_factory: Any, fake_upstream: UpstreamServer) -> ProxyServer:
     timeouts = {"connect": 5, "read": 2, "write": 5, "pool": 5}
-    proxy: ProxyServer = proxy_factory(proxy_config(upstream_entry(upstream, timeouts=timeouts)))
+    proxy: ProxyServer = module_proxy_factory(
+        proxy_config(upstream_entry(fake_upstream, timeouts=timeouts))
+    )
     return proxy
 
 

@@ -7,6 +7,7 @@ process's own log output, which some tests inspect (e.g. that no API key is ever
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib.util
 import os
@@ -28,6 +29,13 @@ PORT_ATTEMPTS = 3
 
 # Every server started and not yet stopped, so a failing test can show their logs.
 LIVE_SERVERS: list[ServerProcess] = []
+
+
+@atexit.register
+def _stop_leftovers() -> None:
+    """A crashed or interrupted session must not leave servers holding ports."""
+    for server in list(LIVE_SERVERS):
+        server.stop()
 
 
 class ServerStartError(RuntimeError):
