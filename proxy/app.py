@@ -22,7 +22,9 @@ from proxy.api import health
 from proxy.api.chat import chat_completions
 from proxy.api.forward import Outcome
 from proxy.api.passthrough import passthrough
+from proxy.api.preview import preview
 from proxy.asgi import ClientGone, Receive, Scope, Send, header, send_error
+from proxy.compactor import Compactor
 from proxy.config import Settings, load_settings
 from proxy.context import AppState, RequestContext
 from proxy.errors import ProxyError
@@ -32,14 +34,15 @@ from proxy.upstream import Router, make_client
 log = logging.getLogger("compaction_proxy.app")
 
 _REQUEST_ID = re.compile(rb"^[A-Za-z0-9._:\-]{1,128}$")
-_FASTAPI_V1_PATHS = frozenset({"/v1/compaction/preview"})
 
 
 class ProxyApp:
     """Root ASGI callable: request ids, inbound auth, dispatch, one access-log line."""
 
     def __init__(self, settings: Settings) -> None:
-        self.state = AppState(settings=settings, router=Router(settings.upstreams))
+        self.state = AppState(
+            settings=settings, router=Router(settings.upstreams), compactor=Compactor(settings)
+        )
         self._api_keys = [k.get_secret_value().encode() for k in settings.server.api_keys]
         self.fastapi = _build_fastapi(self.state)
 
@@ -60,7 +63,10 @@ class ProxyApp:
 
         path: str = scope["path"]
         try:
-            if path.startswith("/v1/") and path not in _FASTAPI_V1_PATHS:
+            if path == "/v1/compaction/preview":
+                self._authenticate(ctx, scope)
+                await preview(ctx, scope, receive, send_with_id)
+            elif path.startswith("/v1/"):
                 self._authenticate(ctx, scope)
                 outcome = await self._forward(ctx, scope, receive, send_with_id)
                 ctx.bytes_out = outcome.bytes_out
@@ -69,8 +75,6 @@ class ProxyApp:
                 if outcome.client_gone:
                     ctx.status = 499
             else:
-                if path.startswith("/v1/"):
-                    self._authenticate(ctx, scope)
                 scope.setdefault("state", {})["request_context"] = ctx
                 await self.fastapi(scope, receive, send_with_id)
         except ProxyError as error:
@@ -138,14 +142,27 @@ def _access_log(ctx: RequestContext, scope: Scope) -> None:
             "bytes_in": ctx.bytes_in,
             "bytes_out": ctx.bytes_out,
             "duration_ms": round(ctx.elapsed_ms, 2),
+            **_report_fields(ctx),
         },
     )
+
+
+def _report_fields(ctx: RequestContext) -> dict[str, object]:
+    report = ctx.report
+    if report is None:
+        return {}
+    return {
+        "tokens_before": report.tokens_before,
+        "tokens_after": report.tokens_after,
+        "strategies": list(report.changed_by),
+    }
 
 
 def _build_fastapi(state: AppState) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state.client = make_client(state.settings.server)
+        state.compactor.warm_up()
         log.info(
             "ready",
             extra={
@@ -158,6 +175,7 @@ def _build_fastapi(state: AppState) -> FastAPI:
         finally:
             state.shutting_down = True
             await state.client.aclose()
+            state.compactor.close()
 
     app = FastAPI(
         title="compaction-proxy",

@@ -28,6 +28,18 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the proxy (the default command)")
     _add_serve_args(serve)
 
+    comp = sub.add_parser(
+        "compact",
+        help="compact a chat-completions request from a JSON file and print the report",
+    )
+    comp.add_argument("file", help="a chat-completions body, or a bare list of messages")
+    comp.add_argument("--model", "-m", help="model to budget for (default: the body's model)")
+    comp.add_argument("--config", "-c", help=f"YAML config file (default: ${CONFIG_ENV_VAR})")
+    comp.add_argument("--out", "-o", help="write the compacted request here as JSON")
+    comp.add_argument(
+        "--force", action="store_true", help="run the pipeline as if every trigger fired"
+    )
+
     check = sub.add_parser(
         "check-config", help="validate a config file and print it, secrets masked"
     )
@@ -52,6 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "check-config":
             return _check_config(args.file)
+        if args.command == "compact":
+            return _compact(args)
         return _serve(args)
     except ConfigError as error:
         print(f"compaction-proxy: {error}", file=sys.stderr)
@@ -65,6 +79,48 @@ def _check_config(file: str | None) -> int:
         f"# configuration is valid ({file or os.environ.get(CONFIG_ENV_VAR) or 'defaults'})",
         file=sys.stderr,
     )
+    return 0
+
+
+def _compact(args: argparse.Namespace) -> int:
+    import orjson
+
+    from proxy.compaction import Mode, build_view
+    from proxy.compactor import Compactor
+    from proxy.report_text import render
+
+    settings = load_settings(args.config)
+    try:
+        with open(args.file, "rb") as handle:
+            data = orjson.loads(handle.read())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        print(f"compaction-proxy: cannot read {args.file}: {exc}", file=sys.stderr)
+        return 2
+    body = {"messages": data} if isinstance(data, list) else data
+    if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+        print(
+            f"compaction-proxy: {args.file} must hold a chat-completions body or a list of "
+            "messages",
+            file=sys.stderr,
+        )
+        return 2
+    body = {**body, "model": args.model or body.get("model") or "gpt-4o"}
+    from proxy.compaction import validate_messages
+
+    issue = validate_messages(body["messages"])
+    if issue is not None:
+        print(f"compaction-proxy: {args.file}: {issue.message}", file=sys.stderr)
+        return 2
+    compactor = Compactor(settings)
+    result = compactor.run_sync(body, Mode.FORCE if args.force else Mode.NORMAL)
+    facts = compactor.catalog.facts_for(body["model"])
+    view = build_view(body["messages"], compactor.tokenizers.get(facts.encoding))
+    print(render(result.report, view))
+    if args.out:
+        compacted = {**body, "messages": result.messages}
+        with open(args.out, "wb") as handle:
+            handle.write(orjson.dumps(compacted, option=orjson.OPT_INDENT_2))
+        print(f"\nwrote {args.out}")
     return 0
 
 

@@ -26,6 +26,8 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from proxy.compaction import CompactionSettings, FactsOverride, SummarizationSettings
+
 CONFIG_ENV_VAR = "COMPACTION_PROXY_CONFIG"
 ENV_PREFIX = "COMPACTION_PROXY_"
 
@@ -87,7 +89,11 @@ class ModelSettings(Strict):
     context_window: int | None = Field(None, gt=0)
     max_output_tokens: int | None = Field(None, gt=0)
     encoding: str | None = None
-    compaction: dict[str, Any] | None = None
+    # Replaces the top-level `compaction` block for requests to matching models.
+    compaction: CompactionSettings | None = None
+
+    def facts_override(self) -> FactsOverride:
+        return FactsOverride(self.context_window, self.max_output_tokens, self.encoding)
 
 
 class StoreSettings(Strict):
@@ -106,13 +112,6 @@ class StoreSettings(Strict):
     @property
     def ttl_seconds(self) -> int:
         return parse_duration(self.ttl)
-
-
-class TokenizerSettings(Strict):
-    # Extra directory searched for tiktoken encoding files (`o200k_base.tiktoken`, ...).
-    encodings_dir: str | None = None
-    default_encoding: str = "o200k_base"
-    image_tokens_estimate: int = Field(765, ge=0)
 
 
 class DashboardSettings(Strict):
@@ -150,10 +149,10 @@ class Settings(BaseSettings):
     upstreams: list[UpstreamSettings] = Field(default_factory=_default_upstreams, min_length=1)
     models: dict[str, ModelSettings] = Field(default_factory=dict)
     default_context_window: int = Field(128_000, gt=0)
-    tokenizer: TokenizerSettings = Field(default_factory=TokenizerSettings)
     store: StoreSettings = Field(default_factory=StoreSettings)
-    summarization: dict[str, Any] | None = None
-    compaction: dict[str, Any] | None = None
+    # LibreChat's block, its own camelCase keys; it shapes the default pipeline.
+    summarization: SummarizationSettings = Field(default_factory=SummarizationSettings)
+    compaction: CompactionSettings = Field(default_factory=CompactionSettings)
     dashboard: DashboardSettings = Field(default_factory=DashboardSettings)
 
     @model_validator(mode="after")
@@ -320,14 +319,16 @@ def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
             # A list index or a key of a `dict[str, Model]` (`models.gpt-4o`): not a field.
             in_mapping = False
             continue
-        field = getattr(model, "model_fields", {}).get(part)
+        fields = getattr(model, "model_fields", {})
+        field = fields.get(part) or next((f for f in fields.values() if f.alias == part), None)
         if field is None:
             return []
         in_mapping = _is_mapping(field.annotation)
         model = _model_of(field.annotation)
         if model is None:
             return []
-    return sorted(getattr(model, "model_fields", {}))
+    fields = getattr(model, "model_fields", {})
+    return sorted(f.alias or name for name, f in fields.items())
 
 
 def _is_mapping(annotation: Any) -> bool:

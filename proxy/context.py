@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import httpx
 
+    from proxy.compaction import CompactionReport
+    from proxy.compactor import Compactor
     from proxy.config import Settings
     from proxy.upstream import Router
 
@@ -19,6 +21,7 @@ class AppState:
 
     settings: Settings
     router: Router
+    compactor: Compactor
     client: httpx.AsyncClient | None = None
     shutting_down: bool = False
 
@@ -43,6 +46,7 @@ class RequestContext:
     client_gone: bool = False
     upstream_request_id: str | None = None
     response_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    report: CompactionReport | None = None
 
     @property
     def elapsed_ms(self) -> float:

@@ -1,17 +1,23 @@
-"""POST /v1/chat/completions: validate, (later) compact, forward, stream back."""
+"""POST /v1/chat/completions: validate, compact, forward, stream back."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import orjson
 
 from proxy.api.forward import Outcome, forward
 from proxy.api.passthrough import upstream_url
-from proxy.asgi import Receive, Scope, Send, read_body
+from proxy.asgi import Receive, Scope, Send, header, read_body
+from proxy.compaction import CompactionResult, Mode, validate_messages
 from proxy.context import RequestContext
 from proxy.errors import bad_request
 from proxy.upstream import upstream_headers
+
+log = logging.getLogger("compaction_proxy.chat")
+
+_MODES = {b"off": None, b"dry-run": Mode.DRY_RUN, b"force": Mode.FORCE, b"on": Mode.NORMAL}
 
 
 def parse_chat_body(raw: bytes) -> dict[str, Any]:
@@ -51,6 +57,47 @@ def parse_chat_body(raw: bytes) -> dict[str, Any]:
     return data
 
 
+def compaction_mode(scope: Scope) -> Mode | None:
+    """The `X-Compaction` header: off | dry-run | force (absent: normal). None means off."""
+    raw = header(scope, b"x-compaction")
+    if raw is None:
+        return Mode.NORMAL
+    value = raw.strip().lower()
+    if value not in _MODES:
+        raise bad_request(
+            f"X-Compaction must be one of off, dry-run, force (got {raw.decode('latin-1')!r})",
+            param="X-Compaction",
+            code="invalid_header",
+        )
+    return _MODES[value]
+
+
+def validate_chat(data: dict[str, Any]) -> None:
+    issue = validate_messages(data["messages"])
+    if issue is not None:
+        raise bad_request(issue.message, param=issue.param, code="invalid_messages")
+
+
+def report_headers(result: CompactionResult, mode: Mode) -> list[tuple[bytes, bytes]]:
+    report = result.report
+    strategies = ",".join(report.changed_by) or "none"
+    headers = [
+        (b"x-compaction-tokens-before", str(report.tokens_before).encode()),
+        (b"x-compaction-tokens-after", str(report.tokens_after).encode()),
+        (b"x-compaction-strategies", strategies.encode()),
+    ]
+    if mode is Mode.DRY_RUN:
+        headers.append((b"x-compaction-dry-run", b"true"))
+    for warning in report.warnings:
+        headers.append((b"x-compaction-warning", _header_safe(warning)))
+    return headers
+
+
+def _header_safe(text: str) -> bytes:
+    cleaned = " ".join(text.split())
+    return cleaned[:500].encode("ascii", "replace")
+
+
 async def chat_completions(
     ctx: RequestContext, scope: Scope, receive: Receive, send: Send
 ) -> Outcome:
@@ -60,9 +107,14 @@ async def chat_completions(
     data = parse_chat_body(raw)
     model: str = data["model"]
     ctx.model = model
+    mode = compaction_mode(scope)
     upstream = state.router.for_model(model)
     ctx.upstream = upstream.name
-    # Nothing changed the body: the client's exact bytes go upstream.
+    body = raw
+    # An empty list has nothing to compact; the upstream gives its own verdict on it.
+    if mode is not None and data["messages"] and state.compactor.enabled_for(model):
+        validate_chat(data)
+        body = await _compact(ctx, data, raw, mode)
     return await forward(
         state.client,  # type: ignore[arg-type]
         upstream,
@@ -72,6 +124,27 @@ async def chat_completions(
         method="POST",
         url=upstream_url(upstream, scope),
         headers=upstream_headers(scope["headers"], upstream, strip_authorization=ctx.authenticated),
-        content=raw,
+        content=body,
         extra_headers=ctx.response_headers,
     )
+
+
+async def _compact(ctx: RequestContext, data: dict[str, Any], raw: bytes, mode: Mode) -> bytes:
+    """The bytes to forward. Unchanged requests (and dry runs) forward the client's bytes.
+
+    A failure inside compaction must never fail a request that would have succeeded without
+    the proxy: it is logged, reported in a warning header, and the original goes upstream.
+    """
+    try:
+        result = await ctx.state.compactor.run(data, mode, size_hint=len(raw))
+    except Exception:
+        log.exception("compaction failed; forwarding the original request")
+        ctx.response_headers.append(
+            (b"x-compaction-warning", b"compaction failed; the original request was forwarded")
+        )
+        return raw
+    ctx.report = result.report
+    ctx.response_headers.extend(report_headers(result, mode))
+    if not result.changed or mode is Mode.DRY_RUN:
+        return raw
+    return orjson.dumps({**data, "messages": result.messages})

@@ -1,0 +1,39 @@
+"""POST /v1/compaction/preview: what the proxy would forward, and why; nothing goes upstream.
+
+It takes a chat-completions body exactly as the client would send it, so a user can paste a
+failing request and see the compacted messages and the report. `X-Compaction: force` runs the
+pipeline as if every trigger fired; `off` shows the request untouched.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from proxy.api.chat import compaction_mode, parse_chat_body, report_headers, validate_chat
+from proxy.asgi import Receive, Scope, Send, read_body, send_bytes
+from proxy.compaction import Mode
+from proxy.context import RequestContext
+from proxy.errors import ProxyError
+
+
+async def preview(ctx: RequestContext, scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["method"] != "POST":
+        raise ProxyError(405, "use POST with a chat-completions body", code="method_not_allowed")
+    raw = await read_body(scope, receive, ctx.state.settings.server.max_body_bytes)
+    ctx.bytes_in = len(raw)
+    data = parse_chat_body(raw)
+    ctx.model = data["model"]
+    mode = compaction_mode(scope)
+    if mode is None or not data["messages"]:
+        payload = {"changed": False, "request": data, "report": None}
+        await send_bytes(send, 200, orjson.dumps(payload), ctx.response_headers)
+        return
+    validate_chat(data)
+    # Dry-run and normal compute the same thing here: nothing is forwarded either way.
+    run_mode = Mode.FORCE if mode is Mode.FORCE else Mode.NORMAL
+    result = await ctx.state.compactor.run(data, run_mode, size_hint=len(raw))
+    ctx.report = result.report
+    request = {**data, "messages": result.messages} if result.changed else data
+    payload = {"changed": result.changed, "request": request, "report": result.report.to_dict()}
+    headers = [*ctx.response_headers, *report_headers(result, run_mode)]
+    await send_bytes(send, 200, orjson.dumps(payload), headers)

@@ -1,0 +1,221 @@
+"""Model facts, the token budget and the calibration ratio.
+
+The budget is what the prompt may use: ``window - output_reserve - reserve_ratio * window``.
+The output reserve is the request's ``max_completion_tokens`` (or ``max_tokens``), else the
+model's default output.  ``reserve_ratio`` is a safety margin for counting error, applied once
+(LibreChat subtracts it twice; see research/librechat.md section 1).
+
+Facts come from a built-in table, matched by exact name, then glob, then the longest name
+prefix that ends at a ``-`` (so dated variants such as ``gpt-4o-2024-08-06`` resolve, while
+``gpt-4.1`` never matches ``gpt-4``).  Operator overrides by name or glob take precedence and
+may set only some fields; unknown models get ``default_context_window``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from fnmatch import fnmatchcase
+
+O200K = "o200k_base"
+CL100K = "cl100k_base"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFacts:
+    """What the budget needs to know about a model.
+
+    ``max_output_tokens`` is the output reserve used when the request sets no limit.
+    """
+
+    context_window: int
+    max_output_tokens: int
+    encoding: str = O200K
+
+
+@dataclass(frozen=True, slots=True)
+class FactsOverride:
+    """A partial override from configuration; unset fields keep the underlying facts."""
+
+    context_window: int | None = None
+    max_output_tokens: int | None = None
+    encoding: str | None = None
+
+    def apply(self, facts: ModelFacts) -> ModelFacts:
+        """``facts`` with this override's set fields replaced."""
+        return replace(
+            facts,
+            context_window=self.context_window or facts.context_window,
+            max_output_tokens=(self.max_output_tokens if self.max_output_tokens is not None
+                               else facts.max_output_tokens),
+            encoding=self.encoding or facts.encoding,
+        )
+
+
+BUILTIN_MODELS: Mapping[str, ModelFacts] = {
+    "gpt-4o": ModelFacts(128_000, 16_384, O200K),
+    "gpt-4o-mini": ModelFacts(128_000, 16_384, O200K),
+    "chatgpt-4o-latest": ModelFacts(128_000, 16_384, O200K),
+    "gpt-4.1": ModelFacts(1_047_576, 32_768, O200K),
+    "gpt-4.1-mini": ModelFacts(1_047_576, 32_768, O200K),
+    "gpt-4.1-nano": ModelFacts(1_047_576, 32_768, O200K),
+    "o1": ModelFacts(200_000, 100_000, O200K),
+    "o1-mini": ModelFacts(128_000, 65_536, O200K),
+    "o1-preview": ModelFacts(128_000, 32_768, O200K),
+    "o3": ModelFacts(200_000, 100_000, O200K),
+    "o3-mini": ModelFacts(200_000, 100_000, O200K),
+    "o4-mini": ModelFacts(200_000, 100_000, O200K),
+    "gpt-5": ModelFacts(400_000, 128_000, O200K),
+    "gpt-5-mini": ModelFacts(400_000, 128_000, O200K),
+    "gpt-5-nano": ModelFacts(400_000, 128_000, O200K),
+    "gpt-4-turbo": ModelFacts(128_000, 4_096, CL100K),
+    "gpt-4-*-preview": ModelFacts(128_000, 4_096, CL100K),
+    "gpt-4-32k": ModelFacts(32_768, 4_096, CL100K),
+    "gpt-4": ModelFacts(8_192, 4_096, CL100K),
+    "gpt-3.5-turbo": ModelFacts(16_385, 4_096, CL100K),
+    "gpt-3.5-turbo-instruct": ModelFacts(4_096, 1_024, CL100K),
+}
+"""Context windows and default output reserves of common OpenAI models.
+
+The reserve is the published maximum output, except for gpt-4 (8k window, where reserving
+the full 8k would leave no prompt budget) and the gpt-4 family's 4k output limit.
+"""
+
+DEFAULT_CONTEXT_WINDOW = 128_000
+DEFAULT_MAX_OUTPUT_TOKENS = 4_096
+
+
+def _is_glob(pattern: str) -> bool:
+    return any(ch in pattern for ch in "*?[")
+
+
+def _lookup(model: str, table: Mapping[str, ModelFacts]) -> ModelFacts | None:
+    facts = table.get(model)
+    if facts is not None:
+        return facts
+    for pattern, candidate in table.items():
+        if _is_glob(pattern) and fnmatchcase(model, pattern):
+            return candidate
+    best: tuple[int, ModelFacts] | None = None
+    for name, candidate in table.items():
+        if (not _is_glob(name) and model.startswith(name) and model[len(name)] == "-"
+                and (best is None or len(name) > best[0])):
+            best = (len(name), candidate)
+    return best[1] if best else None
+
+
+class ModelCatalog:
+    """Resolves :class:`ModelFacts` for a model name (overrides, built-ins, default).
+
+    A provider prefix (``openai/gpt-4o``) is tried as given and then without the prefix.
+    """
+
+    def __init__(
+        self,
+        overrides: Mapping[str, FactsOverride | ModelFacts] | None = None,
+        *,
+        default_context_window: int = DEFAULT_CONTEXT_WINDOW,
+        default_max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
+        default_encoding: str = O200K,
+        builtins: Mapping[str, ModelFacts] = BUILTIN_MODELS,
+    ) -> None:
+        self._overrides = dict(overrides or {})
+        self._builtins = builtins
+        self._default = ModelFacts(default_context_window, default_max_output_tokens,
+                                   default_encoding)
+
+    def facts_for(self, model: str) -> ModelFacts:
+        """The facts for ``model``: built-in (or default) facts with any override applied."""
+        names = [model]
+        if "/" in model:
+            names.append(model.rsplit("/", 1)[-1])
+        base: ModelFacts | None = None
+        for name in names:
+            base = _lookup(name, self._builtins)
+            if base is not None:
+                break
+        facts = base or self._default
+        for name in names:
+            override = self._find_override(name)
+            if override is not None:
+                if isinstance(override, ModelFacts):
+                    return override
+                return override.apply(facts)
+        return facts
+
+    def _find_override(self, model: str) -> FactsOverride | ModelFacts | None:
+        override = self._overrides.get(model)
+        if override is not None:
+            return override
+        for pattern, candidate in self._overrides.items():
+            if _is_glob(pattern) and fnmatchcase(model, pattern):
+                return candidate
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """The prompt budget for one request and how it was derived."""
+
+    context_window: int
+    output_reserve: int
+    safety_reserve: int
+
+    @property
+    def limit(self) -> int:
+        """Tokens the prompt (messages + tools + priming) may use; never negative."""
+        return max(0, self.context_window - self.output_reserve - self.safety_reserve)
+
+
+def compute_budget(
+    facts: ModelFacts,
+    *,
+    max_completion_tokens: int | None = None,
+    max_tokens: int | None = None,
+    reserve_ratio: float = 0.05,
+) -> Budget:
+    """Budget = window - output reserve - reserve_ratio x window (the ratio applied once)."""
+    if not 0 <= reserve_ratio < 1:
+        raise ValueError("reserve_ratio must be in [0, 1)")
+    requested = max_completion_tokens if max_completion_tokens is not None else max_tokens
+    output = requested if requested is not None and requested >= 0 else facts.max_output_tokens
+    return Budget(
+        context_window=facts.context_window,
+        output_reserve=min(output, facts.context_window),
+        safety_reserve=math.floor(reserve_ratio * facts.context_window),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """A bounded ratio ``upstream prompt_tokens / our count`` applied in trigger decisions.
+
+    tiktoken miscounts non-OpenAI models served behind OpenAI-compatible APIs; the edge
+    measures the ratio from ``usage.prompt_tokens`` and passes it in.  It is clamped to
+    ``[minimum, maximum]`` so one odd response cannot make compaction wild.
+    """
+
+    ratio: float = 1.0
+    minimum: float = 0.5
+    maximum: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.minimum <= self.maximum:
+            raise ValueError("calibration bounds must satisfy 0 < minimum <= maximum")
+
+    @property
+    def effective(self) -> float:
+        """The ratio clamped to its bounds."""
+        return min(self.maximum, max(self.minimum, self.ratio))
+
+    def apply(self, tokens: int) -> int:
+        """Calibrated count for trigger decisions (rounded up, to err on the safe side)."""
+        return math.ceil(tokens * self.effective - 1e-9)
+
+    @classmethod
+    def observed(cls, reported: int, counted: int, *, minimum: float = 0.5,
+                 maximum: float = 2.0) -> Calibration:
+        """A calibration from one observation; 1.0 when either side is unusable."""
+        ratio = reported / counted if reported > 0 and counted > 0 else 1.0
+        return cls(ratio=ratio, minimum=minimum, maximum=maximum)

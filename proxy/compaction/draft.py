@@ -1,0 +1,393 @@
+"""The working state strategies act on.
+
+A :class:`Draft` sits over a :class:`~.view.ConversationView` and records decisions instead of
+building new lists: per group *kept*, *dropped* or *replaced* by new messages; per message an
+edited copy (e.g. a trimmed tool result that keeps its ``tool_call_id`` and other fields); and
+synthetic messages inserted before a position (a summary right after the system prompt).
+Totals (tokens, messages, groups, live turns, tool-call groups) are kept incrementally, so a
+strategy can re-check its target after every step in O(1), and only new or changed messages are
+ever counted.
+
+The draft enforces the invariants strategies must not break: system groups and the newest
+turn (DESIGN invariants 1 and 4) are protected and any attempt to touch them raises
+:class:`ProtectedGroupError`; decisions are per whole group, so a tool call is never separated
+from its results (invariant 3).
+
+:meth:`project` renders the output: original relative order, a replaced group's messages at the
+group's first position, inserted messages before their position.  :meth:`commit` re-bases the
+draft on its own projection (re-grouping it, reusing every known count) so the next strategy
+sees the compacted conversation as an ordinary view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from .budget import Budget, Calibration
+from .canonical import canonical_bytes
+from .messages import Message, has_tool_calls
+from .tokens import Tokenizer
+from .triggers import Metrics
+from .view import (
+    DEFAULT_SUMMARY_MARKER,
+    ConversationView,
+    Group,
+    GroupKind,
+    MessageStats,
+    SummaryMarker,
+    build_view,
+)
+
+
+class GroupState(Enum):
+    """What the draft currently does with a group."""
+
+    KEPT = "kept"
+    DROPPED = "dropped"
+    REPLACED = "replaced"
+
+
+class ProtectedGroupError(RuntimeError):
+    """A strategy tried to change a system group or the newest turn (a bug in the strategy)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeCounters:
+    """Cumulative counts of what a draft did; the pipeline diffs them per strategy."""
+
+    groups_dropped: int = 0
+    groups_replaced: int = 0
+    messages_removed: int = 0
+    messages_edited: int = 0
+    messages_inserted: int = 0
+
+    @property
+    def groups_affected(self) -> int:
+        """Groups dropped or replaced."""
+        return self.groups_dropped + self.groups_replaced
+
+    @property
+    def messages_affected(self) -> int:
+        """Messages removed, edited or inserted."""
+        return self.messages_removed + self.messages_edited + self.messages_inserted
+
+    def __sub__(self, other: ChangeCounters) -> ChangeCounters:
+        return ChangeCounters(
+            self.groups_dropped - other.groups_dropped,
+            self.groups_replaced - other.groups_replaced,
+            self.messages_removed - other.messages_removed,
+            self.messages_edited - other.messages_edited,
+            self.messages_inserted - other.messages_inserted,
+        )
+
+
+class Draft:
+    """Mutable compaction state over an immutable view; see the module docstring."""
+
+    def __init__(
+        self,
+        view: ConversationView,
+        *,
+        tokenizer: Tokenizer,
+        budget: Budget,
+        tools_tokens: int = 0,
+        calibration: Calibration | None = None,
+        summary_marker: SummaryMarker | None = DEFAULT_SUMMARY_MARKER,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.budget = budget
+        self.tools_tokens = tools_tokens
+        self.calibration = calibration or Calibration()
+        self.summary_marker = summary_marker
+        self.original = view
+        self._changed = False
+        self._counters = ChangeCounters()
+        self._reset(view)
+
+    # ------------------------------------------------------------------ state
+    def _reset(self, view: ConversationView) -> None:
+        self.view = view
+        groups = view.groups
+        self._state = [GroupState.KEPT] * len(groups)
+        self._protected = [view.is_protected(g) for g in groups]
+        self._group_tokens = [g.token_count for g in groups]
+        self._group_messages = [g.message_count for g in groups]
+        self._group_tool = [g.kind is GroupKind.TOOL_CALL for g in groups]
+        self._replacements: dict[int, tuple[list[Message], list[MessageStats]]] = {}
+        self._edits: dict[int, tuple[Message, MessageStats]] = {}
+        self._inserts: dict[int, list[tuple[Message, MessageStats]]] = {}
+        self._dirty = False
+        self._message_tokens = sum(s.token_count for s in view.stats)
+        self._message_count = len(view.messages)
+        self._group_count = len(groups)
+        self._tool_call_groups = sum(self._group_tool)
+        self._turn_live: dict[int, int] = {}
+        for group in groups:
+            if group.turn:
+                self._turn_live[group.turn] = self._turn_live.get(group.turn, 0) + 1
+        self._live_turns = len(self._turn_live)
+
+    @property
+    def changed(self) -> bool:
+        """True once any decision was recorded (committed or not)."""
+        return self._changed or self._dirty
+
+    @property
+    def counters(self) -> ChangeCounters:
+        """Cumulative change counters (for reports)."""
+        return self._counters
+
+    @property
+    def groups(self) -> tuple[Group, ...]:
+        """The current view's groups, oldest first."""
+        return self.view.groups
+
+    def state(self, group: Group | int) -> GroupState:
+        """The decision recorded for ``group``."""
+        return self._state[_index(group)]
+
+    def is_kept(self, group: Group | int) -> bool:
+        """True if the group is still kept as it is (possibly with edited messages)."""
+        return self._state[_index(group)] is GroupState.KEPT
+
+    def is_protected(self, group: Group | int) -> bool:
+        """True for system groups and groups reaching into the newest turn."""
+        return self._protected[_index(group)]
+
+    def group_tokens(self, group: Group | int) -> int:
+        """Current tokens of a kept group (after edits)."""
+        return self._group_tokens[_index(group)]
+
+    def message(self, index: int) -> Message:
+        """The current form of message ``index`` (its edit, if any)."""
+        edit = self._edits.get(index)
+        return edit[0] if edit is not None else self.view.messages[index]
+
+    def removable(self, kinds: frozenset[GroupKind] | None = None) -> Iterator[Group]:
+        """Kept, unprotected groups, oldest first (optionally of the given kinds).
+
+        Safe to use while dropping: the state of each group is read when it is reached.
+        """
+        for group in self.view.groups:
+            if (self._state[group.index] is GroupState.KEPT and not self._protected[group.index]
+                    and (kinds is None or group.kind in kinds)):
+                yield group
+
+    # ------------------------------------------------------------------ totals
+    @property
+    def message_tokens(self) -> int:
+        """Raw tokens of the kept messages (no tools, no priming)."""
+        return self._message_tokens
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Raw prompt tokens: messages + tools schema + reply priming."""
+        return self._message_tokens + self.tools_tokens + self.tokenizer.reply_priming
+
+    @property
+    def message_count(self) -> int:
+        """Messages the projection would contain."""
+        return self._message_count
+
+    def metrics(self) -> Metrics:
+        """A snapshot for triggers/targets; tokens are calibrated."""
+        return Metrics(
+            tokens=self.calibration.apply(self.prompt_tokens),
+            messages=self._message_count,
+            groups=self._group_count,
+            turns=self._live_turns,
+            tool_call_groups=self._tool_call_groups,
+            budget=self.budget.limit,
+            overflow_messages=self.overflow_messages,
+        )
+
+    def over_budget(self) -> bool:
+        """True while the calibrated prompt does not fit the budget."""
+        return self.calibration.apply(self.prompt_tokens) > self.budget.limit
+
+    def overflow_messages(self) -> int:
+        """Messages an oldest-first drop of removable groups needs to fit the budget.
+
+        LibreChat's ``messagesToRefine``; when even dropping everything removable would not
+        fit, it is the count of all removable messages.
+        """
+        excess_tokens = self.prompt_tokens
+        count = 0
+        for group in self.removable():
+            if self.calibration.apply(excess_tokens) <= self.budget.limit:
+                break
+            excess_tokens -= self._group_tokens[group.index]
+            count += self._group_messages[group.index]
+        return count
+
+    # ------------------------------------------------------------------ decisions
+    def measure(self, message: Message) -> MessageStats:
+        """Bytes and tokens of a new message (counted through the tokenizer's cache)."""
+        data = canonical_bytes(message)
+        return MessageStats(len(data), self.tokenizer.count_message(message, data))
+
+    def _require_editable(self, index: int, action: str) -> Group:
+        group = self.view.groups[index]
+        if self._protected[index]:
+            raise ProtectedGroupError(f"cannot {action} protected {group.kind} group {index}")
+        if self._state[index] is not GroupState.KEPT:
+            raise ProtectedGroupError(f"cannot {action} group {index}: already "
+                                      f"{self._state[index].value}")
+        return group
+
+    def _remove_group_totals(self, group: Group) -> None:
+        index = group.index
+        self._message_tokens -= self._group_tokens[index]
+        self._message_count -= self._group_messages[index]
+        self._group_count -= 1
+        if self._group_tool[index]:
+            self._tool_call_groups -= 1
+        if group.turn:
+            live = self._turn_live[group.turn] - 1
+            self._turn_live[group.turn] = live
+            if live == 0:
+                self._live_turns -= 1
+
+    def _mark(self) -> None:
+        self._dirty = True
+        self._changed = True
+
+    def drop(self, group: Group | int) -> None:
+        """Remove a whole group (all its messages, wherever they sit)."""
+        target = self._require_editable(_index(group), "drop")
+        self._remove_group_totals(target)
+        self._state[target.index] = GroupState.DROPPED
+        self._counters = _bump(self._counters, groups_dropped=1,
+                               messages_removed=self._group_messages[target.index])
+        self._mark()
+
+    def replace(self, group: Group | int, messages: Sequence[Message]) -> None:
+        """Collapse a group into ``messages``, placed at the group's first position.
+
+        An empty sequence is the same as :meth:`drop`.
+        """
+        if not messages:
+            self.drop(group)
+            return
+        target = self._require_editable(_index(group), "replace")
+        stats = [self.measure(m) for m in messages]
+        self._remove_group_totals(target)
+        self._state[target.index] = GroupState.REPLACED
+        self._replacements[target.index] = (list(messages), stats)
+        self._message_tokens += sum(s.token_count for s in stats)
+        self._message_count += len(messages)
+        self._group_count += 1
+        if any(has_tool_calls(m) for m in messages):
+            self._tool_call_groups += 1
+        if target.turn:
+            if self._turn_live[target.turn] == 0:
+                self._live_turns += 1
+            self._turn_live[target.turn] += 1
+        self._counters = _bump(self._counters, groups_replaced=1,
+                               messages_removed=self._group_messages[target.index],
+                               messages_inserted=len(messages))
+        self._mark()
+
+    def edit(self, index: int, message: Message) -> None:
+        """Replace message ``index`` with an edited copy (the group stays whole and kept).
+
+        Build the copy with ``{**draft.message(index), "content": ...}`` so unknown fields and
+        pairing ids survive.
+        """
+        group = self._require_editable(self.view.group_of[index], "edit")
+        old = self._edits.get(index)
+        old_tokens = old[1].token_count if old else self.view.stats[index].token_count
+        stats = self.measure(message)
+        self._edits[index] = (message, stats)
+        delta = stats.token_count - old_tokens
+        self._group_tokens[group.index] += delta
+        self._message_tokens += delta
+        if old is None:
+            self._counters = _bump(self._counters, messages_edited=1)
+        self._mark()
+
+    def insert(self, position: int, messages: Sequence[Message]) -> None:
+        """Insert synthetic messages before message ``position`` (``len`` = at the end).
+
+        Each inserted message counts as one group (a summary checkpoint) in the metrics.
+        """
+        if not 0 <= position <= len(self.view.messages):
+            raise IndexError(f"insert position {position} out of range")
+        if position > self.view.tail_start:
+            raise ProtectedGroupError("cannot insert inside the newest turn")
+        entries = [(m, self.measure(m)) for m in messages]
+        self._inserts.setdefault(position, []).extend(entries)
+        self._message_tokens += sum(s.token_count for _, s in entries)
+        self._message_count += len(entries)
+        self._group_count += len(entries)
+        self._tool_call_groups += sum(1 for m, _ in entries if has_tool_calls(m))
+        self._counters = _bump(self._counters, messages_inserted=len(entries))
+        self._mark()
+
+    def insert_after_system(self, messages: Sequence[Message]) -> None:
+        """Insert right after the leading system/developer messages (summary placement)."""
+        self.insert(min(self.view.leading_system_end, self.view.tail_start), messages)
+
+    # ------------------------------------------------------------------ output
+    def project_with_stats(self) -> tuple[list[Message], list[MessageStats]]:
+        """The output messages and their stats, in original relative order."""
+        view = self.view
+        out: list[Message] = []
+        stats: list[MessageStats] = []
+        state = self._state
+        for index, message in enumerate(view.messages):
+            inserted = self._inserts.get(index)
+            if inserted:
+                for new_message, new_stats in inserted:
+                    out.append(new_message)
+                    stats.append(new_stats)
+            group_index = view.group_of[index]
+            group_state = state[group_index]
+            if group_state is GroupState.KEPT:
+                edit = self._edits.get(index)
+                if edit is None:
+                    out.append(message)
+                    stats.append(view.stats[index])
+                else:
+                    out.append(edit[0])
+                    stats.append(edit[1])
+            elif (group_state is GroupState.REPLACED
+                  and view.groups[group_index].first == index):
+                new_messages, new_stats_list = self._replacements[group_index]
+                out.extend(new_messages)
+                stats.extend(new_stats_list)
+        for new_message, new_stats in self._inserts.get(len(view.messages), ()):
+            out.append(new_message)
+            stats.append(new_stats)
+        return out, stats
+
+    def project(self) -> list[Message]:
+        """The output message list (the input list's messages when nothing changed)."""
+        if not self._dirty:
+            return list(self.view.messages)
+        return self.project_with_stats()[0]
+
+    def commit(self) -> None:
+        """Re-base on the projection so later steps see an ordinary, re-grouped view."""
+        if not self._dirty:
+            return
+        messages, stats = self.project_with_stats()
+        view = build_view(messages, self.tokenizer, summary_marker=self.summary_marker,
+                          known_stats=stats)
+        self._reset(view)
+
+
+def _index(group: Group | int) -> int:
+    return group if isinstance(group, int) else group.index
+
+
+def _bump(counters: ChangeCounters, **deltas: int) -> ChangeCounters:
+    return ChangeCounters(
+        counters.groups_dropped + deltas.get("groups_dropped", 0),
+        counters.groups_replaced + deltas.get("groups_replaced", 0),
+        counters.messages_removed + deltas.get("messages_removed", 0),
+        counters.messages_edited + deltas.get("messages_edited", 0),
+        counters.messages_inserted + deltas.get("messages_inserted", 0),
+    )

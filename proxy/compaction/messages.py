@@ -1,0 +1,95 @@
+"""Read-only helpers over OpenAI chat message dicts.
+
+Messages stay the client's dicts end to end (unknown fields must reach upstream untouched), so
+instead of converting them into a model we read the few fields compaction needs through these
+helpers.  None of them mutate their input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, TypeAlias
+
+Message: TypeAlias = Mapping[str, Any]
+"""A chat message as the client sent it (a parsed JSON object)."""
+
+SYSTEM_ROLES = frozenset({"system", "developer"})
+KNOWN_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+
+
+def role_of(message: Message) -> str:
+    """The message's role, or ``""`` when absent or not a string (validation is the edge's)."""
+    role = message.get("role")
+    return role if isinstance(role, str) else ""
+
+
+def tool_call_ids(message: Message) -> Iterator[str]:
+    """Ids of the ``tool_calls`` entries of an assistant message, in order."""
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list):
+        return
+    for call in calls:
+        if isinstance(call, Mapping):
+            call_id = call.get("id")
+            if isinstance(call_id, str):
+                yield call_id
+
+
+def has_tool_calls(message: Message) -> bool:
+    """True for an assistant message that opens a tool-call group.
+
+    An empty ``tool_calls`` list does not count: such a message has nothing to answer.
+    """
+    calls = message.get("tool_calls")
+    if isinstance(calls, list) and calls:
+        return True
+    return isinstance(message.get("function_call"), Mapping)
+
+
+def legacy_function_name(message: Message) -> str | None:
+    """The name of a legacy ``function_call``, if the message carries one."""
+    call = message.get("function_call")
+    if isinstance(call, Mapping):
+        name = call.get("name")
+        if isinstance(name, str):
+            return name
+    return None
+
+
+def tool_call_names(message: Message) -> dict[str, str]:
+    """Map tool call id to function name for an assistant message (used for labels)."""
+    names: dict[str, str] = {}
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list):
+        return names
+    for call in calls:
+        if not isinstance(call, Mapping):
+            continue
+        call_id = call.get("id")
+        function = call.get("function")
+        if not isinstance(function, Mapping):
+            function = call.get("custom")
+        name = function.get("name") if isinstance(function, Mapping) else None
+        if isinstance(call_id, str) and isinstance(name, str):
+            names[call_id] = name
+    return names
+
+
+def content_text(message: Message) -> str:
+    """The textual content of a message: the string, or its text parts joined by newlines.
+
+    Non-text parts (images, audio, files) contribute nothing; callers that need them look at
+    the raw ``content``.
+    """
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts: list[str] = []
+        for part in content:
+            if isinstance(part, Mapping):
+                text = part.get("text")
+                if isinstance(text, str):
+                    texts.append(text)
+        return "\n".join(texts)
+    return ""

@@ -1,0 +1,233 @@
+"""Compose strategies and run them over one request: the core's entry point.
+
+:func:`compact` builds the view, the budget and a draft, then runs the pipeline:
+
+1. Each strategy in order checks its own trigger on the current (partially compacted) state;
+   when it fires it applies, and the draft is re-based so the next strategy sees the result.
+2. Early stop (token-budget composition): once some strategy has changed the request, the
+   remaining strategies are skipped as soon as the pipeline's ``stop_when`` condition no longer
+   fires.  ``stop_when`` defaults to ``over_budget`` ("stop as soon as the budget holds");
+   the default pipeline uses its own target (``token_ratio: 0.5``) so it compacts towards it.
+   Early stop never applies before the first change, so triggers below the budget (``fire at
+   0.8``, ``turns_exceed``) still work on a request that fits.
+3. Fallback: if the request is still over budget, drop the oldest groups the invariants allow.
+   If even that cannot fit, the smallest valid list goes out and the report carries a warning.
+
+Determinism and idempotency: everything is a function of the input; every strategy's target
+is met (or nothing removable is left) on its output, so compacting the output again with the
+same budget finds no trigger that can change anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from .budget import Calibration, ModelCatalog, ModelFacts, compute_budget
+from .draft import Draft
+from .messages import Message
+from .report import CompactionReport, StrategyReport
+from .strategies.base import Strategy, StrategyContext, StrategyOutcome
+from .strategies.truncation import TruncationStrategy
+from .tokenizer_provider import TokenizerProvider
+from .tokens import Tokenizer
+from .triggers import Always, Condition, OverBudget
+from .view import DEFAULT_SUMMARY_MARKER, SummaryMarker, build_view
+
+
+class Mode(StrEnum):
+    """How the caller wants compaction applied (``X-Compaction`` header).
+
+    ``off`` is handled by the edge (it does not call :func:`compact`).  ``dry-run`` computes
+    exactly what ``normal`` would; the caller forwards the original and shows the result.
+    """
+
+    NORMAL = "normal"
+    FORCE = "force"
+    DRY_RUN = "dry-run"
+
+
+def run_strategy(strategy: Strategy, draft: Draft, ctx: StrategyContext) -> StrategyReport:
+    """Check the trigger, apply, re-base the draft, and report (used for nested pipelines)."""
+    tokens_before = draft.prompt_tokens
+    if not strategy.should_run(draft, ctx):
+        return StrategyReport(strategy.name, fired=False, changed=False,
+                              tokens_before=tokens_before, tokens_after=tokens_before,
+                              skipped="trigger")
+    counters_before = draft.counters
+    outcome = strategy.apply(draft, ctx)
+    delta = draft.counters - counters_before
+    draft.commit()
+    return StrategyReport(
+        strategy.name,
+        fired=True,
+        changed=outcome.changed,
+        tokens_before=tokens_before,
+        tokens_after=draft.prompt_tokens,
+        groups_affected=delta.groups_affected,
+        messages_affected=delta.messages_affected,
+        notes=outcome.notes,
+        warnings=outcome.warnings,
+        children=outcome.children,
+    )
+
+
+def run_sequence(strategies: Sequence[Strategy], draft: Draft, ctx: StrategyContext, *,
+                 stop_when: Condition, early_stop: bool) -> list[StrategyReport]:
+    """Run ``strategies`` in order with the early-stop rule of the module docstring."""
+    reports: list[StrategyReport] = []
+    acted = False
+    for strategy in strategies:
+        if acted and early_stop and not ctx.force and not stop_when.fires(draft.metrics()):
+            tokens = draft.prompt_tokens
+            reports.append(StrategyReport(strategy.name, fired=False, changed=False,
+                                          tokens_before=tokens, tokens_after=tokens,
+                                          skipped="early_stop"))
+            continue
+        report = run_strategy(strategy, draft, ctx)
+        reports.append(report)
+        acted = acted or report.changed
+    return reports
+
+
+class PipelineStrategy(Strategy):
+    """A nested pipeline entry (``strategy: pipeline``): children in order, one report.
+
+    Its trigger defaults to ``always`` (each child checks its own), as in the .NET
+    ``PipelineCompactionStrategy``.
+    """
+
+    name = "pipeline"
+
+    def __init__(self, strategies: Sequence[Strategy], *, stop_when: Condition | None = None,
+                 early_stop: bool = True, trigger: Condition | None = None) -> None:
+        super().__init__(trigger=trigger)
+        self.strategies = tuple(strategies)
+        self.stop_when = stop_when or OverBudget()
+        self.early_stop = early_stop
+
+    def default_trigger(self) -> Condition:
+        return Always()
+
+    def apply(self, draft: Draft, ctx: StrategyContext) -> StrategyOutcome:
+        children = run_sequence(self.strategies, draft, ctx, stop_when=self.stop_when,
+                                early_stop=self.early_stop)
+        return StrategyOutcome(changed=any(c.changed for c in children),
+                               children=tuple(children))
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """The configured strategies plus the composition rules.
+
+    ``stop_when``: early-stop condition (continue while it fires), default ``over_budget``.
+    ``fallback``: run the oldest-first truncation fallback when still over budget.
+    """
+
+    strategies: tuple[Strategy, ...] = ()
+    stop_when: Condition | None = None
+    early_stop: bool = True
+    fallback: bool = True
+
+
+class FallbackTruncation(TruncationStrategy):
+    """The last resort: drop oldest groups until the budget holds, within the invariants."""
+
+    name = "fallback_truncation"
+
+    def __init__(self) -> None:
+        super().__init__(trigger=OverBudget(), target=OverBudget(), minimum_preserved=0)
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    """The messages to forward, whether they differ from the input, and the report.
+
+    When ``changed`` is false, ``messages`` holds the input's own dicts and the edge should
+    forward the original request bytes.
+    """
+
+    messages: list[Message]
+    changed: bool
+    report: CompactionReport
+
+
+def compact(
+    messages: Sequence[Message],
+    *,
+    model: str,
+    pipeline: Pipeline,
+    tokenizer: Tokenizer | TokenizerProvider,
+    facts: ModelFacts | ModelCatalog | None = None,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    max_completion_tokens: int | None = None,
+    max_tokens: int | None = None,
+    reserve_ratio: float = 0.05,
+    calibration: Calibration | None = None,
+    mode: Mode = Mode.NORMAL,
+    summary_marker: SummaryMarker | None = DEFAULT_SUMMARY_MARKER,
+) -> CompactionResult:
+    """Compact one chat-completions request (pure; see the module docstring).
+
+    ``facts``: the model's facts, or a catalog to resolve them from ``model`` (default: the
+    built-in catalog).  ``tokenizer``: a tokenizer, or a provider that picks one by the
+    model's encoding.  ``max_completion_tokens`` / ``max_tokens``: the request's output limit
+    (the output reserve).  ``tools``: the request's ``tools`` (or legacy ``functions``).
+    """
+    if isinstance(facts, ModelFacts):
+        model_facts = facts
+    else:
+        model_facts = (facts or ModelCatalog()).facts_for(model)
+    if isinstance(tokenizer, TokenizerProvider):
+        tokenizer = tokenizer.get(model_facts.encoding)
+    calibration = calibration or Calibration()
+    budget = compute_budget(model_facts, max_completion_tokens=max_completion_tokens,
+                            max_tokens=max_tokens, reserve_ratio=reserve_ratio)
+    view = build_view(messages, tokenizer, summary_marker=summary_marker)
+    draft = Draft(view, tokenizer=tokenizer, budget=budget,
+                  tools_tokens=tokenizer.count_tools(tools), calibration=calibration,
+                  summary_marker=summary_marker)
+    tokens_before = draft.prompt_tokens
+    ctx = StrategyContext(force=mode is Mode.FORCE)
+
+    reports = run_sequence(pipeline.strategies, draft, ctx,
+                           stop_when=pipeline.stop_when or OverBudget(),
+                           early_stop=pipeline.early_stop)
+    fallback_report = None
+    if pipeline.fallback and draft.over_budget():
+        fallback_report = run_strategy(FallbackTruncation(), draft, StrategyContext())
+    warnings: list[str] = []
+    for strategy_report in (*reports, *([fallback_report] if fallback_report else [])):
+        warnings.extend(strategy_report.warnings)
+    if draft.over_budget():
+        tokens_now = calibration.apply(draft.prompt_tokens)
+        if any(True for _ in draft.removable()):
+            warnings.append(f"over budget: {tokens_now} tokens > {budget.limit}; fallback "
+                            "truncation is disabled")
+        else:
+            warnings.append(f"over budget: {tokens_now} tokens > {budget.limit}; the system "
+                            "messages and the newest turn alone exceed it, so the smallest "
+                            "valid request is forwarded")
+    out = draft.project()
+    changed = draft.changed
+    report = CompactionReport(
+        model=model,
+        mode=str(mode),
+        tokenizer=tokenizer.name,
+        context_window=budget.context_window,
+        output_reserve=budget.output_reserve,
+        safety_reserve=budget.safety_reserve,
+        budget=budget.limit,
+        calibration=calibration.effective,
+        tokens_before=tokens_before,
+        tokens_after=draft.prompt_tokens,
+        messages_before=len(view.messages),
+        messages_after=len(out),
+        strategies=tuple(reports),
+        fallback=fallback_report,
+        warnings=tuple(warnings),
+    )
+    return CompactionResult(messages=out if changed else list(messages), changed=changed,
+                            report=report)

@@ -1,0 +1,107 @@
+"""The compaction report: what ran, what it did, what it cost.
+
+The edge turns it into response headers (tokens before/after, strategies that acted,
+warnings), the preview endpoint returns it as JSON (:meth:`CompactionReport.to_dict`), and
+metrics count from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class StrategyReport:
+    """One strategy's run.
+
+    ``skipped`` says why a strategy did not run: ``"trigger"`` (its trigger did not fire) or
+    ``"early_stop"`` (an earlier strategy already met the pipeline's stop condition).
+    """
+
+    name: str
+    fired: bool
+    changed: bool
+    tokens_before: int
+    tokens_after: int
+    groups_affected: int = 0
+    messages_affected: int = 0
+    skipped: str | None = None
+    notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    children: tuple[StrategyReport, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        out: dict[str, Any] = {
+            "name": self.name,
+            "fired": self.fired,
+            "changed": self.changed,
+            "tokens_before": self.tokens_before,
+            "tokens_after": self.tokens_after,
+            "groups_affected": self.groups_affected,
+            "messages_affected": self.messages_affected,
+        }
+        if self.skipped:
+            out["skipped"] = self.skipped
+        if self.notes:
+            out["notes"] = list(self.notes)
+        if self.warnings:
+            out["warnings"] = list(self.warnings)
+        if self.children:
+            out["children"] = [child.to_dict() for child in self.children]
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionReport:
+    """Everything one :func:`~proxy.compaction.pipeline.compact` call decided.
+
+    Token counts are raw (our tokenizer's); triggers compared them after ``calibration``.
+    """
+
+    model: str
+    mode: str
+    tokenizer: str
+    context_window: int
+    output_reserve: int
+    safety_reserve: int
+    budget: int
+    calibration: float
+    tokens_before: int
+    tokens_after: int
+    messages_before: int
+    messages_after: int
+    strategies: tuple[StrategyReport, ...]
+    fallback: StrategyReport | None = None
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def changed_by(self) -> tuple[str, ...]:
+        """Names of the strategies that changed something, in order (a header value)."""
+        names = [s.name for s in self.strategies if s.changed]
+        if self.fallback is not None and self.fallback.changed:
+            names.append(self.fallback.name)
+        return tuple(names)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (for the preview endpoint and logs)."""
+        return {
+            "model": self.model,
+            "mode": self.mode,
+            "tokenizer": self.tokenizer,
+            "budget": {
+                "context_window": self.context_window,
+                "output_reserve": self.output_reserve,
+                "safety_reserve": self.safety_reserve,
+                "limit": self.budget,
+            },
+            "calibration": self.calibration,
+            "tokens_before": self.tokens_before,
+            "tokens_after": self.tokens_after,
+            "messages_before": self.messages_before,
+            "messages_after": self.messages_after,
+            "strategies": [s.to_dict() for s in self.strategies],
+            "fallback": self.fallback.to_dict() if self.fallback else None,
+            "warnings": list(self.warnings),
+        }

@@ -1,0 +1,317 @@
+"""Configuration models for the compaction core (pydantic v2).
+
+The lead's ``config.py`` embeds :class:`CompactionSettings` under ``compaction:`` and
+:class:`SummarizationSettings` under ``summarization:``.
+
+* ``compaction.pipeline`` is a list of entries discriminated by ``strategy`` with the Agent
+  Framework's parameter names (snake_case).  Every entry takes an optional ``trigger`` and
+  ``target`` in either form (``{tokens_exceed: 2000}`` or ``{type: token_ratio, value: 0.8}``,
+  see :mod:`.triggers`) and ``minimum_preserved``.  All strategy names validate here even if
+  their implementation is not registered yet; building the pipeline reports that.
+* ``summarization`` is LibreChat's block with its own camelCase key names, defaults and
+  validation ranges (research/librechat.md sections 2 and 4), so a LibreChat user can paste
+  theirs.  ``softTrim`` and ``hardClear`` are honoured (LibreChat silently drops them).
+
+Unknown keys are errors everywhere; pydantic's error ``loc`` names the key path.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from .budget import FactsOverride
+from .triggers import Condition, parse_condition, parse_target
+
+
+def _trigger(value: object) -> Condition:
+    return parse_condition(value, path="trigger")
+
+
+def _target(value: object) -> Condition:
+    return parse_target(value, path="target")
+
+
+def _dump(condition: Condition) -> object:
+    return condition.to_config()
+
+
+TriggerField = Annotated[Condition, PlainValidator(_trigger), PlainSerializer(_dump)]
+"""A trigger in either config form, parsed into a :class:`~.triggers.Condition`."""
+TargetField = Annotated[Condition, PlainValidator(_target), PlainSerializer(_dump)]
+"""A target (continue while it fires); ``tokens_below`` is rejected."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+
+class _CamelModel(BaseModel):
+    """LibreChat-shaped blocks: camelCase keys (snake_case accepted too)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel,
+                              validate_by_name=True, validate_by_alias=True,
+                              serialize_by_alias=True, arbitrary_types_allowed=True)
+
+
+# ------------------------------------------------------------------ LibreChat pruning block
+
+class SoftTrimSettings(_CamelModel):
+    """Soft trim: keep ``headChars`` + marker + ``tailChars`` of results over ``maxChars``."""
+
+    max_chars: int = Field(default=4000, ge=0)
+    head_chars: int = Field(default=1500, ge=0)
+    tail_chars: int = Field(default=1500, ge=0)
+
+
+class HardClearSettings(_CamelModel):
+    """Hard clear: replace old results with ``placeholder`` (``tool_call_id`` kept)."""
+
+    enabled: bool = True
+    placeholder: str = "[Old tool result content cleared]"
+
+
+class ContextPruningParams(_CamelModel):
+    """LibreChat's ``contextPruning`` keys, defaults and ranges.
+
+    ``enabled`` defaults to false as in LibreChat; note that the *default pipeline* still
+    includes pruning unless ``enabled: false`` is written explicitly, because here pruning
+    runs before summarization instead of being exclusive with it (research/librechat.md §2).
+    """
+
+    enabled: bool = False
+    keep_last_assistants: int = Field(default=3, ge=0, le=10)
+    soft_trim_ratio: float = Field(default=0.3, ge=0, le=1)
+    hard_clear_ratio: float = Field(default=0.5, ge=0, le=1)
+    min_prunable_tool_chars: int = Field(default=50_000, ge=0)
+    soft_trim: SoftTrimSettings = SoftTrimSettings()
+    hard_clear: HardClearSettings = HardClearSettings()
+
+
+class RetainRecentSettings(_CamelModel):
+    """How much recent history a summary leaves verbatim (whole turns only)."""
+
+    turns: int = Field(default=2, ge=0, le=20)
+    tokens: int | None = Field(default=None, gt=0)
+
+
+class SummarizationSettings(_CamelModel):
+    """LibreChat's ``summarization`` block (camelCase keys, LibreChat's defaults).
+
+    ``reserveRatio`` also sets the budget's safety reserve (applied once).  ``trigger``, when
+    set, replaces the default pipeline's ``token_ratio: 0.8``.
+    """
+
+    enabled: bool = True
+    provider: str | None = None
+    model: str | None = None
+    parameters: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
+    prompt: str | None = None
+    update_prompt: str | None = None
+    max_summary_tokens: int | None = Field(default=None, gt=0)
+    reserve_ratio: float = Field(default=0.05, ge=0, lt=1)
+    trigger: TriggerField | None = None
+    retain_recent: RetainRecentSettings = RetainRecentSettings()
+    context_pruning: ContextPruningParams = ContextPruningParams()
+
+
+# ------------------------------------------------------------------ pipeline entries
+
+class StrategyEntryBase(_Model):
+    """Fields every pipeline entry accepts."""
+
+    trigger: TriggerField | None = None
+    target: TargetField | None = None
+    minimum_preserved: int | None = Field(default=None, ge=0)
+
+
+class ContextPruningEntry(StrategyEntryBase):
+    """LibreChat-style pruning of old tool results (snake_case or camelCase keys)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel,
+                              validate_by_name=True, validate_by_alias=True,
+                              arbitrary_types_allowed=True)
+
+    strategy: Literal["context_pruning"]
+    keep_last_assistants: int = Field(default=3, ge=0, le=10)
+    soft_trim_ratio: float = Field(default=0.3, ge=0, le=1)
+    hard_clear_ratio: float = Field(default=0.5, ge=0, le=1)
+    min_prunable_tool_chars: int = Field(default=50_000, ge=0)
+    soft_trim: SoftTrimSettings = SoftTrimSettings()
+    hard_clear: HardClearSettings = HardClearSettings()
+
+
+class ToolResultCompactionEntry(StrategyEntryBase):
+    """Collapse old tool-call groups into one ``[Tool results: ...]`` message."""
+
+    strategy: Literal["tool_result_compaction"]
+    keep_last_tool_call_groups: int = Field(default=1, ge=0)
+    max_summary_chars: int = Field(default=4096, gt=0)
+
+
+class SelectiveToolCallsEntry(StrategyEntryBase):
+    """Drop old tool-call groups entirely, keeping the newest N."""
+
+    strategy: Literal["selective_tool_calls"]
+    keep_last_tool_call_groups: int = Field(default=1, ge=0)
+
+
+class ClearToolUsesEntry(StrategyEntryBase):
+    """Anthropic-style clearing of old tool results."""
+
+    strategy: Literal["clear_tool_uses"]
+    keep: int = Field(default=3, ge=0)
+    exclude_tools: tuple[str, ...] = ()
+    clear_at_least: int = Field(default=0, ge=0)
+    clear_tool_inputs: bool = False
+    placeholder: str = "[Old tool result content cleared]"
+
+
+class SummarizationEntry(StrategyEntryBase):
+    """Fold older turns into a summary checkpoint (Agent Framework names)."""
+
+    strategy: Literal["summarization"]
+    target_count: int = Field(default=4, ge=1)
+    threshold: int | None = Field(default=2, ge=0)
+    prompt: str | None = None
+    max_summary_input_tokens: int = Field(default=8000, gt=0)
+
+
+class SlidingWindowEntry(StrategyEntryBase):
+    """Keep the last N turns (``keep_last_turns``) or groups (``keep_last_groups``)."""
+
+    strategy: Literal["sliding_window"]
+    keep_last_groups: int | None = Field(default=None, gt=0)
+    keep_last_turns: int | None = Field(default=None, gt=0)
+    preserve_system: bool = True
+
+    @model_validator(mode="after")
+    def _check(self) -> SlidingWindowEntry:
+        if self.keep_last_groups is not None and self.keep_last_turns is not None:
+            raise ValueError("set keep_last_groups or keep_last_turns, not both")
+        if self.keep_last_groups is None and self.keep_last_turns is None and not self.trigger:
+            raise ValueError("sliding_window needs keep_last_groups, keep_last_turns or a "
+                             "trigger such as {turns_exceed: 4}")
+        if not self.preserve_system:
+            raise ValueError("preserve_system must be true: system messages are never removed")
+        return self
+
+
+class TruncationEntry(StrategyEntryBase):
+    """Drop oldest groups; Agent Framework's ``max_n``/``compact_to`` or trigger/target."""
+
+    strategy: Literal["truncation"]
+    max_n: int | None = Field(default=None, gt=0)
+    compact_to: int | None = Field(default=None, gt=0)
+    metric: Literal["tokens", "messages"] = "tokens"
+    preserve_system: bool = True
+    preserve_first_user_group: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> TruncationEntry:
+        if self.compact_to is not None and (self.max_n is None or self.compact_to > self.max_n):
+            raise ValueError("compact_to requires max_n and must satisfy compact_to <= max_n")
+        if not self.preserve_system:
+            raise ValueError("preserve_system must be true: system messages are never removed")
+        return self
+
+
+class PipelineEntry(StrategyEntryBase):
+    """A nested pipeline: children in order, each with its own trigger."""
+
+    strategy: Literal["pipeline"]
+    strategies: list[StrategyEntry]
+    stop_when: TargetField | None = None
+    early_stop: bool = True
+
+
+StrategyEntry = Annotated[
+    ContextPruningEntry | ToolResultCompactionEntry | SelectiveToolCallsEntry
+    | ClearToolUsesEntry | SummarizationEntry | SlidingWindowEntry | TruncationEntry
+    | PipelineEntry,
+    Field(discriminator="strategy"),
+]
+"""One ``compaction.pipeline`` entry, discriminated by ``strategy``."""
+
+STRATEGY_NAMES = ("context_pruning", "tool_result_compaction", "selective_tool_calls",
+                  "clear_tool_uses", "summarization", "sliding_window", "truncation",
+                  "pipeline")
+
+PipelineEntry.model_rebuild()
+
+
+# ------------------------------------------------------------------ the compaction block
+
+class CalibrationSettings(_Model):
+    """Bounds of the usage-based calibration ratio used in trigger decisions."""
+
+    enabled: bool = True
+    min_ratio: float = Field(default=0.5, gt=0)
+    max_ratio: float = Field(default=2.0, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> CalibrationSettings:
+        if self.min_ratio > self.max_ratio:
+            raise ValueError("min_ratio must be <= max_ratio")
+        return self
+
+
+class ImageSettings(_Model):
+    """Image pricing constants (see :mod:`.images`)."""
+
+    base_tokens: int = Field(default=85, ge=0)
+    tile_tokens: int = Field(default=170, ge=0)
+    unknown_size_tokens: int = Field(default=765, ge=0)
+
+
+class TokenizerSettings(_Model):
+    """Where encodings come from and how counts are cached."""
+
+    encodings_dir: str | None = None
+    default_encoding: str = "o200k_base"
+    cache_size: int = Field(default=65_536, ge=0)
+    images: ImageSettings = ImageSettings()
+
+
+class CompactionSettings(_Model):
+    """The ``compaction:`` block.
+
+    ``pipeline``: explicit entries; when absent the default pipeline is derived from the
+    ``summarization`` block (:func:`proxy.compaction.factory.default_pipeline_entries`).
+    ``stop_when``: the pipeline's early-stop condition (default ``over_budget``; the default
+    pipeline uses its own target).
+    """
+
+    enabled: bool = True
+    pipeline: list[StrategyEntry] | None = None
+    stop_when: TargetField | None = None
+    early_stop: bool = True
+    fallback_truncation: bool = True
+    calibration: CalibrationSettings = CalibrationSettings()
+    tokenizer: TokenizerSettings = TokenizerSettings()
+
+
+class ModelFactsSettings(_Model):
+    """One ``models:`` entry; unset fields keep the built-in (or default) facts."""
+
+    context_window: int | None = Field(default=None, gt=0)
+    max_output_tokens: int | None = Field(default=None, ge=0)
+    encoding: str | None = None
+
+    def to_override(self) -> FactsOverride:
+        """The core's override object."""
+        return FactsOverride(self.context_window, self.max_output_tokens, self.encoding)
+
+
+def entry_to_config(entry: BaseModel) -> dict[str, Any]:
+    """An entry as config (conditions in our form), e.g. for ``check-config`` output."""
+    return entry.model_dump(mode="json", exclude_none=True, by_alias=False)

@@ -1,0 +1,128 @@
+"""Name -> builder registry turning settings entries into strategy objects.
+
+Every strategy name validates in :mod:`..settings`; only registered names can be built.  A
+configured pipeline naming an unregistered strategy fails at start-up with
+:class:`StrategyNotAvailable`, never silently.  Phase 2 adds builders here (in
+:func:`register_builtin_strategies`) or on a registry instance::
+
+    registry = default_registry()
+    registry.register("context_pruning", build_context_pruning)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from ..settings import PipelineEntry, SlidingWindowEntry, TruncationEntry
+from .base import Strategy
+from .sliding_window import SlidingWindowStrategy
+from .truncation import TruncationStrategy
+
+
+class StrategyNotAvailable(LookupError):
+    """A configured strategy has no registered builder (yet)."""
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What builders may need besides their entry (the registry, for nested pipelines)."""
+
+    registry: StrategyRegistry
+
+
+StrategyBuilder = Callable[[Any, BuildContext], Strategy]
+"""``(entry, ctx) -> Strategy``; ``entry`` is the strategy's settings model."""
+
+
+class StrategyRegistry:
+    """Maps ``strategy:`` names to builders."""
+
+    def __init__(self) -> None:
+        self._builders: dict[str, StrategyBuilder] = {}
+
+    def register(self, name: str, builder: StrategyBuilder, *, replace: bool = False) -> None:
+        """Register ``builder`` for ``name`` (``replace=True`` to override an existing one)."""
+        if name in self._builders and not replace:
+            raise ValueError(f"strategy {name!r} is already registered")
+        self._builders[name] = builder
+
+    def available(self, name: str) -> bool:
+        """True when ``name`` can be built."""
+        return name in self._builders
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Registered names."""
+        return tuple(self._builders)
+
+    def build(self, entry: BaseModel) -> Strategy:
+        """Build the strategy for one settings entry."""
+        name = str(getattr(entry, "strategy", ""))
+        builder = self._builders.get(name)
+        if builder is None:
+            raise StrategyNotAvailable(f"strategy {name!r} not available yet "
+                                       f"(available: {', '.join(self.names) or 'none'})")
+        return builder(entry, BuildContext(self))
+
+
+def _floor(entry: Any, default: int) -> int:
+    value = entry.minimum_preserved
+    return default if value is None else int(value)
+
+
+def build_truncation(entry: TruncationEntry, ctx: BuildContext) -> Strategy:
+    """Builder for ``strategy: truncation``."""
+    return TruncationStrategy(
+        max_n=entry.max_n,
+        compact_to=entry.compact_to,
+        metric=entry.metric,
+        preserve_system=entry.preserve_system,
+        preserve_first_user_group=entry.preserve_first_user_group,
+        trigger=entry.trigger,
+        target=entry.target,
+        minimum_preserved=_floor(entry, 1),
+    )
+
+
+def build_sliding_window(entry: SlidingWindowEntry, ctx: BuildContext) -> Strategy:
+    """Builder for ``strategy: sliding_window``."""
+    return SlidingWindowStrategy(
+        keep_last_groups=entry.keep_last_groups,
+        keep_last_turns=entry.keep_last_turns,
+        trigger=entry.trigger,
+        target=entry.target,
+        minimum_preserved=_floor(entry, 1),
+    )
+
+
+def build_pipeline_entry(entry: PipelineEntry, ctx: BuildContext) -> Strategy:
+    """Builder for a nested ``strategy: pipeline``."""
+    from ..pipeline import PipelineStrategy
+
+    return PipelineStrategy(
+        [ctx.registry.build(child) for child in entry.strategies],
+        stop_when=entry.stop_when,
+        early_stop=entry.early_stop,
+        trigger=entry.trigger,
+    )
+
+
+def register_builtin_strategies(registry: StrategyRegistry) -> StrategyRegistry:
+    """Register every strategy implemented so far.
+
+    Phase 2 adds: context_pruning, tool_result_compaction, selective_tool_calls,
+    clear_tool_uses, summarization.
+    """
+    registry.register("truncation", build_truncation)
+    registry.register("sliding_window", build_sliding_window)
+    registry.register("pipeline", build_pipeline_entry)
+    return registry
+
+
+def default_registry() -> StrategyRegistry:
+    """A fresh registry holding the built-in strategies."""
+    return register_builtin_strategies(StrategyRegistry())

@@ -1,0 +1,101 @@
+"""Sliding window: keep only the most recent turns or groups.
+
+Two shapes, after the two anchors:
+
+* ``keep_last_groups=N`` (Agent Framework Python ``SlidingWindowStrategy``): keep the newest N
+  non-system groups (a tool-call group counts as one), drop every older one.  Fires always by
+  default; a configured target can stop it earlier.
+* Turn-based (Agent Framework .NET ``SlidingWindowCompactionStrategy``): drop whole turns,
+  oldest first.  ``keep_last_turns=N`` fires when more than N turns are kept and drops turns
+  until N remain; without it the trigger/target form applies (e.g. ``trigger:
+  {turns_exceed: 4}``), keeping at least ``minimum_preserved`` turns (default 1).  Groups before
+  the first user message (turn 0, where summaries sit) are kept, as in .NET.
+
+Either way system groups and the newest turn are never touched, and groups are never split.
+"""
+
+from __future__ import annotations
+
+from ..draft import Draft
+from ..triggers import Always, Condition, TurnsExceed
+from ..view import GroupKind
+from .base import Strategy, StrategyContext, StrategyOutcome
+
+
+class SlidingWindowStrategy(Strategy):
+    """Keep the last N turns or groups (see the module docstring)."""
+
+    name = "sliding_window"
+
+    def __init__(
+        self,
+        *,
+        keep_last_groups: int | None = None,
+        keep_last_turns: int | None = None,
+        trigger: Condition | None = None,
+        target: Condition | None = None,
+        minimum_preserved: int = 1,
+    ) -> None:
+        super().__init__(trigger=trigger, target=target, minimum_preserved=minimum_preserved)
+        if keep_last_groups is not None and keep_last_turns is not None:
+            raise ValueError("set keep_last_groups or keep_last_turns, not both")
+        for label, value in (("keep_last_groups", keep_last_groups),
+                             ("keep_last_turns", keep_last_turns)):
+            if value is not None and value <= 0:
+                raise ValueError(f"{label} must be > 0")
+        if keep_last_groups is None and keep_last_turns is None and trigger is None:
+            raise ValueError("sliding_window needs keep_last_groups, keep_last_turns or a trigger")
+        self.keep_last_groups = keep_last_groups
+        self.keep_last_turns = keep_last_turns
+
+    def default_trigger(self) -> Condition:
+        if self.keep_last_turns is not None:
+            return TurnsExceed(self.keep_last_turns)
+        return Always()
+
+    def default_target(self) -> Condition | None:
+        # The window itself is the stop; a configured target can only stop earlier.
+        if self.keep_last_groups is not None or self.keep_last_turns is not None:
+            return Always()
+        return None
+
+    def apply(self, draft: Draft, ctx: StrategyContext) -> StrategyOutcome:
+        if self.keep_last_groups is not None:
+            dropped = self._by_groups(draft, ctx, max(self.keep_last_groups,
+                                                      self.minimum_preserved))
+            unit = "group"
+        else:
+            window = self.keep_last_turns or 0
+            dropped = self._by_turns(draft, ctx, max(window, self.minimum_preserved))
+            unit = "turn"
+        return StrategyOutcome(changed=dropped > 0,
+                               notes=(f"dropped {dropped} {unit}(s)",) if dropped else ())
+
+    def _by_groups(self, draft: Draft, ctx: StrategyContext, keep: int) -> int:
+        kept = [g for g in draft.groups if g.kind is not GroupKind.SYSTEM and draft.is_kept(g)]
+        dropped = 0
+        for group in kept[: max(0, len(kept) - keep)]:
+            if not self.keep_going(draft, ctx):
+                break
+            if draft.is_protected(group):
+                continue
+            draft.drop(group)
+            dropped += 1
+        return dropped
+
+    def _by_turns(self, draft: Draft, ctx: StrategyContext, keep: int) -> int:
+        turns: dict[int, list[int]] = {}
+        for group in draft.groups:
+            if group.turn and draft.is_kept(group):
+                turns.setdefault(group.turn, []).append(group.index)
+        dropped = 0
+        for turn in sorted(turns):
+            if draft.metrics().turns <= keep or not self.keep_going(draft, ctx):
+                break
+            removable = [g for g in turns[turn] if not draft.is_protected(g)]
+            if len(removable) != len(turns[turn]):
+                continue  # part of this turn is protected (the newest turn): keep it whole
+            for group_index in removable:
+                draft.drop(group_index)
+            dropped += 1
+        return dropped

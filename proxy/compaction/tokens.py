@@ -1,0 +1,217 @@
+"""Token counting the way OpenAI bills chat completions.
+
+The envelope follows OpenAI's published accounting for chat models: every message costs
+``TOKENS_PER_MESSAGE`` (3) plus the tokens of its role and content, a ``name`` costs its tokens
+plus 1, and the reply is primed with ``REPLY_PRIMING`` (3) tokens.  On top of that we count
+what OpenAI does not document precisely, as documented approximations:
+
+* content part lists: text/refusal parts as text, ``image_url`` parts by :mod:`.images`;
+  any other part (audio, files) by its JSON, through the 4-characters estimate when large so a
+  multi-megabyte base64 blob is never pushed through the BPE;
+* assistant ``tool_calls``: function name + arguments + ``TOKENS_PER_TOOL_CALL``; legacy
+  ``function_call`` likewise; ``tool_call_id`` is not counted (the model does not see it);
+* any other field: strings as text, other JSON values as their serialized text (over-counting
+  is the safe side of a budget);
+* the ``tools`` schema: see :mod:`.tool_schema`.
+
+Per-message counts are cached by a digest of the message's canonical bytes
+(:class:`~.token_cache.CountCache`), so a new turn costs only its new messages.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import tiktoken
+
+from .canonical import canonical_bytes, digest
+from .images import ImagePricing
+from .token_cache import CountCache
+from .tool_schema import count_tools_tokens
+
+TOKENS_PER_MESSAGE = 3
+TOKENS_PER_NAME = 1
+REPLY_PRIMING = 3
+TOKENS_PER_TOOL_CALL = 3
+LARGE_BLOB_BYTES = 4096
+"""Above this size a non-text part or field is estimated at 4 bytes per token, not encoded."""
+
+_SKIPPED_FIELDS = frozenset({"role", "content", "name", "tool_calls", "function_call",
+                             "tool_call_id"})
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """What the compaction core needs from a tokenizer.
+
+    Implementations must be deterministic; ``count_message`` may use ``canonical`` (the
+    message's canonical JSON bytes, when the caller already has them) as a cache key.
+    """
+
+    @property
+    def name(self) -> str:
+        """Identifies the counting scheme (encoding name or estimator), for reports."""
+        ...
+
+    @property
+    def reply_priming(self) -> int:
+        """Tokens added once per request for the assistant reply header."""
+        ...
+
+    def count_text(self, text: str) -> int:
+        """Tokens of a plain string."""
+        ...
+
+    def count_message(self, message: Mapping[str, Any], canonical: bytes | None = None) -> int:
+        """Tokens of one message including its envelope overhead."""
+        ...
+
+    def count_tools(self, tools: Sequence[Mapping[str, Any]] | None) -> int:
+        """Tokens of the request's tool definitions."""
+        ...
+
+
+class EnvelopeTokenizer(ABC):
+    """Shared envelope rules and cache; subclasses only say how text becomes tokens."""
+
+    def __init__(self, *, cache_size: int = 65_536,
+                 image_pricing: ImagePricing | None = None) -> None:
+        self.cache = CountCache(cache_size)
+        self.image_pricing = image_pricing or ImagePricing()
+
+    @property
+    @abstractmethod
+    def name(self) -> str:
+        """Identifies the counting scheme."""
+
+    @abstractmethod
+    def count_text(self, text: str) -> int:
+        """Tokens of a plain string."""
+
+    @property
+    def reply_priming(self) -> int:
+        """OpenAI primes every reply with ``<|start|>assistant<|message|>``."""
+        return REPLY_PRIMING
+
+    def count_message(self, message: Mapping[str, Any], canonical: bytes | None = None) -> int:
+        """Tokens of one message, served from the cache when this exact message was seen."""
+        data = canonical if canonical is not None else canonical_bytes(message)
+        key = digest(data)
+        cached = self.cache.get(key)
+        if cached is not None:
+            return cached
+        count = self._count_uncached(message)
+        self.cache.put(key, count)
+        return count
+
+    def count_messages(self, messages: Sequence[Mapping[str, Any]]) -> int:
+        """Tokens of a whole message list including reply priming (the prompt total)."""
+        return sum(self.count_message(m) for m in messages) + self.reply_priming
+
+    def count_tools(self, tools: Sequence[Mapping[str, Any]] | None) -> int:
+        """Tokens of the tool definitions (see :mod:`.tool_schema`)."""
+        return count_tools_tokens(tools, self.count_text)
+
+    def _count_uncached(self, message: Mapping[str, Any]) -> int:
+        total = TOKENS_PER_MESSAGE
+        role = message.get("role")
+        if isinstance(role, str):
+            total += self.count_text(role)
+        name = message.get("name")
+        if isinstance(name, str):
+            total += self.count_text(name) + TOKENS_PER_NAME
+        total += self._count_content(message.get("content"))
+        calls = message.get("tool_calls")
+        if isinstance(calls, list):
+            for call in calls:
+                total += self._count_tool_call(call)
+        function_call = message.get("function_call")
+        if isinstance(function_call, Mapping):
+            total += self._count_function(function_call)
+        for key, value in message.items():
+            if key not in _SKIPPED_FIELDS and value is not None:
+                total += self._count_value(value)
+        return total
+
+    def _count_content(self, content: object) -> int:
+        if isinstance(content, str):
+            return self.count_text(content)
+        if not isinstance(content, list):
+            return 0 if content is None else self._count_value(content)
+        total = 0
+        for part in content:
+            if not isinstance(part, Mapping):
+                total += self._count_value(part)
+                continue
+            kind = part.get("type")
+            if kind in ("text", "refusal", "input_text", "output_text"):
+                text = part.get(kind) if kind == "refusal" else part.get("text")
+                total += self.count_text(text) if isinstance(text, str) else 0
+            elif kind == "image_url":
+                total += self.image_pricing.tokens_for_part(part)
+            else:
+                total += self._count_value(part)
+        return total
+
+    def _count_tool_call(self, call: object) -> int:
+        if not isinstance(call, Mapping):
+            return self._count_value(call)
+        function = call.get("function")
+        if not isinstance(function, Mapping):
+            function = call.get("custom")
+        if isinstance(function, Mapping):
+            return self._count_function(function) + TOKENS_PER_TOOL_CALL
+        return self._count_value(call)
+
+    def _count_function(self, function: Mapping[str, Any]) -> int:
+        total = 0
+        for key in ("name", "arguments", "input"):
+            value = function.get(key)
+            if isinstance(value, str):
+                total += self.count_text(value)
+        return total
+
+    def _count_value(self, value: object) -> int:
+        text = value if isinstance(value, str) else canonical_bytes(value).decode("utf-8")
+        if len(text) > LARGE_BLOB_BYTES:
+            return _estimate(text)
+        return self.count_text(text)
+
+
+def _estimate(text: str) -> int:
+    """Four characters per token, rounded up (the character estimator's rule)."""
+    return (len(text) + 3) // 4
+
+
+class CharacterEstimatorTokenizer(EnvelopeTokenizer):
+    """Four characters a token: the fallback when no encoding file is available.
+
+    It keeps OpenAI's envelope (per-message overhead, names, priming, image tiles), so budgets
+    computed with it stay in the same ballpark as real counts.
+    """
+
+    @property
+    def name(self) -> str:
+        return "char-estimator"
+
+    def count_text(self, text: str) -> int:
+        return _estimate(text)
+
+
+class TiktokenTokenizer(EnvelopeTokenizer):
+    """Exact text counts with a tiktoken encoding (loaded offline by :mod:`.encodings`)."""
+
+    def __init__(self, encoding: tiktoken.Encoding, *, cache_size: int = 65_536,
+                 image_pricing: ImagePricing | None = None) -> None:
+        super().__init__(cache_size=cache_size, image_pricing=image_pricing)
+        self.encoding = encoding
+
+    @property
+    def name(self) -> str:
+        return str(self.encoding.name)
+
+    def count_text(self, text: str) -> int:
+        # encode_ordinary: special-token text in user content is plain text, never an error.
+        return len(self.encoding.encode_ordinary(text))

@@ -1,0 +1,302 @@
+"""The conversation view: the client's messages annotated with atomic groups and turns.
+
+Compaction never edits the message list directly.  It reads this view, which says which
+messages must live or die together (a tool call and every result answering it), which turn each
+group belongs to and what each group costs in bytes and tokens.  The view holds the client's
+dicts by reference and never mutates them, so unknown fields survive by construction.
+
+Grouping rules (DESIGN section 3):
+
+* ``system`` and ``developer`` messages: one ``system`` group each, turn ``None``.
+* ``user``: one group, starts a new turn (turns count from 1; groups before the first user
+  message are in turn 0).
+* ``assistant`` with a non-empty ``tool_calls`` list or a legacy ``function_call``: opens a
+  ``tool_call`` group.  Every ``tool`` message whose ``tool_call_id`` answers one of its calls
+  joins it, wherever it sits, so a group's members may be non-contiguous.  A ``function``
+  message answers the latest unanswered ``function_call`` with the same name.  When the same
+  call id is declared twice before being answered, the newest declaration wins.
+* Any other assistant message (and any unknown role): ``assistant_text``.
+* A tool/function message that answers nothing is an *orphan*: it is left exactly as sent and
+  joins the group of the message before it (or, right after a system message or at the start,
+  forms an ``assistant_text`` group of its own), so it shares its neighbour's fate.
+* A message the proxy inserted as a checkpoint (recognised by :class:`SummaryMarker`) is a
+  ``summary`` group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from .canonical import canonical_bytes
+from .messages import (
+    SYSTEM_ROLES,
+    Message,
+    has_tool_calls,
+    legacy_function_name,
+    role_of,
+    tool_call_ids,
+)
+from .tokens import Tokenizer
+
+
+class GroupKind(StrEnum):
+    """What an atomic group is; strategies select their work by kind."""
+
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT_TEXT = "assistant_text"
+    TOOL_CALL = "tool_call"
+    SUMMARY = "summary"
+
+
+SUMMARY_PREFIX = "<summary>"
+"""Default opening of a checkpoint message written by the proxy."""
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryMarker:
+    """Recognises the summary checkpoints the proxy itself inserted.
+
+    The marker lives in the content (not in an extra dict key) because the projected messages
+    go upstream as they are and an unknown key could be rejected there.  To keep a client's
+    message from being mistaken for a checkpoint, only the roles listed here qualify and the
+    newest user message never does (DESIGN invariant 4 protects it).  System-role summaries
+    are off by default: a client's system prompt that happens to start with the prefix must
+    stay a system message (invariant 1); the summary placement ``system`` opts in.
+    """
+
+    prefix: str = SUMMARY_PREFIX
+    roles: frozenset[str] = frozenset({"user", "assistant"})
+
+    def matches(self, message: Message) -> bool:
+        """True when ``message`` carries the checkpoint marker."""
+        content = message.get("content")
+        return (
+            isinstance(content, str)
+            and content.startswith(self.prefix)
+            and role_of(message) in self.roles
+        )
+
+
+DEFAULT_SUMMARY_MARKER = SummaryMarker()
+
+
+@dataclass(frozen=True, slots=True)
+class MessageStats:
+    """Cost of one message: canonical JSON byte length and token count."""
+
+    byte_count: int
+    token_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """One atomic group of the view.
+
+    ``members`` are message indices in ascending order; they may be non-contiguous when a tool
+    result answers a call made before some unrelated message.
+    """
+
+    index: int
+    kind: GroupKind
+    members: tuple[int, ...]
+    turn: int | None
+    byte_count: int
+    token_count: int
+
+    @property
+    def message_count(self) -> int:
+        """Number of messages in the group."""
+        return len(self.members)
+
+    @property
+    def first(self) -> int:
+        """Index of the group's first message (where a replacement is placed)."""
+        return self.members[0]
+
+    @property
+    def last(self) -> int:
+        """Index of the group's last message."""
+        return self.members[-1]
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationView:
+    """Messages plus their grouping; immutable, built once per state by :func:`build_view`.
+
+    ``tail_start`` is the index of the newest turn's user message (DESIGN invariant 4): every
+    group with a member at or after it is protected.  Without any user message the newest
+    non-system group is protected instead, so a strategy never empties the conversation.
+    """
+
+    messages: tuple[Message, ...]
+    stats: tuple[MessageStats, ...]
+    groups: tuple[Group, ...]
+    group_of: tuple[int, ...]
+    tail_start: int
+    turn_count: int
+
+    @property
+    def token_count(self) -> int:
+        """Sum of the message token counts (without tools schema and reply priming)."""
+        return sum(group.token_count for group in self.groups)
+
+    def is_protected(self, group: Group) -> bool:
+        """True when no strategy may drop, replace or edit ``group``.
+
+        System groups (invariant 1) and groups reaching into the newest turn (invariant 4).
+        """
+        return group.kind is GroupKind.SYSTEM or group.last >= self.tail_start
+
+    @property
+    def leading_system_end(self) -> int:
+        """Index of the first message outside the leading run of system groups.
+
+        Synthetic messages (summaries) are inserted here, right after the system prompt.
+        """
+        for index, group_index in enumerate(self.group_of):
+            if self.groups[group_index].kind is not GroupKind.SYSTEM:
+                return index
+        return len(self.messages)
+
+
+def build_view(
+    messages: Sequence[Message],
+    tokenizer: Tokenizer,
+    *,
+    summary_marker: SummaryMarker | None = DEFAULT_SUMMARY_MARKER,
+    known_stats: Sequence[MessageStats | None] | None = None,
+) -> ConversationView:
+    """Group ``messages`` and count them.
+
+    ``known_stats`` lets a caller that already measured some messages (the draft, after a
+    strategy ran) skip serializing them again; ``None`` entries are measured here.  Each
+    message is serialized once and counted through the tokenizer's cache, so a new turn of a
+    known conversation only pays for its new messages.
+    """
+    msgs = tuple(messages)
+    stats = _measure(msgs, tokenizer, known_stats)
+    last_user = _last_user_index(msgs)
+
+    members: list[list[int]] = []
+    kinds: list[GroupKind] = []
+    turns: list[int | None] = []
+    group_of: list[int] = [0] * len(msgs)
+    pending_calls: dict[str, int] = {}
+    pending_functions: dict[str, list[int]] = {}
+    turn = 0
+
+    def open_group(kind: GroupKind, group_turn: int | None, index: int) -> int:
+        members.append([index])
+        kinds.append(kind)
+        turns.append(group_turn)
+        group_of[index] = len(members) - 1
+        return len(members) - 1
+
+    def join(group: int, index: int) -> None:
+        members[group].append(index)
+        group_of[index] = group
+
+    for index, message in enumerate(msgs):
+        role = role_of(message)
+        if (
+            summary_marker is not None
+            and index != last_user
+            and summary_marker.matches(message)
+        ):
+            open_group(GroupKind.SUMMARY, turn, index)
+        elif role in SYSTEM_ROLES:
+            open_group(GroupKind.SYSTEM, None, index)
+        elif role == "user":
+            turn += 1
+            open_group(GroupKind.USER, turn, index)
+        elif role == "assistant" and has_tool_calls(message):
+            group = open_group(GroupKind.TOOL_CALL, turn, index)
+            for call_id in tool_call_ids(message):
+                pending_calls[call_id] = group
+            name = legacy_function_name(message)
+            if name is not None:
+                pending_functions.setdefault(name, []).append(group)
+        elif role in ("tool", "function"):
+            answered = _answered_group(message, role, pending_calls, pending_functions)
+            if answered is not None:
+                join(answered, index)
+            elif index > 0 and kinds[group_of[index - 1]] is not GroupKind.SYSTEM:
+                join(group_of[index - 1], index)  # orphan: shares its neighbour's fate
+            else:
+                open_group(GroupKind.ASSISTANT_TEXT, turn, index)
+        else:
+            open_group(GroupKind.ASSISTANT_TEXT, turn, index)
+
+    groups = tuple(
+        Group(
+            index=g,
+            kind=kinds[g],
+            members=tuple(member_list),
+            turn=turns[g],
+            byte_count=sum(stats[i].byte_count for i in member_list),
+            token_count=sum(stats[i].token_count for i in member_list),
+        )
+        for g, member_list in enumerate(members)
+    )
+    return ConversationView(
+        messages=msgs,
+        stats=stats,
+        groups=groups,
+        group_of=tuple(group_of),
+        tail_start=_tail_start(last_user, groups, len(msgs)),
+        turn_count=turn,
+    )
+
+
+def _measure(
+    msgs: tuple[Message, ...],
+    tokenizer: Tokenizer,
+    known: Sequence[MessageStats | None] | None,
+) -> tuple[MessageStats, ...]:
+    out: list[MessageStats] = []
+    for index, message in enumerate(msgs):
+        stat = known[index] if known is not None and index < len(known) else None
+        if stat is None:
+            data = canonical_bytes(message)
+            stat = MessageStats(len(data), tokenizer.count_message(message, data))
+        out.append(stat)
+    return tuple(out)
+
+
+def _last_user_index(msgs: tuple[Message, ...]) -> int | None:
+    for index in range(len(msgs) - 1, -1, -1):
+        if role_of(msgs[index]) == "user":
+            return index
+    return None
+
+
+def _answered_group(
+    message: Message,
+    role: str,
+    pending_calls: dict[str, int],
+    pending_functions: dict[str, list[int]],
+) -> int | None:
+    """The group a tool/function result answers, consuming the pending declaration."""
+    if role == "tool":
+        call_id = message.get("tool_call_id")
+        return pending_calls.pop(call_id, None) if isinstance(call_id, str) else None
+    name = message.get("name")
+    stack = pending_functions.get(name) if isinstance(name, str) else None
+    return stack.pop() if stack else None
+
+
+def _tail_start(last_user: int | None, groups: tuple[Group, ...], size: int) -> int:
+    if last_user is not None:
+        return last_user
+    for group in reversed(groups):
+        if group.kind is not GroupKind.SYSTEM:
+            return group.first
+    return size
+
+
+def group_messages(view: ConversationView, group: Group) -> list[Mapping[str, object]]:
+    """The messages of ``group`` in order (a convenience for strategies)."""
+    return [view.messages[i] for i in group.members]

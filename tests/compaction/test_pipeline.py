@@ -1,0 +1,201 @@
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from proxy.compaction import (
+    CharacterEstimatorTokenizer,
+    CompactionSettings,
+    Mode,
+    ModelCatalog,
+    ModelFacts,
+    Pipeline,
+    SlidingWindowStrategy,
+    TokenizerProvider,
+    TruncationStrategy,
+    build_pipeline,
+    compact,
+)
+from proxy.compaction.triggers import TokenRatio, TurnsExceed
+
+from .helpers import a, call, contents, s, tool, u
+
+TOK = CharacterEstimatorTokenizer()
+
+
+def conversation(turns: int, size: int = 200) -> list[dict[str, object]]:
+    msgs: list[dict[str, object]] = [s("system prompt")]
+    for i in range(turns):
+        msgs += [u(f"question {i} " + "q" * size), call(f"c{i}"), tool(f"c{i}", "r" * size),
+                 a(f"answer {i} " + "a" * size)]
+    return msgs
+
+
+def facts_for(messages: list[dict[str, object]], ratio: float) -> ModelFacts:
+    """A model whose budget makes ``messages`` fill ``ratio`` of it."""
+    return ModelFacts(context_window=int(TOK.count_messages(messages) / ratio),
+                      max_output_tokens=0)
+
+
+def run(messages: list[dict[str, object]], pipeline: Pipeline, facts: ModelFacts,
+        mode: Mode = Mode.NORMAL):
+    return compact(messages, model="m", pipeline=pipeline, tokenizer=TOK, facts=facts,
+                   reserve_ratio=0, mode=mode)
+
+
+def test_nothing_fires_forwards_the_original() -> None:
+    msgs = conversation(3)
+    pipeline = build_pipeline(CompactionSettings())
+    result = run(msgs, pipeline, facts_for(msgs, 0.5))
+    assert not result.changed
+    assert all(x is y for x, y in zip(result.messages, msgs, strict=True))
+    assert result.report.tokens_before == result.report.tokens_after
+    assert [r.skipped for r in result.report.strategies] == ["trigger"]
+
+
+def test_default_pipeline_fires_at_80_and_compacts_towards_50() -> None:
+    msgs = conversation(10)
+    facts = facts_for(msgs, 0.85)
+    result = run(msgs, build_pipeline(CompactionSettings()), facts)
+    assert result.changed
+    report = result.report
+    assert report.tokens_after <= 0.5 * report.budget
+    assert report.strategies[0].name == "truncation"
+    assert report.strategies[0].fired and report.strategies[0].changed
+    assert report.fallback is None
+    assert result.messages[0] == msgs[0]
+    # the newest turn is intact
+    assert result.messages[-4:] == msgs[-4:]
+    assert report.changed_by == ("truncation",)
+
+
+def test_output_is_idempotent_and_deterministic() -> None:
+    msgs = conversation(12)
+    facts = facts_for(msgs, 1.3)
+    pipeline = build_pipeline(CompactionSettings())
+    first = run(msgs, pipeline, facts)
+    again = run(msgs, pipeline, facts)
+    assert orjson.dumps(first.messages) == orjson.dumps(again.messages)
+    second = run(first.messages, pipeline, facts)
+    assert not second.changed
+
+
+def test_early_stop_skips_later_strategies_once_the_budget_holds() -> None:
+    msgs = conversation(10)
+    facts = facts_for(msgs, 1.2)
+    pipeline = Pipeline((TruncationStrategy(), SlidingWindowStrategy(keep_last_groups=1)))
+    report = run(msgs, pipeline, facts).report
+    assert report.strategies[0].changed
+    assert report.strategies[1].skipped == "early_stop"
+    assert report.tokens_after <= report.budget
+    no_stop = Pipeline(pipeline.strategies, early_stop=False)
+    report2 = run(msgs, no_stop, facts).report
+    assert report2.strategies[1].fired
+
+
+def test_triggers_below_budget_still_run_before_any_change() -> None:
+    msgs = conversation(6)
+    pipeline = Pipeline((SlidingWindowStrategy(trigger=TurnsExceed(2)),))
+    result = run(msgs, pipeline, facts_for(msgs, 0.2))
+    assert result.changed
+    assert sum(1 for m in result.messages if m["role"] == "user") == 2
+
+
+def test_fallback_truncation_when_strategies_do_not_fit() -> None:
+    msgs = conversation(8)
+    pipeline = Pipeline((SlidingWindowStrategy(trigger=TurnsExceed(100)),))
+    result = run(msgs, pipeline, facts_for(msgs, 1.5))
+    report = result.report
+    assert report.fallback is not None and report.fallback.changed
+    assert report.fallback.name == "fallback_truncation"
+    assert report.tokens_after <= report.budget
+    assert not report.warnings
+
+
+def test_unreachable_budget_sends_the_smallest_valid_request_with_a_warning() -> None:
+    msgs = [s("S" * 4000), u("old"), a("old answer"), u("U" * 4000)]
+    facts = ModelFacts(context_window=500, max_output_tokens=0)
+    result = run(msgs, Pipeline(()), facts)
+    assert contents(result.messages) == ["S" * 4000, "U" * 4000]
+    assert any("over budget" in w for w in result.report.warnings)
+    assert not run(result.messages, Pipeline(()), facts).changed
+
+
+def test_force_treats_triggers_as_fired() -> None:
+    msgs = conversation(5)
+    pipeline = Pipeline((TruncationStrategy(trigger=TokenRatio(0.99)),))
+    facts = facts_for(msgs, 0.3)
+    assert not run(msgs, pipeline, facts).changed
+    forced = run(msgs, pipeline, facts, Mode.FORCE)
+    assert forced.changed
+    assert forced.messages == [msgs[0], *msgs[-4:]]  # down to the invariants
+    assert forced.report.mode == "force"
+
+
+def test_dry_run_computes_the_same_result() -> None:
+    msgs = conversation(10)
+    facts = facts_for(msgs, 1.3)
+    pipeline = build_pipeline(CompactionSettings())
+    normal = run(msgs, pipeline, facts)
+    dry = run(msgs, pipeline, facts, Mode.DRY_RUN)
+    assert dry.messages == normal.messages
+    assert dry.report.mode == "dry-run"
+
+
+def test_tools_count_into_the_budget(o200k) -> None:
+    msgs = conversation(2)
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
+    with_tools = compact(msgs, model="gpt-4o", pipeline=Pipeline(()), tokenizer=o200k,
+                         tools=tools)
+    without = compact(msgs, model="gpt-4o", pipeline=Pipeline(()), tokenizer=o200k)
+    assert with_tools.report.tokens_before == \
+        without.report.tokens_before + o200k.count_tools(tools)
+
+
+def test_provider_and_catalog_pick_encoding_and_window(provider: TokenizerProvider) -> None:
+    msgs = conversation(1)
+    result = compact(msgs, model="gpt-4-0613", pipeline=Pipeline(()), tokenizer=provider,
+                     facts=ModelCatalog(), max_tokens=1000)
+    assert result.report.tokenizer == "cl100k_base"
+    assert result.report.context_window == 8192
+    assert result.report.output_reserve == 1000
+    assert result.report.budget == 8192 - 1000 - int(0.05 * 8192)
+
+
+def test_report_is_json_ready_and_nested_pipeline_reports_children() -> None:
+    msgs = conversation(6)
+    settings = CompactionSettings.model_validate({"pipeline": [
+        {"strategy": "pipeline", "strategies": [
+            {"strategy": "sliding_window", "keep_last_turns": 3},
+            {"strategy": "truncation", "trigger": {"turns_exceed": 1}},
+        ]},
+    ]})
+    result = run(msgs, build_pipeline(settings), facts_for(msgs, 0.3))
+    data = result.report.to_dict()
+    orjson.dumps(data)
+    nested = data["strategies"][0]
+    assert nested["name"] == "pipeline"
+    assert [c["name"] for c in nested["children"]] == ["sliding_window", "truncation"]
+    assert nested["children"][0]["changed"]
+    assert nested["children"][1]["skipped"] == "early_stop"
+
+
+def test_calibration_changes_trigger_decisions() -> None:
+    from proxy.compaction import Calibration
+
+    msgs = conversation(6)
+    facts = facts_for(msgs, 0.7)
+    pipeline = Pipeline((TruncationStrategy(trigger=TokenRatio(0.8),
+                                            target=TokenRatio(0.5)),))
+    assert not run(msgs, pipeline, facts).changed
+    calibrated = compact(msgs, model="m", pipeline=pipeline, tokenizer=TOK, facts=facts,
+                         reserve_ratio=0, calibration=Calibration(1.25))
+    assert calibrated.changed
+    assert calibrated.report.calibration == 1.25
+
+
+@pytest.mark.parametrize("turns", [1, 3])
+def test_short_conversations_never_lose_their_newest_turn(turns: int) -> None:
+    msgs = conversation(turns)
+    result = run(msgs, Pipeline(()), ModelFacts(10, 0))
+    assert result.messages[-4:] == msgs[-4:]
