@@ -1,0 +1,1 @@
+"""Test suite for compaction-proxy (a package so `python -m tests.fakes.upstream` works)."""

@@ -1,0 +1,1 @@
+"""Fake servers the integration tests and the benchmarks run against."""

@@ -1,0 +1,810 @@
+"""A fake OpenAI-compatible upstream that records what it receives.
+
+It is a real HTTP server (Starlette under uvicorn) rather than a mock, because the proxy's
+behaviour we care about lives on the wire: bytes forwarded unchanged, SSE chunks flushed as they
+arrive, disconnects propagated, hop-by-hop headers dropped. The same app is the benchmark's
+upstream, so the chat hot path stays small: one orjson parse, a cached token count, one dump,
+no logging.
+
+Run it on its own::
+
+    python -m tests.fakes.upstream --host 127.0.0.1 --port 8001 [--context-window 8192]
+
+or build it in-process with :func:`create_app`.
+
+Per-request behaviour is steered by request headers, which pass through the proxy untouched:
+
+- ``X-Fake-Status: 429`` answers with that status and an OpenAI error body
+  (``X-Fake-Error-Message`` overrides the message);
+- ``X-Fake-Delay-Ms: 250`` waits before sending the response headers;
+- ``X-Fake-Hang: 1`` never answers (it records an event when the caller gives up);
+- ``X-Fake-Chunks: N`` / ``X-Fake-Chunk-Delay-Ms: M`` stream N content chunks M ms apart, each
+  carrying its server-side send time as ``t=<unix ms>;`` so a test can compare send and receive;
+- ``X-Fake-Response-Bytes: N`` makes the catch-all route answer with N bytes of a fixed pattern;
+  ``X-Fake-Chunks`` on the catch-all route streams N stamped SSE events (Responses-API style);
+- ``X-Fake-Tag: anything`` labels the events this request produces.
+
+Test-only routes: ``GET|DELETE /_requests``, ``GET|DELETE /_events``, ``GET|POST /_control``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import hashlib
+import inspect
+import itertools
+import os
+import struct
+import tempfile
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+DEFAULT_MODELS: tuple[str, ...] = ("gpt-4o", "gpt-4o-mini", "fake-model", "text-embedding-3-small")
+EMBEDDING_DIMENSIONS = 8
+ECHO_LIMIT = 200
+RESPONSE_PATTERN = b"0123456789abcdef"
+_O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
+_JSON = "application/json"
+
+
+# --------------------------------------------------------------------------- token counting
+
+
+class TokenCounter:
+    """Counts prompt tokens close to how OpenAI bills them, cheaply.
+
+    tiktoken is used only when the o200k_base file is already in its local cache: the fake must
+    never reach for the network (tests run offline), so otherwise it falls back to 4 characters a
+    token. Counts are cached per string because clients resend the same history every turn.
+    """
+
+    _CACHE_LIMIT = 16_384
+    _EXACT_LIMIT = 200_000  # longer strings (base64 images...) are estimated, not encoded
+
+    def __init__(self) -> None:
+        self._encode = _load_o200k()
+        self._cache: dict[str, int] = {}
+
+    @property
+    def exact(self) -> bool:
+        """True when counts come from tiktoken rather than the character estimate."""
+        return self._encode is not None
+
+    def text(self, value: str) -> int:
+        cached = self._cache.get(value)
+        if cached is not None:
+            return cached
+        if self._encode is not None and len(value) <= self._EXACT_LIMIT:
+            count = len(self._encode(value))
+        else:
+            count = (len(value) + 3) // 4
+        if len(self._cache) >= self._CACHE_LIMIT:
+            self._cache.clear()
+        self._cache[value] = count
+        return count
+
+    def messages(self, messages: Sequence[Any], tools: Any = None) -> int:
+        """Tokens of a chat prompt: 3 per message, its values, 1 per name, 3 for reply priming."""
+        total = 3
+        for message in messages:
+            total += 3
+            if not isinstance(message, dict):
+                total += self.text(orjson.dumps(message).decode())
+                continue
+            for key, value in message.items():
+                if value is None:
+                    continue
+                if isinstance(value, str):
+                    total += self.text(value)
+                else:
+                    total += self.text(orjson.dumps(value).decode())
+                if key == "name":
+                    total += 1
+        if tools:
+            total += self.text(orjson.dumps(tools).decode())
+        return total
+
+
+def _load_o200k() -> Callable[[str], list[int]] | None:
+    cache_dir = (
+        os.environ.get("TIKTOKEN_CACHE_DIR")
+        or os.environ.get("DATA_GYM_CACHE_DIR")
+        or os.path.join(tempfile.gettempdir(), "data-gym-cache")
+    )
+    cache_key = hashlib.sha1(_O200K_URL.encode()).hexdigest()
+    if not os.path.isfile(os.path.join(cache_dir, cache_key)):
+        return None
+    try:
+        import tiktoken
+
+        encoding = tiktoken.get_encoding("o200k_base")
+    except Exception:  # a corrupt cache file must not take the fake down
+        return None
+    return encoding.encode_ordinary
+
+
+# --------------------------------------------------------------------------- replies
+
+
+@dataclass
+class ChatRequest:
+    """What a responder sees: the parsed body, the request headers and the counted prompt."""
+
+    body: dict[str, Any]
+    headers: dict[str, str]
+    prompt_tokens: int
+
+    @property
+    def messages(self) -> list[Any]:
+        return self.body.get("messages") or []
+
+    @property
+    def model(self) -> str:
+        model = self.body.get("model")
+        return model if isinstance(model, str) else ""
+
+
+@dataclass
+class ChatReply:
+    """The assistant turn a responder decided on; the server renders it as JSON or SSE."""
+
+    content: str | None = None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    finish_reason: str = "stop"
+    completion_tokens: int | None = None
+
+
+# A responder returns a reply, or None to let the next one decide. Later tests plug in, e.g., a
+# summarizer responder in front of the defaults via ``create_app(responders=[...])``.
+Responder = Callable[[ChatRequest], "ChatReply | Awaitable[ChatReply | None] | None"]
+
+
+def message_text(message: Any) -> str:
+    """The text of a chat message: string content, or the text parts of a content list."""
+    if not isinstance(message, dict):
+        return ""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            part.get("text", "")
+            for part in content
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
+    return ""
+
+
+def _role(message: Any) -> str | None:
+    return message.get("role") if isinstance(message, dict) else None
+
+
+def tool_call_responder(request: ChatRequest) -> ChatReply | None:
+    """Calls every listed tool (parallel calls) when the last user message says "call tool"."""
+    tools = request.body.get("tools")
+    messages = request.messages
+    if not tools or not isinstance(tools, list) or not messages:
+        return None
+    last = messages[-1]
+    if _role(last) != "user" or "call tool" not in message_text(last):
+        return None
+    calls = []
+    for index, tool in enumerate(tools):
+        function = tool.get("function", {}) if isinstance(tool, dict) else {}
+        name = function.get("name", f"tool_{index}") if isinstance(function, dict) else "tool"
+        arguments = orjson.dumps({"index": index, "query": message_text(last)[:40]}).decode()
+        calls.append(
+            {
+                "id": f"call_{index}",
+                "type": "function",
+                "function": {"name": name, "arguments": arguments},
+            }
+        )
+    return ChatReply(content=None, tool_calls=calls, finish_reason="tool_calls")
+
+
+def echo_responder(request: ChatRequest) -> ChatReply:
+    """Echoes the last user message, or the trailing tool results after a tool call."""
+    messages = request.messages
+    trailing_tools: list[str] = []
+    for message in reversed(messages):
+        if _role(message) != "tool":
+            break
+        trailing_tools.append(message_text(message))
+    if trailing_tools:
+        text = "echo tool results: " + " | ".join(reversed(trailing_tools))
+        return ChatReply(content=text[: len("echo tool results: ") + ECHO_LIMIT])
+    for message in reversed(messages):
+        if _role(message) == "user":
+            return ChatReply(content="echo: " + message_text(message)[:ECHO_LIMIT])
+    return ChatReply(content="echo: ")
+
+
+DEFAULT_RESPONDERS: tuple[Responder, ...] = (tool_call_responder, echo_responder)
+
+
+# --------------------------------------------------------------------------- server state
+
+
+@dataclass
+class Settings:
+    """Server-wide knobs; the CLI sets the initial values, ``POST /_control`` changes them."""
+
+    context_window: int | None = None
+    model_context_windows: dict[str, int] = field(default_factory=dict)
+    delay_ms: float = 0.0
+    chunk_delay_ms: float = 0.0
+    record: bool = True
+    models: list[str] = field(default_factory=lambda: list(DEFAULT_MODELS))
+
+    def window_for(self, model: str) -> int | None:
+        return self.model_context_windows.get(model, self.context_window)
+
+
+def merged_headers(raw: Sequence[tuple[bytes, bytes]]) -> dict[str, str]:
+    """Lower-cased header names; repeated headers joined with ", " as HTTP allows."""
+    headers: dict[str, str] = {}
+    for raw_name, raw_value in raw:
+        name, value = raw_name.decode("latin-1").lower(), raw_value.decode("latin-1")
+        headers[name] = f"{headers[name]}, {value}" if name in headers else value
+    return headers
+
+
+@dataclass
+class RecordedRequest:
+    received_at: float
+    method: str
+    path: str
+    query: bytes
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+
+    def to_json(self) -> dict[str, Any]:
+        headers = merged_headers(self.headers)
+        try:
+            text: str | None = self.body.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        return {
+            "received_at": self.received_at,
+            "method": self.method,
+            "path": self.path,
+            "query": self.query.decode("latin-1"),
+            "headers": headers,
+            "raw_headers": [[k.decode("latin-1"), v.decode("latin-1")] for k, v in self.headers],
+            "body_len": len(self.body),
+            "body_b64": base64.b64encode(self.body).decode(),
+            "body_text": text,
+        }
+
+
+class FakeUpstream:
+    """Settings, recorded requests and events of one server, plus the responder chain."""
+
+    def __init__(self, settings: Settings, responders: Sequence[Responder], max_recorded: int):
+        self.initial = Settings(**asdict(settings))
+        self.settings = settings
+        self.responders = list(responders) + list(DEFAULT_RESPONDERS)
+        self.requests: deque[RecordedRequest] = deque(maxlen=max_recorded)
+        self.events: deque[dict[str, Any]] = deque(maxlen=max_recorded)
+        self.counter = TokenCounter()
+        self._ids = itertools.count(1)
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    def record(self, request: Request, body: bytes) -> None:
+        if self.settings.record:
+            scope = request.scope
+            self.requests.append(
+                RecordedRequest(
+                    time.time(),
+                    scope["method"],
+                    scope["path"],
+                    scope.get("query_string", b""),
+                    list(scope["headers"]),
+                    body,
+                )
+            )
+
+    def event(self, kind: str, request: Request, **details: Any) -> None:
+        self.events.append(
+            {
+                "type": kind,
+                "tag": request.headers.get("x-fake-tag"),
+                "path": request.url.path,
+                "at": time.time(),
+                **details,
+            }
+        )
+
+    async def respond(self, chat: ChatRequest) -> ChatReply:
+        for responder in self.responders:
+            reply = responder(chat)
+            if inspect.isawaitable(reply):
+                reply = await reply
+            if reply is not None:
+                return reply
+        raise AssertionError("echo_responder always answers")  # pragma: no cover
+
+
+# --------------------------------------------------------------------------- responses
+
+
+def error_response(
+    status: int, message: str, type_: str, code: str | None, param: str | None = None
+) -> Response:
+    body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    return Response(orjson.dumps(body), status_code=status, media_type=_JSON)
+
+
+def _status_error(status: int, message: str | None) -> Response:
+    if status == 429:
+        type_, code = "requests", "rate_limit_exceeded"
+    elif status == 401:
+        type_, code = "invalid_request_error", "invalid_api_key"
+    elif status >= 500:
+        type_, code = "server_error", None
+    else:
+        type_, code = "invalid_request_error", None
+    return error_response(status, message or f"fake upstream error: status {status}", type_, code)
+
+
+def _json(payload: Any, status: int = 200, request_id: str | None = None) -> Response:
+    # Like OpenAI, API answers carry the upstream's own x-request-id; a proxy must not let it
+    # collide with the id it gives the client.
+    headers = None if request_id is None else {"x-request-id": request_id}
+    return Response(orjson.dumps(payload), status_code=status, media_type=_JSON, headers=headers)
+
+
+def _header_number(request: Request, name: str) -> float | None:
+    raw = request.headers.get(name)
+    if raw is None:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        return None
+
+
+async def _wait_for_disconnect(receive: Receive) -> None:
+    """Returns once the client has gone (the request body was already read by the handler)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+class HangResponse:
+    """Never answers; records an event when the caller hangs up (e.g. a proxy timing out)."""
+
+    def __init__(self, fake: FakeUpstream, request: Request):
+        self.fake, self.request = fake, request
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await _wait_for_disconnect(receive)
+        self.fake.event("hang_abandoned", self.request)
+
+
+class EventStreamResponse:
+    """Streams SSE events one ASGI send each, and notices a client that hangs up mid-stream.
+
+    Starlette's StreamingResponse only learns of a disconnect on its next failed send under ASGI
+    2.4, so the disconnect is watched concurrently here: the producer is cancelled at once (even
+    while sleeping between chunks) and a ``stream_cancelled`` event is recorded.
+    """
+
+    def __init__(self, fake: FakeUpstream, request: Request, events: AsyncIterator[bytes]):
+        self.fake, self.request, self.events = fake, request, events
+        self.request_id = f"req_fake{fake.next_id()}".encode()
+        self.sent = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        producer = asyncio.ensure_future(self._produce(send))
+        watcher = asyncio.ensure_future(_wait_for_disconnect(receive))
+        done, _ = await asyncio.wait({producer, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if producer in done:
+            watcher.cancel()
+            if producer.exception() is not None:  # the transport failed under us
+                self.fake.event("stream_cancelled", self.request, chunks_sent=self.sent)
+            return
+        producer.cancel()
+        await asyncio.gather(producer, return_exceptions=True)
+        self.fake.event("stream_cancelled", self.request, chunks_sent=self.sent)
+
+    async def _produce(self, send: Send) -> None:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"text/event-stream; charset=utf-8"),
+                    (b"cache-control", b"no-cache"),
+                    (b"x-request-id", self.request_id),
+                ],
+            }
+        )
+        async for event in self.events:
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+            self.sent += 1
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _sse(payload: Any) -> bytes:
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+def _split(text: str, size: int = 16) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+async def _chat_events(
+    base: dict[str, Any],
+    reply: ChatReply,
+    usage: dict[str, int],
+    include_usage: bool,
+    timed_chunks: int | None,
+    chunk_delay: float,
+) -> AsyncIterator[bytes]:
+    """The SSE body of a streamed completion, in OpenAI's chunk order."""
+    if include_usage:
+        base = {**base, "usage": None}
+
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        return _sse({**base, "choices": [choice]})
+
+    if reply.tool_calls:
+        yield chunk({"role": "assistant", "content": None, "refusal": None})
+        for index, call in enumerate(reply.tool_calls):
+            function = call["function"]
+            head = {"index": index, "id": call["id"], "type": "function"}
+            yield chunk({"tool_calls": [{**head, "function": {"name": function["name"]}}]})
+            for piece in _split(function["arguments"]):
+                yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+    else:
+        yield chunk({"role": "assistant", "content": "", "refusal": None})
+        if timed_chunks is not None:
+            for i in range(timed_chunks):
+                if i and chunk_delay:
+                    await asyncio.sleep(chunk_delay)
+                yield chunk({"content": f"t={time.time() * 1000:.3f};"})
+        else:
+            for i, piece in enumerate(_split(reply.content or "")):
+                if i and chunk_delay:
+                    await asyncio.sleep(chunk_delay)
+                yield chunk({"content": piece})
+    yield chunk({}, reply.finish_reason)
+    if include_usage:
+        yield _sse({**base, "choices": [], "usage": usage})
+    yield b"data: [DONE]\n\n"
+
+
+async def _generic_events(count: int, delay: float) -> AsyncIterator[bytes]:
+    """A Responses-API-like SSE stream for pass-through routes, stamped like chat chunks."""
+    for i in range(count):
+        if i and delay:
+            await asyncio.sleep(delay)
+        stamp = f"t={time.time() * 1000:.3f};"
+        yield _sse({"type": "response.output_text.delta", "sequence_number": i, "delta": stamp})
+    yield b"data: [DONE]\n\n"
+
+
+# --------------------------------------------------------------------------- handlers
+
+
+def create_app(
+    *,
+    context_window: int | None = None,
+    model_context_windows: dict[str, int] | None = None,
+    responders: Sequence[Responder] = (),
+    record: bool = True,
+    models: Sequence[str] = DEFAULT_MODELS,
+    max_recorded: int = 10_000,
+) -> Starlette:
+    """Builds the fake upstream. ``app.state.fake`` is its :class:`FakeUpstream`."""
+    fake = FakeUpstream(
+        Settings(
+            context_window=context_window,
+            model_context_windows=dict(model_context_windows or {}),
+            record=record,
+            models=list(models),
+        ),
+        responders,
+        max_recorded,
+    )
+
+    async def prelude(request: Request) -> tuple[bytes, Response | HangResponse | None]:
+        """Reads and records the body, then applies the X-Fake-* steering headers."""
+        body = await request.body()
+        fake.record(request, body)
+        headers = request.headers
+        if headers.get("x-fake-hang"):
+            return body, HangResponse(fake, request)
+        delay = _header_number(request, "x-fake-delay-ms")
+        delay = fake.settings.delay_ms if delay is None else delay
+        if delay:
+            await asyncio.sleep(delay / 1000)
+        status = _header_number(request, "x-fake-status")
+        if status is not None:
+            error = _status_error(int(status), headers.get("x-fake-error-message"))
+            error.headers["x-request-id"] = f"req_fake{fake.next_id()}"
+            return body, error
+        return body, None
+
+    async def chat_completions(request: Request) -> Any:
+        body, early = await prelude(request)
+        if early is not None:
+            return early
+        try:
+            payload = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return error_response(
+                400,
+                "We could not parse the JSON body of your request.",
+                "invalid_request_error",
+                None,
+            )
+        if not isinstance(payload, dict) or not isinstance(payload.get("messages"), list):
+            return error_response(
+                400, "'messages' is a required property", "invalid_request_error", None, "messages"
+            )
+        settings = fake.settings
+        model = payload.get("model") if isinstance(payload.get("model"), str) else ""
+        prompt_tokens = fake.counter.messages(payload["messages"], payload.get("tools"))
+        window = settings.window_for(model)
+        if window is not None:
+            completion = payload.get("max_completion_tokens") or payload.get("max_tokens") or 0
+            requested = prompt_tokens + (completion if isinstance(completion, int) else 0)
+            if requested > window:
+                return error_response(
+                    400,
+                    f"This model's maximum context length is {window} tokens. However, your "
+                    f"messages resulted in {requested} tokens ({prompt_tokens} in the messages, "
+                    f"{requested - prompt_tokens} in the completion). Please reduce the length "
+                    "of the messages or completion.",
+                    "invalid_request_error",
+                    "context_length_exceeded",
+                    "messages",
+                )
+        reply = await fake.respond(ChatRequest(payload, dict(request.headers), prompt_tokens))
+        completion_tokens = reply.completion_tokens
+        if completion_tokens is None:
+            completion_tokens = fake.counter.text(reply.content or "") + sum(
+                fake.counter.text(c["function"]["arguments"]) for c in reply.tool_calls
+            )
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
+        base = {
+            "id": f"chatcmpl-fake{fake.next_id()}",
+            "created": int(time.time()),
+            "model": model,
+            "system_fingerprint": "fp_fake",
+        }
+        if payload.get("stream"):
+            stream_options = payload.get("stream_options")
+            include_usage = isinstance(stream_options, dict) and bool(
+                stream_options.get("include_usage")
+            )
+            chunks = _header_number(request, "x-fake-chunks")
+            chunk_delay = _header_number(request, "x-fake-chunk-delay-ms")
+            chunk_delay = settings.chunk_delay_ms if chunk_delay is None else chunk_delay
+            events = _chat_events(
+                {**base, "object": "chat.completion.chunk"},
+                reply,
+                usage,
+                include_usage,
+                None if chunks is None else int(chunks),
+                chunk_delay / 1000,
+            )
+            return EventStreamResponse(fake, request, events)
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": reply.content,
+            "refusal": None,
+        }
+        if reply.tool_calls:
+            message["tool_calls"] = reply.tool_calls
+        choice = {
+            "index": 0,
+            "message": message,
+            "logprobs": None,
+            "finish_reason": reply.finish_reason,
+        }
+        return _json(
+            {**base, "object": "chat.completion", "choices": [choice], "usage": usage},
+            request_id=f"req_{base['id']}",
+        )
+
+    async def list_models(request: Request) -> Any:
+        _, early = await prelude(request)
+        if early is not None:
+            return early
+        data = [
+            {"id": name, "object": "model", "created": 1_700_000_000, "owned_by": "fake"}
+            for name in fake.settings.models
+        ]
+        return _json({"object": "list", "data": data}, request_id=f"req_fake{fake.next_id()}")
+
+    async def embeddings(request: Request) -> Any:
+        body, early = await prelude(request)
+        if early is not None:
+            return early
+        try:
+            payload = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            payload = None
+        if not isinstance(payload, dict) or "input" not in payload:
+            return error_response(
+                400, "'input' is a required property", "invalid_request_error", None, "input"
+            )
+        raw = payload["input"]
+        inputs = [raw] if isinstance(raw, str) or (raw and isinstance(raw[0], int)) else raw
+        as_base64 = payload.get("encoding_format") == "base64"
+        data = []
+        tokens = 0
+        for index, item in enumerate(inputs):
+            vector = embedding_for(item)
+            tokens += fake.counter.text(item) if isinstance(item, str) else len(item)
+            encoded: Any = (
+                base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+                if as_base64
+                else vector
+            )
+            data.append({"object": "embedding", "index": index, "embedding": encoded})
+        return _json(
+            {
+                "object": "list",
+                "data": data,
+                "model": payload.get("model"),
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            },
+            request_id=f"req_fake{fake.next_id()}",
+        )
+
+    async def echo(request: Request) -> Any:
+        body, early = await prelude(request)
+        if early is not None:
+            return early
+        size = _header_number(request, "x-fake-response-bytes")
+        if size is not None:
+            return Response(pattern_bytes(int(size)), media_type="application/octet-stream")
+        chunks = _header_number(request, "x-fake-chunks")
+        if chunks is not None:
+            delay = _header_number(request, "x-fake-chunk-delay-ms")
+            delay = fake.settings.chunk_delay_ms if delay is None else delay
+            return EventStreamResponse(fake, request, _generic_events(int(chunks), delay / 1000))
+        return _json(
+            {
+                "method": request.method,
+                "path": request.url.path,
+                "query": request.scope.get("query_string", b"").decode("latin-1"),
+                "headers": merged_headers(request.scope["headers"]),
+                "body_len": len(body),
+                "body_sha256": hashlib.sha256(body).hexdigest(),
+                "body_b64": base64.b64encode(body).decode() if len(body) <= 1 << 20 else None,
+            }
+        )
+
+    async def requests_route(request: Request) -> Any:
+        if request.method == "DELETE":
+            fake.requests.clear()
+            return _json({"cleared": True})
+        return _json([recorded.to_json() for recorded in fake.requests])
+
+    async def events_route(request: Request) -> Any:
+        if request.method == "DELETE":
+            fake.events.clear()
+            return _json({"cleared": True})
+        return _json(list(fake.events))
+
+    async def control_route(request: Request) -> Any:
+        if request.method == "POST":
+            try:
+                changes = orjson.loads(await request.body() or b"{}")
+                apply_control(fake, changes)
+            except (orjson.JSONDecodeError, TypeError, ValueError) as exc:
+                return error_response(
+                    400, f"bad control request: {exc}", "invalid_request_error", None
+                )
+        return _json({**asdict(fake.settings), "exact_token_counts": fake.counter.exact})
+
+    all_methods = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+    routes = [
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/embeddings", embeddings, methods=["POST"]),
+        Route("/v1/{rest:path}", echo, methods=all_methods),
+        Route("/_requests", requests_route, methods=["GET", "DELETE"]),
+        Route("/_events", events_route, methods=["GET", "DELETE"]),
+        Route("/_control", control_route, methods=["GET", "POST"]),
+    ]
+    app = Starlette(routes=routes)
+    app.state.fake = fake
+    return app
+
+
+def apply_control(fake: FakeUpstream, changes: Any) -> None:
+    """Applies a ``POST /_control`` body: ``{"reset": true}`` and/or any :class:`Settings` field."""
+    if not isinstance(changes, dict):
+        raise TypeError("expected a JSON object")
+    if changes.get("reset"):
+        fake.settings = Settings(**asdict(fake.initial))
+    known = {f.name for f in fields(Settings)}
+    unknown = set(changes) - known - {"reset"}
+    if unknown:
+        raise ValueError(f"unknown settings {sorted(unknown)}; allowed: {sorted(known)}")
+    for name in known & set(changes):
+        setattr(fake.settings, name, changes[name])
+
+
+def embedding_for(item: Any) -> list[float]:
+    """A small deterministic vector per input, so a test can compare proxy and direct calls."""
+    digest = hashlib.sha256(orjson.dumps(item)).digest()
+    return [round((byte - 128) / 128, 6) for byte in digest[:EMBEDDING_DIMENSIONS]]
+
+
+def pattern_bytes(size: int) -> bytes:
+    """The body ``X-Fake-Response-Bytes: size`` answers with."""
+    repeats = size // len(RESPONSE_PATTERN) + 1
+    return (RESPONSE_PATTERN * repeats)[:size]
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.fakes.upstream",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8001)
+    parser.add_argument("--context-window", type=int, default=None)
+    parser.add_argument(
+        "--no-record", action="store_true", help="do not record requests (long benchmark runs)"
+    )
+    parser.add_argument("--log-level", default="warning")
+    args = parser.parse_args(argv)
+
+    import uvicorn
+
+    app = create_app(context_window=args.context_window, record=not args.no_record)
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        loop=_available("uvloop", "auto"),
+        http=_available("httptools", "auto"),
+        log_level=args.log_level,
+        access_log=False,
+        lifespan="off",
+    )
+
+
+def _available(module: str, fallback: str) -> str:
+    try:
+        __import__(module)
+    except ImportError:
+        return fallback
+    return module
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Helpers shared by the fixtures in tests/conftest.py and the integration tests."""
