@@ -45,5 +45,8 @@ def configure_logging(level: str = "info") -> None:
         logger = logging.getLogger(name)
         logger.handlers[:] = []
         logger.propagate = True
+    # httpx logs every request URL at INFO, query string (and any key in it) included.
+    for name in ("httpx", "httpcore", "httpx_aiohttp"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     # Our access line replaces uvicorn's, which would print paths with query strings.
     logging.getLogger("uvicorn.access").disabled = True

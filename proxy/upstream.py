@@ -10,11 +10,15 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import socket
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 import httpx
+import yarl
+from httpx_aiohttp import AiohttpTransport
 
 from proxy.config import ServerSettings, UpstreamSettings
 
@@ -135,12 +139,40 @@ def make_client(server: ServerSettings) -> httpx.AsyncClient:
     )
     transport: httpx.AsyncBaseTransport
     if server.upstream_transport == "aiohttp":
-        from httpx_aiohttp import AiohttpTransport
-
-        transport = AiohttpTransport(limits=limits)
+        transport = _VerbatimAiohttpTransport(limits=limits)
     else:
         transport = httpx.AsyncHTTPTransport(limits=limits)
     return httpx.AsyncClient(transport=transport, timeout=None, follow_redirects=False)
+
+
+with warnings.catch_warnings():
+    # aiohttp discourages subclassing its session; this one changes a single argument.
+    warnings.simplefilter("ignore", DeprecationWarning)
+
+    class _VerbatimURLSession(aiohttp.ClientSession):
+        """Sends the URL exactly as given.
+
+        httpx-aiohttp hands aiohttp a string, which yarl re-normalises (`%2D` becomes `-`),
+        changing query strings the client may have signed. An already-encoded URL object is
+        sent as it is.
+        """
+
+        def _build_url(self, str_or_url: Any) -> yarl.URL:
+            if isinstance(str_or_url, str):
+                return yarl.URL(str_or_url, encoded=True)
+            return super()._build_url(str_or_url)  # type: ignore[no-any-return]
+
+
+class _VerbatimAiohttpTransport(AiohttpTransport):
+    def get_client(self) -> aiohttp.ClientSession:
+        limit = self.limits.max_connections or 0
+        connector = aiohttp.TCPConnector(
+            keepalive_timeout=self.limits.keepalive_expiry,
+            ssl=self.ssl_context,
+            limit=limit,
+            limit_per_host=0,
+        )
+        return _VerbatimURLSession(connector=connector)
 
 
 def timeout_for(upstream: UpstreamSettings) -> httpx.Timeout:

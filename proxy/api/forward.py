@@ -33,6 +33,19 @@ class Outcome:
     upstream_request_id: str | None = None
 
 
+@dataclass(slots=True)
+class StreamedBody:
+    """A request body still arriving from the client while it goes upstream.
+
+    `done` tells the disconnect watch when `receive()` is free; `error` keeps what our own
+    generator raised (413, client gone), because the transport reports it as a connection
+    failure without chaining the original.
+    """
+
+    done: asyncio.Event
+    error: BaseException | None = None
+
+
 class _DisconnectWatch:
     """Cancels the forwarding task when the client disconnects.
 
@@ -40,15 +53,17 @@ class _DisconnectWatch:
     the body is read, only ever yields `http.disconnect`) and cancels its owner.
     """
 
-    def __init__(self, receive: Receive, body_done: asyncio.Event | None) -> None:
+    def __init__(self, receive: Receive, streamed: StreamedBody | None) -> None:
         self.fired = False
         self._finished = False
         self._owner = asyncio.current_task()
-        self._task = asyncio.ensure_future(self._watch(receive, body_done))
+        self._task = asyncio.ensure_future(self._watch(receive, streamed))
 
-    async def _watch(self, receive: Receive, body_done: asyncio.Event | None) -> None:
-        if body_done is not None:
-            await body_done.wait()
+    async def _watch(self, receive: Receive, streamed: StreamedBody | None) -> None:
+        if streamed is not None:
+            await streamed.done.wait()
+            if streamed.error is not None:
+                return
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
@@ -73,12 +88,12 @@ async def forward(
     url: str,
     headers: list[tuple[str, str]],
     content: bytes | AsyncIterator[bytes],
-    body_done: asyncio.Event | None = None,
+    streamed: StreamedBody | None = None,
     extra_headers: list[tuple[bytes, bytes]] | None = None,
 ) -> Outcome:
     """Forward and relay. Never raises for transport problems: the client gets 502/504."""
     outcome = Outcome(status=0)
-    watch = _DisconnectWatch(receive, body_done)
+    watch = _DisconnectWatch(receive, streamed)
     response: httpx.Response | None = None
     try:
         request = client.build_request(
@@ -89,6 +104,10 @@ async def forward(
         except ProxyError:
             raise
         except (TimeoutError, httpx.HTTPError, OSError) as exc:
+            # Our own request-body generator may have refused the body (413) or lost the
+            # client; the transport reports that as a connection failure, which it is not.
+            if streamed is not None and streamed.error is not None:
+                raise streamed.error from None
             failure = classify_error(exc, upstream)
             log.warning("upstream request failed: %s", failure.message)
             outcome.status = failure.status

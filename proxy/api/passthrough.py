@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 
 import orjson
 
-from proxy.api.forward import Outcome, forward
+from proxy.api.forward import Outcome, StreamedBody, forward
 from proxy.asgi import (
     ClientGone,
     Receive,
@@ -24,6 +24,7 @@ from proxy.asgi import (
 )
 from proxy.config import UpstreamSettings
 from proxy.context import RequestContext
+from proxy.errors import ProxyError
 from proxy.upstream import upstream_headers
 
 _PEEK_LIMIT = 256 * 1024
@@ -68,8 +69,6 @@ async def passthrough(ctx: RequestContext, scope: Scope, receive: Receive, send:
         ctx.bytes_in = len(raw)
         upstream = state.router.for_model(_peek_model(raw))
         ctx.upstream = upstream.name
-        done = asyncio.Event()
-        done.set()
         return await forward(
             state.client,
             upstream,
@@ -82,13 +81,12 @@ async def passthrough(ctx: RequestContext, scope: Scope, receive: Receive, send:
                 scope["headers"], upstream, strip_authorization=ctx.authenticated
             ),
             content=raw,
-            body_done=done,
             extra_headers=ctx.response_headers,
         )
 
     upstream = state.router.default
     ctx.upstream = upstream.name
-    body_done = asyncio.Event()
+    streamed = StreamedBody(asyncio.Event())
 
     async def body() -> AsyncIterator[bytes]:
         total = 0
@@ -106,8 +104,11 @@ async def passthrough(ctx: RequestContext, scope: Scope, receive: Receive, send:
                     yield chunk
                 if not message.get("more_body", False):
                     return
+        except (ProxyError, ClientGone) as exc:
+            streamed.error = exc
+            raise
         finally:
-            body_done.set()
+            streamed.done.set()
 
     has_body = method not in ("GET", "HEAD", "DELETE", "OPTIONS") or bool(declared)
     content: bytes | AsyncIterator[bytes]
@@ -115,7 +116,7 @@ async def passthrough(ctx: RequestContext, scope: Scope, receive: Receive, send:
         content = body()
     else:
         content = b""
-        body_done.set()
+        streamed.done.set()
     return await forward(
         state.client,
         upstream,
@@ -126,6 +127,6 @@ async def passthrough(ctx: RequestContext, scope: Scope, receive: Receive, send:
         url=upstream_url(upstream, scope),
         headers=upstream_headers(scope["headers"], upstream, strip_authorization=ctx.authenticated),
         content=content,
-        body_done=body_done,
+        streamed=streamed,
         extra_headers=ctx.response_headers,
     )
