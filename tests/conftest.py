@@ -107,19 +107,33 @@ def upstream(fake_upstream: UpstreamServer) -> Iterator[UpstreamServer]:
     fake_upstream.reset()
 
 
-@pytest.fixture
-def upstream_factory(tmp_path: Path) -> Iterator[UpstreamFactory]:
-    started: list[UpstreamServer] = []
-
+def _upstream_starter(directory: Path, started: list[UpstreamServer]) -> UpstreamFactory:
     def start(context_window: int | None = None) -> UpstreamServer:
         n = next(_names)
         server = UpstreamServer(
-            tmp_path / f"upstream-{n}.log", context_window=context_window, name=f"upstream-{n}"
+            directory / f"upstream-{n}.log", context_window=context_window, name=f"upstream-{n}"
         )
         started.append(server.start())
         return server
 
-    yield start
+    return start
+
+
+@pytest.fixture
+def upstream_factory(tmp_path: Path) -> Iterator[UpstreamFactory]:
+    started: list[UpstreamServer] = []
+    yield _upstream_starter(tmp_path, started)
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def upstream_factory_module(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[UpstreamFactory]:
+    """Like ``upstream_factory``, but the servers live as long as the test module."""
+    started: list[UpstreamServer] = []
+    yield _upstream_starter(tmp_path_factory.mktemp("upstreams"), started)
     for server in started:
         server.stop()
 
