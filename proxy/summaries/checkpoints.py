@@ -1,0 +1,140 @@
+"""Sticky compaction: what the pipeline made of a prefix, found again on the next turn.
+
+Clients resend the whole history every turn. Without memory the proxy would re-summarize (a
+summarizer call per turn) and re-cut (a new prefix per turn, so the upstream prompt cache is
+lost every time). A checkpoint records the compacted form of the messages `m_1..m_k`; the next
+request that starts with the same messages continues from it, so the forwarded prefix stays
+byte-identical until the next compaction.
+
+Keys form a hash chain over the messages after the leading system block,
+`h_0 = H(namespace)`, `h_i = H(h_{i-1} ‖ canonical(m_i))`, so one store round trip over all
+`h_i` finds the longest stored prefix. The leading system block is not part of the chain: it is
+never compacted and is taken from each request as it comes (a date in a system prompt does not
+invalidate the checkpoint). The namespace holds a hash of the caller's credential, so one
+tenant never reads another's checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from proxy.summaries.stores.base import Checkpoint, CheckpointStore, StoreUnavailable
+
+log = logging.getLogger("compaction_proxy.checkpoints")
+
+Message = dict[str, Any]
+_SYSTEM_ROLES = frozenset({"system", "developer"})
+NAMESPACE_VERSION = "cp1"
+
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def canonical(message: Message) -> bytes:
+    """Bytes that are equal exactly when two messages mean the same to the upstream."""
+    return orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
+
+
+def leading_system_count(messages: Sequence[Message]) -> int:
+    count = 0
+    for message in messages:
+        if message.get("role") not in _SYSTEM_ROLES:
+            break
+        count += 1
+    return count
+
+
+def namespace_for(
+    *, credential: str | None, summarizer_model: str, prompt_version: str, fingerprint: str
+) -> str:
+    """One namespace per tenant, summarizer model, prompt version and compaction config.
+
+    The credential is hashed: the namespace is stored and logged, the key must never be.
+    """
+    tenant = _digest((credential or "anonymous").encode()).hex()
+    parts = [NAMESPACE_VERSION, tenant, summarizer_model, prompt_version, fingerprint]
+    return _digest("\x1f".join(parts).encode()).hex()
+
+
+def chain(namespace: str, messages: Sequence[Message]) -> list[str]:
+    """`h_1..h_n` for `messages` (already without the leading system block)."""
+    current = _digest(namespace.encode())
+    hashes: list[str] = []
+    for message in messages:
+        current = _digest(current + canonical(message))
+        hashes.append(current.hex())
+    return hashes
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    """The effective view of one request and where it came from."""
+
+    messages: list[Message]  # system block + checkpoint messages + the verbatim rest
+    system_count: int
+    hashes: list[str]  # chain over the request's non-system messages
+    covered: int  # how many of those messages the checkpoint stands for (0: none)
+    checkpoint: Checkpoint | None
+    store_error: str | None = None
+
+    @property
+    def hit(self) -> bool:
+        return self.checkpoint is not None
+
+
+class Checkpoints:
+    """Finds and stores checkpoints; a store failure degrades to "no checkpoint"."""
+
+    def __init__(self, store: CheckpointStore, ttl_seconds: int) -> None:
+        self.store = store
+        self.ttl_seconds = ttl_seconds
+
+    async def lookup(self, namespace: str, messages: Sequence[Message]) -> Lookup:
+        system_count = leading_system_count(messages)
+        rest = messages[system_count:]
+        hashes = chain(namespace, rest)
+        found: tuple[int, Checkpoint] | None = None
+        error: str | None = None
+        if hashes:
+            try:
+                found = await self.store.find_longest(namespace, hashes)
+            except StoreUnavailable as exc:
+                error = f"checkpoint store unavailable ({self.store.name}): {exc}"
+                log.warning(error)
+        if found is None:
+            return Lookup(list(messages), system_count, hashes, 0, None, error)
+        index, checkpoint = found
+        covered = index + 1
+        effective = [*messages[:system_count], *checkpoint.messages, *rest[covered:]]
+        return Lookup(effective, system_count, hashes, covered, checkpoint, error)
+
+    async def save(
+        self, namespace: str, lookup: Lookup, compacted: Sequence[Message], meta: dict[str, Any]
+    ) -> str | None:
+        """Store the compacted form of the whole request under its last chain hash.
+
+        Returns an error text when the store failed (the request goes on regardless).
+        """
+        if not lookup.hashes:
+            return None
+        # The client's system block is kept in place by every strategy, so it has the same
+        # length in the output; a summary placed as a system message comes after it and
+        # belongs to the checkpoint.
+        checkpoint = Checkpoint(
+            messages=tuple(compacted[lookup.system_count :]), created_at=time.time(), meta=meta
+        )
+        try:
+            await self.store.put(namespace, lookup.hashes[-1], checkpoint, self.ttl_seconds)
+        except StoreUnavailable as exc:
+            error = f"checkpoint not stored ({self.store.name} unavailable): {exc}"
+            log.warning(error)
+            return error
+        return None
