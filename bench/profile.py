@@ -29,6 +29,9 @@ BUCKETS = [  # first match wins; keys are substrings of py-spy's "func (file:lin
     ("httpx client layer", "(httpx/"),
     ("httpx-aiohttp adapter", "(httpx_aiohttp/"),
     ("aiohttp client", "(aiohttp/"),
+    ("httpcore/anyio (httpx's own transport)", "(httpcore/"),
+    ("httpcore/anyio (httpx's own transport)", "(anyio/"),
+    ("logging (stdlib)", "(logging/"),
     ("uvicorn/httptools server", "(uvicorn/"),
     ("asyncio/uvloop loop", "(asyncio/"),
 ]
@@ -80,6 +83,7 @@ def main() -> None:
     parser.add_argument("--mode", choices=["json", "sse"], default="json")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--log-level", choices=["warning", "info"], default="warning")
     parser.add_argument("--out", help="also write the markdown here")
     args = parser.parse_args()
     pyspy = shutil.which("py-spy") or str(Path(PY).parent / "py-spy")
@@ -95,7 +99,7 @@ def main() -> None:
     mock_port, proxy_port = free_port(), free_port()
     mock = Target("mock", f"http://127.0.0.1:{mock_port}", "/health",
                   pinned(CLIENT_CPU, [PY, "-m", "bench.mock_upstream", "--port", str(mock_port)]))
-    cfg = proxy_config(tmp / "proxy.yaml", mock_port, args.transport, "warning")
+    cfg = proxy_config(tmp / "proxy.yaml", mock_port, args.transport, args.log_level)
     proxy = Target("proxy", f"http://127.0.0.1:{proxy_port}", "/healthz", pinned(PROXY_CPU, [
         PY, "-m", "proxy", "serve", "--config", str(cfg), "--port", str(proxy_port)]))
     raw = tmp / "profile.raw"
@@ -124,7 +128,7 @@ def main() -> None:
         for t in (proxy, mock):
             stop(t)
     rps = next((line.strip() for line in load_out.splitlines() if "Requests/sec" in line), "")
-    text = report(parse_raw(raw), f"Proxy profile: {args.transport} transport, {args.mode}, "
+    text = report(parse_raw(raw), f"Proxy profile: {args.transport} transport, {args.mode}, log {args.log_level}, "
                   f"c={args.concurrency} ({rps or 'see loadgen output'})")
     print(text)
     if args.out:
