@@ -1,0 +1,408 @@
+"""Gateway overhead benchmark: direct mock vs compaction-proxy (both transports) vs LiteLLM.
+
+One run starts everything on loopback and measures it together, because on a shared 2-core
+machine numbers taken minutes apart are not comparable:
+
+* the mock upstream and the load generator share core 1; every proxy gets core 0 alone
+  (`taskset`), one worker each, so "proxy RPS / direct RPS" compares one proxy core against
+  what the mock can serve;
+* added latency at concurrency 1 = proxy percentile minus direct percentile, from the Python
+  generator (per-request timings, warm-up discarded, targets interleaved round by round);
+* throughput at concurrency 16 from `hey` when installed (Go, no ~1k RPS Python ceiling),
+  else from the Python generator; rounds interleave targets and the median round is reported.
+
+Nothing here asserts on timings: the run prints and writes a table for people to read.
+
+Run (from the repo root): python -m bench.gateway [--quick] [--out bench/results/gateway.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib.metadata as md
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PY = sys.executable
+PROXY_CPU, CLIENT_CPU = "0", "1"
+KEY = "sk-bench"
+CHAT = "/v1/chat/completions"
+DEFAULT_LITELLM = REPO.parent / ".venv-litellm" / "bin" / "litellm"
+# A short but realistic agent turn (~1 KB): the proxy parses it with orjson on every request.
+MESSAGES = [
+    {"role": "system", "content": "You are a careful coding assistant. " * 8},
+    {"role": "user", "content": "Summarise the change in proxy/upstream.py. " * 10},
+    {"role": "assistant", "content": "It adds an aiohttp transport behind httpx's API. " * 4},
+    {"role": "user", "content": "And the pool limits?"},
+]
+
+
+@dataclass
+class Target:
+    name: str
+    base: str  # http://127.0.0.1:port
+    health: str  # path polled until it answers 200
+    cmd: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return self.base + CHAT
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pinned(cpu: str, cmd: list[str]) -> list[str]:
+    return ["taskset", "-c", cpu, *cmd] if shutil.which("taskset") else cmd
+
+
+def start(target: Target, log: Path) -> None:
+    # Own session, so stop() can end exactly this process group (uvicorn/LiteLLM children).
+    target.proc = subprocess.Popen(
+        target.cmd,
+        cwd=REPO,
+        env={**os.environ, **target.env},
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def wait_ready(target: Target, timeout: float) -> float:
+    """Seconds until the health path answered 200; raises if the process died or timed out."""
+    begin = time.monotonic()
+    while time.monotonic() - begin < timeout:
+        assert target.proc is not None
+        if target.proc.poll() is not None:
+            raise RuntimeError(f"{target.name} exited with {target.proc.returncode}")
+        try:
+            with urllib.request.urlopen(target.base + target.health, timeout=2) as r:
+                if r.status == 200:
+                    return time.monotonic() - begin
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{target.name} not ready after {timeout:.0f}s")
+
+
+def stop(target: Target) -> None:
+    if target.proc is None or target.proc.poll() is not None:
+        return
+    os.killpg(target.proc.pid, signal.SIGTERM)
+    try:
+        target.proc.wait(10)
+    except subprocess.TimeoutExpired:
+        os.killpg(target.proc.pid, signal.SIGKILL)
+        target.proc.wait()
+
+
+def proxy_config(path: Path, mock_port: int, transport: str, log_level: str) -> Path:
+    path.write_text(
+        f"""server:
+  upstream_transport: {transport}
+  log_level: {log_level}
+  api_keys: ["{KEY}"]
+upstreams:
+  - name: mock
+    base_url: http://127.0.0.1:{mock_port}/v1
+    api_key: sk-mock
+"""
+    )
+    return path
+
+
+def litellm_config(path: Path, mock_port: int) -> Path:
+    path.write_text(
+        f"""model_list:
+  - model_name: mock-gpt
+    litellm_params:
+      model: openai/mock-gpt
+      api_base: http://127.0.0.1:{mock_port}/v1
+      api_key: sk-mock
+"""
+    )
+    return path
+
+
+def loadgen(
+    targets: list[Target], body: Path, concurrency: int, rounds: int, warmup: int, *,
+    requests: int | None = None, duration: float | None = None,
+) -> dict[str, dict[str, float]]:
+    cmd = [PY, "-m", "bench.loadgen", "--body-file", str(body), "-c", str(concurrency),
+           "--rounds", str(rounds), "--warmup", str(warmup), "-H", f"Authorization: Bearer {KEY}"]
+    cmd += ["-n", str(requests)] if requests else ["-z", str(duration)]
+    for t in targets:
+        cmd += ["--target", f"{t.name}={t.url}"]
+    out = subprocess.run(pinned(CLIENT_CPU, cmd), cwd=REPO, capture_output=True, check=True)
+    return json.loads(out.stdout)
+
+
+def hey(target: Target, body: Path, concurrency: int, duration: float) -> dict[str, float]:
+    """One closed-loop `hey` run; latencies converted to ms."""
+    cmd = ["hey", "-z", f"{duration}s", "-c", str(concurrency), "-m", "POST",
+           "-T", "application/json", "-H", f"Authorization: Bearer {KEY}", "-D", str(body),
+           target.url]
+    text = subprocess.run(pinned(CLIENT_CPU, cmd), capture_output=True, text=True).stdout
+
+    def grab(pattern: str) -> float:
+        m = re.search(pattern, text)
+        return float(m.group(1)) if m else float("nan")
+
+    ok = sum(int(n) for n in re.findall(r"\[200\]\s+(\d+) responses", text))
+    total = sum(int(n) for n in re.findall(r"\[\d{3}\]\s+(\d+) responses", text))
+    failed = text.split("Error distribution:", 1)[1] if "Error distribution:" in text else ""
+    errors = total - ok + sum(int(n) for n in re.findall(r"^\s+\[(\d+)\]\s", failed, re.M))
+    return {
+        "rps": grab(r"Requests/sec:\s+([\d.]+)"),
+        "p50": grab(r"50%+ in ([\d.]+) secs") * 1000,
+        "p99": grab(r"99%+ in ([\d.]+) secs") * 1000,
+        "errors": errors,
+    }
+
+
+def median_round(rounds: list[dict[str, float]]) -> dict[str, float]:
+    return {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
+
+
+def versions(litellm: Path | None) -> str:
+    names = ["uvicorn", "uvloop", "httptools", "httpx", "httpx-aiohttp", "aiohttp", "orjson"]
+    parts = [f"Python {platform.python_version()}"]
+    parts += [f"{n} {md.version(n)}" for n in names if _has(n)]
+    if litellm is not None:
+        probe = [str(litellm.parent / "python"), "-c",
+                 "import importlib.metadata as m; print(m.version('litellm'))"]
+        parts.append("LiteLLM " + subprocess.run(probe, capture_output=True, text=True).stdout.strip())
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
+                            capture_output=True, text=True).stdout.strip()
+    parts.append(f"compaction-proxy @ {commit or '?'}")
+    if shutil.which("hey"):
+        parts.append("hey " + _deb_version("hey"))
+    return ", ".join(parts)
+
+
+def _has(name: str) -> bool:
+    try:
+        md.version(name)
+        return True
+    except md.PackageNotFoundError:
+        return False
+
+
+def _deb_version(pkg: str) -> str:
+    out = subprocess.run(["dpkg-query", "-W", "-f=${Version}", pkg], capture_output=True, text=True)
+    return out.stdout.strip() or "(version unknown)"
+
+
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def fmt(x: float, digits: int = 2) -> str:
+    return "n/a" if x != x else f"{x:.{digits}f}"  # x != x: NaN
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="1 short round: a smoke run")
+    parser.add_argument("--out", default="bench/results/gateway.md")
+    parser.add_argument("--litellm", default=str(DEFAULT_LITELLM), help="litellm CLI path")
+    parser.add_argument("--chunks", type=int, default=16, help="SSE content deltas per stream")
+    parser.add_argument("--no-hey", action="store_true", help="use the Python generator only")
+    args = parser.parse_args()
+
+    rounds, n_c1, warmup, seconds = (1, 100, 30, 2.0) if args.quick else (5, 300, 100, 5.0)
+    tp_rounds = 1 if args.quick else 3
+    use_hey = bool(shutil.which("hey")) and not args.no_hey
+    litellm = Path(args.litellm) if Path(args.litellm).exists() else None
+    notes: list[str] = []
+    if not shutil.which("taskset"):
+        notes.append("`taskset` not found: processes were NOT pinned to cores.")
+    if litellm is None:
+        notes.append(f"LiteLLM skipped: `{args.litellm}` not found. Install it with "
+                     "`python3 -m venv /work/.venv-litellm && /work/.venv-litellm/bin/pip "
+                     "install 'litellm[proxy]'` (or pass --litellm).")
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-gw-"))
+    bodies = {}
+    for mode, extra in (("json", {}), ("sse", {"stream": True})):
+        bodies[mode] = tmp / f"{mode}.json"
+        bodies[mode].write_bytes(json.dumps({"model": "mock-gpt", "messages": MESSAGES, **extra}).encode())
+
+    mock_port = free_port()
+    mock = Target("direct", f"http://127.0.0.1:{mock_port}", "/health", pinned(CLIENT_CPU, [
+        PY, "-m", "bench.mock_upstream", "--port", str(mock_port), "--chunks", str(args.chunks)]))
+    targets = [mock]
+    for name, transport, level in (("proxy-aiohttp", "aiohttp", "warning"),
+                                   ("proxy-httpx", "httpx", "warning"),
+                                   ("proxy-aiohttp+info-log", "aiohttp", "info")):
+        port = free_port()
+        cfg = proxy_config(tmp / f"{name}.yaml", mock_port, transport, level)
+        targets.append(Target(name, f"http://127.0.0.1:{port}", "/healthz", pinned(PROXY_CPU, [
+            PY, "-m", "proxy", "serve", "--config", str(cfg), "--port", str(port)])))
+    port = free_port()
+    targets.append(Target("ref-aiohttp-passthrough", f"http://127.0.0.1:{port}", "/health",
+        pinned(PROXY_CPU, [PY, "-m", "bench.ref_passthrough", "--port", str(port),
+                           "--upstream", f"http://127.0.0.1:{mock_port}/v1"])))
+    if litellm is not None:
+        port = free_port()
+        cfg = litellm_config(tmp / "litellm.yaml", mock_port)
+        targets.append(Target("litellm", f"http://127.0.0.1:{port}", "/health/liveliness",
+            pinned(PROXY_CPU, [str(litellm), "--config", str(cfg), "--host", "127.0.0.1",
+                               "--port", str(port), "--num_workers", "1"]),
+            env={"LITELLM_MASTER_KEY": KEY, "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                 "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true"}))
+
+    c1: dict[str, dict[str, dict[str, float]]] = {}
+    c16: dict[str, dict[str, dict[str, float]]] = {}
+    py_ceiling: dict[str, float] = {}
+    try:
+        for t in targets:
+            start(t, tmp / f"{t.name}.log")
+        for t in targets:
+            took = wait_ready(t, 120 if t.name == "litellm" else 30)
+            print(f"# {t.name} ready in {took:.1f}s", file=sys.stderr)
+        for mode in ("json", "sse"):
+            print(f"# c=1 {mode}", file=sys.stderr)
+            c1[mode] = loadgen(targets, bodies[mode], 1, rounds, warmup, requests=n_c1)
+        per_round: dict[str, dict[str, list[dict[str, float]]]] = {
+            m: {t.name: [] for t in targets} for m in ("json", "sse")}
+        for r in range(tp_rounds):
+            for mode in ("json", "sse"):
+                print(f"# c=16 {mode} round {r + 1}/{tp_rounds}", file=sys.stderr)
+                for t in targets:
+                    if use_hey:
+                        res = hey(t, bodies[mode], 16, seconds)
+                    else:
+                        res = loadgen([t], bodies[mode], 16, 1, warmup, duration=seconds)[t.name]
+                    per_round[mode][t.name].append(res)
+        for mode in ("json", "sse"):
+            c16[mode] = {name: median_round(rs) for name, rs in per_round[mode].items()}
+        if use_hey:  # the Python generator's own ceiling, measured against the bare mock
+            py_ceiling = loadgen([mock], bodies["json"], 16, 1, warmup, duration=seconds)["direct"]
+    finally:
+        for t in reversed(targets):
+            stop(t)
+
+    report = render(args, targets, c1, c16, py_ceiling, use_hey, notes, litellm,
+                    body_bytes=bodies["json"].stat().st_size)
+    print(report)
+    out = REPO / args.out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(report)
+    print(f"# written to {out}; logs in {tmp}", file=sys.stderr)
+
+
+def render(
+    args: argparse.Namespace, targets: list[Target],
+    c1: dict[str, dict[str, dict[str, float]]], c16: dict[str, dict[str, dict[str, float]]],
+    py_ceiling: dict[str, float], use_hey: bool, notes: list[str], litellm: Path | None,
+    body_bytes: int,
+) -> str:
+    names = [t.name for t in targets]
+    d1j, d1s = c1["json"]["direct"], c1["sse"]["direct"]
+    cmd = "cd " + str(REPO) + " && " + " ".join([PY, "-m", "bench.gateway", *sys.argv[1:]])
+    tool = "hey (Go, closed loop)" if use_hey else "bench.loadgen (Python aiohttp, closed loop)"
+    lines = [
+        "# Gateway overhead benchmark",
+        "",
+        f"- Date: {dt.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}",
+        f"- CPU: {cpu_model()} ({os.cpu_count()} cores), {platform.system()} {platform.release()}",
+        f"- Versions: {versions(litellm)}",
+        f"- Pinning: proxies on core {PROXY_CPU} (1 worker each); mock upstream and load "
+        f"generator on core {CLIENT_CPU}. Loopback only. Request body {body_bytes} B; SSE = "
+        f"{args.chunks} content deltas + role/stop frames + [DONE]; mock delay 0 ms.",
+        f"- c=1: bench.loadgen, {'1 round' if args.quick else '5 interleaved rounds'} per "
+        "target, warm-up discarded; 'added' = target percentile minus direct percentile.",
+        f"- c=16: {tool}, {'1 round' if args.quick else 'median of 3 interleaved rounds'} of "
+        f"{'2' if args.quick else '5'} s per target and mode.",
+        "- `ref-aiohttp-passthrough` (bench/ref_passthrough.py) is a floor, not a product: raw "
+        "ASGI + aiohttp with no auth, header rules or error handling, on the same stack.",
+        f"- Command: `{cmd}`",
+        *[f"- Note: {n}" for n in notes],
+        "",
+        "## Concurrency 1: latency (ms)",
+        "",
+        "| target | JSON p50 | JSON p99 | added p50 | added p99 | SSE TTFB p50 | added TTFB p50 "
+        "| SSE total p50 | SSE total p99 | added total p50 | added total p99 | SSE events |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name in names:
+        j, s = c1["json"][name], c1["sse"][name]
+        lines.append("| " + " | ".join([
+            name, fmt(j["p50"]), fmt(j["p99"]), fmt(j["p50"] - d1j["p50"]), fmt(j["p99"] - d1j["p99"]),
+            fmt(s["ttfb_p50"]), fmt(s["ttfb_p50"] - d1s["ttfb_p50"]), fmt(s["p50"]), fmt(s["p99"]),
+            fmt(s["p50"] - d1s["p50"]), fmt(s["p99"] - d1s["p99"]), fmt(s["events"], 0),
+        ]) + " |")
+    lines += [
+        "",
+        "## Concurrency 16: throughput",
+        "",
+        "| target | JSON RPS | JSON p50 ms | JSON p99 ms | JSON RPS / direct | SSE RPS | SSE p50 ms "
+        "| SSE p99 ms | SSE RPS / direct | errors |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    dj, ds = c16["json"]["direct"]["rps"], c16["sse"]["direct"]["rps"]
+    for name in names:
+        j, s = c16["json"][name], c16["sse"][name]
+        lines.append("| " + " | ".join([
+            name, fmt(j["rps"], 0), fmt(j["p50"]), fmt(j["p99"]), fmt(j["rps"] / dj),
+            fmt(s["rps"], 0), fmt(s["p50"]), fmt(s["p99"]), fmt(s["rps"] / ds),
+            str(int(j["errors"] + s["errors"])),
+        ]) + " |")
+    if py_ceiling:
+        lines += ["", f"Python generator ceiling (bench.loadgen, c=16, JSON, direct mock): "
+                  f"{py_ceiling['rps']:.0f} RPS (p50 {py_ceiling['p50']:.2f} ms) vs hey's "
+                  f"{dj:.0f} RPS: numbers near that ceiling measure the generator, not the target."]
+    else:
+        lines += ["", "Throughput is from the Python generator, which caps near ~1k RPS per core: "
+                  "install `hey` (`apt-get install -y hey`) for real throughput numbers."]
+    lines += ["", "## Targets (reported, not asserted)", ""]
+    for name in names:
+        if not name.startswith("proxy-"):
+            continue
+        added = c1["json"][name]["p50"] - d1j["p50"]
+        ratio = c16["json"][name]["rps"] / dj
+        lines.append(
+            f"- {name}: added p50 at c=1 (JSON) {added:.2f} ms "
+            f"({'met' if added <= 0.5 else 'NOT met'}, target ≤ 0.5 ms); c=16 JSON throughput "
+            f"{ratio:.2f}× direct ({'met' if ratio >= 0.5 else 'NOT met'}, target ≥ 0.5×); "
+            f"SSE {c16['sse'][name]['rps'] / ds:.2f}× direct."
+        )
+    a, h = c16["json"]["proxy-aiohttp"]["rps"], c16["json"]["proxy-httpx"]["rps"]
+    lines.append(f"- Faster transport at c=16 JSON: {'aiohttp' if a >= h else 'httpx'} "
+                 f"({max(a, h) / min(a, h):.2f}×).")
+    info = c16["json"].get("proxy-aiohttp+info-log")
+    if info:
+        lines.append(
+            f"- Cost of `log_level: info` (one JSON access line per request, to a file): "
+            f"c=1 p50 {c1['json']['proxy-aiohttp+info-log']['p50'] - c1['json']['proxy-aiohttp']['p50']:+.3f} ms, "
+            f"c=16 RPS {info['rps'] / a - 1:+.1%} vs warning."
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()

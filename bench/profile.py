@@ -1,0 +1,140 @@
+"""Sample the proxy with py-spy while it serves concurrency-16 load, and say where time goes.
+
+Why: throughput tables tell you *that* the proxy is slower than direct; this tells you *which
+code* to change. The proxy runs pinned to core 0 exactly as in bench.gateway; the mock, the
+load generator and py-spy share core 1. py-spy samples from outside the process (no code
+changes, low distortion), so the profile describes the real server.
+
+Run: python -m bench.profile [--transport aiohttp|httpx] [--mode json|sse] [--seconds 10]
+Needs `py-spy` (pip install py-spy) and ptrace permission; uses `hey` for load if installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+from bench.gateway import (
+    CLIENT_CPU, KEY, MESSAGES, PROXY_CPU, PY, REPO, Target, free_port, pinned, proxy_config,
+    start, stop, wait_ready,
+)
+
+BUCKETS = [  # first match wins; keys are substrings of py-spy's "func (file:line)" frames
+    ("proxy (own code)", "(proxy/"),
+    ("httpx client layer", "(httpx/"),
+    ("httpx-aiohttp adapter", "(httpx_aiohttp/"),
+    ("aiohttp client", "(aiohttp/"),
+    ("httpcore/anyio (httpx's own transport)", "(httpcore/"),
+    ("httpcore/anyio (httpx's own transport)", "(anyio/"),
+    ("logging (stdlib)", "(logging/"),
+    ("uvicorn/httptools server", "(uvicorn/"),
+    ("asyncio/uvloop loop", "(asyncio/"),
+]
+
+
+def parse_raw(path: Path) -> list[tuple[list[str], int]]:
+    """py-spy `--format raw` is collapsed stacks: 'root;...;leaf count' per line."""
+    rows = []
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if stack:
+            rows.append((stack.split(";"), int(count)))
+    return rows
+
+
+def bucket(frame: str) -> str:
+    return next((name for name, key in BUCKETS if key in frame), "other (stdlib, uuid, ...)")
+
+
+def report(rows: list[tuple[list[str], int]], title: str, top: int = 15) -> str:
+    total = sum(n for _, n in rows) or 1
+    self_frames: Counter[str] = Counter()
+    by_bucket: Counter[str] = Counter()
+    own_inclusive: Counter[str] = Counter()
+    for frames, n in rows:
+        self_frames[frames[-1]] += n
+        by_bucket[bucket(frames[-1])] += n
+        for f in set(frames):
+            if "(proxy/" in f and "proxy/cli.py" not in f and "proxy/__main__" not in f:
+                own_inclusive[f] += n
+
+    def table(header: str, counter: Counter[str]) -> list[str]:
+        out = [f"| {header} | % of samples |", "|---|---|"]
+        out += [f"| `{k}` | {100 * v / total:.1f} |" for k, v in counter.most_common(top)]
+        return out + [""]
+
+    return "\n".join([
+        f"# {title}", "", f"{total} samples.", "",
+        "## Self time by layer", "", *table("layer", by_bucket),
+        "## Hottest frames (self time)", "", *table("frame", self_frames),
+        "## Proxy code lines (inclusive: the line and everything it calls)", "",
+        *table("frame", own_inclusive),
+    ])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--transport", choices=["aiohttp", "httpx"], default="aiohttp")
+    parser.add_argument("--mode", choices=["json", "sse"], default="json")
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--log-level", choices=["warning", "info"], default="warning")
+    parser.add_argument("--out", help="also write the markdown here")
+    args = parser.parse_args()
+    pyspy = shutil.which("py-spy") or str(Path(PY).parent / "py-spy")
+    if not Path(pyspy).exists():
+        sys.exit("py-spy not found: pip install py-spy")
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-prof-"))
+    body = tmp / "body.json"
+    extra = ', "stream": true' if args.mode == "sse" else ""
+    import json
+
+    body.write_text('{"model": "mock-gpt", "messages": ' + json.dumps(MESSAGES) + extra + "}")
+    mock_port, proxy_port = free_port(), free_port()
+    mock = Target("mock", f"http://127.0.0.1:{mock_port}", "/health",
+                  pinned(CLIENT_CPU, [PY, "-m", "bench.mock_upstream", "--port", str(mock_port)]))
+    cfg = proxy_config(tmp / "proxy.yaml", mock_port, args.transport, args.log_level)
+    proxy = Target("proxy", f"http://127.0.0.1:{proxy_port}", "/healthz", pinned(PROXY_CPU, [
+        PY, "-m", "proxy", "serve", "--config", str(cfg), "--port", str(proxy_port)]))
+    raw = tmp / "profile.raw"
+    try:
+        for t in (mock, proxy):
+            start(t, tmp / f"{t.name}.log")
+            wait_ready(t, 30)
+        load_seconds = args.seconds + 4  # load runs before and after the sampling window
+        if shutil.which("hey"):
+            load = ["hey", "-z", f"{load_seconds}s", "-c", str(args.concurrency), "-m", "POST",
+                    "-T", "application/json", "-H", f"Authorization: Bearer {KEY}",
+                    "-D", str(body), proxy.url]
+        else:
+            load = [PY, "-m", "bench.loadgen", "--target", f"proxy={proxy.url}", "--body-file",
+                    str(body), "-c", str(args.concurrency), "-z", str(load_seconds),
+                    "-H", f"Authorization: Bearer {KEY}"]
+        driver = subprocess.Popen(pinned(CLIENT_CPU, load), cwd=REPO, stdout=subprocess.PIPE,
+                                  text=True)
+        assert proxy.proc is not None
+        # `taskset` execs the proxy, so the pid we started is the Python process itself.
+        subprocess.run(pinned(CLIENT_CPU, [
+            pyspy, "record", "-p", str(proxy.proc.pid), "-d", str(int(args.seconds)),
+            "-r", "250", "-f", "raw", "-o", str(raw)]), check=True, capture_output=True)
+        load_out = driver.communicate()[0]
+    finally:
+        for t in (proxy, mock):
+            stop(t)
+    rps = next((line.strip() for line in load_out.splitlines() if "Requests/sec" in line), "")
+    text = report(parse_raw(raw), f"Proxy profile: {args.transport} transport, {args.mode}, log {args.log_level}, "
+                  f"c={args.concurrency} ({rps or 'see loadgen output'})")
+    print(text)
+    if args.out:
+        (REPO / args.out).write_text(text)
+    print(f"# raw stacks: {raw}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
