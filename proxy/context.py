@@ -6,12 +6,15 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from proxy.transport import HttpxUpstream
+
 if TYPE_CHECKING:
     import httpx
 
     from proxy.compaction import CompactionReport
     from proxy.compactor import Compactor
     from proxy.config import Settings
+    from proxy.transport import UpstreamTransport
     from proxy.upstream import Router
 
 
@@ -22,12 +25,25 @@ class AppState:
     settings: Settings
     router: Router
     compactor: Compactor
+    # httpx client for the proxy's own calls (the summarizer); cookie-less, no default headers.
     client: httpx.AsyncClient | None = None
+    # What forwarding uses; built in the lifespan (tests may hand in `client` alone).
+    transport: UpstreamTransport | None = None
     shutting_down: bool = False
 
     @property
+    def upstream(self) -> UpstreamTransport:
+        if self.transport is None:
+            if self.client is None:
+                raise RuntimeError("the upstream client is not started (lifespan not run)")
+            self.transport = HttpxUpstream(self.client)
+        return self.transport
+
+    @property
     def ready(self) -> bool:
-        return self.client is not None and not self.client.is_closed and not self.shutting_down
+        if self.shutting_down or self.client is None or self.client.is_closed:
+            return False
+        return self.transport is None or not self.transport.closed
 
 
 @dataclass(slots=True)

@@ -10,17 +10,13 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import socket
-import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import aiohttp
 import httpx
-import yarl
-from httpx_aiohttp import AiohttpTransport
 
-from proxy.config import ServerSettings, UpstreamSettings
+from proxy.config import UpstreamSettings
 
 # RFC 9110 §7.6.1, plus headers a proxy must recompute itself.
 HOP_BY_HOP = frozenset(
@@ -106,78 +102,28 @@ def upstream_headers(
     return out
 
 
-def response_headers(headers: httpx.Headers) -> list[tuple[bytes, bytes]]:
+def response_headers(
+    raw: Sequence[tuple[bytes, bytes]] | httpx.Headers,
+) -> list[tuple[bytes, bytes]]:
     """Upstream response headers as they go back to the client.
 
     The upstream's own `x-request-id` (OpenAI always sends one) is renamed to
     `x-upstream-request-id`: the client's `x-request-id` is the proxy's id, which the access
     log carries, and two headers of one name would be read as one joined value by the SDKs.
     """
-    connection_listed = {
-        t.strip().lower() for t in headers.get("connection", "").split(",") if t.strip()
-    }
-    drop = _RESPONSE_DROP | connection_listed
+    pairs = raw.raw if isinstance(raw, httpx.Headers) else raw
+    drop: frozenset[str] | set[str] = _RESPONSE_DROP
+    for name, value in pairs:
+        if name.lower() == b"connection":
+            listed = {t.strip().lower() for t in value.decode("latin-1").split(",") if t.strip()}
+            drop = _RESPONSE_DROP | listed
     out: list[tuple[bytes, bytes]] = []
-    for name, value in headers.raw:
+    for name, value in pairs:
         lower = name.lower()
-        text = lower.decode("latin-1")
-        if text in drop:
+        if lower.decode("latin-1") in drop:
             continue
         out.append((b"x-upstream-request-id" if lower == b"x-request-id" else lower, value))
     return out
-
-
-def make_client(server: ServerSettings) -> httpx.AsyncClient:
-    """One client per process, pooled for hundreds of concurrent streams.
-
-    Timeouts are set per request from the chosen upstream's settings.
-    """
-    limits = httpx.Limits(
-        max_connections=server.max_connections,
-        max_keepalive_connections=server.max_keepalive_connections,
-        keepalive_expiry=server.keepalive_expiry,
-    )
-    transport: httpx.AsyncBaseTransport
-    if server.upstream_transport == "aiohttp":
-        transport = _VerbatimAiohttpTransport(limits=limits)
-    else:
-        transport = httpx.AsyncHTTPTransport(limits=limits)
-    return httpx.AsyncClient(transport=transport, timeout=None, follow_redirects=False)
-
-
-with warnings.catch_warnings():
-    # aiohttp discourages subclassing its session; this one changes a single argument.
-    warnings.simplefilter("ignore", DeprecationWarning)
-
-    class _VerbatimURLSession(aiohttp.ClientSession):
-        """Sends the URL exactly as given.
-
-        httpx-aiohttp hands aiohttp a string, which yarl re-normalises (`%2D` becomes `-`),
-        changing query strings the client may have signed. An already-encoded URL object is
-        sent as it is.
-        """
-
-        def _build_url(self, str_or_url: Any) -> yarl.URL:
-            if isinstance(str_or_url, str):
-                return yarl.URL(str_or_url, encoded=True)
-            return super()._build_url(str_or_url)  # type: ignore[no-any-return]
-
-
-class _VerbatimAiohttpTransport(AiohttpTransport):
-    def get_client(self) -> aiohttp.ClientSession:
-        limit = self.limits.max_connections or 0
-        connector = aiohttp.TCPConnector(
-            keepalive_timeout=self.limits.keepalive_expiry,
-            ssl=self.ssl_context,
-            limit=limit,
-            limit_per_host=0,
-        )
-        return _VerbatimURLSession(connector=connector)
-
-
-def timeout_for(upstream: UpstreamSettings) -> httpx.Timeout:
-    t = upstream.timeouts
-    return httpx.Timeout(connect=t.connect, read=t.read, write=t.write, pool=t.pool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,10 +136,10 @@ class UpstreamFailure:
 
 
 def classify_error(exc: BaseException, upstream: UpstreamSettings) -> UpstreamFailure:
-    """Map a transport exception to 502 (unreachable) or 504 (too slow).
+    """Map a transport exception (httpx or aiohttp) to 502 (unreachable) or 504 (too slow).
 
-    The aiohttp transport maps several connection errors to httpx.ConnectTimeout, so the
-    original exception in the cause chain decides, not the httpx class alone.
+    The cause chain decides, not the outer class: httpcore wraps the OSError that says
+    whether a connection was refused or its name did not resolve.
     """
     where = f"upstream '{upstream.name}' ({upstream.url})"
     chain = list(_cause_chain(exc))
@@ -223,19 +169,12 @@ def classify_error(exc: BaseException, upstream: UpstreamSettings) -> UpstreamFa
 
 
 def _is_timeout(e: BaseException) -> bool:
-    if isinstance(e, httpx.TimeoutException):
-        # httpx_aiohttp maps every aiohttp.ClientConnectionError (a reset, a closed socket) to
-        # httpx.ConnectTimeout: only an aiohttp timeout underneath makes it a real one.
-        cause = e.__cause__
-        return not isinstance(cause, aiohttp.ClientError) or isinstance(
-            cause, aiohttp.ServerTimeoutError
-        )
-    return isinstance(e, asyncio.TimeoutError | aiohttp.ServerTimeoutError)
+    return isinstance(e, httpx.TimeoutException | asyncio.TimeoutError | aiohttp.ServerTimeoutError)
 
 
 def _timeout_phase(chain: list[BaseException]) -> str:
     for e in chain:
-        if isinstance(e, httpx.ConnectTimeout):
+        if isinstance(e, httpx.ConnectTimeout | aiohttp.ConnectionTimeoutError):
             return "while connecting"
         if isinstance(e, httpx.ReadTimeout | aiohttp.SocketTimeoutError):
             return "waiting for the response"

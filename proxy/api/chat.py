@@ -116,7 +116,7 @@ async def chat_completions(
         validate_chat(data)
         body = await _compact(ctx, data, raw, mode)
     return await forward(
-        state.client,  # type: ignore[arg-type]
+        state.upstream,
         upstream,
         scope,
         receive,

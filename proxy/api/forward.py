@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
-
-import httpx
 
 from proxy.asgi import Receive, Scope, Send, send_error
 from proxy.config import UpstreamSettings
 from proxy.errors import ProxyError
-from proxy.upstream import classify_error, response_headers, timeout_for
+from proxy.transport import TRANSPORT_ERRORS, Body, UpstreamReply, UpstreamTransport
+from proxy.upstream import classify_error, response_headers
 
 log = logging.getLogger("compaction_proxy.forward")
 
@@ -78,7 +76,7 @@ class _DisconnectWatch:
 
 
 async def forward(
-    client: httpx.AsyncClient,
+    transport: UpstreamTransport,
     upstream: UpstreamSettings,
     scope: Scope,
     receive: Receive,
@@ -87,23 +85,20 @@ async def forward(
     method: str,
     url: str,
     headers: list[tuple[str, str]],
-    content: bytes | AsyncIterator[bytes],
+    content: Body,
     streamed: StreamedBody | None = None,
     extra_headers: list[tuple[bytes, bytes]] | None = None,
 ) -> Outcome:
     """Forward and relay. Never raises for transport problems: the client gets 502/504."""
     outcome = Outcome(status=0)
     watch = _DisconnectWatch(receive, streamed)
-    response: httpx.Response | None = None
+    reply: UpstreamReply | None = None
     try:
-        request = client.build_request(
-            method, url, headers=headers, content=content, timeout=timeout_for(upstream)
-        )
         try:
-            response = await client.send(request, stream=True)
+            reply = await transport.send(method, url, headers, content, upstream.timeouts)
         except ProxyError:
             raise
-        except (TimeoutError, httpx.HTTPError, OSError) as exc:
+        except TRANSPORT_ERRORS as exc:
             # Our own request-body generator may have refused the body (413) or lost the
             # client; the transport reports that as a connection failure, which it is not.
             if streamed is not None and streamed.error is not None:
@@ -119,23 +114,22 @@ async def forward(
             outcome.completed = True
             return outcome
 
-        out_headers = response_headers(response.headers)
-        if response.headers.get("content-type", "").startswith("text/event-stream"):
-            out_headers = [h for h in out_headers if h[0].lower() != b"cache-control"]
+        out_headers = response_headers(reply.raw_headers)
+        content_type = reply.header("content-type") or ""
+        if content_type.startswith("text/event-stream"):
+            out_headers = [h for h in out_headers if h[0] != b"cache-control"]
             out_headers.extend(_SSE_HEADERS)
         if extra_headers:
             out_headers.extend(extra_headers)
-        outcome.status = response.status_code
-        outcome.upstream_request_id = response.headers.get("x-request-id")
-        await send(
-            {"type": "http.response.start", "status": response.status_code, "headers": out_headers}
-        )
+        outcome.status = reply.status
+        outcome.upstream_request_id = reply.header("x-request-id")
+        await send({"type": "http.response.start", "status": reply.status, "headers": out_headers})
         try:
-            async for chunk in response.aiter_raw():
+            async for chunk in reply.chunks():
                 if chunk:
                     outcome.bytes_out += len(chunk)
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        except (TimeoutError, httpx.HTTPError, OSError) as exc:
+        except TRANSPORT_ERRORS as exc:
             # Headers are gone already: the only honest signal left is an aborted body.
             failure = classify_error(exc, upstream)
             log.warning(
@@ -148,7 +142,7 @@ async def forward(
     except asyncio.CancelledError:
         if not watch.fired:
             raise
-        # The client left: stop here. Closing the response (below) drops the upstream
+        # The client left: stop here. Closing the reply (below) drops the upstream
         # connection, which is how the provider learns to stop generating.
         asyncio.current_task().uncancel()  # type: ignore[union-attr]
         outcome.client_gone = True
@@ -157,12 +151,12 @@ async def forward(
         return outcome
     finally:
         watch.finish()
-        if response is not None:
-            await _close_quietly(response)
+        if reply is not None:
+            await _close_quietly(reply)
 
 
-async def _close_quietly(response: httpx.Response) -> None:
+async def _close_quietly(reply: UpstreamReply) -> None:
     try:
-        await response.aclose()
+        await reply.close()
     except Exception:  # closing a broken stream may raise; nothing is left to tell anyone
         log.debug("error while closing upstream response", exc_info=True)

@@ -70,7 +70,7 @@ async def passthrough(ctx: RequestContext, scope: Scope, receive: Receive, send:
         upstream = state.router.for_model(_peek_model(raw))
         ctx.upstream = upstream.name
         return await forward(
-            state.client,
+            state.upstream,
             upstream,
             scope,
             receive,
@@ -118,7 +118,7 @@ async def passthrough(ctx: RequestContext, scope: Scope, receive: Receive, send:
         content = b""
         streamed.done.set()
     return await forward(
-        state.client,
+        state.upstream,
         upstream,
         scope,
         receive,

@@ -26,6 +26,7 @@ async def preview(ctx: RequestContext, scope: Scope, receive: Receive, send: Sen
     mode = compaction_mode(scope)
     if mode is None or not data["messages"]:
         payload = {"changed": False, "request": data, "report": None}
+        ctx.status = 200
         await send_bytes(send, 200, orjson.dumps(payload), ctx.response_headers)
         return
     validate_chat(data)
@@ -36,4 +37,5 @@ async def preview(ctx: RequestContext, scope: Scope, receive: Receive, send: Sen
     request = {**data, "messages": result.messages} if result.changed else data
     payload = {"changed": result.changed, "request": request, "report": result.report.to_dict()}
     headers = [*ctx.response_headers, *report_headers(result, run_mode)]
+    ctx.status = 200
     await send_bytes(send, 200, orjson.dumps(payload), headers)

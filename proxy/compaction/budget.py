@@ -47,8 +47,11 @@ class FactsOverride:
         return replace(
             facts,
             context_window=self.context_window or facts.context_window,
-            max_output_tokens=(self.max_output_tokens if self.max_output_tokens is not None
-                               else facts.max_output_tokens),
+            max_output_tokens=(
+                self.max_output_tokens
+                if self.max_output_tokens is not None
+                else facts.max_output_tokens
+            ),
             encoding=self.encoding or facts.encoding,
         )
 
@@ -99,8 +102,12 @@ def _lookup(model: str, table: Mapping[str, ModelFacts]) -> ModelFacts | None:
             return candidate
     best: tuple[int, ModelFacts] | None = None
     for name, candidate in table.items():
-        if (not _is_glob(name) and model.startswith(name) and model[len(name)] == "-"
-                and (best is None or len(name) > best[0])):
+        if (
+            not _is_glob(name)
+            and model.startswith(name)
+            and model[len(name)] == "-"
+            and (best is None or len(name) > best[0])
+        ):
             best = (len(name), candidate)
     return best[1] if best else None
 
@@ -122,8 +129,9 @@ class ModelCatalog:
     ) -> None:
         self._overrides = dict(overrides or {})
         self._builtins = builtins
-        self._default = ModelFacts(default_context_window, default_max_output_tokens,
-                                   default_encoding)
+        self._default = ModelFacts(
+            default_context_window, default_max_output_tokens, default_encoding
+        )
 
     def facts_for(self, model: str) -> ModelFacts:
         """The facts for ``model``: built-in (or default) facts with any override applied."""
@@ -214,8 +222,9 @@ class Calibration:
         return math.ceil(tokens * self.effective - 1e-9)
 
     @classmethod
-    def observed(cls, reported: int, counted: int, *, minimum: float = 0.5,
-                 maximum: float = 2.0) -> Calibration:
+    def observed(
+        cls, reported: int, counted: int, *, minimum: float = 0.5, maximum: float = 2.0
+    ) -> Calibration:
         """A calibration from one observation; 1.0 when either side is unusable."""
         ratio = reported / counted if reported > 0 and counted > 0 else 1.0
         return cls(ratio=ratio, minimum=minimum, maximum=maximum)

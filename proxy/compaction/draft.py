@@ -171,8 +171,11 @@ class Draft:
         Safe to use while dropping: the state of each group is read when it is reached.
         """
         for group in self.view.groups:
-            if (self._state[group.index] is GroupState.KEPT and not self._protected[group.index]
-                    and (kinds is None or group.kind in kinds)):
+            if (
+                self._state[group.index] is GroupState.KEPT
+                and not self._protected[group.index]
+                and (kinds is None or group.kind in kinds)
+            ):
                 yield group
 
     # ------------------------------------------------------------------ totals
@@ -233,8 +236,9 @@ class Draft:
         if self._protected[index]:
             raise ProtectedGroupError(f"cannot {action} protected {group.kind} group {index}")
         if self._state[index] is not GroupState.KEPT:
-            raise ProtectedGroupError(f"cannot {action} group {index}: already "
-                                      f"{self._state[index].value}")
+            raise ProtectedGroupError(
+                f"cannot {action} group {index}: already {self._state[index].value}"
+            )
         return group
 
     def _remove_group_totals(self, group: Group) -> None:
@@ -259,8 +263,9 @@ class Draft:
         target = self._require_editable(_index(group), "drop")
         self._remove_group_totals(target)
         self._state[target.index] = GroupState.DROPPED
-        self._counters = _bump(self._counters, groups_dropped=1,
-                               messages_removed=self._group_messages[target.index])
+        self._counters = _bump(
+            self._counters, groups_dropped=1, messages_removed=self._group_messages[target.index]
+        )
         self._mark()
 
     def replace(self, group: Group | int, messages: Sequence[Message]) -> None:
@@ -285,9 +290,12 @@ class Draft:
             if self._turn_live[target.turn] == 0:
                 self._live_turns += 1
             self._turn_live[target.turn] += 1
-        self._counters = _bump(self._counters, groups_replaced=1,
-                               messages_removed=self._group_messages[target.index],
-                               messages_inserted=len(messages))
+        self._counters = _bump(
+            self._counters,
+            groups_replaced=1,
+            messages_removed=self._group_messages[target.index],
+            messages_inserted=len(messages),
+        )
         self._mark()
 
     def edit(self, index: int, message: Message) -> None:
@@ -353,8 +361,7 @@ class Draft:
                 else:
                     out.append(edit[0])
                     stats.append(edit[1])
-            elif (group_state is GroupState.REPLACED
-                  and view.groups[group_index].first == index):
+            elif group_state is GroupState.REPLACED and view.groups[group_index].first == index:
                 new_messages, new_stats_list = self._replacements[group_index]
                 out.extend(new_messages)
                 stats.extend(new_stats_list)
@@ -374,8 +381,9 @@ class Draft:
         if not self._dirty:
             return
         messages, stats = self.project_with_stats()
-        view = build_view(messages, self.tokenizer, summary_marker=self.summary_marker,
-                          known_stats=stats)
+        view = build_view(
+            messages, self.tokenizer, summary_marker=self.summary_marker, known_stats=stats
+        )
         self._reset(view)
 
 

@@ -116,9 +116,11 @@ class EncodingLoader:
         return params
 
 
-def _offline_globals(module: types.ModuleType,
-                     load_local: Callable[..., dict[bytes, int]],
-                     refuse: Callable[..., Any]) -> dict[str, Any]:
+def _offline_globals(
+    module: types.ModuleType,
+    load_local: Callable[..., dict[bytes, int]],
+    refuse: Callable[..., Any],
+) -> dict[str, Any]:
     """A copy of ``module``'s globals where every loader is local-only.
 
     ``load_tiktoken_bpe`` becomes ``load_local``; every other function imported from
@@ -133,8 +135,9 @@ def _offline_globals(module: types.ModuleType,
     safe["load_tiktoken_bpe"] = load_local
     for key, value in list(safe.items()):
         if isinstance(value, types.FunctionType) and value.__module__ == module.__name__:
-            safe[key] = types.FunctionType(value.__code__, safe, value.__name__,
-                                           value.__defaults__, value.__closure__)
+            safe[key] = types.FunctionType(
+                value.__code__, safe, value.__name__, value.__defaults__, value.__closure__
+            )
     return safe
 
 

@@ -58,12 +58,19 @@ class _Model(BaseModel):
 class _CamelModel(BaseModel):
     """LibreChat-shaped blocks: camelCase keys (snake_case accepted too)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel,
-                              validate_by_name=True, validate_by_alias=True,
-                              serialize_by_alias=True, arbitrary_types_allowed=True)
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+        arbitrary_types_allowed=True,
+    )
 
 
 # ------------------------------------------------------------------ LibreChat pruning block
+
 
 class SoftTrimSettings(_CamelModel):
     """Soft trim: keep ``headChars`` + marker + ``tailChars`` of results over ``maxChars``."""
@@ -126,6 +133,7 @@ class SummarizationSettings(_CamelModel):
 
 # ------------------------------------------------------------------ pipeline entries
 
+
 class StrategyEntryBase(_Model):
     """Fields every pipeline entry accepts."""
 
@@ -137,9 +145,14 @@ class StrategyEntryBase(_Model):
 class ContextPruningEntry(StrategyEntryBase):
     """LibreChat-style pruning of old tool results (snake_case or camelCase keys)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel,
-                              validate_by_name=True, validate_by_alias=True,
-                              arbitrary_types_allowed=True)
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        arbitrary_types_allowed=True,
+    )
 
     strategy: Literal["context_pruning"]
     keep_last_assistants: int = Field(default=3, ge=0, le=10)
@@ -199,8 +212,10 @@ class SlidingWindowEntry(StrategyEntryBase):
         if self.keep_last_groups is not None and self.keep_last_turns is not None:
             raise ValueError("set keep_last_groups or keep_last_turns, not both")
         if self.keep_last_groups is None and self.keep_last_turns is None and not self.trigger:
-            raise ValueError("sliding_window needs keep_last_groups, keep_last_turns or a "
-                             "trigger such as {turns_exceed: 4}")
+            raise ValueError(
+                "sliding_window needs keep_last_groups, keep_last_turns or a "
+                "trigger such as {turns_exceed: 4}"
+            )
         if not self.preserve_system:
             raise ValueError("preserve_system must be true: system messages are never removed")
         return self
@@ -235,21 +250,34 @@ class PipelineEntry(StrategyEntryBase):
 
 
 StrategyEntry = Annotated[
-    ContextPruningEntry | ToolResultCompactionEntry | SelectiveToolCallsEntry
-    | ClearToolUsesEntry | SummarizationEntry | SlidingWindowEntry | TruncationEntry
+    ContextPruningEntry
+    | ToolResultCompactionEntry
+    | SelectiveToolCallsEntry
+    | ClearToolUsesEntry
+    | SummarizationEntry
+    | SlidingWindowEntry
+    | TruncationEntry
     | PipelineEntry,
     Field(discriminator="strategy"),
 ]
 """One ``compaction.pipeline`` entry, discriminated by ``strategy``."""
 
-STRATEGY_NAMES = ("context_pruning", "tool_result_compaction", "selective_tool_calls",
-                  "clear_tool_uses", "summarization", "sliding_window", "truncation",
-                  "pipeline")
+STRATEGY_NAMES = (
+    "context_pruning",
+    "tool_result_compaction",
+    "selective_tool_calls",
+    "clear_tool_uses",
+    "summarization",
+    "sliding_window",
+    "truncation",
+    "pipeline",
+)
 
 PipelineEntry.model_rebuild()
 
 
 # ------------------------------------------------------------------ the compaction block
+
 
 class CalibrationSettings(_Model):
     """Bounds of the usage-based calibration ratio used in trigger decisions."""

@@ -21,8 +21,13 @@ logger = logging.getLogger(__name__)
 class TokenizerProvider:
     """Builds and caches tokenizers by encoding name; falls back to the estimator."""
 
-    def __init__(self, loader: EncodingLoader | None = None, *, cache_size: int = 65_536,
-                 image_pricing: ImagePricing | None = None) -> None:
+    def __init__(
+        self,
+        loader: EncodingLoader | None = None,
+        *,
+        cache_size: int = 65_536,
+        image_pricing: ImagePricing | None = None,
+    ) -> None:
         self.loader = loader or EncodingLoader()
         self._cache_size = cache_size
         self._image_pricing = image_pricing
@@ -55,14 +60,20 @@ class TokenizerProvider:
 
     def _build(self, encoding: str) -> Tokenizer:
         try:
-            return TiktokenTokenizer(self.loader.load(encoding), cache_size=self._cache_size,
-                                     image_pricing=self._image_pricing)
+            return TiktokenTokenizer(
+                self.loader.load(encoding),
+                cache_size=self._cache_size,
+                image_pricing=self._image_pricing,
+            )
         except EncodingUnavailable as exc:
             self._missing.add(encoding)
             logger.warning(
                 "tiktoken encoding %r unavailable offline (%s); counting with the "
                 "4-characters-a-token estimator. Searched: %s",
-                encoding, exc, ", ".join(str(d) for d in self.loader.search_dirs()),
+                encoding,
+                exc,
+                ", ".join(str(d) for d in self.loader.search_dirs()),
             )
-            return CharacterEstimatorTokenizer(cache_size=self._cache_size,
-                                               image_pricing=self._image_pricing)
+            return CharacterEstimatorTokenizer(
+                cache_size=self._cache_size, image_pricing=self._image_pricing
+            )

@@ -38,8 +38,9 @@ TOKENS_PER_TOOL_CALL = 3
 LARGE_BLOB_BYTES = 4096
 """Above this size a non-text part or field is estimated at 4 bytes per token, not encoded."""
 
-_SKIPPED_FIELDS = frozenset({"role", "content", "name", "tool_calls", "function_call",
-                             "tool_call_id"})
+_SKIPPED_FIELDS = frozenset(
+    {"role", "content", "name", "tool_calls", "function_call", "tool_call_id"}
+)
 
 
 @runtime_checkable
@@ -76,8 +77,9 @@ class Tokenizer(Protocol):
 class EnvelopeTokenizer(ABC):
     """Shared envelope rules and cache; subclasses only say how text becomes tokens."""
 
-    def __init__(self, *, cache_size: int = 65_536,
-                 image_pricing: ImagePricing | None = None) -> None:
+    def __init__(
+        self, *, cache_size: int = 65_536, image_pricing: ImagePricing | None = None
+    ) -> None:
         self.cache = CountCache(cache_size)
         self.image_pricing = image_pricing or ImagePricing()
 
@@ -203,8 +205,13 @@ class CharacterEstimatorTokenizer(EnvelopeTokenizer):
 class TiktokenTokenizer(EnvelopeTokenizer):
     """Exact text counts with a tiktoken encoding (loaded offline by :mod:`.encodings`)."""
 
-    def __init__(self, encoding: tiktoken.Encoding, *, cache_size: int = 65_536,
-                 image_pricing: ImagePricing | None = None) -> None:
+    def __init__(
+        self,
+        encoding: tiktoken.Encoding,
+        *,
+        cache_size: int = 65_536,
+        image_pricing: ImagePricing | None = None,
+    ) -> None:
         super().__init__(cache_size=cache_size, image_pricing=image_pricing)
         self.encoding = encoding
 

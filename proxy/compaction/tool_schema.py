@@ -35,8 +35,9 @@ TOOLS_ENVELOPE_TOKENS = 9
 """Tokens for the wrapper around the rendered namespace (system section framing)."""
 
 
-def count_tools_tokens(tools: Sequence[Mapping[str, Any]] | None,
-                       count_text: Callable[[str], int]) -> int:
+def count_tools_tokens(
+    tools: Sequence[Mapping[str, Any]] | None, count_text: Callable[[str], int]
+) -> int:
     """Token estimate of ``tools``; 0 when there are none."""
     if not tools:
         return 0

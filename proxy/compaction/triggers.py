@@ -250,6 +250,7 @@ class AnyOf(Condition):
 
 # ---------------------------------------------------------------------------- parsing
 
+
 def _count(value: object, path: str, *, positive: bool = False) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConditionError(f"{path}: expected an integer, got {value!r}")
@@ -263,8 +264,12 @@ def _count(value: object, path: str, *, positive: bool = False) -> int:
 
 
 def _ratio(value: object, path: str) -> float:
-    if (isinstance(value, bool) or not isinstance(value, int | float)
-            or not math.isfinite(value) or not 0 <= value <= 1):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 <= value <= 1
+    ):
         raise ConditionError(f"{path}: expected a number between 0 and 1, got {value!r}")
     return float(value)
 
@@ -293,7 +298,10 @@ def _nested(value: object, path: str) -> tuple[Condition, ...]:
 
 
 _FLAGS: Mapping[str, Callable[[], Condition]] = {
-    "always": Always, "never": Never, "over_budget": OverBudget, "has_tool_calls": HasToolCalls,
+    "always": Always,
+    "never": Never,
+    "over_budget": OverBudget,
+    "has_tool_calls": HasToolCalls,
 }
 
 _BUILDERS: Mapping[str, Callable[[object, str], Condition]] = {
@@ -322,8 +330,9 @@ def _unknown(name: str, path: str) -> ConditionError:
             f"{path}: trigger type 'token_count' is no longer supported; use token_ratio "
             "(0-1), remaining_tokens (positive integer) or messages_to_refine (positive integer)"
         )
-    return ConditionError(f"{path}: unknown condition {name!r}; expected one of "
-                          f"{', '.join(CONDITION_NAMES)}")
+    return ConditionError(
+        f"{path}: unknown condition {name!r}; expected one of {', '.join(CONDITION_NAMES)}"
+    )
 
 
 def parse_condition(raw: object, *, path: str = "trigger") -> Condition:
@@ -341,8 +350,10 @@ def parse_condition(raw: object, *, path: str = "trigger") -> Condition:
             raise _unknown(raw, path)
         return flag()
     if not isinstance(raw, Mapping):
-        raise ConditionError(f"{path}: expected a mapping such as {{tokens_exceed: 2000}} or "
-                             f"{{type: token_ratio, value: 0.8}}, got {raw!r}")
+        raise ConditionError(
+            f"{path}: expected a mapping such as {{tokens_exceed: 2000}} or "
+            f"{{type: token_ratio, value: 0.8}}, got {raw!r}"
+        )
     if "type" in raw:
         extra = set(raw) - {"type", "value"}
         if extra:
@@ -358,8 +369,10 @@ def parse_condition(raw: object, *, path: str = "trigger") -> Condition:
             raise ConditionError(f"{path}.value: required for trigger type {name!r}")
         return _BUILDERS[name](raw["value"], f"{path}.value")
     if len(raw) != 1:
-        raise ConditionError(f"{path}: one condition per mapping (got keys {sorted(raw)}); "
-                             "combine several with all: [...] or any: [...]")
+        raise ConditionError(
+            f"{path}: one condition per mapping (got keys {sorted(raw)}); "
+            "combine several with all: [...] or any: [...]"
+        )
     ((name, value),) = raw.items()
     if not isinstance(name, str) or name not in _BUILDERS:
         raise _unknown(str(name), path)

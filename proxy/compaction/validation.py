@@ -49,17 +49,20 @@ def _check_message(message: object, path: str) -> ValidationIssue | None:
     if role not in KNOWN_ROLES:
         return ValidationIssue(
             f"{path}.role {role!r} is not supported; expected one of "
-            f"{', '.join(sorted(KNOWN_ROLES))}", f"{path}.role")
+            f"{', '.join(sorted(KNOWN_ROLES))}",
+            f"{path}.role",
+        )
     content = message.get("content")
     if content is not None and not isinstance(content, str | list):
-        return ValidationIssue(f"{path}.content must be a string, an array of content parts "
-                               "or null", f"{path}.content")
+        return ValidationIssue(
+            f"{path}.content must be a string, an array of content parts or null", f"{path}.content"
+        )
     if role == "tool" and not isinstance(message.get("tool_call_id"), str):
-        return ValidationIssue(f"{path}: a tool message needs a string 'tool_call_id'",
-                               f"{path}.tool_call_id")
+        return ValidationIssue(
+            f"{path}: a tool message needs a string 'tool_call_id'", f"{path}.tool_call_id"
+        )
     if role == "function" and not isinstance(message.get("name"), str):
-        return ValidationIssue(f"{path}: a function message needs a string 'name'",
-                               f"{path}.name")
+        return ValidationIssue(f"{path}: a function message needs a string 'name'", f"{path}.name")
     calls = message.get("tool_calls")
     if role == "assistant" and calls is not None:
         if not isinstance(calls, list):
@@ -67,6 +70,7 @@ def _check_message(message: object, path: str) -> ValidationIssue | None:
         for i, call in enumerate(calls):
             call_path = f"{path}.tool_calls[{i}]"
             if not isinstance(call, Mapping) or not isinstance(call.get("id"), str):
-                return ValidationIssue(f"{call_path} must be an object with a string 'id'",
-                                       f"{call_path}.id")
+                return ValidationIssue(
+                    f"{call_path} must be an object with a string 'id'", f"{call_path}.id"
+                )
     return None

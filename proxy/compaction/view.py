@@ -201,11 +201,7 @@ def build_view(
 
     for index, message in enumerate(msgs):
         role = role_of(message)
-        if (
-            summary_marker is not None
-            and index != last_user
-            and summary_marker.matches(message)
-        ):
+        if summary_marker is not None and index != last_user and summary_marker.matches(message):
             open_group(GroupKind.SUMMARY, turn, index)
         elif role in SYSTEM_ROLES:
             open_group(GroupKind.SYSTEM, None, index)

@@ -689,7 +689,7 @@ def create_app(
             delay = _header_number(request, "x-fake-chunk-delay-ms")
             delay = fake.settings.chunk_delay_ms if delay is None else delay
             return EventStreamResponse(fake, request, _generic_events(int(chunks), delay / 1000))
-        return _json(
+        echoed = _json(
             {
                 "method": request.method,
                 "path": request.url.path,
@@ -700,6 +700,10 @@ def create_app(
                 "body_b64": base64.b64encode(body).decode() if len(body) <= 1 << 20 else None,
             }
         )
+        cookie = request.headers.get("x-fake-set-cookie")
+        if cookie:  # a provider's cookie (Cloudflare's __cf_bm, say): must not leak onwards
+            echoed.headers.append("set-cookie", cookie)
+        return echoed
 
     async def requests_route(request: Request) -> Any:
         if request.method == "DELETE":

@@ -177,3 +177,38 @@ def test_upstream_status_and_headers_on_pass_through(
     response = proxy_http.delete("/v1/files/missing", headers={"X-Fake-Status": "404"})
     assert response.status_code == 404
     assert response.json()["error"]["message"] == "fake upstream error: status 404"
+
+
+def test_upstream_cookies_never_travel_to_another_clients_request(
+    proxy: Any, upstream: UpstreamServer
+) -> None:
+    """The proxy's one upstream client is shared by every caller: it must keep no cookie jar."""
+    with proxy.http_client() as first:
+        set_by_provider = first.get("/v1/files/a", headers={"X-Fake-Set-Cookie": "s=client-a"})
+        assert set_by_provider.status_code == 200
+        assert "s=client-a" in set_by_provider.headers.get("set-cookie", "")  # relayed back
+    with proxy.http_client() as second:
+        echoed = second.get("/v1/files/b").json()
+    assert "cookie" not in echoed["headers"], echoed["headers"]
+    # A cookie a client sends itself is an end-to-end header and passes through.
+    with proxy.http_client() as third:
+        echoed = third.get("/v1/files/c", headers={"Cookie": "mine=1"}).json()
+    assert echoed["headers"]["cookie"] == "mine=1"
+
+
+def test_no_accept_encoding_is_added_for_the_client(proxy: Any, upstream: UpstreamServer) -> None:
+    """Bodies are relayed undecoded, so only the client may ask for compression."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    where = urlsplit(proxy.base_url)
+    connection = http.client.HTTPConnection(where.hostname, where.port, timeout=10)
+    try:  # http.client sends no Accept-Encoding unless told to
+        connection.request("GET", "/v1/models", headers={"Accept-Encoding": ""})
+        assert connection.getresponse().status == 200
+    finally:
+        connection.close()
+    received = upstream.last_request("/v1/models").headers
+    assert received.get("accept-encoding", "") == ""
+    assert "python-httpx" not in received.get("user-agent", "")
+    assert "aiohttp" not in received.get("user-agent", "")

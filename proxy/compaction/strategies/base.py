@@ -59,8 +59,13 @@ class Strategy(ABC):
 
     name: ClassVar[str] = "strategy"
 
-    def __init__(self, *, trigger: Condition | None = None, target: Condition | None = None,
-                 minimum_preserved: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        trigger: Condition | None = None,
+        target: Condition | None = None,
+        minimum_preserved: int = 0,
+    ) -> None:
         if minimum_preserved < 0:
             raise ValueError("minimum_preserved must be >= 0")
         self._trigger = trigger
@@ -111,5 +116,7 @@ class Strategy(ABC):
         """Compact ``draft`` in place (the trigger has already fired)."""
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(trigger={self.trigger!r}, target={self.target!r}, "
-                f"minimum_preserved={self.minimum_preserved})")
+        return (
+            f"{type(self).__name__}(trigger={self.trigger!r}, target={self.target!r}, "
+            f"minimum_preserved={self.minimum_preserved})"
+        )

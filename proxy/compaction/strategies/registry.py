@@ -64,8 +64,10 @@ class StrategyRegistry:
         name = str(getattr(entry, "strategy", ""))
         builder = self._builders.get(name)
         if builder is None:
-            raise StrategyNotAvailable(f"strategy {name!r} not available yet "
-                                       f"(available: {', '.join(self.names) or 'none'})")
+            raise StrategyNotAvailable(
+                f"strategy {name!r} not available yet "
+                f"(available: {', '.join(self.names) or 'none'})"
+            )
         return builder(entry, BuildContext(self))
 
 

@@ -39,8 +39,10 @@ class SlidingWindowStrategy(Strategy):
         super().__init__(trigger=trigger, target=target, minimum_preserved=minimum_preserved)
         if keep_last_groups is not None and keep_last_turns is not None:
             raise ValueError("set keep_last_groups or keep_last_turns, not both")
-        for label, value in (("keep_last_groups", keep_last_groups),
-                             ("keep_last_turns", keep_last_turns)):
+        for label, value in (
+            ("keep_last_groups", keep_last_groups),
+            ("keep_last_turns", keep_last_turns),
+        ):
             if value is not None and value <= 0:
                 raise ValueError(f"{label} must be > 0")
         if keep_last_groups is None and keep_last_turns is None and trigger is None:
@@ -61,15 +63,17 @@ class SlidingWindowStrategy(Strategy):
 
     def apply(self, draft: Draft, ctx: StrategyContext) -> StrategyOutcome:
         if self.keep_last_groups is not None:
-            dropped = self._by_groups(draft, ctx, max(self.keep_last_groups,
-                                                      self.minimum_preserved))
+            dropped = self._by_groups(
+                draft, ctx, max(self.keep_last_groups, self.minimum_preserved)
+            )
             unit = "group"
         else:
             window = self.keep_last_turns or 0
             dropped = self._by_turns(draft, ctx, max(window, self.minimum_preserved))
             unit = "turn"
-        return StrategyOutcome(changed=dropped > 0,
-                               notes=(f"dropped {dropped} {unit}(s)",) if dropped else ())
+        return StrategyOutcome(
+            changed=dropped > 0, notes=(f"dropped {dropped} {unit}(s)",) if dropped else ()
+        )
 
     def _by_groups(self, draft: Draft, ctx: StrategyContext, keep: int) -> int:
         kept = [g for g in draft.groups if g.kind is not GroupKind.SYSTEM and draft.is_kept(g)]

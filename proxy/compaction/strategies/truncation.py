@@ -45,8 +45,10 @@ class TruncationStrategy(Strategy):
     ) -> None:
         super().__init__(trigger=trigger, target=target, minimum_preserved=minimum_preserved)
         if not preserve_system:
-            raise ValueError("truncation never removes system messages (DESIGN invariant 1); "
-                             "preserve_system must be true")
+            raise ValueError(
+                "truncation never removes system messages (DESIGN invariant 1); "
+                "preserve_system must be true"
+            )
         if max_n is not None and max_n <= 0:
             raise ValueError("max_n must be > 0")
         if compact_to is not None:
@@ -87,8 +89,9 @@ class TruncationStrategy(Strategy):
                 continue
             draft.drop(group)
             dropped += 1
-        return StrategyOutcome(changed=dropped > 0,
-                               notes=(f"dropped {dropped} group(s)",) if dropped else ())
+        return StrategyOutcome(
+            changed=dropped > 0, notes=(f"dropped {dropped} group(s)",) if dropped else ()
+        )
 
 
 def _newest_non_system(draft: Draft, count: int) -> frozenset[int]:
