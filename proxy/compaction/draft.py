@@ -165,6 +165,11 @@ class Draft:
         edit = self._edits.get(index)
         return edit[0] if edit is not None else self.view.messages[index]
 
+    def message_stats(self, index: int) -> MessageStats:
+        """The current stats of message ``index`` (its edit's, if any)."""
+        edit = self._edits.get(index)
+        return edit[1] if edit is not None else self.view.stats[index]
+
     def removable(self, kinds: frozenset[GroupKind] | None = None) -> Iterator[Group]:
         """Kept, unprotected groups, oldest first (optionally of the given kinds).
 

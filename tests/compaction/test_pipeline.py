@@ -50,7 +50,7 @@ def test_nothing_fires_forwards_the_original() -> None:
     assert not result.changed
     assert all(x is y for x, y in zip(result.messages, msgs, strict=True))
     assert result.report.tokens_before == result.report.tokens_after
-    assert [r.skipped for r in result.report.strategies] == ["trigger"]
+    assert [r.skipped for r in result.report.strategies] == ["trigger"] * 3
 
 
 def test_default_pipeline_fires_at_80_and_compacts_towards_50() -> None:
@@ -60,13 +60,17 @@ def test_default_pipeline_fires_at_80_and_compacts_towards_50() -> None:
     assert result.changed
     report = result.report
     assert report.tokens_after <= 0.5 * report.budget
-    assert report.strategies[0].name == "truncation"
-    assert report.strategies[0].fired and report.strategies[0].changed
+    names = [r.name for r in report.strategies]
+    assert names == ["context_pruning", "tool_result_compaction", "truncation"]
+    pruning, collapse, truncation = report.strategies
+    assert pruning.fired and not pruning.changed  # results far below minPrunableToolChars
+    assert collapse.fired and collapse.changed
+    assert truncation.fired and truncation.changed
     assert report.fallback is None
     assert result.messages[0] == msgs[0]
     # the newest turn is intact
     assert result.messages[-4:] == msgs[-4:]
-    assert report.changed_by == ("truncation",)
+    assert report.changed_by == ("tool_result_compaction", "truncation")
 
 
 def test_output_is_idempotent_and_deterministic() -> None:

@@ -128,19 +128,29 @@ def test_default_pipeline_entries_follow_the_librechat_block() -> None:
     assert entries[0].trigger == RemainingTokens(8000)
 
 
+def test_default_pipeline_is_pruning_tool_results_truncation() -> None:
+    pipeline = build_pipeline(CompactionSettings())
+    assert [s.name for s in pipeline.strategies] == ["context_pruning",
+                                                     "tool_result_compaction", "truncation"]
+    assert pipeline.stop_when == TokenRatio(0.5)
+    assert all(s.trigger == TokenRatio(0.8) and s.target == TokenRatio(0.5)
+               for s in pipeline.strategies)
+
+
 def test_default_pipeline_leaves_out_unavailable_strategies_with_a_notice(
         caplog: pytest.LogCaptureFixture) -> None:
+    registry = StrategyRegistry()
+    registry.register("truncation", default_registry()._builders["truncation"])
     with caplog.at_level(logging.WARNING):
-        pipeline = build_pipeline(CompactionSettings())
+        pipeline = build_pipeline(CompactionSettings(), registry=registry)
     assert [s.name for s in pipeline.strategies] == ["truncation"]
-    assert pipeline.stop_when == TokenRatio(0.5)
     assert "context_pruning, tool_result_compaction not available yet" in caplog.text
 
 
 def test_explicit_pipeline_with_unavailable_strategy_fails_clearly() -> None:
     settings = CompactionSettings.model_validate(
-        {"pipeline": [{"strategy": "tool_result_compaction"}]})
-    with pytest.raises(StrategyNotAvailable, match="'tool_result_compaction' not available"):
+        {"pipeline": [{"strategy": "summarization"}]})
+    with pytest.raises(StrategyNotAvailable, match="'summarization' not available"):
         build_pipeline(settings)
 
 
@@ -152,13 +162,13 @@ def test_registry_accepts_new_builders() -> None:
         calls.append(entry)
         return TruncationStrategy()
 
-    registry.register("tool_result_compaction", builder)
+    registry.register("summarization", builder)
     settings = CompactionSettings.model_validate(
-        {"pipeline": [{"strategy": "tool_result_compaction"}]})
+        {"pipeline": [{"strategy": "summarization"}]})
     pipeline = build_pipeline(settings, registry=registry)
     assert len(pipeline.strategies) == 1 and len(calls) == 1
     with pytest.raises(ValueError):
-        registry.register("tool_result_compaction", builder)
+        registry.register("summarization", builder)
     assert StrategyRegistry().names == ()
 
 
