@@ -88,7 +88,7 @@ def test_target_stops_early_but_not_before_clear_at_least() -> None:
 
 
 def test_custom_placeholder_idempotence_and_small_results() -> None:
-    msgs = five_results() + [call("z"), tool("z", "ok"), u("last")]
+    msgs = [*five_results(), call("z"), tool("z", "ok"), u("last")]
     strategy = ClearToolUsesStrategy(keep=0, placeholder="[gone]", clear_tool_inputs=True,
                                      trigger=Always())
     first = run(strategy, msgs)

@@ -137,12 +137,12 @@ def test_idempotent_and_a_trimmed_result_is_only_ever_hard_cleared() -> None:
     first = run(strategy, twenty()).messages
     assert not run(strategy, first).changed
     # the conversation grows: the trimmed result ages past hardClearRatio
-    grown = first + [a(), u(), a(), u(), a(), u(), a(), u(), a(), u("newest")]
+    grown = [*first, a(), u(), a(), u(), a(), u(), a(), u(), a(), u("newest")]
     out = run(strategy, grown).messages
     assert out[11]["content"] == "[Old tool result content cleared]"
     assert out[3] is grown[3]
     # ... but a trimmed result that is not old enough for a clear is never trimmed again
-    few = first + [a()]  # N = 21: the trimmed result's age is 10/21 < hardClearRatio
+    few = [*first, a()]  # N = 21: the trimmed result's age is 10/21 < hardClearRatio
     second = run(pruning(min_prunable_tool_chars=0), few)
     assert second.messages[11] is few[11]
 
