@@ -7,10 +7,9 @@ legacy function calls, unanswered calls and orphan results.
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
 import os
+from typing import Any
 
 import orjson
 from hypothesis import HealthCheck, event, given, settings
@@ -353,7 +352,7 @@ def check_invariants_phase2(msgs: list[Msg], out: list[Msg], *, media_kept: bool
     assert positions == sorted(set(positions))
     kept = set(positions)
     # 1. system/developer messages kept, byte for byte
-    for i, m in enumerate(msgs):
+    for m in msgs:
         if m["role"] in SYSTEM:
             assert any(o is m for o in out)
     # 3. calls and results live or die together; orphans are untouched when kept
