@@ -67,6 +67,7 @@ from typing import Any
 from ..draft import Draft
 from ..messages import Message, role_of
 from ..triggers import Always, Condition
+from ..view import GroupKind
 from ._tools import answered_results, is_text_part, newest_non_system
 from .base import Strategy, StrategyContext, StrategyOutcome
 
@@ -75,6 +76,7 @@ SOFT_TRIM_MARKER = "\n\n… [soft-trimmed: {original} chars → {kept} chars, mi
 _MARKER_RE = re.compile(
     r"\n\n… \[soft-trimmed: (\d+) chars → (\d+) chars, middle removed\] …\n\n")
 _RUN_ROLES = frozenset({"assistant", "tool", "function"})
+_TOOL_GROUPS = frozenset({GroupKind.TOOL_CALL})
 
 
 def soft_trim(text: str, head: int, tail: int) -> str:
@@ -170,13 +172,25 @@ class ContextPruningStrategy(Strategy):
         end = assistant_protection_start(messages, self.keep_last_assistants)
         floor = newest_non_system(draft, self.minimum_preserved)
         out: list[int] = []
-        for group in draft.removable():
+        for group in draft.removable(_TOOL_GROUPS):
             if group.index in floor or group.last <= first_user or group.first >= end:
                 continue
+            if not any(self._may_prune(draft.message(i)) for i in group.members[1:]):
+                continue  # cheap pre-check before pairing the group's results
             out.extend(r.index for r in answered_results(draft, group)
                        if first_user < r.index < end)
         out.sort()
         return out
+
+    def _may_prune(self, message: Message) -> bool:
+        """A cheap upper bound: could this message be a candidate at all?"""
+        if role_of(message) not in ("tool", "function"):
+            return False
+        content = message.get("content")
+        if isinstance(content, str):  # a trimmed result counts with its original length
+            return (len(content) >= self.min_prunable_tool_chars
+                    or "[soft-trimmed: " in content)
+        return isinstance(content, list)
 
     def pruned(self, message: Message, age: float) -> Message | None:
         """The pruned form of ``message`` at ``age``, or ``None`` when it stays as it is."""
