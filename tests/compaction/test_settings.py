@@ -6,6 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from proxy.compaction import (
+    CompactionConfigError,
     CompactionSettings,
     ModelFactsSettings,
     StrategyNotAvailable,
@@ -15,6 +16,7 @@ from proxy.compaction import (
     build_pipeline,
     default_pipeline_entries,
     default_registry,
+    pipeline_from_mapping,
 )
 from proxy.compaction.budget import FactsOverride
 from proxy.compaction.settings import STRATEGY_NAMES
@@ -196,3 +198,38 @@ def test_model_facts_settings() -> None:
         ModelFactsSettings.model_validate({"context_window": 0})
     with pytest.raises(ValidationError):
         ModelFactsSettings.model_validate({"window": 10})
+
+
+# ---------------------------------------------------------------- per-model overrides
+
+@pytest.mark.parametrize(("raw", "path"), [
+    ({"pipeline": [{"strategy": "tool_result_compaction", "keep_last_tool_call_groups": -1}]},
+     "models.gpt-4o.compaction.pipeline.0.keep_last_tool_call_groups"),
+    ({"pipeline": [{"strategy": "pipeline", "strategies": [
+        {"strategy": "context_pruning", "softTrim": {"maxChars": -1}}]}]},
+     "models.gpt-4o.compaction.pipeline.0.strategies.0.softTrim.maxChars"),
+    ({"pipeline": [{"strategy": "truncation"}, {"strategy": "summarization"}]},
+     "models.gpt-4o.compaction.pipeline.1"),
+    ({"pipeline": [{"strategy": "truncation", "trigger": {"tokens_exceed": "x"}}]},
+     "models.gpt-4o.compaction.pipeline.0.trigger.tokens_exceed"),
+    ({"bogus": 1}, "models.gpt-4o.compaction.bogus"),
+])
+def test_model_override_errors_name_the_key_path(raw: dict[str, object], path: str) -> None:
+    with pytest.raises(CompactionConfigError) as info:
+        pipeline_from_mapping(raw, path="models.gpt-4o.compaction")
+    assert info.value.issues[0][0] == path
+    assert str(info.value).startswith(f"{path}: ")
+
+
+def test_model_override_builds_a_pipeline() -> None:
+    pipeline = pipeline_from_mapping(
+        {"pipeline": [{"strategy": "clear_tool_uses", "keep": 2},
+                      {"strategy": "selective_tool_calls", "trigger": {"tokens_exceed": 10}}],
+         "fallback_truncation": False},
+        path="models.gpt-4o.compaction")
+    assert [s.name for s in pipeline.strategies] == ["clear_tool_uses", "selective_tool_calls"]
+    assert not pipeline.fallback
+    default = pipeline_from_mapping({}, {"contextPruning": {"enabled": False}})
+    assert [s.name for s in default.strategies] == ["tool_result_compaction", "truncation"]
+    with pytest.raises(CompactionConfigError, match=r"^summarization\.reserveRatio: "):
+        pipeline_from_mapping({}, {"reserveRatio": 2})
