@@ -22,7 +22,14 @@ from .budget import (
 )
 from .draft import ChangeCounters, Draft, GroupState, ProtectedGroupError
 from .encodings import EncodingLoader, EncodingUnavailable
-from .factory import build_pipeline, default_pipeline_entries
+from .factory import (
+    CompactionConfigError,
+    build_pipeline,
+    compaction_settings_from_mapping,
+    default_pipeline_entries,
+    pipeline_from_mapping,
+    summarization_settings_from_mapping,
+)
 from .images import ImagePricing
 from .pipeline import (
     CompactionResult,
@@ -39,12 +46,16 @@ from .settings import (
     SummarizationSettings,
 )
 from .strategies.base import Strategy, StrategyContext, StrategyOutcome
+from .strategies.clear_tool_uses import ClearToolUsesStrategy
+from .strategies.context_pruning import ContextPruningStrategy
 from .strategies.registry import (
     StrategyNotAvailable,
     StrategyRegistry,
     default_registry,
 )
+from .strategies.selective_tool_calls import SelectiveToolCallsStrategy
 from .strategies.sliding_window import SlidingWindowStrategy
+from .strategies.tool_result_compaction import ToolResultCompactionStrategy
 from .strategies.truncation import TruncationStrategy
 from .tokenizer_provider import TokenizerProvider
 from .tokens import CharacterEstimatorTokenizer, TiktokenTokenizer, Tokenizer
@@ -65,11 +76,14 @@ __all__ = [
     "Calibration",
     "ChangeCounters",
     "CharacterEstimatorTokenizer",
+    "ClearToolUsesStrategy",
+    "CompactionConfigError",
     "CompactionReport",
     "CompactionResult",
     "CompactionSettings",
     "Condition",
     "ConditionError",
+    "ContextPruningStrategy",
     "ConversationView",
     "Draft",
     "EncodingLoader",
@@ -88,6 +102,7 @@ __all__ = [
     "Pipeline",
     "PipelineStrategy",
     "ProtectedGroupError",
+    "SelectiveToolCallsStrategy",
     "SlidingWindowStrategy",
     "Strategy",
     "StrategyContext",
@@ -100,16 +115,20 @@ __all__ = [
     "TiktokenTokenizer",
     "Tokenizer",
     "TokenizerProvider",
+    "ToolResultCompactionStrategy",
     "TruncationStrategy",
     "ValidationIssue",
     "build_pipeline",
     "build_view",
     "compact",
+    "compaction_settings_from_mapping",
     "compute_budget",
     "default_pipeline_entries",
     "default_registry",
     "parse_condition",
     "parse_target",
+    "pipeline_from_mapping",
     "run_strategy",
+    "summarization_settings_from_mapping",
     "validate_messages",
 ]

@@ -22,12 +22,12 @@ sees the compacted conversation as an ordinary view.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 from .budget import Budget, Calibration
 from .canonical import canonical_bytes
-from .messages import Message, has_tool_calls
+from .messages import Message, has_tool_calls, legacy_function_name, role_of, tool_call_ids
 from .tokens import Tokenizer
 from .triggers import Metrics
 from .view import (
@@ -119,6 +119,7 @@ class Draft:
         self._edits: dict[int, tuple[Message, MessageStats]] = {}
         self._inserts: dict[int, list[tuple[Message, MessageStats]]] = {}
         self._dirty = False
+        self._structural = False
         self._message_tokens = sum(s.token_count for s in view.stats)
         self._message_count = len(view.messages)
         self._group_count = len(groups)
@@ -164,6 +165,11 @@ class Draft:
         """The current form of message ``index`` (its edit, if any)."""
         edit = self._edits.get(index)
         return edit[0] if edit is not None else self.view.messages[index]
+
+    def message_stats(self, index: int) -> MessageStats:
+        """The current stats of message ``index`` (its edit's, if any)."""
+        edit = self._edits.get(index)
+        return edit[1] if edit is not None else self.view.stats[index]
 
     def removable(self, kinds: frozenset[GroupKind] | None = None) -> Iterator[Group]:
         """Kept, unprotected groups, oldest first (optionally of the given kinds).
@@ -254,9 +260,10 @@ class Draft:
             if live == 0:
                 self._live_turns -= 1
 
-    def _mark(self) -> None:
+    def _mark(self, *, structural: bool = True) -> None:
         self._dirty = True
         self._changed = True
+        self._structural = self._structural or structural
 
     def drop(self, group: Group | int) -> None:
         """Remove a whole group (all its messages, wherever they sit)."""
@@ -314,7 +321,8 @@ class Draft:
         self._message_tokens += delta
         if old is None:
             self._counters = _bump(self._counters, messages_edited=1)
-        self._mark()
+        self._mark(structural=_grouping_key(message, self.summary_marker)
+                   != _grouping_key(self.view.messages[index], self.summary_marker))
 
     def insert(self, position: int, messages: Sequence[Message]) -> None:
         """Insert synthetic messages before message ``position`` (``len`` = at the end).
@@ -377,14 +385,47 @@ class Draft:
         return self.project_with_stats()[0]
 
     def commit(self) -> None:
-        """Re-base on the projection so later steps see an ordinary, re-grouped view."""
+        """Re-base on the projection so later steps see an ordinary, re-grouped view.
+
+        When only edits were made and none of them changed what grouping reads (role, call
+        ids, result ids, names, the summary marker), the grouping is reused and only the
+        edited groups' totals are recomputed.
+        """
         if not self._dirty:
+            return
+        if not self._structural:
+            self._reset(self._edited_view())
             return
         messages, stats = self.project_with_stats()
         view = build_view(
             messages, self.tokenizer, summary_marker=self.summary_marker, known_stats=stats
         )
         self._reset(view)
+
+
+    def _edited_view(self) -> ConversationView:
+        view = self.view
+        messages = list(view.messages)
+        stats = list(view.stats)
+        touched: set[int] = set()
+        for index, (message, message_stats) in self._edits.items():
+            messages[index] = message
+            stats[index] = message_stats
+            touched.add(view.group_of[index])
+        groups = list(view.groups)
+        for group_index in touched:
+            group = groups[group_index]
+            groups[group_index] = replace(
+                group, byte_count=sum(stats[i].byte_count for i in group.members),
+                token_count=sum(stats[i].token_count for i in group.members))
+        return replace(view, messages=tuple(messages), stats=tuple(stats), groups=tuple(groups))
+
+
+def _grouping_key(message: Message, marker: SummaryMarker | None) -> tuple[object, ...]:
+    """Everything :func:`~.view.build_view` reads from a message to group it."""
+    return (role_of(message), tuple(tool_call_ids(message)), message.get("tool_call_id"),
+            message.get("name"), legacy_function_name(message), has_tool_calls(message),
+            marker is not None and marker.matches(message))
 
 
 def _index(group: Group | int) -> int:

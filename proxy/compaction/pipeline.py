@@ -33,7 +33,7 @@ from .strategies.base import Strategy, StrategyContext, StrategyOutcome
 from .strategies.truncation import TruncationStrategy
 from .tokenizer_provider import TokenizerProvider
 from .tokens import Tokenizer
-from .triggers import Always, Condition, OverBudget
+from .triggers import Always, Condition, OverBudget, TokensExceed
 from .view import DEFAULT_SUMMARY_MARKER, SummaryMarker, build_view
 
 
@@ -53,14 +53,9 @@ def run_strategy(strategy: Strategy, draft: Draft, ctx: StrategyContext) -> Stra
     """Check the trigger, apply, re-base the draft, and report (used for nested pipelines)."""
     tokens_before = draft.prompt_tokens
     if not strategy.should_run(draft, ctx):
-        return StrategyReport(
-            strategy.name,
-            fired=False,
-            changed=False,
-            tokens_before=tokens_before,
-            tokens_after=tokens_before,
-            skipped="trigger",
-        )
+        return StrategyReport(strategy.name, fired=False, changed=False,
+                              tokens_before=tokens_before, tokens_after=tokens_before,
+                              skipped="trigger")
     counters_before = draft.counters
     outcome = strategy.apply(draft, ctx)
     delta = draft.counters - counters_before
@@ -79,30 +74,17 @@ def run_strategy(strategy: Strategy, draft: Draft, ctx: StrategyContext) -> Stra
     )
 
 
-def run_sequence(
-    strategies: Sequence[Strategy],
-    draft: Draft,
-    ctx: StrategyContext,
-    *,
-    stop_when: Condition,
-    early_stop: bool,
-) -> list[StrategyReport]:
+def run_sequence(strategies: Sequence[Strategy], draft: Draft, ctx: StrategyContext, *,
+                 stop_when: Condition, early_stop: bool) -> list[StrategyReport]:
     """Run ``strategies`` in order with the early-stop rule of the module docstring."""
     reports: list[StrategyReport] = []
     acted = False
     for strategy in strategies:
         if acted and early_stop and not ctx.force and not stop_when.fires(draft.metrics()):
             tokens = draft.prompt_tokens
-            reports.append(
-                StrategyReport(
-                    strategy.name,
-                    fired=False,
-                    changed=False,
-                    tokens_before=tokens,
-                    tokens_after=tokens,
-                    skipped="early_stop",
-                )
-            )
+            reports.append(StrategyReport(strategy.name, fired=False, changed=False,
+                                          tokens_before=tokens, tokens_after=tokens,
+                                          skipped="early_stop"))
             continue
         report = run_strategy(strategy, draft, ctx)
         reports.append(report)
@@ -113,33 +95,51 @@ def run_sequence(
 class PipelineStrategy(Strategy):
     """A nested pipeline entry (``strategy: pipeline``): children in order, one report.
 
-    Its trigger defaults to ``always`` (each child checks its own), as in the .NET
-    ``PipelineCompactionStrategy``.
+    Plain form (.NET ``PipelineCompactionStrategy``): the trigger defaults to ``always`` (each
+    child checks its own), the early-stop condition to ``over_budget``.
+
+    Token-budget form (Agent Framework ``TokenBudgetComposedStrategy``, DESIGN section 6):
+    with ``token_budget=N`` the entry fires when the prompt exceeds N tokens, runs its children
+    in order, stops as soon as it fits N (``early_stop``), and with ``fallback`` (the default
+    when a budget is given) drops the oldest groups until it fits, keeping the newest
+    non-system group (the Agent Framework's "minimum retained group").  Without
+    ``token_budget`` the budget is the request's own (``over_budget``).  Differences from the
+    Agent Framework: the fallback never removes system messages or the newest turn (DESIGN
+    invariants 1 and 4; the Agent Framework's "strict" fallback drops system messages last),
+    and when they alone exceed the budget the entry reports a warning instead.
     """
 
     name = "pipeline"
 
-    def __init__(
-        self,
-        strategies: Sequence[Strategy],
-        *,
-        stop_when: Condition | None = None,
-        early_stop: bool = True,
-        trigger: Condition | None = None,
-    ) -> None:
+    def __init__(self, strategies: Sequence[Strategy], *, stop_when: Condition | None = None,
+                 early_stop: bool = True, trigger: Condition | None = None,
+                 token_budget: int | None = None, fallback: bool | None = None) -> None:
         super().__init__(trigger=trigger)
+        if token_budget is not None and token_budget < 0:
+            raise ValueError("token_budget must be >= 0")
         self.strategies = tuple(strategies)
-        self.stop_when = stop_when or OverBudget()
+        self.token_budget = token_budget
+        self.budget_condition: Condition = (TokensExceed(token_budget) if token_budget is not None
+                                            else OverBudget())
+        self.stop_when = stop_when or self.budget_condition
         self.early_stop = early_stop
+        self.fallback = fallback if fallback is not None else token_budget is not None
 
     def default_trigger(self) -> Condition:
-        return Always()
+        return self.budget_condition if self.token_budget is not None else Always()
 
     def apply(self, draft: Draft, ctx: StrategyContext) -> StrategyOutcome:
-        children = run_sequence(
-            self.strategies, draft, ctx, stop_when=self.stop_when, early_stop=self.early_stop
-        )
-        return StrategyOutcome(changed=any(c.changed for c in children), children=tuple(children))
+        children = run_sequence(self.strategies, draft, ctx, stop_when=self.stop_when,
+                                early_stop=self.early_stop)
+        warnings: list[str] = []
+        if self.fallback and self.budget_condition.fires(draft.metrics()):
+            fallback = FallbackTruncation(condition=self.budget_condition, minimum_preserved=1)
+            children.append(run_strategy(fallback, draft, StrategyContext()))
+            if self.budget_condition.fires(draft.metrics()):
+                warnings.append(f"pipeline: still over its budget ({draft.prompt_tokens} "
+                                "tokens) after the fallback")
+        return StrategyOutcome(changed=any(c.changed for c in children),
+                               children=tuple(children), warnings=tuple(warnings))
 
 
 @dataclass(frozen=True)
@@ -161,8 +161,10 @@ class FallbackTruncation(TruncationStrategy):
 
     name = "fallback_truncation"
 
-    def __init__(self) -> None:
-        super().__init__(trigger=OverBudget(), target=OverBudget(), minimum_preserved=0)
+    def __init__(self, *, condition: Condition | None = None, minimum_preserved: int = 0) -> None:
+        condition = condition or OverBudget()
+        super().__init__(trigger=condition, target=condition,
+                         minimum_preserved=minimum_preserved)
 
 
 @dataclass(frozen=True)
@@ -207,31 +209,18 @@ def compact(
     if isinstance(tokenizer, TokenizerProvider):
         tokenizer = tokenizer.get(model_facts.encoding)
     calibration = calibration or Calibration()
-    budget = compute_budget(
-        model_facts,
-        max_completion_tokens=max_completion_tokens,
-        max_tokens=max_tokens,
-        reserve_ratio=reserve_ratio,
-    )
+    budget = compute_budget(model_facts, max_completion_tokens=max_completion_tokens,
+                            max_tokens=max_tokens, reserve_ratio=reserve_ratio)
     view = build_view(messages, tokenizer, summary_marker=summary_marker)
-    draft = Draft(
-        view,
-        tokenizer=tokenizer,
-        budget=budget,
-        tools_tokens=tokenizer.count_tools(tools),
-        calibration=calibration,
-        summary_marker=summary_marker,
-    )
+    draft = Draft(view, tokenizer=tokenizer, budget=budget,
+                  tools_tokens=tokenizer.count_tools(tools), calibration=calibration,
+                  summary_marker=summary_marker)
     tokens_before = draft.prompt_tokens
     ctx = StrategyContext(force=mode is Mode.FORCE)
 
-    reports = run_sequence(
-        pipeline.strategies,
-        draft,
-        ctx,
-        stop_when=pipeline.stop_when or OverBudget(),
-        early_stop=pipeline.early_stop,
-    )
+    reports = run_sequence(pipeline.strategies, draft, ctx,
+                           stop_when=pipeline.stop_when or OverBudget(),
+                           early_stop=pipeline.early_stop)
     fallback_report = None
     if pipeline.fallback and draft.over_budget():
         fallback_report = run_strategy(FallbackTruncation(), draft, StrategyContext())
@@ -241,16 +230,12 @@ def compact(
     if draft.over_budget():
         tokens_now = calibration.apply(draft.prompt_tokens)
         if any(True for _ in draft.removable()):
-            warnings.append(
-                f"over budget: {tokens_now} tokens > {budget.limit}; fallback "
-                "truncation is disabled"
-            )
+            warnings.append(f"over budget: {tokens_now} tokens > {budget.limit}; fallback "
+                            "truncation is disabled")
         else:
-            warnings.append(
-                f"over budget: {tokens_now} tokens > {budget.limit}; the system "
-                "messages and the newest turn alone exceed it, so the smallest "
-                "valid request is forwarded"
-            )
+            warnings.append(f"over budget: {tokens_now} tokens > {budget.limit}; the system "
+                            "messages and the newest turn alone exceed it, so the smallest "
+                            "valid request is forwarded")
     out = draft.project()
     changed = draft.changed
     report = CompactionReport(
@@ -270,6 +255,5 @@ def compact(
         fallback=fallback_report,
         warnings=tuple(warnings),
     )
-    return CompactionResult(
-        messages=out if changed else list(messages), changed=changed, report=report
-    )
+    return CompactionResult(messages=out if changed else list(messages), changed=changed,
+                            report=report)

@@ -143,7 +143,10 @@ class StrategyEntryBase(_Model):
 
 
 class ContextPruningEntry(StrategyEntryBase):
-    """LibreChat-style pruning of old tool results (snake_case or camelCase keys)."""
+    """LibreChat-style pruning of old tool results (snake_case or camelCase keys).
+
+    ``enabled: false`` keeps the entry but never fires it (LibreChat's block pasted as is).
+    """
 
     model_config = ConfigDict(
         extra="forbid",
@@ -155,6 +158,7 @@ class ContextPruningEntry(StrategyEntryBase):
     )
 
     strategy: Literal["context_pruning"]
+    enabled: bool = True
     keep_last_assistants: int = Field(default=3, ge=0, le=10)
     soft_trim_ratio: float = Field(default=0.3, ge=0, le=1)
     hard_clear_ratio: float = Field(default=0.5, ge=0, le=1)
@@ -241,12 +245,18 @@ class TruncationEntry(StrategyEntryBase):
 
 
 class PipelineEntry(StrategyEntryBase):
-    """A nested pipeline: children in order, each with its own trigger."""
+    """A nested pipeline: children in order, each with its own trigger.
+
+    ``token_budget``: the Agent Framework's token-budget composition (fire above N tokens,
+    stop as soon as it fits, then an oldest-first ``fallback``, on by default with a budget).
+    """
 
     strategy: Literal["pipeline"]
     strategies: list[StrategyEntry]
     stop_when: TargetField | None = None
     early_stop: bool = True
+    token_budget: int | None = Field(default=None, ge=0)
+    fallback: bool | None = None
 
 
 StrategyEntry = Annotated[

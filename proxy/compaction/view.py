@@ -183,6 +183,8 @@ def build_view(
     members: list[list[int]] = []
     kinds: list[GroupKind] = []
     turns: list[int | None] = []
+    group_bytes: list[int] = []
+    group_tokens: list[int] = []
     group_of: list[int] = [0] * len(msgs)
     pending_calls: dict[str, int] = {}
     pending_functions: dict[str, list[int]] = {}
@@ -192,11 +194,18 @@ def build_view(
         members.append([index])
         kinds.append(kind)
         turns.append(group_turn)
-        group_of[index] = len(members) - 1
-        return len(members) - 1
+        stat = stats[index]
+        group_bytes.append(stat.byte_count)
+        group_tokens.append(stat.token_count)
+        group = len(members) - 1
+        group_of[index] = group
+        return group
 
     def join(group: int, index: int) -> None:
         members[group].append(index)
+        stat = stats[index]
+        group_bytes[group] += stat.byte_count
+        group_tokens[group] += stat.token_count
         group_of[index] = group
 
     for index, message in enumerate(msgs):
@@ -227,14 +236,8 @@ def build_view(
             open_group(GroupKind.ASSISTANT_TEXT, turn, index)
 
     groups = tuple(
-        Group(
-            index=g,
-            kind=kinds[g],
-            members=tuple(member_list),
-            turn=turns[g],
-            byte_count=sum(stats[i].byte_count for i in member_list),
-            token_count=sum(stats[i].token_count for i in member_list),
-        )
+        Group(index=g, kind=kinds[g], members=tuple(member_list), turn=turns[g],
+              byte_count=group_bytes[g], token_count=group_tokens[g])
         for g, member_list in enumerate(members)
     )
     return ConversationView(

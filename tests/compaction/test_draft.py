@@ -109,3 +109,20 @@ def test_overflow_messages_counts_what_must_go() -> None:
     assert draft.overflow_messages() == 1
     draft_all = Draft(view, tokenizer=TOK, budget=Budget(1, 0, 0))
     assert draft_all.overflow_messages() == 2
+
+
+@pytest.mark.parametrize("new_role", ["tool", "assistant"])
+def test_commit_after_edits_only_matches_a_full_rebuild(new_role: str) -> None:
+    msgs = [s(), u("q1"), call("c1", "c2"), a("between"), tool("c1", "x" * 100),
+            tool("c2", "y" * 50), u("q2"), a("r")]
+    draft = make(msgs)
+    edited = {**draft.message(4), "content": "short"}
+    if new_role == "assistant":  # an edit that changes grouping takes the full path
+        edited = {"role": "assistant", "content": "now text"}
+    draft.edit(4, edited)
+    draft.commit()
+    rebuilt = build_view(draft.project(), TOK)
+    assert draft.view.groups == rebuilt.groups
+    assert draft.view.group_of == rebuilt.group_of
+    assert draft.view.stats == rebuilt.stats
+    assert draft.message_tokens == rebuilt.token_count

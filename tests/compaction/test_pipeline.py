@@ -50,7 +50,7 @@ def test_nothing_fires_forwards_the_original() -> None:
     assert not result.changed
     assert all(x is y for x, y in zip(result.messages, msgs, strict=True))
     assert result.report.tokens_before == result.report.tokens_after
-    assert [r.skipped for r in result.report.strategies] == ["trigger"]
+    assert [r.skipped for r in result.report.strategies] == ["trigger"] * 3
 
 
 def test_default_pipeline_fires_at_80_and_compacts_towards_50() -> None:
@@ -60,13 +60,17 @@ def test_default_pipeline_fires_at_80_and_compacts_towards_50() -> None:
     assert result.changed
     report = result.report
     assert report.tokens_after <= 0.5 * report.budget
-    assert report.strategies[0].name == "truncation"
-    assert report.strategies[0].fired and report.strategies[0].changed
+    names = [r.name for r in report.strategies]
+    assert names == ["context_pruning", "tool_result_compaction", "truncation"]
+    pruning, collapse, truncation = report.strategies
+    assert pruning.fired and not pruning.changed  # results far below minPrunableToolChars
+    assert collapse.fired and collapse.changed
+    assert truncation.fired and truncation.changed
     assert report.fallback is None
     assert result.messages[0] == msgs[0]
     # the newest turn is intact
     assert result.messages[-4:] == msgs[-4:]
-    assert report.changed_by == ("truncation",)
+    assert report.changed_by == ("tool_result_compaction", "truncation")
 
 
 def test_output_is_idempotent_and_deterministic() -> None:
@@ -199,3 +203,49 @@ def test_short_conversations_never_lose_their_newest_turn(turns: int) -> None:
     msgs = conversation(turns)
     result = run(msgs, Pipeline(()), ModelFacts(10, 0))
     assert result.messages[-4:] == msgs[-4:]
+
+
+# ---------------------------------------------------------------- token-budget composition
+
+def test_token_budget_keeps_system_and_newest_turn_with_a_warning() -> None:
+    # Agent Framework: [S*100, U*100] with budget 1 -> [U] (its strict fallback drops the
+    # system message).  We never drop it (DESIGN invariant 1) and say so in the report.
+    from proxy.compaction.pipeline import PipelineStrategy
+
+    msgs = [s("S" * 100), u("U" * 100)]
+    budget = PipelineStrategy([TruncationStrategy()], token_budget=1)
+    result = run(msgs, Pipeline((budget,), fallback=False), ModelFacts(10_000, 0))
+    assert not result.changed
+    assert result.messages == msgs
+    assert any("over its budget" in w for w in result.report.warnings)
+    alone = run([s("S" * 100)], Pipeline((budget,), fallback=False), ModelFacts(10_000, 0))
+    assert not alone.changed
+
+
+def test_token_budget_entry_from_settings_runs_children_then_its_fallback() -> None:
+    msgs = conversation(8)
+    total = TOK.count_messages(msgs)
+    settings = CompactionSettings.model_validate({"pipeline": [{
+        "strategy": "pipeline", "token_budget": total // 2,
+        "strategies": [{"strategy": "tool_result_compaction", "keep_last_tool_call_groups": 1},
+                       {"strategy": "selective_tool_calls", "trigger": "never"}]}]})
+    pipeline = build_pipeline(settings)
+    result = run(msgs, pipeline, ModelFacts(10 * total, 0))
+    report = result.report.strategies[0]
+    assert [c.name for c in report.children] == ["tool_result_compaction",
+                                                 "selective_tool_calls", "fallback_truncation"]
+    assert report.children[0].changed and report.children[2].changed
+    assert result.report.tokens_after <= total // 2
+    assert not run(result.messages, pipeline, ModelFacts(10 * total, 0)).changed
+
+
+def test_token_budget_early_stop() -> None:
+    msgs = conversation(8)
+    total = TOK.count_messages(msgs)
+    settings = CompactionSettings.model_validate({"pipeline": [{
+        "strategy": "pipeline", "token_budget": total - 10,
+        "strategies": [{"strategy": "tool_result_compaction"},
+                       {"strategy": "truncation", "trigger": "always"}]}]})
+    report = run(msgs, build_pipeline(settings), ModelFacts(10 * total, 0)).report
+    children = report.strategies[0].children
+    assert [c.skipped for c in children] == [None, "early_stop"]

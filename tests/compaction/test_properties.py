@@ -7,6 +7,8 @@ legacy function calls, unanswered calls and orphan results.
 
 from __future__ import annotations
 
+import json
+import os
 from typing import Any
 
 import orjson
@@ -170,3 +172,230 @@ def test_invariants_hold(msgs: list[Msg], strategy: Strategy, window: int, fallb
         assert report.warnings
     event(f"changed={result.changed}")
     event(f"fallback={bool(report.fallback and report.fallback.changed)}")
+
+
+# ----------------------------------------------------------------------------------------
+# Phase 2: every strategy alone and the default pipeline, over richer conversations (images,
+# unicode, huge tool outputs, text-part arrays).  Strategies may now edit messages (pruning,
+# clearing) or replace a group by a summary, so output messages are matched to the input by
+# identity, or by a unique ``x-id`` field an edited copy must keep (invariant 5).
+
+from proxy.compaction import (  # noqa: E402
+    ClearToolUsesStrategy,
+    CompactionSettings,
+    ContextPruningStrategy,
+    PipelineStrategy,
+    SelectiveToolCallsStrategy,
+    SummarizationSettings,
+    ToolResultCompactionStrategy,
+    build_pipeline,
+)
+from proxy.compaction.triggers import Always, TokensExceed  # noqa: E402
+
+uni = st.text(alphabet="abc xyzé日本😀\n", min_size=0, max_size=40)
+IMAGE = {"type": "image_url", "image_url": {"url": "https://example.com/a.png", "detail": "low"}}
+
+
+@st.composite
+def rich_conversations(draw: st.DrawFn) -> list[Msg]:
+    ids = iter(range(10_000))
+
+    def big() -> str:
+        size = draw(st.sampled_from([0, 10, 200, 3000, 9000]))
+        return (draw(uni) + "x" * size + draw(uni)) if size else draw(uni)
+
+    def tool_content() -> Any:
+        shape = draw(st.sampled_from(["text", "text", "parts", "image"]))
+        if shape == "text":
+            return big()
+        parts: list[Any] = [{"type": "text", "text": big()}, {"type": "text", "text": draw(uni),
+                                                              "cache_control": {"t": 1}}]
+        if shape == "image":
+            parts.insert(1, IMAGE)
+        return parts
+
+    msgs: list[Msg] = [{"role": draw(st.sampled_from(SYSTEM)), "content": draw(uni)}
+                       for _ in range(draw(st.integers(0, 2)))]
+    delayed: list[Msg] = []
+    for turn in range(draw(st.integers(0, 7))):
+        if turn > 0 or draw(st.booleans()):
+            content: Any = draw(uni)
+            if draw(st.integers(0, 3)) == 0:
+                content = [{"type": "text", "text": draw(uni)}, IMAGE]
+            msgs.append({"role": "user", "content": content, "x-extra": {"turn": turn}})
+        for _ in range(draw(st.integers(0, 3))):
+            kind = draw(st.sampled_from(["text", "tools", "tools", "tools", "legacy", "orphan",
+                                         "dev", "flush"]))
+            if kind == "text":
+                msgs.append({"role": "assistant", "content": draw(uni), "refusal": None})
+            elif kind == "dev":
+                msgs.append({"role": "developer", "content": draw(uni)})
+            elif kind == "orphan":
+                msgs.append({"role": "tool", "tool_call_id": f"ghost{next(ids)}",
+                             "content": big()})
+            elif kind == "flush":
+                msgs.extend(delayed)
+                delayed.clear()
+            elif kind == "legacy":
+                name = draw(st.sampled_from(["f", "g"]))
+                msgs.append({"role": "assistant", "content": None,
+                             "function_call": {"name": name, "arguments": '{"a": 1}'}})
+                if draw(st.booleans()):
+                    msgs.append({"role": "function", "name": name, "content": big()})
+            else:
+                call_ids = [f"call{next(ids)}" for _ in range(draw(st.integers(1, 3)))]
+                msgs.append({"role": "assistant", "content": draw(st.none() | uni),
+                             "reasoning_content": draw(uni),
+                             "tool_calls": [{"id": i, "type": "function", "function": {
+                                 "name": draw(st.sampled_from(["read", "search", "run"])),
+                                 "arguments": draw(st.sampled_from(['{}', '{"q": "日本"}']))}}
+                                 for i in call_ids]})
+                for call_id in call_ids:
+                    where = draw(st.sampled_from(["now", "now", "now", "later", "never"]))
+                    result = {"role": "tool", "tool_call_id": call_id, "content": tool_content()}
+                    if where == "now":
+                        msgs.append(result)
+                    elif where == "later":
+                        delayed.append(result)
+    if draw(st.booleans()):
+        msgs.extend(delayed)
+    for index, message in enumerate(msgs):
+        message["x-id"] = index
+    return msgs
+
+
+def small_pruning(draw: st.DrawFn, **kwargs: Any) -> ContextPruningStrategy:
+    return ContextPruningStrategy(
+        keep_last_assistants=draw(st.integers(0, 3)),
+        soft_trim_ratio=draw(st.sampled_from([0.0, 0.2, 0.3, 0.6])),
+        hard_clear_ratio=draw(st.sampled_from([0.3, 0.5, 0.8, 1.0])),
+        min_prunable_tool_chars=draw(st.sampled_from([0, 0, 50, 2000])),
+        soft_trim_max_chars=draw(st.sampled_from([0, 100, 4000])),
+        soft_trim_head_chars=draw(st.sampled_from([0, 20, 1500])),
+        soft_trim_tail_chars=draw(st.sampled_from([0, 20, 1500])),
+        hard_clear_enabled=draw(st.booleans()),
+        **kwargs)
+
+
+def maybe_trigger(draw: st.DrawFn) -> dict[str, Any]:
+    choice = draw(st.sampled_from(["none", "always", "ratio", "tokens"]))
+    if choice == "always":
+        return {"trigger": Always()}
+    if choice == "ratio":
+        return {"trigger": TokenRatio(0.8), "target": TokenRatio(0.5)}
+    if choice == "tokens":
+        return {"trigger": TokensExceed(draw(st.integers(0, 3000)))}
+    return {}
+
+
+@st.composite
+def phase2_strategies(draw: st.DrawFn) -> tuple[str, Strategy]:
+    choice = draw(st.sampled_from(["pruning", "tool_result", "selective", "clear",
+                                   "default", "budget"]))
+    if choice == "pruning":
+        return choice, small_pruning(draw, **maybe_trigger(draw))
+    if choice == "tool_result":
+        return choice, ToolResultCompactionStrategy(
+            keep_last_tool_call_groups=draw(st.integers(0, 2)),
+            max_summary_chars=draw(st.sampled_from([20, 4096])),
+            minimum_preserved=draw(st.integers(0, 2)), **maybe_trigger(draw))
+    if choice == "selective":
+        return choice, SelectiveToolCallsStrategy(
+            keep_last_tool_call_groups=draw(st.integers(0, 2)), **maybe_trigger(draw))
+    if choice == "clear":
+        return choice, ClearToolUsesStrategy(
+            keep=draw(st.integers(0, 3)), exclude_tools=draw(st.sampled_from([(), ("read",)])),
+            clear_at_least=draw(st.sampled_from([0, 100, 5000])),
+            clear_tool_inputs=draw(st.booleans()), **maybe_trigger(draw))
+    if choice == "budget":
+        return choice, PipelineStrategy(
+            [ToolResultCompactionStrategy(keep_last_tool_call_groups=draw(st.integers(0, 2))),
+             TruncationStrategy(max_n=draw(st.integers(1, 3000)))],
+            token_budget=draw(st.integers(0, 5000)))
+    block = SummarizationSettings.model_validate({"contextPruning": {
+        "keepLastAssistants": draw(st.integers(0, 3)), "minPrunableToolChars": 100,
+        "softTrim": {"maxChars": 200, "headChars": 50, "tailChars": 50}}})
+    (pipeline_strategy,) = [PipelineStrategy(list(build_pipeline(CompactionSettings(),
+                                                                  block).strategies),
+                                             stop_when=TokenRatio(0.5))]
+    return choice, pipeline_strategy
+
+
+def check_invariants_phase2(msgs: list[Msg], out: list[Msg], *, media_kept: bool) -> None:
+    by_id = {m["x-id"]: i for i, m in enumerate(msgs)}
+    positions: list[int] = []
+    for message in out:
+        if "x-id" not in message:  # a synthetic [Tool results: ...] summary
+            assert set(message) == {"role", "content"} and message["role"] == "assistant"
+            assert message["content"].startswith("[Tool results: ")
+            continue
+        index = by_id[message["x-id"]]
+        original = msgs[index]
+        positions.append(index)
+        if message is original:
+            continue
+        # 5. an edited copy keeps every field; only content / call arguments change
+        assert set(message) == set(original)
+        changed = {k for k in original if message[k] != original[k]}
+        assert changed <= {"content", "tool_calls", "function_call"}
+        assert message["role"] in ("tool", "function", "assistant")
+        for new, old in zip(message.get("tool_calls") or [], original.get("tool_calls") or [],
+                            strict=True):
+            assert (new["id"], new["type"], new["function"]["name"]) == (
+                old["id"], old["type"], old["function"]["name"])
+            json.loads(new["function"]["arguments"])
+        if media_kept and "content" in changed and isinstance(original["content"], list):
+            kept_media = [p for p in original["content"] if p.get("type") != "text"]
+            if kept_media:  # pruning never hard-clears: media parts survive in order
+                assert [p for p in message["content"] if p.get("type") != "text"] == kept_media
+    # 2. relative order unchanged
+    assert positions == sorted(set(positions))
+    kept = set(positions)
+    # 1. system/developer messages kept, byte for byte
+    for m in msgs:
+        if m["role"] in SYSTEM:
+            assert any(o is m for o in out)
+    # 3. calls and results live or die together; orphans are untouched when kept
+    paired = pairs(msgs)
+    for call_index, result_index in paired:
+        assert (call_index in kept) == (result_index in kept)
+    answered = {r for _, r in paired}
+    for i, m in enumerate(msgs):
+        if m["role"] in ("tool", "function") and i not in answered and i in kept:
+            assert any(o is m for o in out)
+    # 4. the newest turn verbatim
+    users = [i for i, m in enumerate(msgs) if m["role"] == "user"]
+    if users:
+        tail = msgs[users[-1]:]
+        assert all(x is y for x, y in zip(out[len(out) - len(tail):], tail, strict=True))
+
+
+@settings(max_examples=int(os.environ.get("PROPERTY_EXAMPLES", "500")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(rich_conversations(), phase2_strategies(), st.integers(50, 20_000), st.booleans(),
+       st.sampled_from([Mode.NORMAL, Mode.FORCE]))
+def test_phase2_invariants_hold(msgs: list[Msg], chosen: tuple[str, Strategy], window: int,
+                                fallback: bool, mode: Mode) -> None:
+    name, strategy = chosen
+    snapshot = orjson.dumps(msgs)
+    result = run(msgs, strategy, window, fallback, mode)
+    assert orjson.dumps(msgs) == snapshot  # the input is never mutated
+    # clear_tool_uses clears a whole result, images included (Anthropic's edit does)
+    check_invariants_phase2(msgs, result.messages, media_kept=name != "clear")
+    if not result.changed:
+        assert all(x is y for x, y in zip(result.messages, msgs, strict=True))
+    # 6. deterministic
+    again = run(msgs, strategy, window, fallback, mode)
+    assert orjson.dumps(again.messages) == orjson.dumps(result.messages)
+    # 7. idempotent.  Known limit: position-based aging (pruning alone, with a trigger that
+    # still fires) is measured over the array, so when the fallback then drops old messages the
+    # survivors are "older" on the next run; the default pipeline's target avoids it.
+    fallback_acted = bool(result.report.fallback and result.report.fallback.changed)
+    if not (name == "pruning" and fallback_acted):
+        second = run(result.messages, strategy, window, fallback, mode)
+        assert not second.changed, (name, second.report.to_dict(), result.report.to_dict())
+    # 8. under budget whenever possible, else a warning
+    report = result.report
+    if fallback and report.tokens_after > report.budget:
+        assert report.warnings
+    event(f"{name}: changed={result.changed}")

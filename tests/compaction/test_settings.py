@@ -6,6 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from proxy.compaction import (
+    CompactionConfigError,
     CompactionSettings,
     ModelFactsSettings,
     StrategyNotAvailable,
@@ -15,6 +16,7 @@ from proxy.compaction import (
     build_pipeline,
     default_pipeline_entries,
     default_registry,
+    pipeline_from_mapping,
 )
 from proxy.compaction.budget import FactsOverride
 from proxy.compaction.settings import STRATEGY_NAMES
@@ -128,19 +130,29 @@ def test_default_pipeline_entries_follow_the_librechat_block() -> None:
     assert entries[0].trigger == RemainingTokens(8000)
 
 
+def test_default_pipeline_is_pruning_tool_results_truncation() -> None:
+    pipeline = build_pipeline(CompactionSettings())
+    assert [s.name for s in pipeline.strategies] == ["context_pruning",
+                                                     "tool_result_compaction", "truncation"]
+    assert pipeline.stop_when == TokenRatio(0.5)
+    assert all(s.trigger == TokenRatio(0.8) and s.target == TokenRatio(0.5)
+               for s in pipeline.strategies)
+
+
 def test_default_pipeline_leaves_out_unavailable_strategies_with_a_notice(
         caplog: pytest.LogCaptureFixture) -> None:
+    registry = StrategyRegistry()
+    registry.register("truncation", default_registry()._builders["truncation"])
     with caplog.at_level(logging.WARNING):
-        pipeline = build_pipeline(CompactionSettings())
+        pipeline = build_pipeline(CompactionSettings(), registry=registry)
     assert [s.name for s in pipeline.strategies] == ["truncation"]
-    assert pipeline.stop_when == TokenRatio(0.5)
     assert "context_pruning, tool_result_compaction not available yet" in caplog.text
 
 
 def test_explicit_pipeline_with_unavailable_strategy_fails_clearly() -> None:
     settings = CompactionSettings.model_validate(
-        {"pipeline": [{"strategy": "tool_result_compaction"}]})
-    with pytest.raises(StrategyNotAvailable, match="'tool_result_compaction' not available"):
+        {"pipeline": [{"strategy": "summarization"}]})
+    with pytest.raises(StrategyNotAvailable, match="'summarization' not available"):
         build_pipeline(settings)
 
 
@@ -152,13 +164,13 @@ def test_registry_accepts_new_builders() -> None:
         calls.append(entry)
         return TruncationStrategy()
 
-    registry.register("tool_result_compaction", builder)
+    registry.register("summarization", builder)
     settings = CompactionSettings.model_validate(
-        {"pipeline": [{"strategy": "tool_result_compaction"}]})
+        {"pipeline": [{"strategy": "summarization"}]})
     pipeline = build_pipeline(settings, registry=registry)
     assert len(pipeline.strategies) == 1 and len(calls) == 1
     with pytest.raises(ValueError):
-        registry.register("tool_result_compaction", builder)
+        registry.register("summarization", builder)
     assert StrategyRegistry().names == ()
 
 
@@ -186,3 +198,38 @@ def test_model_facts_settings() -> None:
         ModelFactsSettings.model_validate({"context_window": 0})
     with pytest.raises(ValidationError):
         ModelFactsSettings.model_validate({"window": 10})
+
+
+# ---------------------------------------------------------------- per-model overrides
+
+@pytest.mark.parametrize(("raw", "path"), [
+    ({"pipeline": [{"strategy": "tool_result_compaction", "keep_last_tool_call_groups": -1}]},
+     "models.gpt-4o.compaction.pipeline.0.keep_last_tool_call_groups"),
+    ({"pipeline": [{"strategy": "pipeline", "strategies": [
+        {"strategy": "context_pruning", "softTrim": {"maxChars": -1}}]}]},
+     "models.gpt-4o.compaction.pipeline.0.strategies.0.softTrim.maxChars"),
+    ({"pipeline": [{"strategy": "truncation"}, {"strategy": "summarization"}]},
+     "models.gpt-4o.compaction.pipeline.1"),
+    ({"pipeline": [{"strategy": "truncation", "trigger": {"tokens_exceed": "x"}}]},
+     "models.gpt-4o.compaction.pipeline.0.trigger.tokens_exceed"),
+    ({"bogus": 1}, "models.gpt-4o.compaction.bogus"),
+])
+def test_model_override_errors_name_the_key_path(raw: dict[str, object], path: str) -> None:
+    with pytest.raises(CompactionConfigError) as info:
+        pipeline_from_mapping(raw, path="models.gpt-4o.compaction")
+    assert info.value.issues[0][0] == path
+    assert str(info.value).startswith(f"{path}: ")
+
+
+def test_model_override_builds_a_pipeline() -> None:
+    pipeline = pipeline_from_mapping(
+        {"pipeline": [{"strategy": "clear_tool_uses", "keep": 2},
+                      {"strategy": "selective_tool_calls", "trigger": {"tokens_exceed": 10}}],
+         "fallback_truncation": False},
+        path="models.gpt-4o.compaction")
+    assert [s.name for s in pipeline.strategies] == ["clear_tool_uses", "selective_tool_calls"]
+    assert not pipeline.fallback
+    default = pipeline_from_mapping({}, {"contextPruning": {"enabled": False}})
+    assert [s.name for s in default.strategies] == ["tool_result_compaction", "truncation"]
+    with pytest.raises(CompactionConfigError, match=r"^summarization\.reserveRatio: "):
+        pipeline_from_mapping({}, {"reserveRatio": 2})

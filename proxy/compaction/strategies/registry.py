@@ -17,9 +17,22 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..settings import PipelineEntry, SlidingWindowEntry, TruncationEntry
+from ..settings import (
+    ClearToolUsesEntry,
+    ContextPruningEntry,
+    PipelineEntry,
+    SelectiveToolCallsEntry,
+    SlidingWindowEntry,
+    ToolResultCompactionEntry,
+    TruncationEntry,
+)
+from ..triggers import Never
 from .base import Strategy
+from .clear_tool_uses import ClearToolUsesStrategy
+from .context_pruning import ContextPruningStrategy
+from .selective_tool_calls import SelectiveToolCallsStrategy
 from .sliding_window import SlidingWindowStrategy
+from .tool_result_compaction import ToolResultCompactionStrategy
 from .truncation import TruncationStrategy
 
 
@@ -101,8 +114,62 @@ def build_sliding_window(entry: SlidingWindowEntry, ctx: BuildContext) -> Strate
     )
 
 
+def build_context_pruning(entry: ContextPruningEntry, ctx: BuildContext) -> Strategy:
+    """Builder for ``strategy: context_pruning`` (``enabled: false``: never fires)."""
+    return ContextPruningStrategy(
+        keep_last_assistants=entry.keep_last_assistants,
+        soft_trim_ratio=entry.soft_trim_ratio,
+        hard_clear_ratio=entry.hard_clear_ratio,
+        min_prunable_tool_chars=entry.min_prunable_tool_chars,
+        soft_trim_max_chars=entry.soft_trim.max_chars,
+        soft_trim_head_chars=entry.soft_trim.head_chars,
+        soft_trim_tail_chars=entry.soft_trim.tail_chars,
+        hard_clear_enabled=entry.hard_clear.enabled,
+        placeholder=entry.hard_clear.placeholder,
+        trigger=entry.trigger if entry.enabled else Never(),
+        target=entry.target,
+        minimum_preserved=_floor(entry, 0),
+    )
+
+
+def build_tool_result_compaction(entry: ToolResultCompactionEntry,
+                                 ctx: BuildContext) -> Strategy:
+    """Builder for ``strategy: tool_result_compaction``."""
+    return ToolResultCompactionStrategy(
+        keep_last_tool_call_groups=entry.keep_last_tool_call_groups,
+        max_summary_chars=entry.max_summary_chars,
+        trigger=entry.trigger,
+        target=entry.target,
+        minimum_preserved=_floor(entry, 0),
+    )
+
+
+def build_selective_tool_calls(entry: SelectiveToolCallsEntry, ctx: BuildContext) -> Strategy:
+    """Builder for ``strategy: selective_tool_calls``."""
+    return SelectiveToolCallsStrategy(
+        keep_last_tool_call_groups=entry.keep_last_tool_call_groups,
+        trigger=entry.trigger,
+        target=entry.target,
+        minimum_preserved=_floor(entry, 0),
+    )
+
+
+def build_clear_tool_uses(entry: ClearToolUsesEntry, ctx: BuildContext) -> Strategy:
+    """Builder for ``strategy: clear_tool_uses``."""
+    return ClearToolUsesStrategy(
+        keep=entry.keep,
+        exclude_tools=entry.exclude_tools,
+        clear_at_least=entry.clear_at_least,
+        clear_tool_inputs=entry.clear_tool_inputs,
+        placeholder=entry.placeholder,
+        trigger=entry.trigger,
+        target=entry.target,
+        minimum_preserved=_floor(entry, 0),
+    )
+
+
 def build_pipeline_entry(entry: PipelineEntry, ctx: BuildContext) -> Strategy:
-    """Builder for a nested ``strategy: pipeline``."""
+    """Builder for a nested ``strategy: pipeline`` (optionally a token-budget composition)."""
     from ..pipeline import PipelineStrategy
 
     return PipelineStrategy(
@@ -110,15 +177,17 @@ def build_pipeline_entry(entry: PipelineEntry, ctx: BuildContext) -> Strategy:
         stop_when=entry.stop_when,
         early_stop=entry.early_stop,
         trigger=entry.trigger,
+        token_budget=entry.token_budget,
+        fallback=entry.fallback,
     )
 
 
 def register_builtin_strategies(registry: StrategyRegistry) -> StrategyRegistry:
-    """Register every strategy implemented so far.
-
-    Phase 2 adds: context_pruning, tool_result_compaction, selective_tool_calls,
-    clear_tool_uses, summarization.
-    """
+    """Register every strategy implemented so far (summarization comes with its issue)."""
+    registry.register("context_pruning", build_context_pruning)
+    registry.register("tool_result_compaction", build_tool_result_compaction)
+    registry.register("selective_tool_calls", build_selective_tool_calls)
+    registry.register("clear_tool_uses", build_clear_tool_uses)
     registry.register("truncation", build_truncation)
     registry.register("sliding_window", build_sliding_window)
     registry.register("pipeline", build_pipeline_entry)

@@ -1,0 +1,136 @@
+"""Tool-result compaction: collapse old tool-call groups into one short assistant message.
+
+Agent Framework (Python ``ToolResultCompactionStrategy``, agent-framework-core 1.23)
+semantics: every kept ``tool_call`` group except the newest ``keep_last_tool_call_groups``
+(default 1; 0 collapses all) becomes ONE assistant message, placed where the group's first
+message was::
+
+    [Tool results: get_weather: sunny; get_time: 9am]
+
+* one label per answered result, in message order: ``f"{name}: {result}".strip()``, or just
+  the result when the call's name is unknown (an orphan result the group absorbed);
+* a result's text is its string content, or its text parts joined by ``"\\n"`` (the Agent
+  Framework's rule for MCP text items);
+* a group without any result gives ``[Tool results: no results]``;
+* the whole text is capped at ``max_summary_chars`` (4096): the label is cut, right-stripped
+  and the text ends ``... [truncated]]``.
+
+The summary is an ordinary, valid OpenAI assistant message (``content`` a string, no
+``tool_calls``), so it forms an ``assistant_text`` group and is never collapsed again: a
+second run changes nothing (idempotent).
+
+Our additions (DESIGN sections 5 and 6): a trigger, a target and a ``minimum_preserved``
+floor.  By default the strategy behaves like the Agent Framework's: it fires always and
+collapses everything but the newest N groups (``trigger``/``target`` default to ``always``).
+With a configured trigger and no target it collapses oldest first until the trigger no longer
+fires; with a target, until the target no longer fires.  ``minimum_preserved`` (default 0,
+the Python anchor has none; .NET uses 16) keeps the newest N non-system groups of any kind
+untouched.
+
+Deliberate differences from the Agent Framework (see also the conformance test):
+
+* the newest turn (from the last user message on) is never collapsed (DESIGN invariant 4);
+  the Agent Framework collapses any tool-call group except the newest N;
+* the summary message is a plain assistant message without the Agent Framework's
+  ``_summary_of_*`` back-links (they are not OpenAI fields); the originals are gone, not
+  excluded-but-stored;
+* text that the assistant wrote *alongside* its ``tool_calls`` is not kept in the summary (as in
+  the Agent Framework, which only lists results);
+* grouping follows our view: ``developer`` messages are system messages (never touched),
+  while the Agent Framework groups them as ``assistant_text``; an orphan result run that does
+  not follow a tool call joins its neighbour's group, where the Agent Framework makes it a
+  ``tool_call`` group of its own (and would collapse it);
+* a result whose content is ``null`` renders as ``""`` (the Agent Framework renders
+  ``str(None)``).
+"""
+
+from __future__ import annotations
+
+from ..draft import Draft
+from ..messages import Message, content_text, role_of
+from ..triggers import Always, Condition
+from ..view import Group
+from ._tools import answered_results, kept_tool_call_groups, newest, newest_non_system
+from .base import Strategy, StrategyContext, StrategyOutcome
+
+SUMMARY_PREFIX = "[Tool results: "
+SUMMARY_SUFFIX = "]"
+TRUNCATION_MARKER = "... [truncated]"
+DEFAULT_MAX_SUMMARY_CHARS = 4096
+
+
+def summary_text(labels: list[str], max_chars: int = DEFAULT_MAX_SUMMARY_CHARS) -> str:
+    """``[Tool results: a; b]`` capped at ``max_chars`` (see the module docstring)."""
+    body = "; ".join(labels) if labels else "no results"
+    text = f"{SUMMARY_PREFIX}{body}{SUMMARY_SUFFIX}"
+    if len(text) <= max_chars:
+        return text
+    room = max_chars - len(SUMMARY_PREFIX) - len(TRUNCATION_MARKER) - len(SUMMARY_SUFFIX)
+    kept = body[:room].rstrip() if room > 0 else ""
+    return f"{SUMMARY_PREFIX}{kept}{TRUNCATION_MARKER}{SUMMARY_SUFFIX}"
+
+
+def group_labels(draft: Draft, group: Group) -> list[str]:
+    """One label per tool/function result of ``group`` (answered or orphan), in order."""
+    answered = {r.index: r.name for r in answered_results(draft, group)}
+    labels: list[str] = []
+    for index in group.members:
+        message = draft.message(index)
+        if role_of(message) not in ("tool", "function"):
+            continue
+        name = answered.get(index, "")
+        result = content_text(message)
+        labels.append((f"{name}: {result}" if name else result).strip())
+    return labels
+
+
+def summary_message(draft: Draft, group: Group, max_chars: int) -> Message:
+    """The assistant message that replaces ``group``."""
+    return {"role": "assistant", "content": summary_text(group_labels(draft, group), max_chars)}
+
+
+class ToolResultCompactionStrategy(Strategy):
+    """Collapse old tool-call groups into ``[Tool results: ...]`` (see the module docstring)."""
+
+    name = "tool_result_compaction"
+
+    def __init__(
+        self,
+        *,
+        keep_last_tool_call_groups: int = 1,
+        max_summary_chars: int = DEFAULT_MAX_SUMMARY_CHARS,
+        trigger: Condition | None = None,
+        target: Condition | None = None,
+        minimum_preserved: int = 0,
+    ) -> None:
+        super().__init__(trigger=trigger, target=target, minimum_preserved=minimum_preserved)
+        if keep_last_tool_call_groups < 0:
+            raise ValueError("keep_last_tool_call_groups must be >= 0")
+        if max_summary_chars <= 0:
+            raise ValueError("max_summary_chars must be > 0")
+        self.keep_last_tool_call_groups = keep_last_tool_call_groups
+        self.max_summary_chars = max_summary_chars
+
+    def default_trigger(self) -> Condition:
+        return Always()
+
+    def default_target(self) -> Condition | None:
+        # Without a configured trigger the Agent Framework's shape: collapse all but the newest
+        # N.  With a configured trigger and no target: until the trigger stops firing.
+        return Always() if self._trigger is None else None
+
+    def apply(self, draft: Draft, ctx: StrategyContext) -> StrategyOutcome:
+        groups = kept_tool_call_groups(draft)
+        keep = newest(groups, self.keep_last_tool_call_groups)
+        floor = newest_non_system(draft, self.minimum_preserved)
+        collapsed = 0
+        for group in groups:
+            if group.index in keep or group.index in floor or draft.is_protected(group):
+                continue
+            if not self.keep_going(draft, ctx):
+                break
+            draft.replace(group, [summary_message(draft, group, self.max_summary_chars)])
+            collapsed += 1
+        return StrategyOutcome(changed=collapsed > 0,
+                               notes=(f"collapsed {collapsed} tool-call group(s)",)
+                               if collapsed else ())
