@@ -82,8 +82,7 @@ def encodings_dir() -> Path:
 
 
 def new_loader() -> EncodingLoader:
-    return EncodingLoader(directories=[encodings_dir()], include_env=False,
-                          include_default=False)
+    return EncodingLoader(directories=[encodings_dir()], include_env=False, include_default=False)
 
 
 def reps_for(size: int, quick: bool) -> int:
@@ -95,6 +94,7 @@ def reps_for(size: int, quick: bool) -> int:
 
 
 # ------------------------------------------------------------------ timing helpers
+
 
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     """Seconds for one call, with the cyclic GC off (as timeit does) and collected before."""
@@ -158,6 +158,7 @@ def fmt_ms(ms: float) -> str:
 
 # ------------------------------------------------------------------ ours
 
+
 @dataclass
 class OursRow:
     size: int
@@ -175,15 +176,22 @@ class OursRow:
     messages_after: int
 
 
-def bench_ours(size: int, window: str, msgs: list[dict], nxt: list[dict],
-               loader: EncodingLoader, reps: int) -> OursRow:
+def bench_ours(
+    size: int, window: str, msgs: list[dict], nxt: list[dict], loader: EncodingLoader, reps: int
+) -> OursRow:
     catalog = WINDOWS[window]
     pipeline = build_pipeline(CompactionSettings())
     tool_defs = tools()
 
     def run(provider: TokenizerProvider, messages: list[dict]) -> Any:
-        return compact(messages, model=MODEL, pipeline=pipeline, tokenizer=provider,
-                       facts=catalog, tools=tool_defs)
+        return compact(
+            messages,
+            model=MODEL,
+            pipeline=pipeline,
+            tokenizer=provider,
+            facts=catalog,
+            tools=tool_defs,
+        )
 
     cold, warm = Series(), Series()
     first = first_warm = None
@@ -198,12 +206,25 @@ def bench_ours(size: int, window: str, msgs: list[dict], nxt: list[dict],
     assert first is not None and first_warm is not None
     report = first.report
     s = stats(msgs)
-    return OursRow(size, window, s["messages"], s["chars"], s["tool_chars"],
-                   report.tokens_before, report.budget, cold, warm, first.changed,
-                   first_warm.changed, report.tokens_after, report.messages_after)
+    return OursRow(
+        size,
+        window,
+        s["messages"],
+        s["chars"],
+        s["tool_chars"],
+        report.tokens_before,
+        report.budget,
+        cold,
+        warm,
+        first.changed,
+        first_warm.changed,
+        report.tokens_after,
+        report.messages_after,
+    )
 
 
 # ------------------------------------------------------------------ agent framework
+
 
 class TiktokenAdapter:
     """AF TokenizerProtocol over a tiktoken encoding (exact counts of AF's JSON payload)."""
@@ -224,15 +245,18 @@ def to_af(msgs: Sequence[dict]) -> list[Any]:
         contents: list[Any] = []
         text = m.get("content")
         if m["role"] == "tool":
-            contents.append(Content.from_function_result(call_id=m["tool_call_id"],
-                                                         result=text))
+            contents.append(Content.from_function_result(call_id=m["tool_call_id"], result=text))
         else:
             if text:
                 contents.append(text)
             for call in m.get("tool_calls") or ():
-                contents.append(Content.from_function_call(
-                    call_id=call["id"], name=call["function"]["name"],
-                    arguments=call["function"]["arguments"]))
+                contents.append(
+                    Content.from_function_call(
+                        call_id=call["id"],
+                        name=call["function"]["name"],
+                        arguments=call["function"]["arguments"],
+                    )
+                )
         out.append(Message(role=m["role"], contents=contents))
     return out
 
@@ -251,8 +275,16 @@ class AfRow:
     messages_after: int
 
 
-def bench_af(size: int, window: str, tokenizer_name: str, msgs: list[dict],
-             new: list[dict], encoding: Any, budget: int, reps: int) -> AfRow:
+def bench_af(
+    size: int,
+    window: str,
+    tokenizer_name: str,
+    msgs: list[dict],
+    new: list[dict],
+    encoding: Any,
+    budget: int,
+    reps: int,
+) -> AfRow:
     from agent_framework._compaction import (
         CharacterEstimatorTokenizer,
         TokenBudgetComposedStrategy,
@@ -261,15 +293,23 @@ def bench_af(size: int, window: str, tokenizer_name: str, msgs: list[dict],
         apply_compaction,
     )
 
-    tok: Any = (CharacterEstimatorTokenizer() if tokenizer_name == "char"
-                else TiktokenAdapter(encoding))
+    tok: Any = (
+        CharacterEstimatorTokenizer() if tokenizer_name == "char" else TiktokenAdapter(encoding)
+    )
 
     def strategy() -> Any:
-        return TokenBudgetComposedStrategy(token_budget=budget, tokenizer=tok, strategies=[
-            ToolResultCompactionStrategy(keep_last_tool_call_groups=1),
-            TruncationStrategy(max_n=max(1, int(AF_TRIGGER_RATIO * budget)),
-                               compact_to=max(1, int(AF_TARGET_RATIO * budget)),
-                               tokenizer=tok)])
+        return TokenBudgetComposedStrategy(
+            token_budget=budget,
+            tokenizer=tok,
+            strategies=[
+                ToolResultCompactionStrategy(keep_last_tool_call_groups=1),
+                TruncationStrategy(
+                    max_n=max(1, int(AF_TRIGGER_RATIO * budget)),
+                    compact_to=max(1, int(AF_TARGET_RATIO * budget)),
+                    tokenizer=tok,
+                ),
+            ],
+        )
 
     convert, cold, warm = Series(), Series(), Series()
     fired = fired_warm = False
@@ -279,8 +319,9 @@ def bench_af(size: int, window: str, tokenizer_name: str, msgs: list[dict],
         convert.add(seconds)
         af_new = to_af(new)
         strat = strategy()
-        seconds, out = timed(lambda: run_sync(apply_compaction(af_msgs, strategy=strat,
-                                                                tokenizer=tok)))
+        seconds, out = timed(
+            lambda: run_sync(apply_compaction(af_msgs, strategy=strat, tokenizer=tok))
+        )
         cold.add(seconds)
         if rep == 0:
             fired = len(out) != len(af_msgs)
@@ -288,13 +329,15 @@ def bench_af(size: int, window: str, tokenizer_name: str, msgs: list[dict],
             tokens = sum(tok.count_tokens(_af_payload(m)) for m in to_af(msgs))
         af_msgs.extend(af_new)  # request N+1 on the annotated list (CompactionProvider-like)
         before = len([m for m in af_msgs if not _excluded(m)])
-        seconds, out_warm = timed(lambda: run_sync(apply_compaction(af_msgs, strategy=strat,
-                                                                     tokenizer=tok)))
+        seconds, out_warm = timed(
+            lambda: run_sync(apply_compaction(af_msgs, strategy=strat, tokenizer=tok))
+        )
         warm.add(seconds)
         if rep == 0:
             fired_warm = len(out_warm) != before
-    return AfRow(size, window, tokenizer_name, tokens, convert, cold, warm, fired, fired_warm,
-                 messages_after)
+    return AfRow(
+        size, window, tokenizer_name, tokens, convert, cold, warm, fired, fired_warm, messages_after
+    )
 
 
 def _af_payload(message: Any) -> str:
@@ -311,6 +354,7 @@ def _excluded(message: Any) -> bool:
 
 # ------------------------------------------------------------------ growth
 
+
 def growth_exponent(points: Sequence[tuple[float, float]]) -> float:
     """Least-squares slope of log(time) against log(tokens): 1.0 is linear."""
     pts = [(math.log(x), math.log(y)) for x, y in points if x > 0 and y > 0]
@@ -325,6 +369,7 @@ def growth_exponent(points: Sequence[tuple[float, float]]) -> float:
 
 # ------------------------------------------------------------------ environment
 
+
 def environment(argv: Sequence[str]) -> list[str]:
     cpu = platform.processor() or "unknown"
     try:
@@ -335,8 +380,12 @@ def environment(argv: Sequence[str]) -> list[str]:
     except OSError:
         pass
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, check=False).stdout.strip() or "unknown"
+        commit = (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+            ).stdout.strip()
+            or "unknown"
+        )
     except OSError:
         commit = "unknown"
 
@@ -348,7 +397,7 @@ def environment(argv: Sequence[str]) -> list[str]:
 
     affinity = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     return [
-        f"- date: {dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
+        f"- date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
         f"- command: `{' '.join(argv)}`",
         f"- CPU: {cpu}; {os.cpu_count()} logical CPUs on the machine; pinned to {affinity}",
         f"- Python {platform.python_version()} ({platform.python_implementation()}), "
@@ -362,28 +411,38 @@ def environment(argv: Sequence[str]) -> list[str]:
 
 # ------------------------------------------------------------------ report
 
-def render(ours: list[OursRow], af: list[AfRow], load: Series, env: list[str],
-           quick: bool) -> str:
+
+def render(ours: list[OursRow], af: list[AfRow], load: Series, env: list[str], quick: bool) -> str:
     lines = ["# Compaction core benchmark", ""]
     lines += env
-    lines += ["", f"Repetitions per size: {'3 (--quick)' if quick else '15 up to 1,000 messages, 7 at 2,000, 5 at 5,000'}. "
-              "Times are median / p90 in ms of one `compact()` call on one core, GC off "
-              "during the call. Tokens are o200k (our count, incl. tools and priming); "
-              "chars are message text + tool arguments.", ""]
-    lines += [f"Encoding load (o200k_base, a fresh EncodingLoader: read + sha256 + parse + "
-              f"build): **{fmt_ms(load.med_ms)} ms** median, p90 {fmt_ms(load.p90_ms)} ms "
-              f"({len(load.values)} runs). Paid once per process, excluded below.", ""]
+    lines += [
+        "",
+        f"Repetitions per size: {'3 (--quick)' if quick else '15 up to 1,000 messages, 7 at 2,000, 5 at 5,000'}. "
+        "Times are median / p90 in ms of one `compact()` call on one core, GC off "
+        "during the call. Tokens are o200k (our count, incl. tools and priming); "
+        "chars are message text + tool arguments.",
+        "",
+    ]
+    lines += [
+        f"Encoding load (o200k_base, a fresh EncodingLoader: read + sha256 + parse + "
+        f"build): **{fmt_ms(load.med_ms)} ms** median, p90 {fmt_ms(load.p90_ms)} ms "
+        f"({len(load.values)} runs). Paid once per process, excluded below.",
+        "",
+    ]
 
     for window in WINDOWS:
         rows = [r for r in ours if r.window == window]
         if not rows:
             continue
-        lines += [f"## proxy.compaction, default pipeline, {MODEL} {window} window "
-                  f"(budget {rows[0].budget:,} tokens)", "",
-                  "| msgs | chars | tool chars | tokens | cold ms med / p90 | warm ms med / p90 "
-                  "| fired (N / N+1) | after: msgs / tokens | cold µs per 1k tok "
-                  "| warm µs per 1k tok |",
-                  "|---:|---:|---:|---:|---:|---:|:---:|---:|---:|---:|"]
+        lines += [
+            f"## proxy.compaction, default pipeline, {MODEL} {window} window "
+            f"(budget {rows[0].budget:,} tokens)",
+            "",
+            "| msgs | chars | tool chars | tokens | cold ms med / p90 | warm ms med / p90 "
+            "| fired (N / N+1) | after: msgs / tokens | cold µs per 1k tok "
+            "| warm µs per 1k tok |",
+            "|---:|---:|---:|---:|---:|---:|:---:|---:|---:|---:|",
+        ]
         for r in rows:
             lines.append(
                 f"| {r.messages:,} | {r.chars:,} | {r.tool_chars:,} | {r.tokens:,} "
@@ -391,24 +450,33 @@ def render(ours: list[OursRow], af: list[AfRow], load: Series, env: list[str],
                 f"| {'yes' if r.fired else 'no'} / {'yes' if r.fired_warm else 'no'} "
                 f"| {r.messages_after:,} / {r.tokens_after:,} "
                 f"| {r.cold.med_ms * 1e3 / (r.tokens / 1e3):.0f} "
-                f"| {r.warm.med_ms * 1e3 / (r.tokens / 1e3):.1f} |")
+                f"| {r.warm.med_ms * 1e3 / (r.tokens / 1e3):.1f} |"
+            )
         big = [r for r in rows if r.messages >= 100]
-        lines += ["", f"Growth exponent (log-log slope of median time vs tokens, sizes >= 100 "
-                  f"messages; 1.0 = linear): cold {growth_exponent([(r.tokens, r.cold.med_ms) for r in big]):.2f}, "
-                  f"warm {growth_exponent([(r.tokens, r.warm.med_ms) for r in big]):.2f}.", ""]
+        lines += [
+            "",
+            f"Growth exponent (log-log slope of median time vs tokens, sizes >= 100 "
+            f"messages; 1.0 = linear): cold {growth_exponent([(r.tokens, r.cold.med_ms) for r in big]):.2f}, "
+            f"warm {growth_exponent([(r.tokens, r.warm.med_ms) for r in big]):.2f}.",
+            "",
+        ]
 
     if af:
-        lines += ["## agent-framework-core apply_compaction, side by side", "",
-                  "TokenBudgetComposedStrategy(budget = our budget)[ToolResultCompaction(keep 1), "
-                  f"Truncation(max_n {AF_TRIGGER_RATIO} x budget, compact_to {AF_TARGET_RATIO} "
-                  f"x budget)]. Measured up to {AF_MAX_SIZE:,} messages (its cost is quadratic: "
-                  "~30 s per call at 2,000 messages in a --quick run), with at most "
-                  f"{AF_MAX_REPS_LARGE} repetitions from 500 messages up. AF tokens are counted on its JSON message payload "
-                  "(char = len/4; tiktoken = o200k of that payload). Conversion dict -> Message "
-                  "is timed separately and not included in cold/warm.", "",
-                  "| window | msgs | tokenizer | AF tokens | convert ms | cold ms med / p90 "
-                  "| warm ms med / p90 | fired (N / N+1) | after msgs | ours cold / warm ms |",
-                  "|:---|---:|:---|---:|---:|---:|---:|:---:|---:|---:|"]
+        lines += [
+            "## agent-framework-core apply_compaction, side by side",
+            "",
+            "TokenBudgetComposedStrategy(budget = our budget)[ToolResultCompaction(keep 1), "
+            f"Truncation(max_n {AF_TRIGGER_RATIO} x budget, compact_to {AF_TARGET_RATIO} "
+            f"x budget)]. Measured up to {AF_MAX_SIZE:,} messages (its cost is quadratic: "
+            "~30 s per call at 2,000 messages in a --quick run), with at most "
+            f"{AF_MAX_REPS_LARGE} repetitions from 500 messages up. AF tokens are counted on its JSON message payload "
+            "(char = len/4; tiktoken = o200k of that payload). Conversion dict -> Message "
+            "is timed separately and not included in cold/warm.",
+            "",
+            "| window | msgs | tokenizer | AF tokens | convert ms | cold ms med / p90 "
+            "| warm ms med / p90 | fired (N / N+1) | after msgs | ours cold / warm ms |",
+            "|:---|---:|:---|---:|---:|---:|---:|:---:|---:|---:|",
+        ]
         by_key = {(r.window, r.size): r for r in ours}
         for a in af:
             o = by_key[(a.window, a.size)]
@@ -416,28 +484,35 @@ def render(ours: list[OursRow], af: list[AfRow], load: Series, env: list[str],
                 f"| {a.window} | {o.messages:,} | {a.tokenizer} | {a.tokens:,} "
                 f"| {fmt_ms(a.convert.med_ms)} | {a.cold.cell()} | {a.warm.cell()} "
                 f"| {'yes' if a.fired else 'no'} / {'yes' if a.fired_warm else 'no'} "
-                f"| {a.messages_after:,} | {fmt_ms(o.cold.med_ms)} / {fmt_ms(o.warm.med_ms)} |")
+                f"| {a.messages_after:,} | {fmt_ms(o.cold.med_ms)} / {fmt_ms(o.warm.med_ms)} |"
+            )
         lines.append("")
 
     near = min(ours, key=lambda r: abs(r.tokens - TARGET_TOKENS))
-    lines += ["## Targets (reported, not asserted)", "",
-              f"A ~{TARGET_TOKENS // 1000}k-token conversation ({near.messages:,} messages, "
-              f"{near.tokens:,} tokens), one core: cold <= {TARGET_COLD_MS:.0f} ms, "
-              f"warm <= {TARGET_WARM_MS:.0f} ms; linear growth.", "",
-              "| window | cold median | cold target | warm median | warm target |",
-              "|:---|---:|:---:|---:|:---:|"]
+    lines += [
+        "## Targets (reported, not asserted)",
+        "",
+        f"A ~{TARGET_TOKENS // 1000}k-token conversation ({near.messages:,} messages, "
+        f"{near.tokens:,} tokens), one core: cold <= {TARGET_COLD_MS:.0f} ms, "
+        f"warm <= {TARGET_WARM_MS:.0f} ms; linear growth.",
+        "",
+        "| window | cold median | cold target | warm median | warm target |",
+        "|:---|---:|:---:|---:|:---:|",
+    ]
     for r in ours:
         if r.size == near.size:
             lines.append(
                 f"| {r.window} | {fmt_ms(r.cold.med_ms)} ms "
                 f"| {'met' if r.cold.med_ms <= TARGET_COLD_MS else 'missed'} "
                 f"| {fmt_ms(r.warm.med_ms)} ms "
-                f"| {'met' if r.warm.med_ms <= TARGET_WARM_MS else 'missed'} |")
+                f"| {'met' if r.warm.med_ms <= TARGET_WARM_MS else 'missed'} |"
+            )
     lines.append("")
     return "\n".join(lines)
 
 
 # ------------------------------------------------------------------ profile
+
 
 def profile(out: Path) -> None:
     import cProfile
@@ -458,11 +533,23 @@ def profile(out: Path) -> None:
             for _ in range(5):
                 provider = TokenizerProvider(loader)
                 if phase == "warm":
-                    compact(msgs, model=MODEL, pipeline=pipeline, tokenizer=provider,
-                            facts=catalog, tools=tool_defs)
+                    compact(
+                        msgs,
+                        model=MODEL,
+                        pipeline=pipeline,
+                        tokenizer=provider,
+                        facts=catalog,
+                        tools=tool_defs,
+                    )
                 prof.enable()
-                compact(nxt if phase == "warm" else msgs, model=MODEL, pipeline=pipeline,
-                        tokenizer=provider, facts=catalog, tools=tool_defs)
+                compact(
+                    nxt if phase == "warm" else msgs,
+                    model=MODEL,
+                    pipeline=pipeline,
+                    tokenizer=provider,
+                    facts=catalog,
+                    tools=tool_defs,
+                )
                 prof.disable()
             buf.write(f"\n===== {window} window, {phase}, {len(msgs):,} messages, 5 calls =====\n")
             pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(18)
@@ -474,16 +561,21 @@ def profile(out: Path) -> None:
 
 # ------------------------------------------------------------------ main
 
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
     parser.add_argument("--out", type=Path, default=None, help="also write the markdown here")
     parser.add_argument("--no-af", action="store_true", help="skip agent-framework-core")
     parser.add_argument("--no-pin", action="store_true", help="do not pin to CPU 0")
-    parser.add_argument("--profile", action="store_true",
-                        help="cProfile the ~100k-token case instead of benchmarking")
-    parser.add_argument("--profile-out", type=Path,
-                        default=Path("bench/results/compaction_profile.txt"))
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="cProfile the ~100k-token case instead of benchmarking",
+    )
+    parser.add_argument(
+        "--profile-out", type=Path, default=Path("bench/results/compaction_profile.txt")
+    )
     args = parser.parse_args(argv)
     logging.getLogger("proxy.compaction").setLevel(logging.ERROR)
     logging.getLogger("agent_framework").setLevel(logging.ERROR)
@@ -503,7 +595,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     af_ok = not args.no_af and importlib.util.find_spec("agent_framework") is not None
     ours: list[OursRow] = []
     af: list[AfRow] = []
-    for size in (QUICK_SIZES if args.quick else SIZES):
+    for size in QUICK_SIZES if args.quick else SIZES:
         msgs = conversation(size)
         new = next_turn(size)
         nxt = msgs + new
@@ -511,19 +603,24 @@ def main(argv: Sequence[str] | None = None) -> None:
         for window in WINDOWS:
             row = bench_ours(size, window, msgs, nxt, loader, reps)
             ours.append(row)
-            print(f"ours {window:>4} {row.messages:>5} msgs {row.tokens:>8,} tok  "
-                  f"cold {row.cold.cell()} ms  warm {row.warm.cell()} ms  fired={row.fired}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"ours {window:>4} {row.messages:>5} msgs {row.tokens:>8,} tok  "
+                f"cold {row.cold.cell()} ms  warm {row.warm.cell()} ms  fired={row.fired}",
+                file=sys.stderr,
+                flush=True,
+            )
             if af_ok and size <= AF_MAX_SIZE:
                 af_reps = min(reps, AF_MAX_REPS_LARGE) if size >= 500 else reps
                 for name in ("char", "tiktoken"):
                     a = bench_af(size, window, name, msgs, new, encoding, row.budget, af_reps)
                     af.append(a)
-                    print(f"  af {name:>8} cold {a.cold.cell()} ms  warm {a.warm.cell()} ms  "
-                          f"convert {fmt_ms(a.convert.med_ms)} ms  fired={a.fired}",
-                          file=sys.stderr, flush=True)
-    argv_shown = ["python", "-m", "bench.compaction", *(argv if argv is not None
-                                                        else sys.argv[1:])]
+                    print(
+                        f"  af {name:>8} cold {a.cold.cell()} ms  warm {a.warm.cell()} ms  "
+                        f"convert {fmt_ms(a.convert.med_ms)} ms  fired={a.fired}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+    argv_shown = ["python", "-m", "bench.compaction", *(argv if argv is not None else sys.argv[1:])]
     text = render(ours, af, load, environment(argv_shown), args.quick)
     print(text)
     if args.out:

@@ -29,26 +29,45 @@ MAX_TOOL_CHARS = 2_000_000
 TOOL_CHARS_PER_MESSAGE = MAX_TOOL_CHARS // 5_000
 """Tool-output characters budgeted per message (2M at 5,000 messages)."""
 
-_WORDS = (
-    "the of and to in is that for it as with was on be by this are from or have an they "
-    "which one you were all we when there can been has more if will would what their about "
-    "so out up into than them could only other new some time these two may first then do "
-    "any like my now over such our man me even most made after also did many before must "
-    "through back years where much your way well down should because each just those people "
-    "how too little state good very make world still own see men work long get here between "
-    "both life being under never day same another know while last might us great old year "
-    "off come since against go came right used take three function request response server "
-    "client config value error retry timeout cache token budget message handler module test "
-    "deploy build commit branch merge review pipeline latency throughput memory thread async "
-    "await import return class method field schema database query index table column user"
-).split()
+_WORDS = ["the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "with", "was", "on", "be", "by", "this", "are", "from", "or", "have", "an", "they", "which", "one", "you", "were", "all", "we", "when", "there", "can", "been", "has", "more", "if", "will", "would", "what", "their", "about", "so", "out", "up", "into", "than", "them", "could", "only", "other", "new", "some", "time", "these", "two", "may", "first", "then", "do", "any", "like", "my", "now", "over", "such", "our", "man", "me", "even", "most", "made", "after", "also", "did", "many", "before", "must", "through", "back", "years", "where", "much", "your", "way", "well", "down", "should", "because", "each", "just", "those", "people", "how", "too", "little", "state", "good", "very", "make", "world", "still", "own", "see", "men", "work", "long", "get", "here", "between", "both", "life", "being", "under", "never", "day", "same", "another", "know", "while", "last", "might", "us", "great", "old", "year", "off", "come", "since", "against", "go", "came", "right", "used", "take", "three", "function", "request", "response", "server", "client", "config", "value", "error", "retry", "timeout", "cache", "token", "budget", "message", "handler", "module", "test", "deploy", "build", "commit", "branch", "merge", "review", "pipeline", "latency", "throughput", "memory", "thread", "async", "await", "import", "return", "class", "method", "field", "schema", "database", "query", "index", "table", "column", "user"]
 
-_IDENTS = ("user_id", "request", "payload", "result", "items", "config", "session", "handler",
-           "retry_count", "timeout", "buffer", "offset", "cursor", "batch", "record", "token",
-           "messages", "window", "budget", "logger", "client", "response", "status", "value")
+_IDENTS = (
+    "user_id",
+    "request",
+    "payload",
+    "result",
+    "items",
+    "config",
+    "session",
+    "handler",
+    "retry_count",
+    "timeout",
+    "buffer",
+    "offset",
+    "cursor",
+    "batch",
+    "record",
+    "token",
+    "messages",
+    "window",
+    "budget",
+    "logger",
+    "client",
+    "response",
+    "status",
+    "value",
+)
 
-_TOOLS = ("read_file", "search_web", "run_shell", "grep_repo", "list_dir", "query_db",
-          "fetch_url", "get_issue")
+_TOOLS = (
+    "read_file",
+    "search_web",
+    "run_shell",
+    "grep_repo",
+    "list_dir",
+    "query_db",
+    "fetch_url",
+    "get_issue",
+)
 
 SYSTEM_PROMPT_CHARS = 6_000
 
@@ -91,8 +110,10 @@ def _code(r: random.Random, chars: int) -> str:
         elif kind < 0.38:
             line = " " * indent + f"# {_prose(r, r.randint(20, 70))}"
         else:
-            line = (" " * indent + f"{a} = {b}.{r.choice(_WORDS)}_{r.choice(_IDENTS)}("
-                    f"{r.randint(0, 9999)}, {json.dumps(r.choice(_WORDS))})")
+            line = (
+                " " * indent + f"{a} = {b}.{r.choice(_WORDS)}_{r.choice(_IDENTS)}("
+                f"{r.randint(0, 9999)}, {json.dumps(r.choice(_WORDS))})"
+            )
         lines.append(line)
         size += len(line) + 1
     return "\n".join(lines)[:chars]
@@ -105,10 +126,12 @@ def _logs(r: random.Random, chars: int) -> str:
     t = r.randint(0, 86_000)
     while size < chars:
         t += r.randint(0, 5)
-        line = (f"2025-03-{r.randint(1, 28):02d}T{t // 3600 % 24:02d}:{t // 60 % 60:02d}:"
-                f"{t % 60:02d}.{r.randint(0, 999):03d}Z {r.choice(level)} "
-                f"{r.choice(_IDENTS)}.{r.choice(_WORDS)}: {_prose(r, r.randint(20, 90))} "
-                f"id={r.getrandbits(48):012x} took={r.randint(1, 900)}ms")
+        line = (
+            f"2025-03-{r.randint(1, 28):02d}T{t // 3600 % 24:02d}:{t // 60 % 60:02d}:"
+            f"{t % 60:02d}.{r.randint(0, 999):03d}Z {r.choice(level)} "
+            f"{r.choice(_IDENTS)}.{r.choice(_WORDS)}: {_prose(r, r.randint(20, 90))} "
+            f"id={r.getrandbits(48):012x} took={r.randint(1, 900)}ms"
+        )
         lines.append(line)
         size += len(line) + 1
     return "\n".join(lines)[:chars]
@@ -118,10 +141,12 @@ def _json_hits(r: random.Random, chars: int) -> str:
     hits: list[dict[str, Any]] = []
     size = 2
     while size < chars:
-        hit = {"title": _prose(r, r.randint(20, 60)),
-               "url": f"https://example.com/{r.choice(_WORDS)}/{r.getrandbits(32):08x}",
-               "score": round(r.random(), 4),
-               "snippet": _prose(r, r.randint(60, 240))}
+        hit = {
+            "title": _prose(r, r.randint(20, 60)),
+            "url": f"https://example.com/{r.choice(_WORDS)}/{r.getrandbits(32):08x}",
+            "score": round(r.random(), 4),
+            "snippet": _prose(r, r.randint(60, 240)),
+        }
         hits.append(hit)
         size += len(json.dumps(hit)) + 2
     return json.dumps({"results": hits})[:chars]
@@ -131,17 +156,25 @@ def _listing(r: random.Random, chars: int) -> str:
     lines: list[str] = []
     size = 0
     while size < chars:
-        line = (f"{'d' if r.random() < 0.2 else '-'}rw-r--r-- 1 agent agent "
-                f"{r.randint(0, 2_000_000):>8} Mar {r.randint(1, 28):>2} "
-                f"src/{r.choice(_IDENTS)}/{r.choice(_WORDS)}_{r.choice(_IDENTS)}.py")
+        line = (
+            f"{'d' if r.random() < 0.2 else '-'}rw-r--r-- 1 agent agent "
+            f"{r.randint(0, 2_000_000):>8} Mar {r.randint(1, 28):>2} "
+            f"src/{r.choice(_IDENTS)}/{r.choice(_WORDS)}_{r.choice(_IDENTS)}.py"
+        )
         lines.append(line)
         size += len(line) + 1
     return "\n".join(lines)[:chars]
 
 
 _OUTPUT_BY_TOOL = {
-    "read_file": _code, "search_web": _json_hits, "run_shell": _logs, "grep_repo": _code,
-    "list_dir": _listing, "query_db": _json_hits, "fetch_url": _prose, "get_issue": _prose,
+    "read_file": _code,
+    "search_web": _json_hits,
+    "run_shell": _logs,
+    "grep_repo": _code,
+    "list_dir": _listing,
+    "query_db": _json_hits,
+    "fetch_url": _prose,
+    "get_issue": _prose,
 }
 
 
@@ -190,9 +223,13 @@ class _Generator:
         for _ in range(parallel):
             tool = r.choice(_TOOLS)
             self.call_no += 1
-            calls.append({"id": f"call_{self.call_no:06d}_{r.getrandbits(40):010x}",
-                          "type": "function",
-                          "function": {"name": tool, "arguments": _arguments(r, tool)}})
+            calls.append(
+                {
+                    "id": f"call_{self.call_no:06d}_{r.getrandbits(40):010x}",
+                    "type": "function",
+                    "function": {"name": tool, "arguments": _arguments(r, tool)},
+                }
+            )
         text = _prose(r, r.randint(30, 200)) if r.random() < 0.3 else None
         out: list[Msg] = [{"role": "assistant", "content": text, "tool_calls": calls}]
         for call in calls:
@@ -243,22 +280,42 @@ def stats(msgs: list[Msg]) -> dict[str, int]:
         for call in m.get("tool_calls") or ():
             calls += 1
             chars += len(call["function"]["arguments"]) + len(call["function"]["name"])
-    return {"messages": len(msgs), "chars": chars, "tool_chars": tool_chars,
-            "tool_messages": tool_msgs, "tool_calls": calls}
+    return {
+        "messages": len(msgs),
+        "chars": chars,
+        "tool_chars": tool_chars,
+        "tool_messages": tool_msgs,
+        "tool_calls": calls,
+    }
 
 
 def tools() -> list[Msg]:
     """The request's ``tools`` definitions (one function per tool the generator calls)."""
     out: list[Msg] = []
     for name in _TOOLS:
-        out.append({"type": "function", "function": {
-            "name": name,
-            "description": f"{name.replace('_', ' ').capitalize()}: " + _prose(
-                random.Random(name), 120),
-            "parameters": {"type": "object", "properties": {
-                "path": {"type": "string", "description": "A repository-relative path."},
-                "query": {"type": "string", "description": "What to look for."},
-                "limit": {"type": "integer", "description": "Maximum number of results."},
-            }, "required": ["query"]},
-        }})
+        out.append(
+            {
+                "type": "function",
+                "function": {
+                    "name": name,
+                    "description": f"{name.replace('_', ' ').capitalize()}: "
+                    + _prose(random.Random(name), 120),
+                    "parameters": {
+                        "type": "object",
+                        "properties": {
+                            "path": {
+                                "type": "string",
+                                "description": "A repository-relative path.",
+                            },
+                            "query": {"type": "string", "description": "What to look for."},
+                            "limit": {
+                                "type": "integer",
+                                "description": "Maximum number of results.",
+                            },
+                        },
+                        "required": ["query"],
+                    },
+                },
+            }
+        )
     return out

@@ -145,11 +145,30 @@ def litellm_config(path: Path, mock_port: int) -> Path:
 
 
 def loadgen(
-    targets: list[Target], body: Path, concurrency: int, rounds: int, warmup: int, *,
-    requests: int | None = None, duration: float | None = None,
+    targets: list[Target],
+    body: Path,
+    concurrency: int,
+    rounds: int,
+    warmup: int,
+    *,
+    requests: int | None = None,
+    duration: float | None = None,
 ) -> dict[str, dict[str, float]]:
-    cmd = [PY, "-m", "bench.loadgen", "--body-file", str(body), "-c", str(concurrency),
-           "--rounds", str(rounds), "--warmup", str(warmup), "-H", f"Authorization: Bearer {KEY}"]
+    cmd = [
+        PY,
+        "-m",
+        "bench.loadgen",
+        "--body-file",
+        str(body),
+        "-c",
+        str(concurrency),
+        "--rounds",
+        str(rounds),
+        "--warmup",
+        str(warmup),
+        "-H",
+        f"Authorization: Bearer {KEY}",
+    ]
     cmd += ["-n", str(requests)] if requests else ["-z", str(duration)]
     for t in targets:
         cmd += ["--target", f"{t.name}={t.url}"]
@@ -159,9 +178,22 @@ def loadgen(
 
 def hey(target: Target, body: Path, concurrency: int, duration: float) -> dict[str, float]:
     """One closed-loop `hey` run; latencies converted to ms."""
-    cmd = ["hey", "-z", f"{duration}s", "-c", str(concurrency), "-m", "POST",
-           "-T", "application/json", "-H", f"Authorization: Bearer {KEY}", "-D", str(body),
-           target.url]
+    cmd = [
+        "hey",
+        "-z",
+        f"{duration}s",
+        "-c",
+        str(concurrency),
+        "-m",
+        "POST",
+        "-T",
+        "application/json",
+        "-H",
+        f"Authorization: Bearer {KEY}",
+        "-D",
+        str(body),
+        target.url,
+    ]
     text = subprocess.run(pinned(CLIENT_CPU, cmd), capture_output=True, text=True).stdout
 
     def grab(pattern: str) -> float:
@@ -189,11 +221,17 @@ def versions(litellm: Path | None) -> str:
     parts = [f"Python {platform.python_version()}"]
     parts += [f"{n} {md.version(n)}" for n in names if _has(n)]
     if litellm is not None:
-        probe = [str(litellm.parent / "python"), "-c",
-                 "import importlib.metadata as m; print(m.version('litellm'))"]
-        parts.append("LiteLLM " + subprocess.run(probe, capture_output=True, text=True).stdout.strip())
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
-                            capture_output=True, text=True).stdout.strip()
+        probe = [
+            str(litellm.parent / "python"),
+            "-c",
+            "import importlib.metadata as m; print(m.version('litellm'))",
+        ]
+        parts.append(
+            "LiteLLM " + subprocess.run(probe, capture_output=True, text=True).stdout.strip()
+        )
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
     parts.append(f"compaction-proxy @ {commit or '?'}")
     if shutil.which("hey"):
         parts.append("hey " + _deb_version("hey"))
@@ -241,39 +279,106 @@ def main() -> None:
     if not shutil.which("taskset"):
         notes.append("`taskset` not found: processes were NOT pinned to cores.")
     if litellm is None:
-        notes.append(f"LiteLLM skipped: `{args.litellm}` not found. Install it with "
-                     "`python3 -m venv /work/.venv-litellm && /work/.venv-litellm/bin/pip "
-                     "install 'litellm[proxy]'` (or pass --litellm).")
+        notes.append(
+            f"LiteLLM skipped: `{args.litellm}` not found. Install it with "
+            "`python3 -m venv /work/.venv-litellm && /work/.venv-litellm/bin/pip "
+            "install 'litellm[proxy]'` (or pass --litellm)."
+        )
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-gw-"))
     bodies = {}
     for mode, extra in (("json", {}), ("sse", {"stream": True})):
         bodies[mode] = tmp / f"{mode}.json"
-        bodies[mode].write_bytes(json.dumps({"model": "mock-gpt", "messages": MESSAGES, **extra}).encode())
+        bodies[mode].write_bytes(
+            json.dumps({"model": "mock-gpt", "messages": MESSAGES, **extra}).encode()
+        )
 
     mock_port = free_port()
-    mock = Target("direct", f"http://127.0.0.1:{mock_port}", "/health", pinned(CLIENT_CPU, [
-        PY, "-m", "bench.mock_upstream", "--port", str(mock_port), "--chunks", str(args.chunks)]))
+    mock = Target(
+        "direct",
+        f"http://127.0.0.1:{mock_port}",
+        "/health",
+        pinned(
+            CLIENT_CPU,
+            [
+                PY,
+                "-m",
+                "bench.mock_upstream",
+                "--port",
+                str(mock_port),
+                "--chunks",
+                str(args.chunks),
+            ],
+        ),
+    )
     targets = [mock]
-    for name, transport, level in (("proxy-aiohttp", "aiohttp", "warning"),
-                                   ("proxy-httpx", "httpx", "warning"),
-                                   ("proxy-aiohttp+info-log", "aiohttp", "info")):
+    for name, transport, level in (
+        ("proxy-aiohttp", "aiohttp", "warning"),
+        ("proxy-httpx", "httpx", "warning"),
+        ("proxy-aiohttp+info-log", "aiohttp", "info"),
+    ):
         port = free_port()
         cfg = proxy_config(tmp / f"{name}.yaml", mock_port, transport, level)
-        targets.append(Target(name, f"http://127.0.0.1:{port}", "/healthz", pinned(PROXY_CPU, [
-            PY, "-m", "proxy", "serve", "--config", str(cfg), "--port", str(port)])))
+        targets.append(
+            Target(
+                name,
+                f"http://127.0.0.1:{port}",
+                "/healthz",
+                pinned(
+                    PROXY_CPU,
+                    [PY, "-m", "proxy", "serve", "--config", str(cfg), "--port", str(port)],
+                ),
+            )
+        )
     port = free_port()
-    targets.append(Target("ref-aiohttp-passthrough", f"http://127.0.0.1:{port}", "/health",
-        pinned(PROXY_CPU, [PY, "-m", "bench.ref_passthrough", "--port", str(port),
-                           "--upstream", f"http://127.0.0.1:{mock_port}/v1"])))
+    targets.append(
+        Target(
+            "ref-aiohttp-passthrough",
+            f"http://127.0.0.1:{port}",
+            "/health",
+            pinned(
+                PROXY_CPU,
+                [
+                    PY,
+                    "-m",
+                    "bench.ref_passthrough",
+                    "--port",
+                    str(port),
+                    "--upstream",
+                    f"http://127.0.0.1:{mock_port}/v1",
+                ],
+            ),
+        )
+    )
     if litellm is not None:
         port = free_port()
         cfg = litellm_config(tmp / "litellm.yaml", mock_port)
-        targets.append(Target("litellm", f"http://127.0.0.1:{port}", "/health/liveliness",
-            pinned(PROXY_CPU, [str(litellm), "--config", str(cfg), "--host", "127.0.0.1",
-                               "--port", str(port), "--num_workers", "1"]),
-            env={"LITELLM_MASTER_KEY": KEY, "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-                 "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true"}))
+        targets.append(
+            Target(
+                "litellm",
+                f"http://127.0.0.1:{port}",
+                "/health/liveliness",
+                pinned(
+                    PROXY_CPU,
+                    [
+                        str(litellm),
+                        "--config",
+                        str(cfg),
+                        "--host",
+                        "127.0.0.1",
+                        "--port",
+                        str(port),
+                        "--num_workers",
+                        "1",
+                    ],
+                ),
+                env={
+                    "LITELLM_MASTER_KEY": KEY,
+                    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                    "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true",
+                },
+            )
+        )
 
     c1: dict[str, dict[str, dict[str, float]]] = {}
     c16: dict[str, dict[str, dict[str, float]]] = {}
@@ -288,7 +393,8 @@ def main() -> None:
             print(f"# c=1 {mode}", file=sys.stderr)
             c1[mode] = loadgen(targets, bodies[mode], 1, rounds, warmup, requests=n_c1)
         per_round: dict[str, dict[str, list[dict[str, float]]]] = {
-            m: {t.name: [] for t in targets} for m in ("json", "sse")}
+            m: {t.name: [] for t in targets} for m in ("json", "sse")
+        }
         for r in range(tp_rounds):
             for mode in ("json", "sse"):
                 print(f"# c=16 {mode} round {r + 1}/{tp_rounds}", file=sys.stderr)
@@ -306,8 +412,17 @@ def main() -> None:
         for t in reversed(targets):
             stop(t)
 
-    report = render(args, targets, c1, c16, py_ceiling, use_hey, notes, litellm,
-                    body_bytes=bodies["json"].stat().st_size)
+    report = render(
+        args,
+        targets,
+        c1,
+        c16,
+        py_ceiling,
+        use_hey,
+        notes,
+        litellm,
+        body_bytes=bodies["json"].stat().st_size,
+    )
     print(report)
     out = REPO / args.out
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -316,9 +431,14 @@ def main() -> None:
 
 
 def render(
-    args: argparse.Namespace, targets: list[Target],
-    c1: dict[str, dict[str, dict[str, float]]], c16: dict[str, dict[str, dict[str, float]]],
-    py_ceiling: dict[str, float], use_hey: bool, notes: list[str], litellm: Path | None,
+    args: argparse.Namespace,
+    targets: list[Target],
+    c1: dict[str, dict[str, dict[str, float]]],
+    c16: dict[str, dict[str, dict[str, float]]],
+    py_ceiling: dict[str, float],
+    use_hey: bool,
+    notes: list[str],
+    litellm: Path | None,
     body_bytes: int,
 ) -> str:
     names = [t.name for t in targets]
@@ -351,11 +471,26 @@ def render(
     ]
     for name in names:
         j, s = c1["json"][name], c1["sse"][name]
-        lines.append("| " + " | ".join([
-            name, fmt(j["p50"]), fmt(j["p99"]), fmt(j["p50"] - d1j["p50"]), fmt(j["p99"] - d1j["p99"]),
-            fmt(s["ttfb_p50"]), fmt(s["ttfb_p50"] - d1s["ttfb_p50"]), fmt(s["p50"]), fmt(s["p99"]),
-            fmt(s["p50"] - d1s["p50"]), fmt(s["p99"] - d1s["p99"]), fmt(s["events"], 0),
-        ]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    name,
+                    fmt(j["p50"]),
+                    fmt(j["p99"]),
+                    fmt(j["p50"] - d1j["p50"]),
+                    fmt(j["p99"] - d1j["p99"]),
+                    fmt(s["ttfb_p50"]),
+                    fmt(s["ttfb_p50"] - d1s["ttfb_p50"]),
+                    fmt(s["p50"]),
+                    fmt(s["p99"]),
+                    fmt(s["p50"] - d1s["p50"]),
+                    fmt(s["p99"] - d1s["p99"]),
+                    fmt(s["events"], 0),
+                ]
+            )
+            + " |"
+        )
     lines += [
         "",
         "## Concurrency 16: throughput",
@@ -367,18 +502,37 @@ def render(
     dj, ds = c16["json"]["direct"]["rps"], c16["sse"]["direct"]["rps"]
     for name in names:
         j, s = c16["json"][name], c16["sse"][name]
-        lines.append("| " + " | ".join([
-            name, fmt(j["rps"], 0), fmt(j["p50"]), fmt(j["p99"]), fmt(j["rps"] / dj),
-            fmt(s["rps"], 0), fmt(s["p50"]), fmt(s["p99"]), fmt(s["rps"] / ds),
-            str(int(j["errors"] + s["errors"])),
-        ]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    name,
+                    fmt(j["rps"], 0),
+                    fmt(j["p50"]),
+                    fmt(j["p99"]),
+                    fmt(j["rps"] / dj),
+                    fmt(s["rps"], 0),
+                    fmt(s["p50"]),
+                    fmt(s["p99"]),
+                    fmt(s["rps"] / ds),
+                    str(int(j["errors"] + s["errors"])),
+                ]
+            )
+            + " |"
+        )
     if py_ceiling:
-        lines += ["", f"Python generator ceiling (bench.loadgen, c=16, JSON, direct mock): "
-                  f"{py_ceiling['rps']:.0f} RPS (p50 {py_ceiling['p50']:.2f} ms) vs hey's "
-                  f"{dj:.0f} RPS: numbers near that ceiling measure the generator, not the target."]
+        lines += [
+            "",
+            f"Python generator ceiling (bench.loadgen, c=16, JSON, direct mock): "
+            f"{py_ceiling['rps']:.0f} RPS (p50 {py_ceiling['p50']:.2f} ms) vs hey's "
+            f"{dj:.0f} RPS: numbers near that ceiling measure the generator, not the target.",
+        ]
     else:
-        lines += ["", "Throughput is from the Python generator, which caps near ~1k RPS per core: "
-                  "install `hey` (`apt-get install -y hey`) for real throughput numbers."]
+        lines += [
+            "",
+            "Throughput is from the Python generator, which caps near ~1k RPS per core: "
+            "install `hey` (`apt-get install -y hey`) for real throughput numbers.",
+        ]
     lines += ["", "## Targets (reported, not asserted)", ""]
     for name in names:
         if not name.startswith("proxy-"):
@@ -392,8 +546,10 @@ def render(
             f"SSE {c16['sse'][name]['rps'] / ds:.2f}× direct."
         )
     a, h = c16["json"]["proxy-aiohttp"]["rps"], c16["json"]["proxy-httpx"]["rps"]
-    lines.append(f"- Faster transport at c=16 JSON: {'aiohttp' if a >= h else 'httpx'} "
-                 f"({max(a, h) / min(a, h):.2f}×).")
+    lines.append(
+        f"- Faster transport at c=16 JSON: {'aiohttp' if a >= h else 'httpx'} "
+        f"({max(a, h) / min(a, h):.2f}×)."
+    )
     info = c16["json"].get("proxy-aiohttp+info-log")
     if info:
         lines.append(

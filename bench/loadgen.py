@@ -73,7 +73,7 @@ async def one_request(
             if response.status != 200:
                 out.errors += 1
                 return
-    except (aiohttp.ClientError, asyncio.TimeoutError):
+    except (TimeoutError, aiohttp.ClientError):
         out.errors += 1
         return
     out.total_ms.append((end - start) * 1000)
@@ -131,14 +131,26 @@ async def run(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     try:
         for name, url in targets:
             await run_batch(
-                sessions[name], url, body, headers, args.concurrency,
-                requests=args.warmup, duration=None, out=Samples(),
+                sessions[name],
+                url,
+                body,
+                headers,
+                args.concurrency,
+                requests=args.warmup,
+                duration=None,
+                out=Samples(),
             )
         for _ in range(args.rounds):
             for name, url in targets:
                 await run_batch(
-                    sessions[name], url, body, headers, args.concurrency,
-                    requests=args.requests, duration=args.duration, out=results[name],
+                    sessions[name],
+                    url,
+                    body,
+                    headers,
+                    args.concurrency,
+                    requests=args.requests,
+                    duration=args.duration,
+                    out=results[name],
                 )
     finally:
         for session in sessions.values():

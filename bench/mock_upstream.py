@@ -77,7 +77,10 @@ class MockUpstream:
             (b"content-length", str(len(self.json)).encode()),
         ]
         self.events = sse_events(chunks)
-        self.sse_headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+        self.sse_headers = [
+            (b"content-type", b"text/event-stream"),
+            (b"cache-control", b"no-cache"),
+        ]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":

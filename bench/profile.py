@@ -20,8 +20,19 @@ from collections import Counter
 from pathlib import Path
 
 from bench.gateway import (
-    CLIENT_CPU, KEY, MESSAGES, PROXY_CPU, PY, REPO, Target, free_port, pinned, proxy_config,
-    start, stop, wait_ready,
+    CLIENT_CPU,
+    KEY,
+    MESSAGES,
+    PROXY_CPU,
+    PY,
+    REPO,
+    Target,
+    free_port,
+    pinned,
+    proxy_config,
+    start,
+    stop,
+    wait_ready,
 )
 
 BUCKETS = [  # first match wins; keys are substrings of py-spy's "func (file:line)" frames
@@ -68,13 +79,23 @@ def report(rows: list[tuple[list[str], int]], title: str, top: int = 15) -> str:
         out += [f"| `{k}` | {100 * v / total:.1f} |" for k, v in counter.most_common(top)]
         return out + [""]
 
-    return "\n".join([
-        f"# {title}", "", f"{total} samples.", "",
-        "## Self time by layer", "", *table("layer", by_bucket),
-        "## Hottest frames (self time)", "", *table("frame", self_frames),
-        "## Proxy code lines (inclusive: the line and everything it calls)", "",
-        *table("frame", own_inclusive),
-    ])
+    return "\n".join(
+        [
+            f"# {title}",
+            "",
+            f"{total} samples.",
+            "",
+            "## Self time by layer",
+            "",
+            *table("layer", by_bucket),
+            "## Hottest frames (self time)",
+            "",
+            *table("frame", self_frames),
+            "## Proxy code lines (inclusive: the line and everything it calls)",
+            "",
+            *table("frame", own_inclusive),
+        ]
+    )
 
 
 def main() -> None:
@@ -97,11 +118,21 @@ def main() -> None:
 
     body.write_text('{"model": "mock-gpt", "messages": ' + json.dumps(MESSAGES) + extra + "}")
     mock_port, proxy_port = free_port(), free_port()
-    mock = Target("mock", f"http://127.0.0.1:{mock_port}", "/health",
-                  pinned(CLIENT_CPU, [PY, "-m", "bench.mock_upstream", "--port", str(mock_port)]))
+    mock = Target(
+        "mock",
+        f"http://127.0.0.1:{mock_port}",
+        "/health",
+        pinned(CLIENT_CPU, [PY, "-m", "bench.mock_upstream", "--port", str(mock_port)]),
+    )
     cfg = proxy_config(tmp / "proxy.yaml", mock_port, args.transport, args.log_level)
-    proxy = Target("proxy", f"http://127.0.0.1:{proxy_port}", "/healthz", pinned(PROXY_CPU, [
-        PY, "-m", "proxy", "serve", "--config", str(cfg), "--port", str(proxy_port)]))
+    proxy = Target(
+        "proxy",
+        f"http://127.0.0.1:{proxy_port}",
+        "/healthz",
+        pinned(
+            PROXY_CPU, [PY, "-m", "proxy", "serve", "--config", str(cfg), "--port", str(proxy_port)]
+        ),
+    )
     raw = tmp / "profile.raw"
     try:
         for t in (mock, proxy):
@@ -109,27 +140,74 @@ def main() -> None:
             wait_ready(t, 30)
         load_seconds = args.seconds + 4  # load runs before and after the sampling window
         if shutil.which("hey"):
-            load = ["hey", "-z", f"{load_seconds}s", "-c", str(args.concurrency), "-m", "POST",
-                    "-T", "application/json", "-H", f"Authorization: Bearer {KEY}",
-                    "-D", str(body), proxy.url]
+            load = [
+                "hey",
+                "-z",
+                f"{load_seconds}s",
+                "-c",
+                str(args.concurrency),
+                "-m",
+                "POST",
+                "-T",
+                "application/json",
+                "-H",
+                f"Authorization: Bearer {KEY}",
+                "-D",
+                str(body),
+                proxy.url,
+            ]
         else:
-            load = [PY, "-m", "bench.loadgen", "--target", f"proxy={proxy.url}", "--body-file",
-                    str(body), "-c", str(args.concurrency), "-z", str(load_seconds),
-                    "-H", f"Authorization: Bearer {KEY}"]
-        driver = subprocess.Popen(pinned(CLIENT_CPU, load), cwd=REPO, stdout=subprocess.PIPE,
-                                  text=True)
+            load = [
+                PY,
+                "-m",
+                "bench.loadgen",
+                "--target",
+                f"proxy={proxy.url}",
+                "--body-file",
+                str(body),
+                "-c",
+                str(args.concurrency),
+                "-z",
+                str(load_seconds),
+                "-H",
+                f"Authorization: Bearer {KEY}",
+            ]
+        driver = subprocess.Popen(
+            pinned(CLIENT_CPU, load), cwd=REPO, stdout=subprocess.PIPE, text=True
+        )
         assert proxy.proc is not None
         # `taskset` execs the proxy, so the pid we started is the Python process itself.
-        subprocess.run(pinned(CLIENT_CPU, [
-            pyspy, "record", "-p", str(proxy.proc.pid), "-d", str(int(args.seconds)),
-            "-r", "250", "-f", "raw", "-o", str(raw)]), check=True, capture_output=True)
+        subprocess.run(
+            pinned(
+                CLIENT_CPU,
+                [
+                    pyspy,
+                    "record",
+                    "-p",
+                    str(proxy.proc.pid),
+                    "-d",
+                    str(int(args.seconds)),
+                    "-r",
+                    "250",
+                    "-f",
+                    "raw",
+                    "-o",
+                    str(raw),
+                ],
+            ),
+            check=True,
+            capture_output=True,
+        )
         load_out = driver.communicate()[0]
     finally:
         for t in (proxy, mock):
             stop(t)
     rps = next((line.strip() for line in load_out.splitlines() if "Requests/sec" in line), "")
-    text = report(parse_raw(raw), f"Proxy profile: {args.transport} transport, {args.mode}, log {args.log_level}, "
-                  f"c={args.concurrency} ({rps or 'see loadgen output'})")
+    text = report(
+        parse_raw(raw),
+        f"Proxy profile: {args.transport} transport, {args.mode}, log {args.log_level}, "
+        f"c={args.concurrency} ({rps or 'see loadgen output'})",
+    )
     print(text)
     if args.out:
         (REPO / args.out).write_text(text)

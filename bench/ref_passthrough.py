@@ -29,7 +29,8 @@ class Passthrough:
                 message = await receive()
                 if message["type"] == "lifespan.startup":
                     self.session = aiohttp.ClientSession(
-                        connector=aiohttp.TCPConnector(limit=1000), auto_decompress=False)
+                        connector=aiohttp.TCPConnector(limit=1000), auto_decompress=False
+                    )
                     await send({"type": "lifespan.startup.complete"})
                 else:
                     assert self.session is not None
@@ -64,8 +65,16 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", required=True, help="base URL ending in /v1")
     args = parser.parse_args()
-    uvicorn.run(Passthrough(args.upstream), host="127.0.0.1", port=args.port, loop="uvloop",
-                http="httptools", access_log=False, log_level="warning", server_header=False)
+    uvicorn.run(
+        Passthrough(args.upstream),
+        host="127.0.0.1",
+        port=args.port,
+        loop="uvloop",
+        http="httptools",
+        access_log=False,
+        log_level="warning",
+        server_header=False,
+    )
 
 
 if __name__ == "__main__":

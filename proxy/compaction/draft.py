@@ -321,8 +321,10 @@ class Draft:
         self._message_tokens += delta
         if old is None:
             self._counters = _bump(self._counters, messages_edited=1)
-        self._mark(structural=_grouping_key(message, self.summary_marker)
-                   != _grouping_key(self.view.messages[index], self.summary_marker))
+        self._mark(
+            structural=_grouping_key(message, self.summary_marker)
+            != _grouping_key(self.view.messages[index], self.summary_marker)
+        )
 
     def insert(self, position: int, messages: Sequence[Message]) -> None:
         """Insert synthetic messages before message ``position`` (``len`` = at the end).
@@ -402,7 +404,6 @@ class Draft:
         )
         self._reset(view)
 
-
     def _edited_view(self) -> ConversationView:
         view = self.view
         messages = list(view.messages)
@@ -416,16 +417,24 @@ class Draft:
         for group_index in touched:
             group = groups[group_index]
             groups[group_index] = replace(
-                group, byte_count=sum(stats[i].byte_count for i in group.members),
-                token_count=sum(stats[i].token_count for i in group.members))
+                group,
+                byte_count=sum(stats[i].byte_count for i in group.members),
+                token_count=sum(stats[i].token_count for i in group.members),
+            )
         return replace(view, messages=tuple(messages), stats=tuple(stats), groups=tuple(groups))
 
 
 def _grouping_key(message: Message, marker: SummaryMarker | None) -> tuple[object, ...]:
     """Everything :func:`~.view.build_view` reads from a message to group it."""
-    return (role_of(message), tuple(tool_call_ids(message)), message.get("tool_call_id"),
-            message.get("name"), legacy_function_name(message), has_tool_calls(message),
-            marker is not None and marker.matches(message))
+    return (
+        role_of(message),
+        tuple(tool_call_ids(message)),
+        message.get("tool_call_id"),
+        message.get("name"),
+        legacy_function_name(message),
+        has_tool_calls(message),
+        marker is not None and marker.matches(message),
+    )
 
 
 def _index(group: Group | int) -> int:

@@ -61,16 +61,27 @@ def default_pipeline_entries(summarization: SummarizationSettings) -> list[Strat
     entries: list[StrategyEntry] = []
     pruning = summarization.context_pruning
     if pruning.enabled or "enabled" not in pruning.model_fields_set:
-        entries.append(ContextPruningEntry(
-            strategy="context_pruning", trigger=trigger, target=target,
-            keep_last_assistants=pruning.keep_last_assistants,
-            soft_trim_ratio=pruning.soft_trim_ratio,
-            hard_clear_ratio=pruning.hard_clear_ratio,
-            min_prunable_tool_chars=pruning.min_prunable_tool_chars,
-            soft_trim=pruning.soft_trim, hard_clear=pruning.hard_clear,
-        ))
-    entries.append(ToolResultCompactionEntry(strategy="tool_result_compaction", trigger=trigger,
-                                             target=target, keep_last_tool_call_groups=1))
+        entries.append(
+            ContextPruningEntry(
+                strategy="context_pruning",
+                trigger=trigger,
+                target=target,
+                keep_last_assistants=pruning.keep_last_assistants,
+                soft_trim_ratio=pruning.soft_trim_ratio,
+                hard_clear_ratio=pruning.hard_clear_ratio,
+                min_prunable_tool_chars=pruning.min_prunable_tool_chars,
+                soft_trim=pruning.soft_trim,
+                hard_clear=pruning.hard_clear,
+            )
+        )
+    entries.append(
+        ToolResultCompactionEntry(
+            strategy="tool_result_compaction",
+            trigger=trigger,
+            target=target,
+            keep_last_tool_call_groups=1,
+        )
+    )
     # SUMMARIZATION INSERTION POINT: when summarization.enabled, append the summarization
     # entry built from the LibreChat block here (retainRecent, prompts, maxSummaryTokens).
     entries.append(TruncationEntry(strategy="truncation", trigger=trigger, target=target))
@@ -87,17 +98,25 @@ def build_pipeline(
     registry = registry or default_registry()
     if compaction.pipeline is not None:
         strategies = tuple(registry.build(entry) for entry in compaction.pipeline)
-        return Pipeline(strategies, stop_when=compaction.stop_when,
-                        early_stop=compaction.early_stop,
-                        fallback=compaction.fallback_truncation)
+        return Pipeline(
+            strategies,
+            stop_when=compaction.stop_when,
+            early_stop=compaction.early_stop,
+            fallback=compaction.fallback_truncation,
+        )
     entries = default_pipeline_entries(summarization or SummarizationSettings())
     missing = [e.strategy for e in entries if not registry.available(e.strategy)]
     if missing:
-        logger.warning("default compaction pipeline: %s not available yet, left out",
-                       ", ".join(missing))
+        logger.warning(
+            "default compaction pipeline: %s not available yet, left out", ", ".join(missing)
+        )
     strategies = tuple(registry.build(e) for e in entries if registry.available(e.strategy))
-    return Pipeline(strategies, stop_when=compaction.stop_when or default_target(),
-                    early_stop=compaction.early_stop, fallback=compaction.fallback_truncation)
+    return Pipeline(
+        strategies,
+        stop_when=compaction.stop_when or default_target(),
+        early_stop=compaction.early_stop,
+        fallback=compaction.fallback_truncation,
+    )
 
 
 class CompactionConfigError(ValueError):
@@ -133,8 +152,9 @@ def _issues(error: ValidationError, path: str) -> list[tuple[str, str]]:
     return out
 
 
-def compaction_settings_from_mapping(raw: Mapping[str, Any] | CompactionSettings | None, *,
-                                     path: str = "compaction") -> CompactionSettings:
+def compaction_settings_from_mapping(
+    raw: Mapping[str, Any] | CompactionSettings | None, *, path: str = "compaction"
+) -> CompactionSettings:
     """Validate a raw ``compaction`` mapping; errors name ``path`` plus the key path."""
     if isinstance(raw, CompactionSettings):
         return raw
@@ -145,8 +165,8 @@ def compaction_settings_from_mapping(raw: Mapping[str, Any] | CompactionSettings
 
 
 def summarization_settings_from_mapping(
-        raw: Mapping[str, Any] | SummarizationSettings | None, *,
-        path: str = "summarization") -> SummarizationSettings:
+    raw: Mapping[str, Any] | SummarizationSettings | None, *, path: str = "summarization"
+) -> SummarizationSettings:
     """Validate LibreChat's raw ``summarization`` block (camelCase keys)."""
     if isinstance(raw, SummarizationSettings):
         return raw

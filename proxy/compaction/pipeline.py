@@ -53,9 +53,14 @@ def run_strategy(strategy: Strategy, draft: Draft, ctx: StrategyContext) -> Stra
     """Check the trigger, apply, re-base the draft, and report (used for nested pipelines)."""
     tokens_before = draft.prompt_tokens
     if not strategy.should_run(draft, ctx):
-        return StrategyReport(strategy.name, fired=False, changed=False,
-                              tokens_before=tokens_before, tokens_after=tokens_before,
-                              skipped="trigger")
+        return StrategyReport(
+            strategy.name,
+            fired=False,
+            changed=False,
+            tokens_before=tokens_before,
+            tokens_after=tokens_before,
+            skipped="trigger",
+        )
     counters_before = draft.counters
     outcome = strategy.apply(draft, ctx)
     delta = draft.counters - counters_before
@@ -74,17 +79,30 @@ def run_strategy(strategy: Strategy, draft: Draft, ctx: StrategyContext) -> Stra
     )
 
 
-def run_sequence(strategies: Sequence[Strategy], draft: Draft, ctx: StrategyContext, *,
-                 stop_when: Condition, early_stop: bool) -> list[StrategyReport]:
+def run_sequence(
+    strategies: Sequence[Strategy],
+    draft: Draft,
+    ctx: StrategyContext,
+    *,
+    stop_when: Condition,
+    early_stop: bool,
+) -> list[StrategyReport]:
     """Run ``strategies`` in order with the early-stop rule of the module docstring."""
     reports: list[StrategyReport] = []
     acted = False
     for strategy in strategies:
         if acted and early_stop and not ctx.force and not stop_when.fires(draft.metrics()):
             tokens = draft.prompt_tokens
-            reports.append(StrategyReport(strategy.name, fired=False, changed=False,
-                                          tokens_before=tokens, tokens_after=tokens,
-                                          skipped="early_stop"))
+            reports.append(
+                StrategyReport(
+                    strategy.name,
+                    fired=False,
+                    changed=False,
+                    tokens_before=tokens,
+                    tokens_after=tokens,
+                    skipped="early_stop",
+                )
+            )
             continue
         report = run_strategy(strategy, draft, ctx)
         reports.append(report)
@@ -111,16 +129,24 @@ class PipelineStrategy(Strategy):
 
     name = "pipeline"
 
-    def __init__(self, strategies: Sequence[Strategy], *, stop_when: Condition | None = None,
-                 early_stop: bool = True, trigger: Condition | None = None,
-                 token_budget: int | None = None, fallback: bool | None = None) -> None:
+    def __init__(
+        self,
+        strategies: Sequence[Strategy],
+        *,
+        stop_when: Condition | None = None,
+        early_stop: bool = True,
+        trigger: Condition | None = None,
+        token_budget: int | None = None,
+        fallback: bool | None = None,
+    ) -> None:
         super().__init__(trigger=trigger)
         if token_budget is not None and token_budget < 0:
             raise ValueError("token_budget must be >= 0")
         self.strategies = tuple(strategies)
         self.token_budget = token_budget
-        self.budget_condition: Condition = (TokensExceed(token_budget) if token_budget is not None
-                                            else OverBudget())
+        self.budget_condition: Condition = (
+            TokensExceed(token_budget) if token_budget is not None else OverBudget()
+        )
         self.stop_when = stop_when or self.budget_condition
         self.early_stop = early_stop
         self.fallback = fallback if fallback is not None else token_budget is not None
@@ -129,17 +155,23 @@ class PipelineStrategy(Strategy):
         return self.budget_condition if self.token_budget is not None else Always()
 
     def apply(self, draft: Draft, ctx: StrategyContext) -> StrategyOutcome:
-        children = run_sequence(self.strategies, draft, ctx, stop_when=self.stop_when,
-                                early_stop=self.early_stop)
+        children = run_sequence(
+            self.strategies, draft, ctx, stop_when=self.stop_when, early_stop=self.early_stop
+        )
         warnings: list[str] = []
         if self.fallback and self.budget_condition.fires(draft.metrics()):
             fallback = FallbackTruncation(condition=self.budget_condition, minimum_preserved=1)
             children.append(run_strategy(fallback, draft, StrategyContext()))
             if self.budget_condition.fires(draft.metrics()):
-                warnings.append(f"pipeline: still over its budget ({draft.prompt_tokens} "
-                                "tokens) after the fallback")
-        return StrategyOutcome(changed=any(c.changed for c in children),
-                               children=tuple(children), warnings=tuple(warnings))
+                warnings.append(
+                    f"pipeline: still over its budget ({draft.prompt_tokens} "
+                    "tokens) after the fallback"
+                )
+        return StrategyOutcome(
+            changed=any(c.changed for c in children),
+            children=tuple(children),
+            warnings=tuple(warnings),
+        )
 
 
 @dataclass(frozen=True)
@@ -163,8 +195,7 @@ class FallbackTruncation(TruncationStrategy):
 
     def __init__(self, *, condition: Condition | None = None, minimum_preserved: int = 0) -> None:
         condition = condition or OverBudget()
-        super().__init__(trigger=condition, target=condition,
-                         minimum_preserved=minimum_preserved)
+        super().__init__(trigger=condition, target=condition, minimum_preserved=minimum_preserved)
 
 
 @dataclass(frozen=True)
@@ -209,18 +240,31 @@ def compact(
     if isinstance(tokenizer, TokenizerProvider):
         tokenizer = tokenizer.get(model_facts.encoding)
     calibration = calibration or Calibration()
-    budget = compute_budget(model_facts, max_completion_tokens=max_completion_tokens,
-                            max_tokens=max_tokens, reserve_ratio=reserve_ratio)
+    budget = compute_budget(
+        model_facts,
+        max_completion_tokens=max_completion_tokens,
+        max_tokens=max_tokens,
+        reserve_ratio=reserve_ratio,
+    )
     view = build_view(messages, tokenizer, summary_marker=summary_marker)
-    draft = Draft(view, tokenizer=tokenizer, budget=budget,
-                  tools_tokens=tokenizer.count_tools(tools), calibration=calibration,
-                  summary_marker=summary_marker)
+    draft = Draft(
+        view,
+        tokenizer=tokenizer,
+        budget=budget,
+        tools_tokens=tokenizer.count_tools(tools),
+        calibration=calibration,
+        summary_marker=summary_marker,
+    )
     tokens_before = draft.prompt_tokens
     ctx = StrategyContext(force=mode is Mode.FORCE)
 
-    reports = run_sequence(pipeline.strategies, draft, ctx,
-                           stop_when=pipeline.stop_when or OverBudget(),
-                           early_stop=pipeline.early_stop)
+    reports = run_sequence(
+        pipeline.strategies,
+        draft,
+        ctx,
+        stop_when=pipeline.stop_when or OverBudget(),
+        early_stop=pipeline.early_stop,
+    )
     fallback_report = None
     if pipeline.fallback and draft.over_budget():
         fallback_report = run_strategy(FallbackTruncation(), draft, StrategyContext())
@@ -230,12 +274,16 @@ def compact(
     if draft.over_budget():
         tokens_now = calibration.apply(draft.prompt_tokens)
         if any(True for _ in draft.removable()):
-            warnings.append(f"over budget: {tokens_now} tokens > {budget.limit}; fallback "
-                            "truncation is disabled")
+            warnings.append(
+                f"over budget: {tokens_now} tokens > {budget.limit}; fallback "
+                "truncation is disabled"
+            )
         else:
-            warnings.append(f"over budget: {tokens_now} tokens > {budget.limit}; the system "
-                            "messages and the newest turn alone exceed it, so the smallest "
-                            "valid request is forwarded")
+            warnings.append(
+                f"over budget: {tokens_now} tokens > {budget.limit}; the system "
+                "messages and the newest turn alone exceed it, so the smallest "
+                "valid request is forwarded"
+            )
     out = draft.project()
     changed = draft.changed
     report = CompactionReport(
@@ -255,5 +303,6 @@ def compact(
         fallback=fallback_report,
         warnings=tuple(warnings),
     )
-    return CompactionResult(messages=out if changed else list(messages), changed=changed,
-                            report=report)
+    return CompactionResult(
+        messages=out if changed else list(messages), changed=changed, report=report
+    )

@@ -236,8 +236,14 @@ def build_view(
             open_group(GroupKind.ASSISTANT_TEXT, turn, index)
 
     groups = tuple(
-        Group(index=g, kind=kinds[g], members=tuple(member_list), turn=turns[g],
-              byte_count=group_bytes[g], token_count=group_tokens[g])
+        Group(
+            index=g,
+            kind=kinds[g],
+            members=tuple(member_list),
+            turn=turns[g],
+            byte_count=group_bytes[g],
+            token_count=group_tokens[g],
+        )
         for g, member_list in enumerate(members)
     )
     return ConversationView(

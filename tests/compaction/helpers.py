@@ -41,8 +41,11 @@ def tool(call_id: str, content: str = "sunny") -> Msg:
 
 
 def fcall(name: str, args: str = "{}") -> Msg:
-    return {"role": "assistant", "content": None,
-            "function_call": {"name": name, "arguments": args}}
+    return {
+        "role": "assistant",
+        "content": None,
+        "function_call": {"name": name, "arguments": args},
+    }
 
 
 def fresult(name: str, content: str = "done") -> Msg:

@@ -17,8 +17,19 @@ from proxy.compaction import (
 BIG = ModelFacts(context_window=1_000_000, max_output_tokens=0)
 
 
-def run(strategy: Strategy, messages: list[dict[str, Any]], *,
-        facts: ModelFacts = BIG, mode: Mode = Mode.NORMAL) -> CompactionResult:
-    return compact(messages, model="test", pipeline=Pipeline((strategy,), fallback=False),
-                   tokenizer=CharacterEstimatorTokenizer(), facts=facts, reserve_ratio=0,
-                   mode=mode)
+def run(
+    strategy: Strategy,
+    messages: list[dict[str, Any]],
+    *,
+    facts: ModelFacts = BIG,
+    mode: Mode = Mode.NORMAL,
+) -> CompactionResult:
+    return compact(
+        messages,
+        model="test",
+        pipeline=Pipeline((strategy,), fallback=False),
+        tokenizer=CharacterEstimatorTokenizer(),
+        facts=facts,
+        reserve_ratio=0,
+        mode=mode,
+    )

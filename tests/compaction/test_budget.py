@@ -11,29 +11,32 @@ from proxy.compaction import (
 )
 
 
-@pytest.mark.parametrize(("model", "window", "encoding"), [
-    ("gpt-4o", 128_000, "o200k_base"),
-    ("gpt-4o-2024-08-06", 128_000, "o200k_base"),
-    ("gpt-4o-mini-2024-07-18", 128_000, "o200k_base"),
-    ("gpt-4.1", 1_047_576, "o200k_base"),
-    ("gpt-4.1-mini-2025-04-14", 1_047_576, "o200k_base"),
-    ("gpt-4.1-nano", 1_047_576, "o200k_base"),
-    ("o1", 200_000, "o200k_base"),
-    ("o1-2024-12-17", 200_000, "o200k_base"),
-    ("o3", 200_000, "o200k_base"),
-    ("o3-mini-2025-01-31", 200_000, "o200k_base"),
-    ("o4-mini", 200_000, "o200k_base"),
-    ("gpt-5", 400_000, "o200k_base"),
-    ("gpt-5-mini", 400_000, "o200k_base"),
-    ("gpt-5-nano-2025-08-07", 400_000, "o200k_base"),
-    ("gpt-4-turbo-2024-04-09", 128_000, "cl100k_base"),
-    ("gpt-4-1106-preview", 128_000, "cl100k_base"),
-    ("gpt-4", 8_192, "cl100k_base"),
-    ("gpt-4-0613", 8_192, "cl100k_base"),
-    ("gpt-3.5-turbo", 16_385, "cl100k_base"),
-    ("gpt-3.5-turbo-0125", 16_385, "cl100k_base"),
-    ("openai/gpt-4o", 128_000, "o200k_base"),
-])
+@pytest.mark.parametrize(
+    ("model", "window", "encoding"),
+    [
+        ("gpt-4o", 128_000, "o200k_base"),
+        ("gpt-4o-2024-08-06", 128_000, "o200k_base"),
+        ("gpt-4o-mini-2024-07-18", 128_000, "o200k_base"),
+        ("gpt-4.1", 1_047_576, "o200k_base"),
+        ("gpt-4.1-mini-2025-04-14", 1_047_576, "o200k_base"),
+        ("gpt-4.1-nano", 1_047_576, "o200k_base"),
+        ("o1", 200_000, "o200k_base"),
+        ("o1-2024-12-17", 200_000, "o200k_base"),
+        ("o3", 200_000, "o200k_base"),
+        ("o3-mini-2025-01-31", 200_000, "o200k_base"),
+        ("o4-mini", 200_000, "o200k_base"),
+        ("gpt-5", 400_000, "o200k_base"),
+        ("gpt-5-mini", 400_000, "o200k_base"),
+        ("gpt-5-nano-2025-08-07", 400_000, "o200k_base"),
+        ("gpt-4-turbo-2024-04-09", 128_000, "cl100k_base"),
+        ("gpt-4-1106-preview", 128_000, "cl100k_base"),
+        ("gpt-4", 8_192, "cl100k_base"),
+        ("gpt-4-0613", 8_192, "cl100k_base"),
+        ("gpt-3.5-turbo", 16_385, "cl100k_base"),
+        ("gpt-3.5-turbo-0125", 16_385, "cl100k_base"),
+        ("openai/gpt-4o", 128_000, "o200k_base"),
+    ],
+)
 def test_builtin_table(model: str, window: int, encoding: str) -> None:
     facts = ModelCatalog().facts_for(model)
     assert facts.context_window == window
@@ -41,19 +44,24 @@ def test_builtin_table(model: str, window: int, encoding: str) -> None:
 
 
 def test_unknown_model_gets_defaults() -> None:
-    catalog = ModelCatalog(default_context_window=32_000, default_max_output_tokens=1000,
-                           default_encoding="cl100k_base")
+    catalog = ModelCatalog(
+        default_context_window=32_000,
+        default_max_output_tokens=1000,
+        default_encoding="cl100k_base",
+    )
     assert catalog.facts_for("llama-3-70b") == ModelFacts(32_000, 1000, "cl100k_base")
     # "gpt-4.1x" must not fall back to "gpt-4" by prefix
     assert ModelCatalog().facts_for("gpt-4.15").context_window == 128_000
 
 
 def test_overrides_by_name_and_glob_merge_over_builtins() -> None:
-    catalog = ModelCatalog({
-        "gpt-4o": FactsOverride(context_window=64_000),
-        "llama-*": FactsOverride(context_window=8_000, encoding="cl100k_base"),
-        "exact": ModelFacts(1000, 100, "cl100k_base"),
-    })
+    catalog = ModelCatalog(
+        {
+            "gpt-4o": FactsOverride(context_window=64_000),
+            "llama-*": FactsOverride(context_window=8_000, encoding="cl100k_base"),
+            "exact": ModelFacts(1000, 100, "cl100k_base"),
+        }
+    )
     assert catalog.facts_for("gpt-4o") == ModelFacts(64_000, 16_384, "o200k_base")
     assert catalog.facts_for("gpt-4o-mini").context_window == 128_000
     assert catalog.facts_for("llama-3") == ModelFacts(8_000, 4_096, "cl100k_base")
@@ -66,8 +74,10 @@ def test_budget_arithmetic_applies_reserve_once() -> None:
     assert (budget.output_reserve, budget.safety_reserve) == (16_384, 6_400)
     assert budget.limit == 128_000 - 16_384 - 6_400
     assert compute_budget(facts, max_tokens=1000, reserve_ratio=0).limit == 127_000
-    assert compute_budget(facts, max_completion_tokens=2000, max_tokens=1000,
-                          reserve_ratio=0).limit == 126_000
+    assert (
+        compute_budget(facts, max_completion_tokens=2000, max_tokens=1000, reserve_ratio=0).limit
+        == 126_000
+    )
     assert compute_budget(ModelFacts(1000, 100), max_tokens=5000).limit == 0
     with pytest.raises(ValueError):
         compute_budget(facts, reserve_ratio=1.0)

@@ -19,8 +19,10 @@ def five_results() -> list[Msg]:
     msgs: list[Msg] = [s(), u("go")]
     for i in range(5):
         name = "read_file" if i % 2 == 0 else "search"
-        msgs += [call(f"c{i}", name=name, args=json.dumps({"path": f"/f{i}" * 20})),
-                 {**tool(f"c{i}", f"result {i} " + "r" * 400), "x-meta": i}]
+        msgs += [
+            call(f"c{i}", name=name, args=json.dumps({"path": f"/f{i}" * 20})),
+            {**tool(f"c{i}", f"result {i} " + "r" * 400), "x-meta": i},
+        ]
     msgs += [a("done"), u("next")]
     return msgs
 
@@ -39,15 +41,17 @@ def test_keep_three_clears_the_two_oldest() -> None:
 
 
 def test_exclude_tools_and_keep_zero() -> None:
-    out = run(ClearToolUsesStrategy(keep=0, exclude_tools=["search"], trigger=Always()),
-              five_results()).messages
+    out = run(
+        ClearToolUsesStrategy(keep=0, exclude_tools=["search"], trigger=Always()), five_results()
+    ).messages
     assert [c == PH for c in results(out)] == [True, False, True, False, True]
 
 
 def test_clear_tool_inputs_replaces_only_cleared_calls_arguments() -> None:
     msgs = five_results()
-    out = run(ClearToolUsesStrategy(keep=3, clear_tool_inputs=True, trigger=Always()),
-              msgs).messages
+    out = run(
+        ClearToolUsesStrategy(keep=3, clear_tool_inputs=True, trigger=Always()), msgs
+    ).messages
     assert out[2]["tool_calls"][0]["function"] == {"name": "read_file", "arguments": "{}"}
     assert out[2]["tool_calls"][0]["id"] == "c0"
     assert out[6] is msgs[6]
@@ -57,12 +61,20 @@ def test_clear_tool_inputs_replaces_only_cleared_calls_arguments() -> None:
 
 
 def test_parallel_calls_are_cleared_per_result() -> None:
-    msgs = [u(), call("p1", "p2", args='{"q": "long long long long"}'),
-            tool("p1", "x" * 300), tool("p2", "y" * 300), u("last")]
-    out = run(ClearToolUsesStrategy(keep=1, clear_tool_inputs=True, trigger=Always()),
-              msgs).messages
+    msgs = [
+        u(),
+        call("p1", "p2", args='{"q": "long long long long"}'),
+        tool("p1", "x" * 300),
+        tool("p2", "y" * 300),
+        u("last"),
+    ]
+    out = run(
+        ClearToolUsesStrategy(keep=1, clear_tool_inputs=True, trigger=Always()), msgs
+    ).messages
     assert [c["function"]["arguments"] for c in out[1]["tool_calls"]] == [
-        "{}", '{"q": "long long long long"}']
+        "{}",
+        '{"q": "long long long long"}',
+    ]
     assert results(out) == [PH, "y" * 300]
 
 
@@ -72,25 +84,30 @@ def test_clear_at_least_guards_small_clears() -> None:
     result = run(strategy, msgs)
     assert not result.changed
     assert "clear_at_least" in result.report.strategies[0].notes[0]
-    assert run(ClearToolUsesStrategy(keep=3, clear_at_least=150, trigger=Always()),
-               msgs).changed
+    assert run(ClearToolUsesStrategy(keep=3, clear_at_least=150, trigger=Always()), msgs).changed
 
 
 def test_target_stops_early_but_not_before_clear_at_least() -> None:
     msgs = five_results()
     before = run(ClearToolUsesStrategy(keep=0, trigger=Always()), msgs).report.tokens_before
-    one = run(ClearToolUsesStrategy(keep=0, trigger=Always(),
-                                    target=TokensExceed(before - 50)), msgs).messages
+    one = run(
+        ClearToolUsesStrategy(keep=0, trigger=Always(), target=TokensExceed(before - 50)), msgs
+    ).messages
     assert [c == PH for c in results(one)] == [True, False, False, False, False]
-    two = run(ClearToolUsesStrategy(keep=0, clear_at_least=150, trigger=Always(),
-                                    target=TokensExceed(before - 50)), msgs).messages
+    two = run(
+        ClearToolUsesStrategy(
+            keep=0, clear_at_least=150, trigger=Always(), target=TokensExceed(before - 50)
+        ),
+        msgs,
+    ).messages
     assert [c == PH for c in results(two)] == [True, True, False, False, False]
 
 
 def test_custom_placeholder_idempotence_and_small_results() -> None:
     msgs = [*five_results(), call("z"), tool("z", "ok"), u("last")]
-    strategy = ClearToolUsesStrategy(keep=0, placeholder="[gone]", clear_tool_inputs=True,
-                                     trigger=Always())
+    strategy = ClearToolUsesStrategy(
+        keep=0, placeholder="[gone]", clear_tool_inputs=True, trigger=Always()
+    )
     first = run(strategy, msgs)
     assert results(first.messages)[:5] == ["[gone]"] * 5
     assert not run(strategy, first.messages).changed
@@ -104,13 +121,28 @@ def test_the_newest_turn_is_never_cleared() -> None:
 
 def test_default_trigger_is_over_budget_and_entry_builds() -> None:
     assert not run(ClearToolUsesStrategy(keep=0), five_results()).changed
-    pipeline = pipeline_from_mapping({"pipeline": [{
-        "strategy": "clear_tool_uses", "keep": 1, "exclude_tools": ["search"],
-        "clear_at_least": 10, "clear_tool_inputs": True, "placeholder": "[x]",
-        "trigger": {"tokens_exceed": 10}}]})
+    pipeline = pipeline_from_mapping(
+        {
+            "pipeline": [
+                {
+                    "strategy": "clear_tool_uses",
+                    "keep": 1,
+                    "exclude_tools": ["search"],
+                    "clear_at_least": 10,
+                    "clear_tool_inputs": True,
+                    "placeholder": "[x]",
+                    "trigger": {"tokens_exceed": 10},
+                }
+            ]
+        }
+    )
     out = run(pipeline.strategies[0], five_results()).messages
-    assert results(out)[:4] == ["[x]", results(five_results())[1], "[x]",
-                                results(five_results())[3]]
+    assert results(out)[:4] == [
+        "[x]",
+        results(five_results())[1],
+        "[x]",
+        results(five_results())[3],
+    ]
 
 
 def test_parameters_are_validated() -> None:

@@ -62,9 +62,20 @@ def conversations(draw: st.DrawFn) -> list[Msg]:
             else:
                 ids = [f"c{counter + k}" for k in range(draw(st.integers(1, 2)))]
                 counter += len(ids)
-                msgs.append({"role": "assistant", "content": None, "tool_calls": [
-                    {"id": i, "type": "function", "function": {"name": "t", "arguments": "{}"}}
-                    for i in ids]})
+                msgs.append(
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "id": i,
+                                "type": "function",
+                                "function": {"name": "t", "arguments": "{}"},
+                            }
+                            for i in ids
+                        ],
+                    }
+                )
                 msgs.extend({"role": "tool", "tool_call_id": i, "content": ""} for i in ids)
     for index, message in enumerate(msgs):  # a unique label per message
         if message["content"] is not None:
@@ -77,11 +88,14 @@ def to_af(msgs: list[Msg]) -> list[Any]:
     out = []
     for m in msgs:
         if m.get("tool_calls"):
-            contents = [afc.Content.from_function_call(call_id=c["id"], name="t", arguments="{}")
-                        for c in m["tool_calls"]]
+            contents = [
+                afc.Content.from_function_call(call_id=c["id"], name="t", arguments="{}")
+                for c in m["tool_calls"]
+            ]
         elif m["role"] == "tool":
-            contents = [afc.Content.from_function_result(call_id=m["tool_call_id"],
-                                                         result=m["content"])]
+            contents = [
+                afc.Content.from_function_result(call_id=m["tool_call_id"], result=m["content"])
+            ]
         else:
             contents = [m["content"]]
         out.append(af.Message(role=m["role"], contents=contents, message_id=m["label"]))
@@ -94,9 +108,14 @@ def oracle(msgs: list[Msg], strategy: Any) -> list[str]:
 
 
 def ours(msgs: list[Msg], strategy: Strategy) -> list[str]:
-    result = compact(msgs, model="m", pipeline=Pipeline((strategy,), fallback=False),
-                     tokenizer=CharacterEstimatorTokenizer(),
-                     facts=ModelFacts(1_000_000, 0), reserve_ratio=0)
+    result = compact(
+        msgs,
+        model="m",
+        pipeline=Pipeline((strategy,), fallback=False),
+        tokenizer=CharacterEstimatorTokenizer(),
+        facts=ModelFacts(1_000_000, 0),
+        reserve_ratio=0,
+    )
     return [m["label"] for m in result.messages]
 
 
@@ -112,14 +131,25 @@ def assert_conforms(msgs: list[Msg], expected: list[str], actual: list[str]) -> 
 
 @settings(max_examples=150, deadline=None)
 @given(conversations(), st.integers(1, 20), st.integers(1, 20), st.booleans())
-def test_truncation_matches_the_agent_framework(msgs: list[Msg], max_n: int, compact_to: int,
-                                                first_user: bool) -> None:
+def test_truncation_matches_the_agent_framework(
+    msgs: list[Msg], max_n: int, compact_to: int, first_user: bool
+) -> None:
     compact_to = min(compact_to, max_n)
-    expected = oracle(msgs, afc.TruncationStrategy(max_n=max_n, compact_to=compact_to,
-                                                   preserve_first_user_group=first_user))
-    actual = ours(msgs, TruncationStrategy(max_n=max_n, compact_to=compact_to,
-                                           metric="messages",
-                                           preserve_first_user_group=first_user))
+    expected = oracle(
+        msgs,
+        afc.TruncationStrategy(
+            max_n=max_n, compact_to=compact_to, preserve_first_user_group=first_user
+        ),
+    )
+    actual = ours(
+        msgs,
+        TruncationStrategy(
+            max_n=max_n,
+            compact_to=compact_to,
+            metric="messages",
+            preserve_first_user_group=first_user,
+        ),
+    )
     assert_conforms(msgs, expected, actual)
 
 
@@ -151,16 +181,34 @@ def tool_conversations(draw: st.DrawFn, *, end_with_user: bool = False) -> list[
                 continue
             ids = [f"c{counter + k}" for k in range(draw(st.integers(1, 3)))]
             counter += len(ids)
-            msgs.append({"role": "assistant", "content": None, "tool_calls": [
-                {"id": i, "type": "function",
-                 "function": {"name": draw(st.sampled_from(TOOL_NAMES)),
-                              "arguments": draw(st.sampled_from(['{}', '{"q": "x"}']))}}
-                for i in ids]})
+            msgs.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": i,
+                            "type": "function",
+                            "function": {
+                                "name": draw(st.sampled_from(TOOL_NAMES)),
+                                "arguments": draw(st.sampled_from(["{}", '{"q": "x"}'])),
+                            },
+                        }
+                        for i in ids
+                    ],
+                }
+            )
             if draw(st.integers(0, 4)) == 0:  # a reply between the call and its results
                 msgs.append({"role": "assistant", "content": ""})
             answered = ids if draw(st.integers(0, 5)) else ids[:-1]  # sometimes unanswered
-            msgs.extend({"role": "tool", "tool_call_id": i,
-                         "content": draw(st.text("abcdé ;:", max_size=300))} for i in answered)
+            msgs.extend(
+                {
+                    "role": "tool",
+                    "tool_call_id": i,
+                    "content": draw(st.text("abcdé ;:", max_size=300)),
+                }
+                for i in answered
+            )
     if end_with_user:
         msgs.append({"role": "user", "content": ""})
     for index, message in enumerate(msgs):
@@ -172,12 +220,16 @@ def tool_conversations(draw: st.DrawFn, *, end_with_user: bool = False) -> list[
 
 def to_af_message(m: Mapping[str, Any], message_id: str | None = None) -> Any:
     if m.get("tool_calls"):
-        contents = [afc.Content.from_function_call(call_id=c["id"], name=c["function"]["name"],
-                                                   arguments=c["function"]["arguments"])
-                    for c in m["tool_calls"]]
+        contents = [
+            afc.Content.from_function_call(
+                call_id=c["id"], name=c["function"]["name"], arguments=c["function"]["arguments"]
+            )
+            for c in m["tool_calls"]
+        ]
     elif m["role"] == "tool":
-        contents = [afc.Content.from_function_result(call_id=m["tool_call_id"],
-                                                     result=m["content"])]
+        contents = [
+            afc.Content.from_function_result(call_id=m["tool_call_id"], result=m["content"])
+        ]
     else:
         contents = [m["content"]]
     return af.Message(role=m["role"], contents=contents, message_id=message_id)
@@ -221,7 +273,8 @@ def oracle_items(msgs: list[Msg], strategy: Any, tokenizer: Any = None) -> list[
     for m in result:
         if m.message_id.startswith("tool_summary_"):
             covered = m.additional_properties[afc.GROUP_ANNOTATION_KEY][
-                afc.SUMMARY_OF_MESSAGE_IDS_KEY]
+                afc.SUMMARY_OF_MESSAGE_IDS_KEY
+            ]
             items.append((m.text, tuple(covered)))
         else:
             items.append(m.message_id)
@@ -234,8 +287,9 @@ def expected_items(msgs: list[Msg], items: list[Any], *, stats: bool = True) -> 
     record(f"oracle changed={len(items) != len(msgs) or any(isinstance(i, tuple) for i in items)}")
     order = {m["label"]: i for i, m in enumerate(msgs)}
     last_user = max(i for i, m in enumerate(msgs) if m["role"] == "user")
-    keep_always = {m["label"] for i, m in enumerate(msgs)
-                   if i >= last_user or m["role"] == "system"}
+    keep_always = {
+        m["label"] for i, m in enumerate(msgs) if i >= last_user or m["role"] == "system"
+    }
     keyed: list[tuple[float, Any]] = []
     for item in items:
         if isinstance(item, tuple):
@@ -253,17 +307,21 @@ def expected_items(msgs: list[Msg], items: list[Any], *, stats: bool = True) -> 
 
 
 def our_items(msgs: list[Msg], strategy: Strategy, tokenizer: Any = None) -> list[Any]:
-    result = compact(msgs, model="m", pipeline=Pipeline((strategy,), fallback=False),
-                     tokenizer=tokenizer or CharacterEstimatorTokenizer(),
-                     facts=ModelFacts(10**9, 0), reserve_ratio=0)
+    result = compact(
+        msgs,
+        model="m",
+        pipeline=Pipeline((strategy,), fallback=False),
+        tokenizer=tokenizer or CharacterEstimatorTokenizer(),
+        facts=ModelFacts(10**9, 0),
+        reserve_ratio=0,
+    )
     return [m["label"] if "label" in m else m["content"] for m in result.messages]
 
 
 @settings(max_examples=200, deadline=None)
 @given(tool_conversations(), st.integers(0, 3))
 def test_tool_result_compaction_matches_the_agent_framework(msgs: list[Msg], keep: int) -> None:
-    expected = oracle_items(msgs, afc.ToolResultCompactionStrategy(
-        keep_last_tool_call_groups=keep))
+    expected = oracle_items(msgs, afc.ToolResultCompactionStrategy(keep_last_tool_call_groups=keep))
     actual = our_items(msgs, ToolResultCompactionStrategy(keep_last_tool_call_groups=keep))
     assert actual == expected_items(msgs, expected)
 
@@ -271,68 +329,108 @@ def test_tool_result_compaction_matches_the_agent_framework(msgs: list[Msg], kee
 @settings(max_examples=200, deadline=None)
 @given(tool_conversations(), st.integers(0, 3))
 def test_selective_tool_calls_matches_the_agent_framework(msgs: list[Msg], keep: int) -> None:
-    expected = oracle_items(msgs, afc.SelectiveToolCallCompactionStrategy(
-        keep_last_tool_call_groups=keep))
+    expected = oracle_items(
+        msgs, afc.SelectiveToolCallCompactionStrategy(keep_last_tool_call_groups=keep)
+    )
     actual = our_items(msgs, SelectiveToolCallsStrategy(keep_last_tool_call_groups=keep))
     assert actual == expected_items(msgs, expected)
 
 
 @settings(max_examples=200, deadline=None)
-@given(tool_conversations(end_with_user=True), st.integers(0, 2),
-       st.floats(0.02, 1.2), st.floats(0.1, 1.5), st.floats(0.1, 1.0))
+@given(
+    tool_conversations(end_with_user=True),
+    st.integers(0, 2),
+    st.floats(0.02, 1.2),
+    st.floats(0.1, 1.5),
+    st.floats(0.1, 1.0),
+)
 def test_token_budget_composition_matches_the_agent_framework(
-        msgs: list[Msg], keep: int, budget_ratio: float, max_ratio: float,
-        compact_ratio: float) -> None:
+    msgs: list[Msg], keep: int, budget_ratio: float, max_ratio: float, compact_ratio: float
+) -> None:
     ours_tok = OurSideTokenizer()
     total = sum(ours_tok.count_message(m) for m in msgs)
     budget = int(total * budget_ratio)
     max_n = max(1, int(total * max_ratio))
     compact_to = max(1, int(max_n * compact_ratio))
     af_tok = AFSideTokenizer()
-    expected = oracle_items(msgs, afc.TokenBudgetComposedStrategy(
-        token_budget=budget, tokenizer=af_tok, strategies=[
-            afc.ToolResultCompactionStrategy(keep_last_tool_call_groups=keep),
-            afc.TruncationStrategy(max_n=max_n, compact_to=compact_to, tokenizer=af_tok)]),
-        tokenizer=af_tok)
-    ours = PipelineStrategy([ToolResultCompactionStrategy(keep_last_tool_call_groups=keep),
-                             TruncationStrategy(max_n=max_n, compact_to=compact_to)],
-                            token_budget=budget)
+    expected = oracle_items(
+        msgs,
+        afc.TokenBudgetComposedStrategy(
+            token_budget=budget,
+            tokenizer=af_tok,
+            strategies=[
+                afc.ToolResultCompactionStrategy(keep_last_tool_call_groups=keep),
+                afc.TruncationStrategy(max_n=max_n, compact_to=compact_to, tokenizer=af_tok),
+            ],
+        ),
+        tokenizer=af_tok,
+    )
+    ours = PipelineStrategy(
+        [
+            ToolResultCompactionStrategy(keep_last_tool_call_groups=keep),
+            TruncationStrategy(max_n=max_n, compact_to=compact_to),
+        ],
+        token_budget=budget,
+    )
     actual = our_items(msgs, ours, ours_tok)
     assert actual == expected_items(msgs, expected)
 
 
 def test_tiny_example_of_the_notes() -> None:
     """research/msaf.md section 6 (``tiny.py``), budgets 250 and 200."""
+
     def c(i: str, name: str) -> Msg:
         return {"id": i, "type": "function", "function": {"name": name, "arguments": "{}"}}
 
     msgs: list[Msg] = [
-        {"role": "system", "content": "sys"}, {"role": "user", "content": "weather?"},
-        {"role": "assistant", "content": None,
-         "tool_calls": [c("c1", "get_weather"), c("c2", "get_time")]},
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "weather?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [c("c1", "get_weather"), c("c2", "get_time")],
+        },
         {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
         {"role": "tool", "tool_call_id": "c2", "content": "9am"},
         {"role": "user", "content": "and now?"},
         {"role": "assistant", "content": None, "tool_calls": [c("c3", "get_weather")]},
-        {"role": "tool", "tool_call_id": "c3", "content": "rain"}]
+        {"role": "tool", "tool_call_id": "c3", "content": "rain"},
+    ]
     for i, m in enumerate(msgs):
         m["label"] = f"m{i}"
     tok = OurSideTokenizer()
     outputs = {}
     for budget in (250, 200, 150, 100):
-        strategy = PipelineStrategy([ToolResultCompactionStrategy(keep_last_tool_call_groups=1),
-                                     TruncationStrategy(max_n=200, compact_to=150)],
-                                    token_budget=budget)
+        strategy = PipelineStrategy(
+            [
+                ToolResultCompactionStrategy(keep_last_tool_call_groups=1),
+                TruncationStrategy(max_n=200, compact_to=150),
+            ],
+            token_budget=budget,
+        )
         outputs[budget] = our_items(msgs, strategy, tok)
         af_tok = AFSideTokenizer()
-        expected = oracle_items(msgs, afc.TokenBudgetComposedStrategy(
-            token_budget=budget, tokenizer=af_tok, strategies=[
-                afc.ToolResultCompactionStrategy(keep_last_tool_call_groups=1),
-                afc.TruncationStrategy(max_n=200, compact_to=150, tokenizer=af_tok)]),
-            tokenizer=af_tok)
+        expected = oracle_items(
+            msgs,
+            afc.TokenBudgetComposedStrategy(
+                token_budget=budget,
+                tokenizer=af_tok,
+                strategies=[
+                    afc.ToolResultCompactionStrategy(keep_last_tool_call_groups=1),
+                    afc.TruncationStrategy(max_n=200, compact_to=150, tokenizer=af_tok),
+                ],
+            ),
+            tokenizer=af_tok,
+        )
         assert outputs[budget] == expected_items(msgs, expected, stats=False)
     # the notes' output at budget 250 (their counts include message ids, ours do not, so the
     # cut-off between "collapse" and "truncate" sits a little lower here)
-    assert outputs[250] == ["m0", "m1", "[Tool results: get_weather: sunny; get_time: 9am]",
-                            "m5", "m6", "m7"]
+    assert outputs[250] == [
+        "m0",
+        "m1",
+        "[Tool results: get_weather: sunny; get_time: 9am]",
+        "m5",
+        "m6",
+        "m7",
+    ]
     assert outputs[100] == ["m0", "m5", "m6", "m7"]

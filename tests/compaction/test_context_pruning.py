@@ -25,8 +25,12 @@ from .helpers import Msg, a, call, s, tool, u
 from .strategy_helpers import run
 
 BIG = "".join(chr(ord("a") + i % 26) for i in range(300))
-SMALL = dict(min_prunable_tool_chars=100, soft_trim_max_chars=50, soft_trim_head_chars=10,
-             soft_trim_tail_chars=10)
+SMALL = dict(
+    min_prunable_tool_chars=100,
+    soft_trim_max_chars=50,
+    soft_trim_head_chars=10,
+    soft_trim_tail_chars=10,
+)
 MARKER_300 = "\n\n… [soft-trimmed: 300 chars → 20 chars, middle removed] …\n\n"
 
 
@@ -38,9 +42,28 @@ def pruning(**kwargs: Any) -> ContextPruningStrategy:
 
 def twenty() -> list[Msg]:
     """N = 20; tool results at 3 (age .85), 11 (age .45) and 15 (age .25)."""
-    msgs = [s(), u(), call("c0"), {**tool("c0", BIG), "x-extra": 1}, a(), u(), a(), u(), a(),
-            u(), call("c1"), tool("c1", BIG), a(), u(), call("c2"), tool("c2", BIG), a(), u(),
-            a(), u("last")]
+    msgs = [
+        s(),
+        u(),
+        call("c0"),
+        {**tool("c0", BIG), "x-extra": 1},
+        a(),
+        u(),
+        a(),
+        u(),
+        a(),
+        u(),
+        call("c1"),
+        tool("c1", BIG),
+        a(),
+        u(),
+        call("c2"),
+        tool("c2", BIG),
+        a(),
+        u(),
+        a(),
+        u("last"),
+    ]
     assert len(msgs) == 20
     return msgs
 
@@ -49,14 +72,20 @@ def test_ages_decide_hard_clear_soft_trim_or_nothing() -> None:
     msgs = twenty()
     result = run(pruning(), msgs)
     out = result.messages
-    assert out[3] == {"role": "tool", "tool_call_id": "c0",
-                      "content": "[Old tool result content cleared]", "x-extra": 1}
+    assert out[3] == {
+        "role": "tool",
+        "tool_call_id": "c0",
+        "content": "[Old tool result content cleared]",
+        "x-extra": 1,
+    }
     assert out[11]["content"] == BIG[:10] + MARKER_300 + BIG[-10:]
     assert out[11]["tool_call_id"] == "c1"
     assert out[15] is msgs[15]
     assert all(out[i] is msgs[i] for i in range(20) if i not in (3, 11))
     assert [n for r in result.report.strategies for n in r.notes] == [
-        "soft-trimmed 1 tool result(s)", "hard-cleared 1 tool result(s)"]
+        "soft-trimmed 1 tool result(s)",
+        "hard-cleared 1 tool result(s)",
+    ]
 
 
 def test_keep_last_assistants_protects_the_last_runs() -> None:
@@ -95,11 +124,13 @@ def test_hard_clear_disabled_soft_trims_old_results() -> None:
 
 
 def test_custom_soft_trim_and_placeholder_are_honoured() -> None:
-    out = run(pruning(soft_trim_head_chars=3, soft_trim_tail_chars=0, placeholder="[gone]"),
-              twenty()).messages
+    out = run(
+        pruning(soft_trim_head_chars=3, soft_trim_tail_chars=0, placeholder="[gone]"), twenty()
+    ).messages
     assert out[3]["content"] == "[gone]"
     assert out[11]["content"] == (
-        BIG[:3] + "\n\n… [soft-trimmed: 300 chars → 3 chars, middle removed] …\n\n")
+        BIG[:3] + "\n\n… [soft-trimmed: 300 chars → 3 chars, middle removed] …\n\n"
+    )
 
 
 def test_soft_trim_only_when_it_shortens() -> None:
@@ -112,24 +143,34 @@ def test_images_are_never_hard_cleared_but_their_text_is_trimmed() -> None:
     msgs = twenty()
     image = {"type": "image_url", "image_url": {"url": "https://x/y.png"}}
     msgs[3] = tool("c0", "")
-    msgs[3]["content"] = [{"type": "text", "text": BIG[:150]}, image,
-                          {"type": "text", "text": BIG[150:]}]
+    msgs[3]["content"] = [
+        {"type": "text", "text": BIG[:150]},
+        image,
+        {"type": "text", "text": BIG[150:]},
+    ]
     out = run(pruning(), msgs).messages
     joined = BIG[:150] + "\n" + BIG[150:]
     assert out[3]["content"] == [
-        {"type": "text", "text": joined[:10] + MARKER_300.replace("300", "301")
-         + joined[-10:]}, image]
+        {"type": "text", "text": joined[:10] + MARKER_300.replace("300", "301") + joined[-10:]},
+        image,
+    ]
 
 
 def test_text_part_arrays_keep_the_last_parts_extra_keys() -> None:
     msgs = twenty()
     msgs[11] = tool("c1", "")
-    msgs[11]["content"] = [{"type": "text", "text": BIG},
-                           {"type": "text", "text": "", "cache_control": {"type": "ephemeral"}}]
+    msgs[11]["content"] = [
+        {"type": "text", "text": BIG},
+        {"type": "text", "text": "", "cache_control": {"type": "ephemeral"}},
+    ]
     out = run(pruning(), msgs).messages
-    assert out[11]["content"] == [{"type": "text", "cache_control": {"type": "ephemeral"},
-                                   "text": BIG[:10] + MARKER_300.replace("300", "301")
-                                   + BIG[-9:] + "\n"}]
+    assert out[11]["content"] == [
+        {
+            "type": "text",
+            "cache_control": {"type": "ephemeral"},
+            "text": BIG[:10] + MARKER_300.replace("300", "301") + BIG[-9:] + "\n",
+        }
+    ]
 
 
 def test_idempotent_and_a_trimmed_result_is_only_ever_hard_cleared() -> None:
@@ -149,15 +190,30 @@ def test_idempotent_and_a_trimmed_result_is_only_ever_hard_cleared() -> None:
 
 def test_marker_helpers() -> None:
     trimmed = soft_trim("é" * 100 + "😀" * 100, 5, 5)
-    assert trimmed == "é" * 5 + "\n\n… [soft-trimmed: 200 chars → 10 chars, middle removed] …" \
+    assert (
+        trimmed == "é" * 5 + "\n\n… [soft-trimmed: 200 chars → 10 chars, middle removed] …"
         "\n\n" + "😀" * 5
+    )
     assert trimmed_original_length(trimmed) == 200
     assert trimmed_original_length("plain") is None
 
 
 def test_orphans_and_the_newest_turn_are_left_alone() -> None:
-    msgs = [s(), u(), a(), tool("ghost", BIG), u(), a(), u(), a(), u(), a(), u("last"),
-            call("c9"), tool("c9", BIG)]
+    msgs = [
+        s(),
+        u(),
+        a(),
+        tool("ghost", BIG),
+        u(),
+        a(),
+        u(),
+        a(),
+        u(),
+        a(),
+        u("last"),
+        call("c9"),
+        tool("c9", BIG),
+    ]
     assert not run(pruning(), msgs).changed
 
 
@@ -174,37 +230,63 @@ def test_default_trigger_is_over_budget() -> None:
     msgs = twenty()
     strategy = ContextPruningStrategy(**SMALL, keep_last_assistants=0)
     assert not run(strategy, msgs).changed
-    tight = ModelFacts(context_window=run(strategy, msgs).report.tokens_before - 1,
-                       max_output_tokens=0)
+    tight = ModelFacts(
+        context_window=run(strategy, msgs).report.tokens_before - 1, max_output_tokens=0
+    )
     assert run(strategy, msgs, facts=tight).changed
 
 
 def test_librechat_block_shapes_the_default_pipeline_entry() -> None:
-    block = SummarizationSettings.model_validate({"contextPruning": {
-        "enabled": True, "keepLastAssistants": 0, "softTrimRatio": 0.25, "hardClearRatio": 0.6,
-        "minPrunableToolChars": 100,
-        "softTrim": {"maxChars": 50, "headChars": 4, "tailChars": 4},
-        "hardClear": {"enabled": True, "placeholder": "[Content removed]"}}})
+    block = SummarizationSettings.model_validate(
+        {
+            "contextPruning": {
+                "enabled": True,
+                "keepLastAssistants": 0,
+                "softTrimRatio": 0.25,
+                "hardClearRatio": 0.6,
+                "minPrunableToolChars": 100,
+                "softTrim": {"maxChars": 50, "headChars": 4, "tailChars": 4},
+                "hardClear": {"enabled": True, "placeholder": "[Content removed]"},
+            }
+        }
+    )
     strategy = build_pipeline(CompactionSettings(), block).strategies[0]
     assert isinstance(strategy, ContextPruningStrategy)
-    assert (strategy.soft_trim_ratio, strategy.hard_clear_ratio, strategy.max_chars,
-            strategy.head_chars, strategy.tail_chars, strategy.placeholder) == (
-        0.25, 0.6, 50, 4, 4, "[Content removed]")
+    assert (
+        strategy.soft_trim_ratio,
+        strategy.hard_clear_ratio,
+        strategy.max_chars,
+        strategy.head_chars,
+        strategy.tail_chars,
+        strategy.placeholder,
+    ) == (0.25, 0.6, 50, 4, 4, "[Content removed]")
     disabled = SummarizationSettings.model_validate({"contextPruning": {"enabled": False}})
     assert [x.name for x in build_pipeline(CompactionSettings(), disabled).strategies] == [
-        "tool_result_compaction", "truncation"]
+        "tool_result_compaction",
+        "truncation",
+    ]
 
 
 def test_pipeline_entry_accepts_camel_case_keys() -> None:
-    pipeline = pipeline_from_mapping({"pipeline": [{
-        "strategy": "context_pruning", "trigger": "always", "keepLastAssistants": 0,
-        "minPrunableToolChars": 100, "softTrim": {"maxChars": 50, "headChars": 10,
-                                                  "tailChars": 10},
-        "hardClear": {"placeholder": "[cleared]"}}]})
+    pipeline = pipeline_from_mapping(
+        {
+            "pipeline": [
+                {
+                    "strategy": "context_pruning",
+                    "trigger": "always",
+                    "keepLastAssistants": 0,
+                    "minPrunableToolChars": 100,
+                    "softTrim": {"maxChars": 50, "headChars": 10, "tailChars": 10},
+                    "hardClear": {"placeholder": "[cleared]"},
+                }
+            ]
+        }
+    )
     result = run(pipeline.strategies[0], twenty())
     assert result.messages[3]["content"] == "[cleared]"
-    off = pipeline_from_mapping({"pipeline": [{"strategy": "context_pruning", "enabled": False,
-                                               "trigger": "always"}]})
+    off = pipeline_from_mapping(
+        {"pipeline": [{"strategy": "context_pruning", "enabled": False, "trigger": "always"}]}
+    )
     assert not run(off.strategies[0], twenty()).changed
 
 

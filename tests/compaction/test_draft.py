@@ -17,8 +17,12 @@ TOK = CharacterEstimatorTokenizer()
 
 
 def make(messages: list[dict[str, object]], tools_tokens: int = 0) -> Draft:
-    return Draft(build_view(messages, TOK), tokenizer=TOK, budget=Budget(10_000, 0, 0),
-                 tools_tokens=tools_tokens)
+    return Draft(
+        build_view(messages, TOK),
+        tokenizer=TOK,
+        budget=Budget(10_000, 0, 0),
+        tools_tokens=tools_tokens,
+    )
 
 
 def recount(draft: Draft) -> int:
@@ -42,8 +46,14 @@ def test_totals_track_every_operation() -> None:
     m = draft.metrics()
     assert (m.messages, m.groups, m.tool_call_groups) == (6, 6, 0)
     # the replacement sits at the group's first position, before "between"
-    assert contents(draft.project()) == ["sys", "q1", "[Tool results: get_weather: short]",
-                                         "between", "q2", "r"]
+    assert contents(draft.project()) == [
+        "sys",
+        "q1",
+        "[Tool results: get_weather: short]",
+        "between",
+        "q2",
+        "r",
+    ]
 
     draft.drop(draft.groups[1])
     draft.drop(draft.groups[3])
@@ -94,8 +104,13 @@ def test_commit_regroups_and_keeps_counts() -> None:
     before = draft.prompt_tokens
     draft.commit()
     assert draft.prompt_tokens == before
-    assert [g.kind.value for g in draft.groups] == ["system", "user", "assistant_text", "user",
-                                                    "assistant_text"]
+    assert [g.kind.value for g in draft.groups] == [
+        "system",
+        "user",
+        "assistant_text",
+        "user",
+        "assistant_text",
+    ]
     assert draft.changed
     assert draft.counters.groups_replaced == 1
 
@@ -113,8 +128,16 @@ def test_overflow_messages_counts_what_must_go() -> None:
 
 @pytest.mark.parametrize("new_role", ["tool", "assistant"])
 def test_commit_after_edits_only_matches_a_full_rebuild(new_role: str) -> None:
-    msgs = [s(), u("q1"), call("c1", "c2"), a("between"), tool("c1", "x" * 100),
-            tool("c2", "y" * 50), u("q2"), a("r")]
+    msgs = [
+        s(),
+        u("q1"),
+        call("c1", "c2"),
+        a("between"),
+        tool("c1", "x" * 100),
+        tool("c2", "y" * 50),
+        u("q2"),
+        a("r"),
+    ]
     draft = make(msgs)
     edited = {**draft.message(4), "content": "short"}
     if new_role == "assistant":  # an edit that changes grouping takes the full path

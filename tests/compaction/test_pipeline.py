@@ -26,21 +26,35 @@ TOK = CharacterEstimatorTokenizer()
 def conversation(turns: int, size: int = 200) -> list[dict[str, object]]:
     msgs: list[dict[str, object]] = [s("system prompt")]
     for i in range(turns):
-        msgs += [u(f"question {i} " + "q" * size), call(f"c{i}"), tool(f"c{i}", "r" * size),
-                 a(f"answer {i} " + "a" * size)]
+        msgs += [
+            u(f"question {i} " + "q" * size),
+            call(f"c{i}"),
+            tool(f"c{i}", "r" * size),
+            a(f"answer {i} " + "a" * size),
+        ]
     return msgs
 
 
 def facts_for(messages: list[dict[str, object]], ratio: float) -> ModelFacts:
     """A model whose budget makes ``messages`` fill ``ratio`` of it."""
-    return ModelFacts(context_window=int(TOK.count_messages(messages) / ratio),
-                      max_output_tokens=0)
+    return ModelFacts(context_window=int(TOK.count_messages(messages) / ratio), max_output_tokens=0)
 
 
-def run(messages: list[dict[str, object]], pipeline: Pipeline, facts: ModelFacts,
-        mode: Mode = Mode.NORMAL):
-    return compact(messages, model="m", pipeline=pipeline, tokenizer=TOK, facts=facts,
-                   reserve_ratio=0, mode=mode)
+def run(
+    messages: list[dict[str, object]],
+    pipeline: Pipeline,
+    facts: ModelFacts,
+    mode: Mode = Mode.NORMAL,
+):
+    return compact(
+        messages,
+        model="m",
+        pipeline=pipeline,
+        tokenizer=TOK,
+        facts=facts,
+        reserve_ratio=0,
+        mode=mode,
+    )
 
 
 def test_nothing_fires_forwards_the_original() -> None:
@@ -149,17 +163,23 @@ def test_dry_run_computes_the_same_result() -> None:
 def test_tools_count_into_the_budget(o200k) -> None:
     msgs = conversation(2)
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
-    with_tools = compact(msgs, model="gpt-4o", pipeline=Pipeline(()), tokenizer=o200k,
-                         tools=tools)
+    with_tools = compact(msgs, model="gpt-4o", pipeline=Pipeline(()), tokenizer=o200k, tools=tools)
     without = compact(msgs, model="gpt-4o", pipeline=Pipeline(()), tokenizer=o200k)
-    assert with_tools.report.tokens_before == \
-        without.report.tokens_before + o200k.count_tools(tools)
+    assert with_tools.report.tokens_before == without.report.tokens_before + o200k.count_tools(
+        tools
+    )
 
 
 def test_provider_and_catalog_pick_encoding_and_window(provider: TokenizerProvider) -> None:
     msgs = conversation(1)
-    result = compact(msgs, model="gpt-4-0613", pipeline=Pipeline(()), tokenizer=provider,
-                     facts=ModelCatalog(), max_tokens=1000)
+    result = compact(
+        msgs,
+        model="gpt-4-0613",
+        pipeline=Pipeline(()),
+        tokenizer=provider,
+        facts=ModelCatalog(),
+        max_tokens=1000,
+    )
     assert result.report.tokenizer == "cl100k_base"
     assert result.report.context_window == 8192
     assert result.report.output_reserve == 1000
@@ -168,12 +188,19 @@ def test_provider_and_catalog_pick_encoding_and_window(provider: TokenizerProvid
 
 def test_report_is_json_ready_and_nested_pipeline_reports_children() -> None:
     msgs = conversation(6)
-    settings = CompactionSettings.model_validate({"pipeline": [
-        {"strategy": "pipeline", "strategies": [
-            {"strategy": "sliding_window", "keep_last_turns": 3},
-            {"strategy": "truncation", "trigger": {"turns_exceed": 1}},
-        ]},
-    ]})
+    settings = CompactionSettings.model_validate(
+        {
+            "pipeline": [
+                {
+                    "strategy": "pipeline",
+                    "strategies": [
+                        {"strategy": "sliding_window", "keep_last_turns": 3},
+                        {"strategy": "truncation", "trigger": {"turns_exceed": 1}},
+                    ],
+                },
+            ]
+        }
+    )
     result = run(msgs, build_pipeline(settings), facts_for(msgs, 0.3))
     data = result.report.to_dict()
     orjson.dumps(data)
@@ -189,11 +216,17 @@ def test_calibration_changes_trigger_decisions() -> None:
 
     msgs = conversation(6)
     facts = facts_for(msgs, 0.7)
-    pipeline = Pipeline((TruncationStrategy(trigger=TokenRatio(0.8),
-                                            target=TokenRatio(0.5)),))
+    pipeline = Pipeline((TruncationStrategy(trigger=TokenRatio(0.8), target=TokenRatio(0.5)),))
     assert not run(msgs, pipeline, facts).changed
-    calibrated = compact(msgs, model="m", pipeline=pipeline, tokenizer=TOK, facts=facts,
-                         reserve_ratio=0, calibration=Calibration(1.25))
+    calibrated = compact(
+        msgs,
+        model="m",
+        pipeline=pipeline,
+        tokenizer=TOK,
+        facts=facts,
+        reserve_ratio=0,
+        calibration=Calibration(1.25),
+    )
     assert calibrated.changed
     assert calibrated.report.calibration == 1.25
 
@@ -206,6 +239,7 @@ def test_short_conversations_never_lose_their_newest_turn(turns: int) -> None:
 
 
 # ---------------------------------------------------------------- token-budget composition
+
 
 def test_token_budget_keeps_system_and_newest_turn_with_a_warning() -> None:
     # Agent Framework: [S*100, U*100] with budget 1 -> [U] (its strict fallback drops the
@@ -225,15 +259,28 @@ def test_token_budget_keeps_system_and_newest_turn_with_a_warning() -> None:
 def test_token_budget_entry_from_settings_runs_children_then_its_fallback() -> None:
     msgs = conversation(8)
     total = TOK.count_messages(msgs)
-    settings = CompactionSettings.model_validate({"pipeline": [{
-        "strategy": "pipeline", "token_budget": total // 2,
-        "strategies": [{"strategy": "tool_result_compaction", "keep_last_tool_call_groups": 1},
-                       {"strategy": "selective_tool_calls", "trigger": "never"}]}]})
+    settings = CompactionSettings.model_validate(
+        {
+            "pipeline": [
+                {
+                    "strategy": "pipeline",
+                    "token_budget": total // 2,
+                    "strategies": [
+                        {"strategy": "tool_result_compaction", "keep_last_tool_call_groups": 1},
+                        {"strategy": "selective_tool_calls", "trigger": "never"},
+                    ],
+                }
+            ]
+        }
+    )
     pipeline = build_pipeline(settings)
     result = run(msgs, pipeline, ModelFacts(10 * total, 0))
     report = result.report.strategies[0]
-    assert [c.name for c in report.children] == ["tool_result_compaction",
-                                                 "selective_tool_calls", "fallback_truncation"]
+    assert [c.name for c in report.children] == [
+        "tool_result_compaction",
+        "selective_tool_calls",
+        "fallback_truncation",
+    ]
     assert report.children[0].changed and report.children[2].changed
     assert result.report.tokens_after <= total // 2
     assert not run(result.messages, pipeline, ModelFacts(10 * total, 0)).changed
@@ -242,10 +289,20 @@ def test_token_budget_entry_from_settings_runs_children_then_its_fallback() -> N
 def test_token_budget_early_stop() -> None:
     msgs = conversation(8)
     total = TOK.count_messages(msgs)
-    settings = CompactionSettings.model_validate({"pipeline": [{
-        "strategy": "pipeline", "token_budget": total - 10,
-        "strategies": [{"strategy": "tool_result_compaction"},
-                       {"strategy": "truncation", "trigger": "always"}]}]})
+    settings = CompactionSettings.model_validate(
+        {
+            "pipeline": [
+                {
+                    "strategy": "pipeline",
+                    "token_budget": total - 10,
+                    "strategies": [
+                        {"strategy": "tool_result_compaction"},
+                        {"strategy": "truncation", "trigger": "always"},
+                    ],
+                }
+            ]
+        }
+    )
     report = run(msgs, build_pipeline(settings), ModelFacts(10 * total, 0)).report
     children = report.strategies[0].children
     assert [c.skipped for c in children] == [None, "early_stop"]

@@ -37,37 +37,56 @@ text = st.text(alphabet="abcdefgh ", min_size=0, max_size=60)
 @st.composite
 def conversations(draw: st.DrawFn) -> list[Msg]:
     ids = iter(range(10_000))
-    msgs: list[Msg] = [{"role": draw(st.sampled_from(SYSTEM)), "content": draw(text)}
-                       for _ in range(draw(st.integers(0, 2)))]
+    msgs: list[Msg] = [
+        {"role": draw(st.sampled_from(SYSTEM)), "content": draw(text)}
+        for _ in range(draw(st.integers(0, 2)))
+    ]
     delayed: list[Msg] = []  # results that arrive late (after later messages)
     for turn in range(draw(st.integers(0, 6))):
         if turn > 0 or draw(st.booleans()):
             msgs.append({"role": "user", "content": draw(text), "x-extra": turn})
         for _ in range(draw(st.integers(0, 3))):
-            kind = draw(st.sampled_from(["text", "tools", "tools", "legacy", "orphan", "dev",
-                                         "flush"]))
+            kind = draw(
+                st.sampled_from(["text", "tools", "tools", "legacy", "orphan", "dev", "flush"])
+            )
             if kind == "text":
                 msgs.append({"role": "assistant", "content": draw(text)})
             elif kind == "dev":
                 msgs.append({"role": "developer", "content": draw(text)})
             elif kind == "orphan":
-                msgs.append({"role": "tool", "tool_call_id": f"ghost{next(ids)}",
-                             "content": draw(text)})
+                msgs.append(
+                    {"role": "tool", "tool_call_id": f"ghost{next(ids)}", "content": draw(text)}
+                )
             elif kind == "flush":
                 msgs.extend(delayed)
                 delayed.clear()
             elif kind == "legacy":
                 name = draw(st.sampled_from(["f", "g"]))
-                msgs.append({"role": "assistant", "content": None,
-                             "function_call": {"name": name, "arguments": draw(text)}})
+                msgs.append(
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "function_call": {"name": name, "arguments": draw(text)},
+                    }
+                )
                 if draw(st.booleans()):
                     msgs.append({"role": "function", "name": name, "content": draw(text)})
             else:
                 call_ids = [f"call{next(ids)}" for _ in range(draw(st.integers(1, 3)))]
-                msgs.append({"role": "assistant", "content": draw(st.none() | text),
-                             "tool_calls": [{"id": i, "type": "function",
-                                             "function": {"name": "t", "arguments": draw(text)}}
-                                            for i in call_ids]})
+                msgs.append(
+                    {
+                        "role": "assistant",
+                        "content": draw(st.none() | text),
+                        "tool_calls": [
+                            {
+                                "id": i,
+                                "type": "function",
+                                "function": {"name": "t", "arguments": draw(text)},
+                            }
+                            for i in call_ids
+                        ],
+                    }
+                )
                 if draw(st.booleans()):
                     msgs.append({"role": "assistant", "content": draw(text)})
                 for call_id in call_ids:
@@ -84,25 +103,33 @@ def conversations(draw: st.DrawFn) -> list[Msg]:
 
 @st.composite
 def strategies(draw: st.DrawFn) -> Strategy:
-    choice = draw(st.sampled_from(["trunc_n", "trunc_trigger", "window_groups", "window_turns",
-                                   "window_trigger"]))
+    choice = draw(
+        st.sampled_from(
+            ["trunc_n", "trunc_trigger", "window_groups", "window_turns", "window_trigger"]
+        )
+    )
     floor = draw(st.integers(0, 3))
     if choice == "trunc_n":
         max_n = draw(st.integers(1, 400))
-        return TruncationStrategy(max_n=max_n, compact_to=draw(st.integers(1, max_n)),
-                                  metric=draw(st.sampled_from(["tokens", "messages"])),
-                                  preserve_first_user_group=draw(st.booleans()),
-                                  minimum_preserved=floor)
+        return TruncationStrategy(
+            max_n=max_n,
+            compact_to=draw(st.integers(1, max_n)),
+            metric=draw(st.sampled_from(["tokens", "messages"])),
+            preserve_first_user_group=draw(st.booleans()),
+            minimum_preserved=floor,
+        )
     if choice == "trunc_trigger":
         trigger = draw(st.sampled_from([OverBudget(), TokenRatio(0.5), GroupsExceed(3)]))
         return TruncationStrategy(trigger=trigger, minimum_preserved=floor)
     if choice == "window_groups":
         return SlidingWindowStrategy(keep_last_groups=draw(st.integers(1, 6)))
     if choice == "window_turns":
-        return SlidingWindowStrategy(keep_last_turns=draw(st.integers(1, 4)),
-                                     minimum_preserved=floor)
-    return SlidingWindowStrategy(trigger=TurnsExceed(draw(st.integers(0, 3))),
-                                 minimum_preserved=floor)
+        return SlidingWindowStrategy(
+            keep_last_turns=draw(st.integers(1, 4)), minimum_preserved=floor
+        )
+    return SlidingWindowStrategy(
+        trigger=TurnsExceed(draw(st.integers(0, 3))), minimum_preserved=floor
+    )
 
 
 def pairs(msgs: list[Msg]) -> list[tuple[int, int]]:
@@ -123,10 +150,16 @@ def pairs(msgs: list[Msg]) -> list[tuple[int, int]]:
     return out
 
 
-def run(msgs: list[Msg], strategy: Strategy, window: int, fallback: bool,
-        mode: Mode) -> Any:
-    return compact(msgs, model="m", pipeline=Pipeline((strategy,), fallback=fallback),
-                   tokenizer=TOK, facts=ModelFacts(window, 0), reserve_ratio=0, mode=mode)
+def run(msgs: list[Msg], strategy: Strategy, window: int, fallback: bool, mode: Mode) -> Any:
+    return compact(
+        msgs,
+        model="m",
+        pipeline=Pipeline((strategy,), fallback=fallback),
+        tokenizer=TOK,
+        facts=ModelFacts(window, 0),
+        reserve_ratio=0,
+        mode=mode,
+    )
 
 
 def check_invariants(msgs: list[Msg], out: list[Msg]) -> None:
@@ -142,18 +175,24 @@ def check_invariants(msgs: list[Msg], out: list[Msg]) -> None:
     # 4. the newest turn's user message and everything after it kept verbatim
     users = [i for i, m in enumerate(msgs) if m["role"] == "user"]
     if users:
-        tail = msgs[users[-1]:]
+        tail = msgs[users[-1] :]
         assert len(out) >= len(tail)
-        assert all(x is y for x, y in zip(out[len(out) - len(tail):], tail, strict=True))
+        assert all(x is y for x, y in zip(out[len(out) - len(tail) :], tail, strict=True))
     elif any(m["role"] not in SYSTEM for m in msgs):
         assert any(m["role"] not in SYSTEM for m in out)
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(conversations(), strategies(), st.integers(30, 3000), st.booleans(),
-       st.sampled_from([Mode.NORMAL, Mode.FORCE]))
-def test_invariants_hold(msgs: list[Msg], strategy: Strategy, window: int, fallback: bool,
-                         mode: Mode) -> None:
+@given(
+    conversations(),
+    strategies(),
+    st.integers(30, 3000),
+    st.booleans(),
+    st.sampled_from([Mode.NORMAL, Mode.FORCE]),
+)
+def test_invariants_hold(
+    msgs: list[Msg], strategy: Strategy, window: int, fallback: bool, mode: Mode
+) -> None:
     snapshot = orjson.dumps(msgs)
     result = run(msgs, strategy, window, fallback, mode)
     assert orjson.dumps(msgs) == snapshot  # the input is never mutated
@@ -208,14 +247,18 @@ def rich_conversations(draw: st.DrawFn) -> list[Msg]:
         shape = draw(st.sampled_from(["text", "text", "parts", "image"]))
         if shape == "text":
             return big()
-        parts: list[Any] = [{"type": "text", "text": big()}, {"type": "text", "text": draw(uni),
-                                                              "cache_control": {"t": 1}}]
+        parts: list[Any] = [
+            {"type": "text", "text": big()},
+            {"type": "text", "text": draw(uni), "cache_control": {"t": 1}},
+        ]
         if shape == "image":
             parts.insert(1, IMAGE)
         return parts
 
-    msgs: list[Msg] = [{"role": draw(st.sampled_from(SYSTEM)), "content": draw(uni)}
-                       for _ in range(draw(st.integers(0, 2)))]
+    msgs: list[Msg] = [
+        {"role": draw(st.sampled_from(SYSTEM)), "content": draw(uni)}
+        for _ in range(draw(st.integers(0, 2)))
+    ]
     delayed: list[Msg] = []
     for turn in range(draw(st.integers(0, 7))):
         if turn > 0 or draw(st.booleans()):
@@ -224,32 +267,51 @@ def rich_conversations(draw: st.DrawFn) -> list[Msg]:
                 content = [{"type": "text", "text": draw(uni)}, IMAGE]
             msgs.append({"role": "user", "content": content, "x-extra": {"turn": turn}})
         for _ in range(draw(st.integers(0, 3))):
-            kind = draw(st.sampled_from(["text", "tools", "tools", "tools", "legacy", "orphan",
-                                         "dev", "flush"]))
+            kind = draw(
+                st.sampled_from(
+                    ["text", "tools", "tools", "tools", "legacy", "orphan", "dev", "flush"]
+                )
+            )
             if kind == "text":
                 msgs.append({"role": "assistant", "content": draw(uni), "refusal": None})
             elif kind == "dev":
                 msgs.append({"role": "developer", "content": draw(uni)})
             elif kind == "orphan":
-                msgs.append({"role": "tool", "tool_call_id": f"ghost{next(ids)}",
-                             "content": big()})
+                msgs.append({"role": "tool", "tool_call_id": f"ghost{next(ids)}", "content": big()})
             elif kind == "flush":
                 msgs.extend(delayed)
                 delayed.clear()
             elif kind == "legacy":
                 name = draw(st.sampled_from(["f", "g"]))
-                msgs.append({"role": "assistant", "content": None,
-                             "function_call": {"name": name, "arguments": '{"a": 1}'}})
+                msgs.append(
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "function_call": {"name": name, "arguments": '{"a": 1}'},
+                    }
+                )
                 if draw(st.booleans()):
                     msgs.append({"role": "function", "name": name, "content": big()})
             else:
                 call_ids = [f"call{next(ids)}" for _ in range(draw(st.integers(1, 3)))]
-                msgs.append({"role": "assistant", "content": draw(st.none() | uni),
-                             "reasoning_content": draw(uni),
-                             "tool_calls": [{"id": i, "type": "function", "function": {
-                                 "name": draw(st.sampled_from(["read", "search", "run"])),
-                                 "arguments": draw(st.sampled_from(['{}', '{"q": "日本"}']))}}
-                                 for i in call_ids]})
+                msgs.append(
+                    {
+                        "role": "assistant",
+                        "content": draw(st.none() | uni),
+                        "reasoning_content": draw(uni),
+                        "tool_calls": [
+                            {
+                                "id": i,
+                                "type": "function",
+                                "function": {
+                                    "name": draw(st.sampled_from(["read", "search", "run"])),
+                                    "arguments": draw(st.sampled_from(["{}", '{"q": "日本"}'])),
+                                },
+                            }
+                            for i in call_ids
+                        ],
+                    }
+                )
                 for call_id in call_ids:
                     where = draw(st.sampled_from(["now", "now", "now", "later", "never"]))
                     result = {"role": "tool", "tool_call_id": call_id, "content": tool_content()}
@@ -274,7 +336,8 @@ def small_pruning(draw: st.DrawFn, **kwargs: Any) -> ContextPruningStrategy:
         soft_trim_head_chars=draw(st.sampled_from([0, 20, 1500])),
         soft_trim_tail_chars=draw(st.sampled_from([0, 20, 1500])),
         hard_clear_enabled=draw(st.booleans()),
-        **kwargs)
+        **kwargs,
+    )
 
 
 def maybe_trigger(draw: st.DrawFn) -> dict[str, Any]:
@@ -290,34 +353,52 @@ def maybe_trigger(draw: st.DrawFn) -> dict[str, Any]:
 
 @st.composite
 def phase2_strategies(draw: st.DrawFn) -> tuple[str, Strategy]:
-    choice = draw(st.sampled_from(["pruning", "tool_result", "selective", "clear",
-                                   "default", "budget"]))
+    choice = draw(
+        st.sampled_from(["pruning", "tool_result", "selective", "clear", "default", "budget"])
+    )
     if choice == "pruning":
         return choice, small_pruning(draw, **maybe_trigger(draw))
     if choice == "tool_result":
         return choice, ToolResultCompactionStrategy(
             keep_last_tool_call_groups=draw(st.integers(0, 2)),
             max_summary_chars=draw(st.sampled_from([20, 4096])),
-            minimum_preserved=draw(st.integers(0, 2)), **maybe_trigger(draw))
+            minimum_preserved=draw(st.integers(0, 2)),
+            **maybe_trigger(draw),
+        )
     if choice == "selective":
         return choice, SelectiveToolCallsStrategy(
-            keep_last_tool_call_groups=draw(st.integers(0, 2)), **maybe_trigger(draw))
+            keep_last_tool_call_groups=draw(st.integers(0, 2)), **maybe_trigger(draw)
+        )
     if choice == "clear":
         return choice, ClearToolUsesStrategy(
-            keep=draw(st.integers(0, 3)), exclude_tools=draw(st.sampled_from([(), ("read",)])),
+            keep=draw(st.integers(0, 3)),
+            exclude_tools=draw(st.sampled_from([(), ("read",)])),
             clear_at_least=draw(st.sampled_from([0, 100, 5000])),
-            clear_tool_inputs=draw(st.booleans()), **maybe_trigger(draw))
+            clear_tool_inputs=draw(st.booleans()),
+            **maybe_trigger(draw),
+        )
     if choice == "budget":
         return choice, PipelineStrategy(
-            [ToolResultCompactionStrategy(keep_last_tool_call_groups=draw(st.integers(0, 2))),
-             TruncationStrategy(max_n=draw(st.integers(1, 3000)))],
-            token_budget=draw(st.integers(0, 5000)))
-    block = SummarizationSettings.model_validate({"contextPruning": {
-        "keepLastAssistants": draw(st.integers(0, 3)), "minPrunableToolChars": 100,
-        "softTrim": {"maxChars": 200, "headChars": 50, "tailChars": 50}}})
-    (pipeline_strategy,) = [PipelineStrategy(list(build_pipeline(CompactionSettings(),
-                                                                  block).strategies),
-                                             stop_when=TokenRatio(0.5))]
+            [
+                ToolResultCompactionStrategy(keep_last_tool_call_groups=draw(st.integers(0, 2))),
+                TruncationStrategy(max_n=draw(st.integers(1, 3000))),
+            ],
+            token_budget=draw(st.integers(0, 5000)),
+        )
+    block = SummarizationSettings.model_validate(
+        {
+            "contextPruning": {
+                "keepLastAssistants": draw(st.integers(0, 3)),
+                "minPrunableToolChars": 100,
+                "softTrim": {"maxChars": 200, "headChars": 50, "tailChars": 50},
+            }
+        }
+    )
+    (pipeline_strategy,) = [
+        PipelineStrategy(
+            list(build_pipeline(CompactionSettings(), block).strategies), stop_when=TokenRatio(0.5)
+        )
+    ]
     return choice, pipeline_strategy
 
 
@@ -339,10 +420,14 @@ def check_invariants_phase2(msgs: list[Msg], out: list[Msg], *, media_kept: bool
         changed = {k for k in original if message[k] != original[k]}
         assert changed <= {"content", "tool_calls", "function_call"}
         assert message["role"] in ("tool", "function", "assistant")
-        for new, old in zip(message.get("tool_calls") or [], original.get("tool_calls") or [],
-                            strict=True):
+        for new, old in zip(
+            message.get("tool_calls") or [], original.get("tool_calls") or [], strict=True
+        ):
             assert (new["id"], new["type"], new["function"]["name"]) == (
-                old["id"], old["type"], old["function"]["name"])
+                old["id"],
+                old["type"],
+                old["function"]["name"],
+            )
             json.loads(new["function"]["arguments"])
         if media_kept and "content" in changed and isinstance(original["content"], list):
             kept_media = [p for p in original["content"] if p.get("type") != "text"]
@@ -366,16 +451,25 @@ def check_invariants_phase2(msgs: list[Msg], out: list[Msg], *, media_kept: bool
     # 4. the newest turn verbatim
     users = [i for i, m in enumerate(msgs) if m["role"] == "user"]
     if users:
-        tail = msgs[users[-1]:]
-        assert all(x is y for x, y in zip(out[len(out) - len(tail):], tail, strict=True))
+        tail = msgs[users[-1] :]
+        assert all(x is y for x, y in zip(out[len(out) - len(tail) :], tail, strict=True))
 
 
-@settings(max_examples=int(os.environ.get("PROPERTY_EXAMPLES", "500")), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow])
-@given(rich_conversations(), phase2_strategies(), st.integers(50, 20_000), st.booleans(),
-       st.sampled_from([Mode.NORMAL, Mode.FORCE]))
-def test_phase2_invariants_hold(msgs: list[Msg], chosen: tuple[str, Strategy], window: int,
-                                fallback: bool, mode: Mode) -> None:
+@settings(
+    max_examples=int(os.environ.get("PROPERTY_EXAMPLES", "500")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(
+    rich_conversations(),
+    phase2_strategies(),
+    st.integers(50, 20_000),
+    st.booleans(),
+    st.sampled_from([Mode.NORMAL, Mode.FORCE]),
+)
+def test_phase2_invariants_hold(
+    msgs: list[Msg], chosen: tuple[str, Strategy], window: int, fallback: bool, mode: Mode
+) -> None:
     name, strategy = chosen
     snapshot = orjson.dumps(msgs)
     result = run(msgs, strategy, window, fallback, mode)

@@ -12,8 +12,18 @@ from .strategy_helpers import run
 
 
 def two_pairs() -> list[dict[str, object]]:
-    return [s(), u("q1"), call("c1"), tool("c1", "r1"), a("a1"),
-            u("q2"), call("c2"), tool("c2", "r2"), a("a2"), u("q3")]
+    return [
+        s(),
+        u("q1"),
+        call("c1"),
+        tool("c1", "r1"),
+        a("a1"),
+        u("q2"),
+        call("c2"),
+        tool("c2", "r2"),
+        a("a2"),
+        u("q3"),
+    ]
 
 
 def test_keep_one_drops_the_older_pair() -> None:
@@ -24,8 +34,9 @@ def test_keep_one_drops_the_older_pair() -> None:
 def test_keep_zero_drops_all_pairs() -> None:
     result = run(SelectiveToolCallsStrategy(keep_last_tool_call_groups=0), two_pairs())
     assert contents(result.messages) == ["sys", "q1", "a1", "q2", "a2", "q3"]
-    assert not run(SelectiveToolCallsStrategy(keep_last_tool_call_groups=0),
-                   result.messages).changed
+    assert not run(
+        SelectiveToolCallsStrategy(keep_last_tool_call_groups=0), result.messages
+    ).changed
 
 
 def test_nothing_to_do_with_at_most_n_groups() -> None:
@@ -44,14 +55,18 @@ def test_configured_trigger_and_target() -> None:
     for i in range(5):
         msgs += [call(f"c{i}"), tool(f"c{i}", "r" * 400)]
     msgs.append(u("last"))
-    result = run(SelectiveToolCallsStrategy(keep_last_tool_call_groups=0,
-                                            trigger=TokensExceed(400)), msgs)
+    result = run(
+        SelectiveToolCallsStrategy(keep_last_tool_call_groups=0, trigger=TokensExceed(400)), msgs
+    )
     assert result.report.tokens_after <= 400
     assert 0 < sum(1 for m in result.messages if "tool_calls" in m) < 5
     # a target other than the trigger: drop while any tool call is kept
-    result = run(SelectiveToolCallsStrategy(keep_last_tool_call_groups=3,
-                                            trigger=TokensExceed(0), target=HasToolCalls()),
-                 msgs)
+    result = run(
+        SelectiveToolCallsStrategy(
+            keep_last_tool_call_groups=3, trigger=TokensExceed(0), target=HasToolCalls()
+        ),
+        msgs,
+    )
     assert sum(1 for m in result.messages if "tool_calls" in m) == 3
 
 

@@ -23,10 +23,16 @@ from proxy.compaction.settings import STRATEGY_NAMES
 from proxy.compaction.triggers import RemainingTokens, TokenRatio
 
 SEED = {
-    "provider": "openAI", "model": "gpt-4o-mini", "maxSummaryTokens": 4096,
-    "reserveRatio": 0.05, "trigger": {"type": "token_ratio", "value": 0.8},
+    "provider": "openAI",
+    "model": "gpt-4o-mini",
+    "maxSummaryTokens": 4096,
+    "reserveRatio": 0.05,
+    "trigger": {"type": "token_ratio", "value": 0.8},
     "contextPruning": {
-        "enabled": True, "keepLastAssistants": 3, "softTrimRatio": 0.3, "hardClearRatio": 0.5,
+        "enabled": True,
+        "keepLastAssistants": 3,
+        "softTrimRatio": 0.3,
+        "hardClearRatio": 0.5,
         "minPrunableToolChars": 50000,
         "softTrim": {"maxChars": 4000, "headChars": 1500, "tailChars": 1500},
         "hardClear": {"enabled": True, "placeholder": "[Old tool result content cleared]"},
@@ -39,8 +45,10 @@ def test_librechat_seed_block_validates() -> None:
     assert block.trigger == TokenRatio(0.8)
     assert block.context_pruning.soft_trim.head_chars == 1500
     assert block.max_summary_tokens == 4096
-    assert block.model_dump(mode="json", exclude_none=True)["contextPruning"]["softTrim"] == \
-        SEED["contextPruning"]["softTrim"]  # type: ignore[index]
+    assert (
+        block.model_dump(mode="json", exclude_none=True)["contextPruning"]["softTrim"]
+        == SEED["contextPruning"]["softTrim"]
+    )  # type: ignore[index]
 
 
 def test_librechat_defaults() -> None:
@@ -48,26 +56,36 @@ def test_librechat_defaults() -> None:
     assert block.enabled and block.reserve_ratio == 0.05 and block.trigger is None
     assert block.retain_recent.turns == 2
     pruning = block.context_pruning
-    assert (pruning.enabled, pruning.keep_last_assistants, pruning.soft_trim_ratio,
-            pruning.hard_clear_ratio, pruning.min_prunable_tool_chars) == (False, 3, 0.3, 0.5,
-                                                                           50_000)
+    assert (
+        pruning.enabled,
+        pruning.keep_last_assistants,
+        pruning.soft_trim_ratio,
+        pruning.hard_clear_ratio,
+        pruning.min_prunable_tool_chars,
+    ) == (False, 3, 0.3, 0.5, 50_000)
     assert pruning.hard_clear.placeholder == "[Old tool result content cleared]"
 
 
-@pytest.mark.parametrize(("block", "loc"), [
-    ({"reserveRatio": 1.5}, ("reserveRatio",)),
-    ({"maxSummaryTokens": 0}, ("maxSummaryTokens",)),
-    ({"retainRecent": {"turns": 21}}, ("retainRecent", "turns")),
-    ({"contextPruning": {"keepLastAssistants": 11}}, ("contextPruning", "keepLastAssistants")),
-    ({"contextPruning": {"softTrimRatio": 2}}, ("contextPruning", "softTrimRatio")),
-    ({"contextPruning": {"softTrim": {"maxChars": -1}}},
-     ("contextPruning", "softTrim", "maxChars")),
-    ({"contextPruning": {"unknown": 1}}, ("contextPruning", "unknown")),
-    ({"trigger": {"type": "token_count", "value": 10}}, ("trigger",)),
-    ({"bogus": True}, ("bogus",)),
-])
-def test_librechat_validation_names_the_key_path(block: dict[str, object],
-                                                 loc: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    ("block", "loc"),
+    [
+        ({"reserveRatio": 1.5}, ("reserveRatio",)),
+        ({"maxSummaryTokens": 0}, ("maxSummaryTokens",)),
+        ({"retainRecent": {"turns": 21}}, ("retainRecent", "turns")),
+        ({"contextPruning": {"keepLastAssistants": 11}}, ("contextPruning", "keepLastAssistants")),
+        ({"contextPruning": {"softTrimRatio": 2}}, ("contextPruning", "softTrimRatio")),
+        (
+            {"contextPruning": {"softTrim": {"maxChars": -1}}},
+            ("contextPruning", "softTrim", "maxChars"),
+        ),
+        ({"contextPruning": {"unknown": 1}}, ("contextPruning", "unknown")),
+        ({"trigger": {"type": "token_count", "value": 10}}, ("trigger",)),
+        ({"bogus": True}, ("bogus",)),
+    ],
+)
+def test_librechat_validation_names_the_key_path(
+    block: dict[str, object], loc: tuple[str, ...]
+) -> None:
     with pytest.raises(ValidationError) as info:
         SummarizationSettings.model_validate(block)
     assert info.value.errors()[0]["loc"] == loc
@@ -82,36 +100,65 @@ def test_every_strategy_name_validates() -> None:
 
 
 def test_af_parameter_names_and_both_trigger_forms() -> None:
-    settings = CompactionSettings.model_validate({"pipeline": [
-        {"strategy": "tool_result_compaction", "trigger": {"tokens_exceed": 512},
-         "keep_last_tool_call_groups": 1},
-        {"strategy": "summarization", "trigger": {"token_ratio": 0.8},
-         "target": {"type": "token_ratio", "value": 0.5}, "target_count": 4, "threshold": 2},
-        {"strategy": "sliding_window", "trigger": {"turns_exceed": 4}},
-        {"strategy": "truncation", "max_n": 32768, "compact_to": 16000},
-        {"strategy": "selective_tool_calls", "keep_last_tool_call_groups": 0},
-        {"strategy": "clear_tool_uses", "keep": 2, "exclude_tools": ["search"],
-         "clear_at_least": 1000, "clear_tool_inputs": True},
-        {"strategy": "context_pruning", "keepLastAssistants": 2,
-         "soft_trim": {"max_chars": 100, "head_chars": 10, "tail_chars": 10}},
-    ]})
+    settings = CompactionSettings.model_validate(
+        {
+            "pipeline": [
+                {
+                    "strategy": "tool_result_compaction",
+                    "trigger": {"tokens_exceed": 512},
+                    "keep_last_tool_call_groups": 1,
+                },
+                {
+                    "strategy": "summarization",
+                    "trigger": {"token_ratio": 0.8},
+                    "target": {"type": "token_ratio", "value": 0.5},
+                    "target_count": 4,
+                    "threshold": 2,
+                },
+                {"strategy": "sliding_window", "trigger": {"turns_exceed": 4}},
+                {"strategy": "truncation", "max_n": 32768, "compact_to": 16000},
+                {"strategy": "selective_tool_calls", "keep_last_tool_call_groups": 0},
+                {
+                    "strategy": "clear_tool_uses",
+                    "keep": 2,
+                    "exclude_tools": ["search"],
+                    "clear_at_least": 1000,
+                    "clear_tool_inputs": True,
+                },
+                {
+                    "strategy": "context_pruning",
+                    "keepLastAssistants": 2,
+                    "soft_trim": {"max_chars": 100, "head_chars": 10, "tail_chars": 10},
+                },
+            ]
+        }
+    )
     assert settings.pipeline is not None
     assert settings.pipeline[1].target == TokenRatio(0.5)
 
 
-@pytest.mark.parametrize(("entry", "loc_tail"), [
-    ({"strategy": "truncation", "max_n": 10, "compact_to": 20}, ("truncation",)),
-    ({"strategy": "truncation", "preserve_system": False}, ("truncation",)),
-    ({"strategy": "truncation", "maxN": 10}, ("truncation", "maxN")),
-    ({"strategy": "sliding_window"}, ("sliding_window",)),
-    ({"strategy": "sliding_window", "keep_last_groups": 0}, ("sliding_window",
-                                                             "keep_last_groups")),
-    ({"strategy": "tool_result_compaction", "keep_last_tool_call_groups": -1},
-     ("tool_result_compaction", "keep_last_tool_call_groups")),
-    ({"strategy": "truncation", "target": {"tokens_below": 5}}, ("truncation", "target")),
-    ({"strategy": "pipeline", "strategies": [{"strategy": "truncation", "x": 1}]},
-     ("pipeline", "strategies", 0, "truncation", "x")),
-])
+@pytest.mark.parametrize(
+    ("entry", "loc_tail"),
+    [
+        ({"strategy": "truncation", "max_n": 10, "compact_to": 20}, ("truncation",)),
+        ({"strategy": "truncation", "preserve_system": False}, ("truncation",)),
+        ({"strategy": "truncation", "maxN": 10}, ("truncation", "maxN")),
+        ({"strategy": "sliding_window"}, ("sliding_window",)),
+        (
+            {"strategy": "sliding_window", "keep_last_groups": 0},
+            ("sliding_window", "keep_last_groups"),
+        ),
+        (
+            {"strategy": "tool_result_compaction", "keep_last_tool_call_groups": -1},
+            ("tool_result_compaction", "keep_last_tool_call_groups"),
+        ),
+        ({"strategy": "truncation", "target": {"tokens_below": 5}}, ("truncation", "target")),
+        (
+            {"strategy": "pipeline", "strategies": [{"strategy": "truncation", "x": 1}]},
+            ("pipeline", "strategies", 0, "truncation", "x"),
+        ),
+    ],
+)
 def test_pipeline_entry_errors(entry: dict[str, object], loc_tail: tuple[object, ...]) -> None:
     with pytest.raises(ValidationError) as info:
         CompactionSettings.model_validate({"pipeline": [entry]})
@@ -120,11 +167,15 @@ def test_pipeline_entry_errors(entry: dict[str, object], loc_tail: tuple[object,
 
 def test_default_pipeline_entries_follow_the_librechat_block() -> None:
     entries = default_pipeline_entries(SummarizationSettings())
-    assert [e.strategy for e in entries] == ["context_pruning", "tool_result_compaction",
-                                             "truncation"]
+    assert [e.strategy for e in entries] == [
+        "context_pruning",
+        "tool_result_compaction",
+        "truncation",
+    ]
     assert all(e.trigger == TokenRatio(0.8) and e.target == TokenRatio(0.5) for e in entries)
-    off = SummarizationSettings.model_validate({"contextPruning": {"enabled": False},
-                                                "trigger": {"remaining_tokens": 8000}})
+    off = SummarizationSettings.model_validate(
+        {"contextPruning": {"enabled": False}, "trigger": {"remaining_tokens": 8000}}
+    )
     entries = default_pipeline_entries(off)
     assert [e.strategy for e in entries] == ["tool_result_compaction", "truncation"]
     assert entries[0].trigger == RemainingTokens(8000)
@@ -132,15 +183,20 @@ def test_default_pipeline_entries_follow_the_librechat_block() -> None:
 
 def test_default_pipeline_is_pruning_tool_results_truncation() -> None:
     pipeline = build_pipeline(CompactionSettings())
-    assert [s.name for s in pipeline.strategies] == ["context_pruning",
-                                                     "tool_result_compaction", "truncation"]
+    assert [s.name for s in pipeline.strategies] == [
+        "context_pruning",
+        "tool_result_compaction",
+        "truncation",
+    ]
     assert pipeline.stop_when == TokenRatio(0.5)
-    assert all(s.trigger == TokenRatio(0.8) and s.target == TokenRatio(0.5)
-               for s in pipeline.strategies)
+    assert all(
+        s.trigger == TokenRatio(0.8) and s.target == TokenRatio(0.5) for s in pipeline.strategies
+    )
 
 
 def test_default_pipeline_leaves_out_unavailable_strategies_with_a_notice(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     registry = StrategyRegistry()
     registry.register("truncation", default_registry()._builders["truncation"])
     with caplog.at_level(logging.WARNING):
@@ -150,8 +206,7 @@ def test_default_pipeline_leaves_out_unavailable_strategies_with_a_notice(
 
 
 def test_explicit_pipeline_with_unavailable_strategy_fails_clearly() -> None:
-    settings = CompactionSettings.model_validate(
-        {"pipeline": [{"strategy": "summarization"}]})
+    settings = CompactionSettings.model_validate({"pipeline": [{"strategy": "summarization"}]})
     with pytest.raises(StrategyNotAvailable, match="'summarization' not available"):
         build_pipeline(settings)
 
@@ -165,8 +220,7 @@ def test_registry_accepts_new_builders() -> None:
         return TruncationStrategy()
 
     registry.register("summarization", builder)
-    settings = CompactionSettings.model_validate(
-        {"pipeline": [{"strategy": "summarization"}]})
+    settings = CompactionSettings.model_validate({"pipeline": [{"strategy": "summarization"}]})
     pipeline = build_pipeline(settings, registry=registry)
     assert len(pipeline.strategies) == 1 and len(calls) == 1
     with pytest.raises(ValueError):
@@ -175,20 +229,38 @@ def test_registry_accepts_new_builders() -> None:
 
 
 def test_explicit_pipeline_options() -> None:
-    settings = CompactionSettings.model_validate({
-        "pipeline": [{"strategy": "truncation", "max_n": 100, "compact_to": 50,
-                      "metric": "messages", "preserve_first_user_group": True,
-                      "minimum_preserved": 2}],
-        "stop_when": {"token_ratio": 0.6}, "early_stop": False, "fallback_truncation": False,
-    })
+    settings = CompactionSettings.model_validate(
+        {
+            "pipeline": [
+                {
+                    "strategy": "truncation",
+                    "max_n": 100,
+                    "compact_to": 50,
+                    "metric": "messages",
+                    "preserve_first_user_group": True,
+                    "minimum_preserved": 2,
+                }
+            ],
+            "stop_when": {"token_ratio": 0.6},
+            "early_stop": False,
+            "fallback_truncation": False,
+        }
+    )
     pipeline = build_pipeline(settings)
     strategy = pipeline.strategies[0]
     assert isinstance(strategy, TruncationStrategy)
-    assert (strategy.max_n, strategy.compact_to, strategy.metric,
-            strategy.preserve_first_user_group, strategy.minimum_preserved) == \
-        (100, 50, "messages", True, 2)
-    assert (pipeline.stop_when, pipeline.early_stop, pipeline.fallback) == \
-        (TokenRatio(0.6), False, False)
+    assert (
+        strategy.max_n,
+        strategy.compact_to,
+        strategy.metric,
+        strategy.preserve_first_user_group,
+        strategy.minimum_preserved,
+    ) == (100, 50, "messages", True, 2)
+    assert (pipeline.stop_when, pipeline.early_stop, pipeline.fallback) == (
+        TokenRatio(0.6),
+        False,
+        False,
+    )
 
 
 def test_model_facts_settings() -> None:
@@ -202,18 +274,42 @@ def test_model_facts_settings() -> None:
 
 # ---------------------------------------------------------------- per-model overrides
 
-@pytest.mark.parametrize(("raw", "path"), [
-    ({"pipeline": [{"strategy": "tool_result_compaction", "keep_last_tool_call_groups": -1}]},
-     "models.gpt-4o.compaction.pipeline.0.keep_last_tool_call_groups"),
-    ({"pipeline": [{"strategy": "pipeline", "strategies": [
-        {"strategy": "context_pruning", "softTrim": {"maxChars": -1}}]}]},
-     "models.gpt-4o.compaction.pipeline.0.strategies.0.softTrim.maxChars"),
-    ({"pipeline": [{"strategy": "truncation"}, {"strategy": "summarization"}]},
-     "models.gpt-4o.compaction.pipeline.1"),
-    ({"pipeline": [{"strategy": "truncation", "trigger": {"tokens_exceed": "x"}}]},
-     "models.gpt-4o.compaction.pipeline.0.trigger.tokens_exceed"),
-    ({"bogus": 1}, "models.gpt-4o.compaction.bogus"),
-])
+
+@pytest.mark.parametrize(
+    ("raw", "path"),
+    [
+        (
+            {
+                "pipeline": [
+                    {"strategy": "tool_result_compaction", "keep_last_tool_call_groups": -1}
+                ]
+            },
+            "models.gpt-4o.compaction.pipeline.0.keep_last_tool_call_groups",
+        ),
+        (
+            {
+                "pipeline": [
+                    {
+                        "strategy": "pipeline",
+                        "strategies": [
+                            {"strategy": "context_pruning", "softTrim": {"maxChars": -1}}
+                        ],
+                    }
+                ]
+            },
+            "models.gpt-4o.compaction.pipeline.0.strategies.0.softTrim.maxChars",
+        ),
+        (
+            {"pipeline": [{"strategy": "truncation"}, {"strategy": "summarization"}]},
+            "models.gpt-4o.compaction.pipeline.1",
+        ),
+        (
+            {"pipeline": [{"strategy": "truncation", "trigger": {"tokens_exceed": "x"}}]},
+            "models.gpt-4o.compaction.pipeline.0.trigger.tokens_exceed",
+        ),
+        ({"bogus": 1}, "models.gpt-4o.compaction.bogus"),
+    ],
+)
 def test_model_override_errors_name_the_key_path(raw: dict[str, object], path: str) -> None:
     with pytest.raises(CompactionConfigError) as info:
         pipeline_from_mapping(raw, path="models.gpt-4o.compaction")
@@ -223,10 +319,15 @@ def test_model_override_errors_name_the_key_path(raw: dict[str, object], path: s
 
 def test_model_override_builds_a_pipeline() -> None:
     pipeline = pipeline_from_mapping(
-        {"pipeline": [{"strategy": "clear_tool_uses", "keep": 2},
-                      {"strategy": "selective_tool_calls", "trigger": {"tokens_exceed": 10}}],
-         "fallback_truncation": False},
-        path="models.gpt-4o.compaction")
+        {
+            "pipeline": [
+                {"strategy": "clear_tool_uses", "keep": 2},
+                {"strategy": "selective_tool_calls", "trigger": {"tokens_exceed": 10}},
+            ],
+            "fallback_truncation": False,
+        },
+        path="models.gpt-4o.compaction",
+    )
     assert [s.name for s in pipeline.strategies] == ["clear_tool_uses", "selective_tool_calls"]
     assert not pipeline.fallback
     default = pipeline_from_mapping({}, {"contextPruning": {"enabled": False}})

@@ -18,8 +18,16 @@ def test_af_provider_vector_keep_last_two_groups() -> None:
 
 
 def test_af_reused_call_id_occurrences_stay_atomic() -> None:
-    msgs = [u("u1"), call("c1"), tool("c1", "r1"), a("a1"), u("u2"), call("c1"),
-            tool("c1", "r2"), a("a2")]
+    msgs = [
+        u("u1"),
+        call("c1"),
+        tool("c1", "r1"),
+        a("a1"),
+        u("u2"),
+        call("c1"),
+        tool("c1", "r2"),
+        a("a2"),
+    ]
     out = run(SlidingWindowStrategy(keep_last_groups=2), msgs).messages
     assert contents(out) == ["u2", None, "r2", "a2"]
 
@@ -38,8 +46,17 @@ def test_dotnet_turns_exceed_two_over_three_turns() -> None:
 
 
 def test_keep_last_turns_keeps_turn_zero_and_whole_turns() -> None:
-    msgs = [s("S"), a("Welcome"), u("Q1"), call("c1"), tool("c1"), a("A1"), u("Q2"), a("A2"),
-            u("Q3")]
+    msgs = [
+        s("S"),
+        a("Welcome"),
+        u("Q1"),
+        call("c1"),
+        tool("c1"),
+        a("A1"),
+        u("Q2"),
+        a("A2"),
+        u("Q3"),
+    ]
     out = run(SlidingWindowStrategy(keep_last_turns=2), msgs).messages
     assert contents(out) == ["S", "Welcome", "Q2", "A2", "Q3"]
 

@@ -25,23 +25,43 @@ from proxy.compaction.tool_schema import render_functions
 from .helpers import call, tool
 
 COOKBOOK = [
-    {"role": "system", "content": "You are a helpful, pattern-following assistant that "
-     "translates corporate jargon into plain English."},
-    {"role": "system", "name": "example_user",
-     "content": "New synergies will help drive top-line growth."},
-    {"role": "system", "name": "example_assistant",
-     "content": "Things working well together will increase revenue."},
-    {"role": "system", "name": "example_user", "content": "Let's circle back when we have more "
-     "bandwidth to touch base on opportunities for increased leverage."},
-    {"role": "system", "name": "example_assistant",
-     "content": "Let's talk later when we're less busy about how to do better."},
-    {"role": "user", "content": "This late pivot means we don't have time to boil the ocean "
-     "for the client deliverable."},
+    {
+        "role": "system",
+        "content": "You are a helpful, pattern-following assistant that "
+        "translates corporate jargon into plain English.",
+    },
+    {
+        "role": "system",
+        "name": "example_user",
+        "content": "New synergies will help drive top-line growth.",
+    },
+    {
+        "role": "system",
+        "name": "example_assistant",
+        "content": "Things working well together will increase revenue.",
+    },
+    {
+        "role": "system",
+        "name": "example_user",
+        "content": "Let's circle back when we have more "
+        "bandwidth to touch base on opportunities for increased leverage.",
+    },
+    {
+        "role": "system",
+        "name": "example_assistant",
+        "content": "Let's talk later when we're less busy about how to do better.",
+    },
+    {
+        "role": "user",
+        "content": "This late pivot means we don't have time to boil the ocean "
+        "for the client deliverable.",
+    },
 ]
 
 
-def test_cookbook_counts_match_openai_usage(o200k: TiktokenTokenizer,
-                                            cl100k: TiktokenTokenizer) -> None:
+def test_cookbook_counts_match_openai_usage(
+    o200k: TiktokenTokenizer, cl100k: TiktokenTokenizer
+) -> None:
     # OpenAI's cookbook reports these prompt_tokens for this example from the API itself:
     # 124 for gpt-4o / gpt-4o-mini (o200k_base), 129 for gpt-4 / gpt-3.5-turbo (cl100k_base).
     assert o200k.count_messages(COOKBOOK) == 124
@@ -51,16 +71,22 @@ def test_cookbook_counts_match_openai_usage(o200k: TiktokenTokenizer,
 def test_message_envelope_by_hand(o200k: TiktokenTokenizer) -> None:
     enc = o200k.encoding
     n = lambda text: len(enc.encode(text))  # noqa: E731
-    assert o200k.count_message({"role": "user", "content": "hello world"}) == \
-        3 + n("user") + n("hello world")
-    assert o200k.count_message({"role": "user", "name": "bob", "content": "hi"}) == \
-        3 + n("user") + n("bob") + 1 + n("hi")
-    parts = {"role": "user", "content": [{"type": "text", "text": "a b"},
-                                         {"type": "text", "text": "c"}]}
+    assert o200k.count_message({"role": "user", "content": "hello world"}) == 3 + n("user") + n(
+        "hello world"
+    )
+    assert o200k.count_message({"role": "user", "name": "bob", "content": "hi"}) == 3 + n(
+        "user"
+    ) + n("bob") + 1 + n("hi")
+    parts = {
+        "role": "user",
+        "content": [{"type": "text", "text": "a b"}, {"type": "text", "text": "c"}],
+    }
     assert o200k.count_message(parts) == 3 + n("user") + n("a b") + n("c")
     msg = call("c1", name="get_weather", args='{"city":"Paris"}')
-    assert o200k.count_message(msg) == 3 + n("assistant") + n("get_weather") + \
-        n('{"city":"Paris"}') + 3
+    assert (
+        o200k.count_message(msg)
+        == 3 + n("assistant") + n("get_weather") + n('{"city":"Paris"}') + 3
+    )
     assert o200k.count_message(tool("call_abc", "sunny")) == 3 + n("tool") + n("sunny")
     assert o200k.count_messages([]) == 3  # reply priming
 
@@ -68,8 +94,9 @@ def test_message_envelope_by_hand(o200k: TiktokenTokenizer) -> None:
 def test_unknown_fields_are_counted_conservatively(o200k: TiktokenTokenizer) -> None:
     base = {"role": "assistant", "content": "x"}
     with_extra = {**base, "reasoning_content": "thinking hard"}
-    assert o200k.count_message(with_extra) == o200k.count_message(base) + \
-        o200k.count_text("thinking hard")
+    assert o200k.count_message(with_extra) == o200k.count_message(base) + o200k.count_text(
+        "thinking hard"
+    )
 
 
 def test_estimator_is_four_chars_a_token(estimator: CharacterEstimatorTokenizer) -> None:
@@ -82,9 +109,16 @@ def test_estimator_is_four_chars_a_token(estimator: CharacterEstimatorTokenizer)
 
 # ------------------------------------------------------------------ images
 
+
 def png(width: int, height: int) -> bytes:
-    return (b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR"
-            + struct.pack(">II", width, height) + b"\x08\x02\x00\x00\x00" + b"\x00" * 8)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + struct.pack(">I", 13)
+        + b"IHDR"
+        + struct.pack(">II", width, height)
+        + b"\x08\x02\x00\x00\x00"
+        + b"\x00" * 8
+    )
 
 
 def jpeg(width: int, height: int) -> bytes:
@@ -98,8 +132,13 @@ def gif(width: int, height: int) -> bytes:
 
 
 def webp_vp8x(width: int, height: int) -> bytes:
-    body = b"VP8X" + struct.pack("<I", 10) + b"\x00" * 4 + (width - 1).to_bytes(3, "little") \
+    body = (
+        b"VP8X"
+        + struct.pack("<I", 10)
+        + b"\x00" * 4
+        + (width - 1).to_bytes(3, "little")
         + (height - 1).to_bytes(3, "little")
+    )
     return b"RIFF" + struct.pack("<I", 4 + len(body)) + b"WEBP" + body
 
 
@@ -138,14 +177,17 @@ def test_unreadable_images() -> None:
     assert image_size_from_url("data:image/png,notbase64") is None
 
 
-@pytest.mark.parametrize(("size", "detail", "expected"), [
-    ((1024, 1024), "high", 765),      # 768x768 -> 2x2 tiles
-    ((1024, 1024), "low", 85),
-    ((2048, 4096), "high", 1105),     # -> 1024x2048 -> 768x1536 -> 2x3 tiles
-    ((512, 512), "high", 255),
-    ((100, 100), "high", 255),
-    ((4096, 8192), "auto", 1105),
-])
+@pytest.mark.parametrize(
+    ("size", "detail", "expected"),
+    [
+        ((1024, 1024), "high", 765),  # 768x768 -> 2x2 tiles
+        ((1024, 1024), "low", 85),
+        ((2048, 4096), "high", 1105),  # -> 1024x2048 -> 768x1536 -> 2x3 tiles
+        ((512, 512), "high", 255),
+        ((100, 100), "high", 255),
+        ((4096, 8192), "auto", 1105),
+    ],
+)
 def test_image_tile_pricing(size: tuple[int, int], detail: str, expected: int) -> None:
     assert ImagePricing().tokens_for_size(*size, detail) == expected
 
@@ -158,8 +200,13 @@ def test_image_parts_in_messages(o200k: TiktokenTokenizer) -> None:
         image: dict[str, str] = {"url": url}
         if detail:
             image["detail"] = detail
-        return {"role": "user", "content": [*text_only["content"],  # type: ignore[misc]
-                                            {"type": "image_url", "image_url": image}]}
+        return {
+            "role": "user",
+            "content": [
+                *text_only["content"],  # type: ignore[misc]
+                {"type": "image_url", "image_url": image},
+            ],
+        }
 
     assert o200k.count_message(with_image(data_url(png(1024, 1024)))) == base + 765
     assert o200k.count_message(with_image(data_url(png(1024, 1024)), "low")) == base + 85
@@ -178,8 +225,10 @@ WEATHER_TOOL = {
         "parameters": {
             "type": "object",
             "properties": {
-                "location": {"type": "string",
-                             "description": "The city and state, e.g. San Francisco, CA"},
+                "location": {
+                    "type": "string",
+                    "description": "The city and state, e.g. San Francisco, CA",
+                },
                 "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
             },
             "required": ["location"],
@@ -204,16 +253,30 @@ def test_tools_rendering_and_plausible_count(o200k: TiktokenTokenizer) -> None:
 
 
 def test_nested_schema_renders(o200k: TiktokenTokenizer) -> None:
-    fn = {"name": "f", "parameters": {"type": "object", "properties": {
-        "items": {"type": "array", "items": {"type": "object", "properties": {
-            "id": {"type": "integer"}}, "required": ["id"]}},
-        "mode": {"anyOf": [{"type": "string"}, {"type": "null"}]}}}}
+    fn = {
+        "name": "f",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "items": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {"id": {"type": "integer"}},
+                        "required": ["id"],
+                    },
+                },
+                "mode": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+            },
+        },
+    }
     text = render_functions([fn])
     assert "items?: {\n  id: number,\n}[]," in text
     assert "mode?: string | null," in text
 
 
 # ------------------------------------------------------------------ cache
+
 
 def test_count_cache_hits_on_repeated_messages(o200k: TiktokenTokenizer) -> None:
     tok = TiktokenTokenizer(o200k.encoding, cache_size=2)
@@ -230,15 +293,16 @@ def test_count_cache_hits_on_repeated_messages(o200k: TiktokenTokenizer) -> None
 
 # ------------------------------------------------------------------ offline loading
 
-def test_loader_never_touches_the_network(monkeypatch: pytest.MonkeyPatch,
-                                          encodings_dir: Path) -> None:
+
+def test_loader_never_touches_the_network(
+    monkeypatch: pytest.MonkeyPatch, encodings_dir: Path
+) -> None:
     def boom(*_a: object, **_k: object) -> bytes:
         raise AssertionError("network path reached")
 
     monkeypatch.setattr(tiktoken.load, "read_file", boom)
     monkeypatch.setattr(tiktoken.load, "read_file_cached", boom)
-    loader = EncodingLoader(directories=[encodings_dir], include_env=False,
-                            include_default=False)
+    loader = EncodingLoader(directories=[encodings_dir], include_env=False, include_default=False)
     enc = loader.load("cl100k_base")
     assert enc.encode("hello world") == [15339, 1917]
     with pytest.raises(EncodingUnavailable):
@@ -247,8 +311,9 @@ def test_loader_never_touches_the_network(monkeypatch: pytest.MonkeyPatch,
         loader.load("no_such_encoding")
 
 
-def test_loader_accepts_plain_name_and_rejects_bad_hash(tmp_path: Path,
-                                                        encodings_dir: Path) -> None:
+def test_loader_accepts_plain_name_and_rejects_bad_hash(
+    tmp_path: Path, encodings_dir: Path
+) -> None:
     source = encodings_dir / cache_key(BLOB_URL.format(name="cl100k_base"))
     shutil.copy(source, tmp_path / "cl100k_base.tiktoken")
     loader = EncodingLoader(directories=[tmp_path], include_env=False, include_default=False)
@@ -263,15 +328,18 @@ def test_loader_accepts_plain_name_and_rejects_bad_hash(tmp_path: Path,
 
 
 def test_loader_search_order_uses_env(tmp_path: Path) -> None:
-    loader = EncodingLoader(directories=[tmp_path / "a"],
-                            environ={"TIKTOKEN_CACHE_DIR": "/t", "DATA_GYM_CACHE_DIR": "/d"})
+    loader = EncodingLoader(
+        directories=[tmp_path / "a"],
+        environ={"TIKTOKEN_CACHE_DIR": "/t", "DATA_GYM_CACHE_DIR": "/d"},
+    )
     dirs = [str(d) for d in loader.search_dirs()]
     assert dirs[:3] == [str(tmp_path / "a"), "/t", "/d"]
     assert dirs[3].endswith("data-gym-cache")
 
 
 def test_offline_fallback_uses_estimator_with_one_warning(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     loader = EncodingLoader(directories=[tmp_path], include_env=False, include_default=False)
     provider = TokenizerProvider(loader)
     with caplog.at_level(logging.WARNING, logger="proxy.compaction.tokenizer_provider"):
@@ -294,5 +362,7 @@ def test_provider_builds_real_tokenizers(provider: TokenizerProvider) -> None:
 
 def test_litellm_files_are_the_expected_ones(encodings_dir: Path) -> None:
     data = (encodings_dir / cache_key(BLOB_URL.format(name="o200k_base"))).read_bytes()
-    assert hashlib.sha256(data).hexdigest() == \
-        "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
+    assert (
+        hashlib.sha256(data).hexdigest()
+        == "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
+    )

@@ -14,19 +14,35 @@ from .strategy_helpers import run
 
 def weather_and_hotels() -> list[Msg]:
     return [
-        s(), u("weather in Paris?"),
+        s(),
+        u("weather in Paris?"),
         call("c1", name="get_weather"),
         tool("c1", '{"temp":12,"condition":"cloudy","wind":"NW 15km/h"}'),
-        a("cloudy"), u("and Nice, with hotels?"),
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "c2", "type": "function",
-             "function": {"name": "get_weather", "arguments": '{"city":"Nice"}'}},
-            {"id": "c3", "type": "function",
-             "function": {"name": "search_hotels", "arguments": '{"city":"Nice"}'}}]},
+        a("cloudy"),
+        u("and Nice, with hotels?"),
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c2",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city":"Nice"}'},
+                },
+                {
+                    "id": "c3",
+                    "type": "function",
+                    "function": {"name": "search_hotels", "arguments": '{"city":"Nice"}'},
+                },
+            ],
+        },
         tool("c2", '{"temp":18,"condition":"sunny"}'),
         tool("c3", "Grand Hotel (€120), Le Petit (€85)"),
-        a("sunny; two hotels"), u("book Le Petit"),
-        call("c4", name="book"), tool("c4", "booked"), a("done"),
+        a("sunny; two hotels"),
+        u("book Le Petit"),
+        call("c4", name="book"),
+        tool("c4", "booked"),
+        a("done"),
         u("thanks"),
     ]
 
@@ -36,12 +52,19 @@ def test_multiple_groups_combined_exact_strings() -> None:
     result = run(ToolResultCompactionStrategy(keep_last_tool_call_groups=1), msgs)
     assert result.changed
     assert contents(result.messages) == [
-        "sys", "weather in Paris?",
+        "sys",
+        "weather in Paris?",
         '[Tool results: get_weather: {"temp":12,"condition":"cloudy","wind":"NW 15km/h"}]',
-        "cloudy", "and Nice, with hotels?",
+        "cloudy",
+        "and Nice, with hotels?",
         '[Tool results: get_weather: {"temp":18,"condition":"sunny"}; '
-        'search_hotels: Grand Hotel (€120), Le Petit (€85)]',
-        "sunny; two hotels", "book Le Petit", None, "booked", "done", "thanks",
+        "search_hotels: Grand Hotel (€120), Le Petit (€85)]",
+        "sunny; two hotels",
+        "book Le Petit",
+        None,
+        "booked",
+        "done",
+        "thanks",
     ]
     summary = result.messages[2]
     assert summary == {"role": "assistant", "content": summary["content"]}  # valid, no tool_calls
@@ -62,21 +85,45 @@ def test_keep_zero_collapses_all_but_the_newest_turn() -> None:
 
 
 def test_no_results_and_unknown_names() -> None:
-    msgs = [u("q"), call("c1"), u("q2"), call("c2", name="lookup"), tool("c2", "x"),
-            tool("ghost", "  orphan text "), u("last")]
+    msgs = [
+        u("q"),
+        call("c1"),
+        u("q2"),
+        call("c2", name="lookup"),
+        tool("c2", "x"),
+        tool("ghost", "  orphan text "),
+        u("last"),
+    ]
     result = run(ToolResultCompactionStrategy(keep_last_tool_call_groups=0), msgs)
     assert contents(result.messages) == [
-        "q", "[Tool results: no results]", "q2", "[Tool results: lookup: x; orphan text]", "last"]
+        "q",
+        "[Tool results: no results]",
+        "q2",
+        "[Tool results: lookup: x; orphan text]",
+        "last",
+    ]
 
 
 def test_text_parts_are_joined_by_newlines_and_legacy_calls_are_named() -> None:
-    msgs = [u("q"), call("c1", name="search"),
-            {"role": "tool", "tool_call_id": "c1",
-             "content": [{"type": "text", "text": "found 10"}, {"type": "text", "text": "cats"}]},
-            fcall("calc"), fresult("calc", "42"), u("last")]
+    msgs = [
+        u("q"),
+        call("c1", name="search"),
+        {
+            "role": "tool",
+            "tool_call_id": "c1",
+            "content": [{"type": "text", "text": "found 10"}, {"type": "text", "text": "cats"}],
+        },
+        fcall("calc"),
+        fresult("calc", "42"),
+        u("last"),
+    ]
     result = run(ToolResultCompactionStrategy(keep_last_tool_call_groups=0), msgs)
     assert contents(result.messages) == [
-        "q", "[Tool results: search: found 10\ncats]", "[Tool results: calc: 42]", "last"]
+        "q",
+        "[Tool results: search: found 10\ncats]",
+        "[Tool results: calc: 42]",
+        "last",
+    ]
 
 
 def test_large_payload_is_capped_with_truncated_marker() -> None:
@@ -85,8 +132,9 @@ def test_large_payload_is_capped_with_truncated_marker() -> None:
     text = result.messages[1]["content"]
     assert len(text) <= 4096
     assert text.startswith("[Tool results: dump: xxx") and text.endswith("... [truncated]]")
-    small = run(ToolResultCompactionStrategy(keep_last_tool_call_groups=0, max_summary_chars=40),
-                msgs)
+    small = run(
+        ToolResultCompactionStrategy(keep_last_tool_call_groups=0, max_summary_chars=40), msgs
+    )
     assert len(small.messages[1]["content"]) == 40
 
 
@@ -100,11 +148,20 @@ def test_summary_text_rules() -> None:
 
 
 def test_nonadjacent_result_collapses_at_the_call_position() -> None:
-    msgs = [u("q"), call("c1", name="approve"), a("waiting for approval"), tool("c1", "ok"),
-            u("last")]
+    msgs = [
+        u("q"),
+        call("c1", name="approve"),
+        a("waiting for approval"),
+        tool("c1", "ok"),
+        u("last"),
+    ]
     result = run(ToolResultCompactionStrategy(keep_last_tool_call_groups=0), msgs)
-    assert contents(result.messages) == ["q", "[Tool results: approve: ok]",
-                                         "waiting for approval", "last"]
+    assert contents(result.messages) == [
+        "q",
+        "[Tool results: approve: ok]",
+        "waiting for approval",
+        "last",
+    ]
 
 
 def test_configured_trigger_stops_once_it_no_longer_fires() -> None:
@@ -114,26 +171,38 @@ def test_configured_trigger_stops_once_it_no_longer_fires() -> None:
     msgs.append(u("last"))
     full = run(ToolResultCompactionStrategy(keep_last_tool_call_groups=0), msgs)
     limit = (full.report.tokens_before + full.report.tokens_after) // 2
-    result = run(ToolResultCompactionStrategy(keep_last_tool_call_groups=0,
-                                              trigger=TokensExceed(limit)), msgs)
+    result = run(
+        ToolResultCompactionStrategy(keep_last_tool_call_groups=0, trigger=TokensExceed(limit)),
+        msgs,
+    )
     assert result.report.tokens_after <= limit
     collapsed = sum(1 for m in result.messages if str(m.get("content")).startswith("[Tool"))
     assert 0 < collapsed < 6
-    assert not run(ToolResultCompactionStrategy(keep_last_tool_call_groups=0,
-                                                trigger=TokensExceed(limit)),
-                   result.messages).changed
-    forced = run(ToolResultCompactionStrategy(keep_last_tool_call_groups=0,
-                                              trigger=TokensExceed(10**9)), msgs,
-                 mode=Mode.FORCE)
+    assert not run(
+        ToolResultCompactionStrategy(keep_last_tool_call_groups=0, trigger=TokensExceed(limit)),
+        result.messages,
+    ).changed
+    forced = run(
+        ToolResultCompactionStrategy(keep_last_tool_call_groups=0, trigger=TokensExceed(10**9)),
+        msgs,
+        mode=Mode.FORCE,
+    )
     assert sum(1 for m in forced.messages if "tool_calls" in m) == 0
 
 
 def test_minimum_preserved_keeps_the_newest_groups_of_any_kind() -> None:
     msgs = [u("q"), call("c1"), tool("c1"), call("c2"), tool("c2"), a("x"), u("last")]
-    result = run(ToolResultCompactionStrategy(keep_last_tool_call_groups=0, minimum_preserved=3),
-                 msgs)
-    assert contents(result.messages) == ["q", "[Tool results: get_weather: sunny]", None,
-                                         "sunny", "x", "last"]
+    result = run(
+        ToolResultCompactionStrategy(keep_last_tool_call_groups=0, minimum_preserved=3), msgs
+    )
+    assert contents(result.messages) == [
+        "q",
+        "[Tool results: get_weather: sunny]",
+        None,
+        "sunny",
+        "x",
+        "last",
+    ]
 
 
 def test_parameters_are_validated() -> None:

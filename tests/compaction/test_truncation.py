@@ -51,8 +51,9 @@ def test_preserve_system_false_is_rejected_by_design() -> None:
 def test_preserve_first_user_group_diverges_only_for_the_newest_turn() -> None:
     # AF: [S,task,a1,u2,a2], max_n=3, compact_to=2 -> [S,task,a2]. Invariant 4 keeps u2.
     msgs = [s("S"), u("task"), a("a1"), u("u2"), a("a2")]
-    strategy = TruncationStrategy(max_n=3, compact_to=2, metric="messages",
-                                  preserve_first_user_group=True)
+    strategy = TruncationStrategy(
+        max_n=3, compact_to=2, metric="messages", preserve_first_user_group=True
+    )
     assert contents(run(strategy, msgs).messages) == ["S", "task", "u2", "a2"]
     longer = [s("S"), u("task"), a("a1"), u("u2"), a("a2"), u("u3"), a("a3")]
     assert contents(run(strategy, longer).messages) == ["S", "task", "u3", "a3"]

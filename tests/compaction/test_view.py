@@ -16,8 +16,14 @@ def kinds(view):
 
 def test_basic_groups_and_turns() -> None:
     view = build_view([s(), u("q1"), a("a1"), u("q2"), a("a2"), u("q3")], TOK)
-    assert kinds(view) == [("system", (0,)), ("user", (1,)), ("assistant_text", (2,)),
-                           ("user", (3,)), ("assistant_text", (4,)), ("user", (5,))]
+    assert kinds(view) == [
+        ("system", (0,)),
+        ("user", (1,)),
+        ("assistant_text", (2,)),
+        ("user", (3,)),
+        ("assistant_text", (4,)),
+        ("user", (5,)),
+    ]
     # .NET vector: turns for [S,Q1,A1,Q2,A2,Q3] -> null,1,1,2,2,3
     assert [g.turn for g in view.groups] == [None, 1, 1, 2, 2, 3]
     assert view.turn_count == 3
@@ -26,8 +32,12 @@ def test_basic_groups_and_turns() -> None:
 
 def test_groups_before_first_user_are_turn_zero_and_developer_is_system() -> None:
     view = build_view([dev(), a("Welcome"), u("q"), a("r")], TOK)
-    assert [g.kind for g in view.groups] == [GroupKind.SYSTEM, GroupKind.ASSISTANT_TEXT,
-                                             GroupKind.USER, GroupKind.ASSISTANT_TEXT]
+    assert [g.kind for g in view.groups] == [
+        GroupKind.SYSTEM,
+        GroupKind.ASSISTANT_TEXT,
+        GroupKind.USER,
+        GroupKind.ASSISTANT_TEXT,
+    ]
     assert [g.turn for g in view.groups] == [None, 0, 1, 1]
 
 
@@ -56,8 +66,12 @@ def test_result_before_declaration_is_an_orphan() -> None:
 
 def test_orphans_attach_to_previous_group_or_stand_alone_after_system() -> None:
     view = build_view([s(), tool("x"), tool("y"), u(), a(), tool("z")], TOK)
-    assert kinds(view) == [("system", (0,)), ("assistant_text", (1, 2)), ("user", (3,)),
-                           ("assistant_text", (4, 5))]
+    assert kinds(view) == [
+        ("system", (0,)),
+        ("assistant_text", (1, 2)),
+        ("user", (3,)),
+        ("assistant_text", (4, 5)),
+    ]
     first = build_view([tool("x"), u()], TOK)
     assert kinds(first) == [("assistant_text", (0,)), ("user", (1,))]
 
@@ -74,8 +88,14 @@ def test_duplicate_result_is_orphan() -> None:
 
 
 def test_legacy_function_call_answered_by_name_latest_first() -> None:
-    msgs = [u(), fcall("f"), fcall("f"), fresult("f", "second"), fresult("f", "first"),
-            fresult("g", "orphan")]
+    msgs = [
+        u(),
+        fcall("f"),
+        fcall("f"),
+        fresult("f", "second"),
+        fresult("f", "first"),
+        fresult("g", "orphan"),
+    ]
     view = build_view(msgs, TOK)
     # the unanswered "g" result is an orphan: it joins the group of the message before it
     assert kinds(view) == [("user", (0,)), ("tool_call", (1, 4, 5)), ("tool_call", (2, 3))]
@@ -101,13 +121,20 @@ def test_summary_marker_recognised_but_never_for_newest_user() -> None:
     sys_summary = {"role": "system", "content": "<summary>x"}
     assert build_view([sys_summary, u()], TOK).groups[0].kind is GroupKind.SYSTEM
     marker = SummaryMarker(roles=frozenset({"system"}))
-    assert build_view([sys_summary, u()], TOK, summary_marker=marker).groups[0].kind is \
-        GroupKind.SUMMARY
+    assert (
+        build_view([sys_summary, u()], TOK, summary_marker=marker).groups[0].kind
+        is GroupKind.SUMMARY
+    )
 
 
 def test_stats_bytes_tokens_and_no_mutation() -> None:
-    msgs = [s(), u("hello"), call("c1"), tool("c1", "r" * 40), {"role": "user", "content": "x",
-                                                                "extra": {"k": 1}}]
+    msgs = [
+        s(),
+        u("hello"),
+        call("c1"),
+        tool("c1", "r" * 40),
+        {"role": "user", "content": "x", "extra": {"k": 1}},
+    ]
     before = copy.deepcopy(msgs)
     view = build_view(msgs, TOK)
     assert msgs == before

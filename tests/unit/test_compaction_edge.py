@@ -99,9 +99,10 @@ async def test_small_request_goes_upstream_byte_identical(proxy: Proxy) -> None:
     assert response.status_code == 200
     assert proxy.sent.content == raw
     assert response.headers["x-compaction-strategies"] == "none"
-    assert response.headers["x-compaction-tokens-before"] == response.headers[
-        "x-compaction-tokens-after"
-    ]
+    assert (
+        response.headers["x-compaction-tokens-before"]
+        == response.headers["x-compaction-tokens-after"]
+    )
 
 
 async def test_large_request_is_compacted_under_budget(proxy: Proxy) -> None:

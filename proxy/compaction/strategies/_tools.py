@@ -90,11 +90,15 @@ def newest_non_system(draft: Draft, count: int) -> frozenset[int]:
     """Indices of the newest ``count`` kept non-system groups (a ``minimum_preserved`` floor)."""
     if count <= 0:
         return frozenset()
-    return newest([g for g in draft.groups
-                   if g.kind is not GroupKind.SYSTEM and draft.is_kept(g)], count)
+    return newest(
+        [g for g in draft.groups if g.kind is not GroupKind.SYSTEM and draft.is_kept(g)], count
+    )
 
 
 def is_text_part(part: object) -> bool:
     """True for a ``{"type": "text", "text": "..."}`` content part."""
-    return (isinstance(part, Mapping) and part.get("type") == "text"
-            and isinstance(part.get("text"), str))
+    return (
+        isinstance(part, Mapping)
+        and part.get("type") == "text"
+        and isinstance(part.get("text"), str)
+    )

@@ -62,9 +62,12 @@ def clear_call_arguments(message: Message, call_id: str | None) -> Message | Non
     changed = False
     for call in calls:
         function = call.get("function") if isinstance(call, Mapping) else None
-        if (isinstance(call, Mapping) and call.get("id") == call_id
-                and isinstance(function, Mapping)
-                and function.get("arguments") != CLEARED_ARGUMENTS):
+        if (
+            isinstance(call, Mapping)
+            and call.get("id") == call_id
+            and isinstance(function, Mapping)
+            and function.get("arguments") != CLEARED_ARGUMENTS
+        ):
             new_calls.append({**call, "function": {**function, "arguments": CLEARED_ARGUMENTS}})
             changed = True
         else:
@@ -118,7 +121,7 @@ class ClearToolUsesStrategy(Strategy):
     def apply(self, draft: Draft, ctx: StrategyContext) -> StrategyOutcome:
         results = self._results(draft)
         if self.keep:
-            results = results[:-self.keep]
+            results = results[: -self.keep]
         target = self.effective_target(ctx)
         base_metrics = draft.metrics()
         calibration = draft.calibration
@@ -133,21 +136,27 @@ class ClearToolUsesStrategy(Strategy):
             if saved >= self.clear_at_least and not target.fires(predicted):
                 break
             step = self._step(draft, planned, result)
-            gain = sum(self._tokens(draft, planned, index) - draft.measure(message).token_count
-                       for index, message in step.items())
+            gain = sum(
+                self._tokens(draft, planned, index) - draft.measure(message).token_count
+                for index, message in step.items()
+            )
             if gain <= 0:
                 continue  # nothing to clear, or a placeholder longer than the result
             planned.update(step)
             saved += gain
             cleared += 1
         if not planned or saved < self.clear_at_least:
-            note = (f"skipped: would clear {saved} token(s) < clear_at_least "
-                    f"{self.clear_at_least}",) if planned else ()
+            note = (
+                (f"skipped: would clear {saved} token(s) < clear_at_least {self.clear_at_least}",)
+                if planned
+                else ()
+            )
             return StrategyOutcome(changed=False, notes=note)
         for index in sorted(planned):
             draft.edit(index, planned[index])
-        return StrategyOutcome(changed=True, notes=(
-            f"cleared {cleared} tool result(s), {saved} token(s)",))
+        return StrategyOutcome(
+            changed=True, notes=(f"cleared {cleared} tool result(s), {saved} token(s)",)
+        )
 
     @staticmethod
     def _tokens(draft: Draft, planned: dict[int, Message], index: int) -> int:
@@ -156,8 +165,9 @@ class ClearToolUsesStrategy(Strategy):
             return draft.message_stats(index).token_count
         return draft.measure(message).token_count
 
-    def _step(self, draft: Draft, planned: dict[int, Message],
-              result: ToolResult) -> dict[int, Message]:
+    def _step(
+        self, draft: Draft, planned: dict[int, Message], result: ToolResult
+    ) -> dict[int, Message]:
         """The edits clearing one result (and its call's arguments), ``{}`` when none."""
         edits: dict[int, Message] = {}
         message = planned.get(result.index, draft.message(result.index))

@@ -73,8 +73,7 @@ from .base import Strategy, StrategyContext, StrategyOutcome
 
 DEFAULT_PLACEHOLDER = "[Old tool result content cleared]"
 SOFT_TRIM_MARKER = "\n\n… [soft-trimmed: {original} chars → {kept} chars, middle removed] …\n\n"
-_MARKER_RE = re.compile(
-    r"\n\n… \[soft-trimmed: (\d+) chars → (\d+) chars, middle removed\] …\n\n")
+_MARKER_RE = re.compile(r"\n\n… \[soft-trimmed: (\d+) chars → (\d+) chars, middle removed\] …\n\n")
 _RUN_ROLES = frozenset({"assistant", "tool", "function"})
 _TOOL_GROUPS = frozenset({GroupKind.TOOL_CALL})
 
@@ -83,7 +82,7 @@ def soft_trim(text: str, head: int, tail: int) -> str:
     """``text`` cut to ``head`` + marker + ``tail`` characters (no length checks)."""
     length = len(text)
     marker = SOFT_TRIM_MARKER.format(original=length, kept=head + tail)
-    return text[:head] + marker + (text[length - tail:] if tail > 0 else "")
+    return text[:head] + marker + (text[length - tail :] if tail > 0 else "")
 
 
 def trimmed_original_length(text: str) -> int | None:
@@ -92,8 +91,9 @@ def trimmed_original_length(text: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def assistant_protection_start(messages: tuple[Message, ...] | list[Message],
-                               keep_last_assistants: int) -> int:
+def assistant_protection_start(
+    messages: tuple[Message, ...] | list[Message], keep_last_assistants: int
+) -> int:
     """Index from which the last ``keep_last_assistants`` assistant runs are protected.
 
     A run is a maximal stretch of assistant/tool/function messages; runs are counted backwards
@@ -138,15 +138,19 @@ class ContextPruningStrategy(Strategy):
         minimum_preserved: int = 0,
     ) -> None:
         super().__init__(trigger=trigger, target=target, minimum_preserved=minimum_preserved)
-        for label, ratio in (("soft_trim_ratio", soft_trim_ratio),
-                             ("hard_clear_ratio", hard_clear_ratio)):
+        for label, ratio in (
+            ("soft_trim_ratio", soft_trim_ratio),
+            ("hard_clear_ratio", hard_clear_ratio),
+        ):
             if not 0 <= ratio <= 1:
                 raise ValueError(f"{label} must be between 0 and 1")
-        for label, count in (("keep_last_assistants", keep_last_assistants),
-                             ("min_prunable_tool_chars", min_prunable_tool_chars),
-                             ("soft_trim_max_chars", soft_trim_max_chars),
-                             ("soft_trim_head_chars", soft_trim_head_chars),
-                             ("soft_trim_tail_chars", soft_trim_tail_chars)):
+        for label, count in (
+            ("keep_last_assistants", keep_last_assistants),
+            ("min_prunable_tool_chars", min_prunable_tool_chars),
+            ("soft_trim_max_chars", soft_trim_max_chars),
+            ("soft_trim_head_chars", soft_trim_head_chars),
+            ("soft_trim_tail_chars", soft_trim_tail_chars),
+        ):
             if count < 0:
                 raise ValueError(f"{label} must be >= 0")
         self.keep_last_assistants = keep_last_assistants
@@ -167,8 +171,9 @@ class ContextPruningStrategy(Strategy):
     def candidates(self, draft: Draft) -> list[int]:
         """Indices of answered tool results outside the protected regions, oldest first."""
         messages = draft.view.messages
-        first_user = next((i for i, m in enumerate(messages) if role_of(m) == "user"),
-                          len(messages))
+        first_user = next(
+            (i for i, m in enumerate(messages) if role_of(m) == "user"), len(messages)
+        )
         end = assistant_protection_start(messages, self.keep_last_assistants)
         floor = newest_non_system(draft, self.minimum_preserved)
         out: list[int] = []
@@ -177,8 +182,9 @@ class ContextPruningStrategy(Strategy):
                 continue
             if not any(self._may_prune(draft.message(i)) for i in group.members[1:]):
                 continue  # cheap pre-check before pairing the group's results
-            out.extend(r.index for r in answered_results(draft, group)
-                       if first_user < r.index < end)
+            out.extend(
+                r.index for r in answered_results(draft, group) if first_user < r.index < end
+            )
         out.sort()
         return out
 
@@ -188,8 +194,7 @@ class ContextPruningStrategy(Strategy):
             return False
         content = message.get("content")
         if isinstance(content, str):  # a trimmed result counts with its original length
-            return (len(content) >= self.min_prunable_tool_chars
-                    or "[soft-trimmed: " in content)
+            return len(content) >= self.min_prunable_tool_chars or "[soft-trimmed: " in content
         return isinstance(content, list)
 
     def pruned(self, message: Message, age: float) -> Message | None:
@@ -200,26 +205,31 @@ class ContextPruningStrategy(Strategy):
         if not isinstance(content, list):
             return None
         if all(is_text_part(part) for part in content):
-            return self._prune_text(message, "\n".join(p["text"] for p in content), age,
-                                    content)
+            return self._prune_text(message, "\n".join(p["text"] for p in content), age, content)
         return self._prune_mixed(message, content, age)
 
-    def _prune_text(self, message: Message, text: str, age: float,
-                    parts: list[Any] | None) -> Message | None:
+    def _prune_text(
+        self, message: Message, text: str, age: float, parts: list[Any] | None
+    ) -> Message | None:
         if text == self.placeholder:
             return None
         original = trimmed_original_length(text)
         length = original if original is not None else len(text)
         if length < self.min_prunable_tool_chars:
             return None
-        if (age >= self.hard_clear_ratio and self.hard_clear_enabled
-                and len(self.placeholder) < len(text)):
+        if (
+            age >= self.hard_clear_ratio
+            and self.hard_clear_enabled
+            and len(self.placeholder) < len(text)
+        ):
             return {**message, "content": self.placeholder}
         if original is None and age >= self.soft_trim_ratio and length > self.max_chars:
             trimmed = soft_trim(text, self.head_chars, self.tail_chars)
             if len(trimmed) < length:
-                return {**message, "content": trimmed if parts is None
-                        else [_text_part(parts, trimmed)]}
+                return {
+                    **message,
+                    "content": trimmed if parts is None else [_text_part(parts, trimmed)],
+                }
         return None
 
     def _prune_mixed(self, message: Message, parts: list[Any], age: float) -> Message | None:
@@ -270,6 +280,9 @@ class ContextPruningStrategy(Strategy):
 def _text_part(parts: list[Any], text: str) -> dict[str, Any]:
     """A text part holding ``text`` with the extra keys of the last text part of ``parts``."""
     last = next((p for p in reversed(parts) if is_text_part(p)), None)
-    extra = {k: v for k, v in last.items() if k not in ("type", "text")} \
-        if isinstance(last, Mapping) else {}
+    extra = (
+        {k: v for k, v in last.items() if k not in ("type", "text")}
+        if isinstance(last, Mapping)
+        else {}
+    )
     return {"type": "text", "text": text, **extra}

@@ -132,8 +132,7 @@ def build_context_pruning(entry: ContextPruningEntry, ctx: BuildContext) -> Stra
     )
 
 
-def build_tool_result_compaction(entry: ToolResultCompactionEntry,
-                                 ctx: BuildContext) -> Strategy:
+def build_tool_result_compaction(entry: ToolResultCompactionEntry, ctx: BuildContext) -> Strategy:
     """Builder for ``strategy: tool_result_compaction``."""
     return ToolResultCompactionStrategy(
         keep_last_tool_call_groups=entry.keep_last_tool_call_groups,

@@ -61,6 +61,6 @@ class SelectiveToolCallsStrategy(Strategy):
                 break
             draft.drop(group)
             dropped += 1
-        return StrategyOutcome(changed=dropped > 0,
-                               notes=(f"dropped {dropped} tool-call group(s)",)
-                               if dropped else ())
+        return StrategyOutcome(
+            changed=dropped > 0, notes=(f"dropped {dropped} tool-call group(s)",) if dropped else ()
+        )

@@ -131,6 +131,7 @@ class ToolResultCompactionStrategy(Strategy):
                 break
             draft.replace(group, [summary_message(draft, group, self.max_summary_chars)])
             collapsed += 1
-        return StrategyOutcome(changed=collapsed > 0,
-                               notes=(f"collapsed {collapsed} tool-call group(s)",)
-                               if collapsed else ())
+        return StrategyOutcome(
+            changed=collapsed > 0,
+            notes=(f"collapsed {collapsed} tool-call group(s)",) if collapsed else (),
+        )
