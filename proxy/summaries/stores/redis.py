@@ -52,14 +52,18 @@ class RedisStore:
                  max_connections: int = 64) -> None:
         self._url = url
         self._op_timeout = op_timeout
-        self._client: aioredis.Redis = aioredis.Redis.from_url(
+        # A blocking pool: under a burst, requests queue for a connection (bounded by
+        # op_timeout) instead of failing with MaxConnectionsError.
+        pool = aioredis.BlockingConnectionPool.from_url(
             url,
+            max_connections=max_connections,
+            timeout=op_timeout,
             socket_timeout=socket_timeout,
             socket_connect_timeout=connect_timeout,
             retry=Retry(NoBackoff(), 1),
-            max_connections=max_connections,
             health_check_interval=30,
         )
+        self._client: aioredis.Redis = aioredis.Redis.from_pool(pool)  # owns the pool
 
     def _key(self, namespace: str, key: str) -> str:
         return f"{KEY_PREFIX}{namespace}:{key}"
