@@ -23,7 +23,7 @@ async def test_each_backend(tmp_path: Path, redis_url: str) -> None:
 
 
 def test_redis_needs_a_url() -> None:
-    with pytest.raises(ConfigError, match="store.url"):
+    with pytest.raises(ConfigError, match=r"store\.url"):
         make_store(StoreSettings(backend="redis"))
 
 
