@@ -136,7 +136,7 @@ def test_a_block_larger_than_a_chunk_is_elided_to_fit() -> None:
 
 
 def test_plan_chunks_sizes_later_chunks_for_the_running_summary() -> None:
-    blocks = [f"[user]\n{i} " + "word " * 200 for i in range(30)]
+    blocks = [f"[user]\n{i} " + "word " * 200 for i in range(60)]
     window = SummarizerWindow(context_window=8000, max_output_tokens=1000)
     chunks = plan_chunks(blocks, None, DEFAULT_PROMPTS, window, COUNT)
     prompt = COUNT(DEFAULT_PROMPTS.checkpoint)
