@@ -11,9 +11,10 @@ from proxy.summaries.stores import MemoryStore, RedisStore, SqliteStore, make_st
 
 
 async def test_each_backend(tmp_path: Path, redis_url: str) -> None:
-    memory = make_store(StoreSettings(backend="memory", max_entries=5))
-    sqlite = make_store(StoreSettings(backend="sqlite", path=str(tmp_path / "x" / "cp.db")))
-    redis_store = make_store(StoreSettings(backend="redis", url=redis_url))
+    memory = make_store(StoreSettings.model_validate({"backend": "memory", "max_entries": 5}))
+    sqlite = make_store(StoreSettings.model_validate(
+        {"backend": "sqlite", "path": str(tmp_path / "x" / "cp.db")}))
+    redis_store = make_store(StoreSettings.model_validate({"backend": "redis", "url": redis_url}))
     assert isinstance(memory, MemoryStore)
     assert isinstance(sqlite, SqliteStore)
     assert isinstance(redis_store, RedisStore)
@@ -24,7 +25,7 @@ async def test_each_backend(tmp_path: Path, redis_url: str) -> None:
 
 def test_redis_needs_a_url() -> None:
     with pytest.raises(ConfigError, match=r"store\.url"):
-        make_store(StoreSettings(backend="redis"))
+        make_store(StoreSettings.model_validate({"backend": "redis"}))
 
 
 async def test_memory_store_is_bounded() -> None:

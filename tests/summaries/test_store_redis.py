@@ -15,7 +15,10 @@ from proxy.summaries.stores import RedisStore, StoreUnavailable
 from tests.summaries.redis_server import RedisServer
 from tests.summaries.test_store_contract import chain, checkpoint
 
-FAST = {"socket_timeout": 0.5, "connect_timeout": 0.5, "op_timeout": 1.0}
+
+def fast_store(url: str) -> RedisStore:
+    """Short timeouts, so tests of a dead Redis finish quickly."""
+    return RedisStore(url, socket_timeout=0.5, connect_timeout=0.5, op_timeout=1.0)
 
 
 def _command_calls(client: redis.Redis) -> dict[str, int]:
@@ -60,7 +63,7 @@ def dead_port() -> Iterator[int]:
 
 
 async def test_redis_down_at_start(dead_port: int) -> None:
-    store = RedisStore(f"redis://127.0.0.1:{dead_port}/0", **FAST)
+    store = fast_store(f"redis://127.0.0.1:{dead_port}/0")
     started = time.monotonic()
     with pytest.raises(StoreUnavailable):
         await store.ping()
@@ -80,7 +83,7 @@ async def test_redis_that_never_answers_does_not_hang() -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         sock.listen(16)
-        store = RedisStore(f"redis://127.0.0.1:{sock.getsockname()[1]}/0", **FAST)
+        store = fast_store(f"redis://127.0.0.1:{sock.getsockname()[1]}/0")
         started = time.monotonic()
         with pytest.raises(StoreUnavailable):
             await store.find_longest("ns", chain(3))
@@ -89,7 +92,7 @@ async def test_redis_that_never_answers_does_not_hang() -> None:
 
 
 async def test_redis_killed_mid_run_then_back(own_redis: RedisServer) -> None:
-    store = RedisStore(own_redis.url, **FAST)
+    store = fast_store(own_redis.url)
     keys = chain(4)
     await store.put("ns", keys[2], checkpoint("before"), 3600)
     assert await store.find_longest("ns", keys) is not None
@@ -114,7 +117,7 @@ async def test_redis_killed_mid_run_then_back(own_redis: RedisServer) -> None:
 
 
 async def test_error_messages_never_show_the_password(dead_port: int) -> None:
-    store = RedisStore(f"redis://user:s3cr3t-pw@127.0.0.1:{dead_port}/0", **FAST)
+    store = fast_store(f"redis://user:s3cr3t-pw@127.0.0.1:{dead_port}/0")
     with pytest.raises(StoreUnavailable) as caught:
         await store.ping()
     assert "s3cr3t-pw" not in str(caught.value)
