@@ -23,9 +23,13 @@ async def test_each_backend(tmp_path: Path, redis_url: str) -> None:
         await store.close()
 
 
-def test_redis_needs_a_url() -> None:
+def test_redis_needs_a_valid_url() -> None:
     with pytest.raises(ConfigError, match=r"store\.url"):
         make_store(StoreSettings.model_validate({"backend": "redis"}))
+    with pytest.raises(ConfigError, match=r"store\.url") as caught:
+        make_store(StoreSettings.model_validate({"backend": "redis",
+                                                 "url": "http://u:pw-SECRET@host/0"}))
+    assert "SECRET" not in str(caught.value)
 
 
 async def test_memory_store_is_bounded() -> None:
