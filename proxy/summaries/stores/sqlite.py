@@ -1,0 +1,209 @@
+"""The default checkpoint store: one SQLite file, shared by the worker processes of one host.
+
+* WAL mode and ``busy_timeout``: readers never block the writer, and several processes (uvicorn
+  workers), each with its own connection, can write the same file. Every write is a single
+  statement, so there is no multi-statement transaction to deadlock.
+* TTL by an ``expires_at`` column (wall-clock seconds, so it survives restarts): rows past it
+  are ignored on read and purged at most every ``purge_interval`` seconds by a writer.
+* sqlite3 blocks, so every call runs on one dedicated thread that owns the connection; the
+  event loop only awaits it.
+* Single-flight across processes with an advisory row in a ``locks`` table: taking it is one
+  upsert that succeeds only when the row is absent or expired; release deletes it only when
+  the owner token matches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
+from pathlib import Path
+from typing import TypeVar
+
+from .base import Checkpoint, StoreUnavailable, pick_longest, ttl_at_least_one
+
+T = TypeVar("T")
+
+SQL_VARIABLES_PER_QUERY = 500
+"""Keys per ``IN (...)`` list: under SQLite's oldest variable limit (999) with room to spare."""
+LOCK_POLL_SECONDS = 0.02
+LOCK_POLL_MAX_SECONDS = 0.2
+
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS checkpoints (
+        namespace TEXT NOT NULL,
+        key TEXT NOT NULL,
+        value BLOB NOT NULL,
+        expires_at REAL NOT NULL,
+        PRIMARY KEY (namespace, key)
+    ) WITHOUT ROWID""",
+    "CREATE INDEX IF NOT EXISTS checkpoints_expiry ON checkpoints (expires_at)",
+    """CREATE TABLE IF NOT EXISTS locks (
+        name TEXT PRIMARY KEY,
+        token TEXT NOT NULL,
+        expires_at REAL NOT NULL
+    ) WITHOUT ROWID""",
+)
+
+
+class SqliteStore:
+    """Checkpoints in one SQLite file (created with its parent directory on first use)."""
+
+    name = "sqlite"
+
+    def __init__(self, path: str | Path, *, busy_timeout_ms: int = 5000,
+                 purge_interval: float = 300.0) -> None:
+        self.path = Path(path)
+        self._busy_timeout_ms = busy_timeout_ms
+        self._purge_interval = purge_interval
+        self._last_purge = 0.0
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-store")
+        self._conn: sqlite3.Connection | None = None
+        self._closed = False
+
+    # -------------------------------------------------------------- plumbing
+
+    async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        if self._closed:
+            raise StoreUnavailable("the sqlite store is closed")
+
+        def job() -> T:
+            return work(self._connection())
+
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, job)
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreUnavailable(f"sqlite store {self.path}: {exc}") from exc
+
+    def _connection(self) -> sqlite3.Connection:
+        """The connection, opened on the store's thread at first use."""
+        if self._conn is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, timeout=self._busy_timeout_ms / 1000,
+                                   isolation_level=None, check_same_thread=False)
+            try:
+                conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = NORMAL")
+                for statement in _SCHEMA:
+                    conn.execute(statement)
+            except sqlite3.Error:
+                conn.close()
+                raise
+            self._conn = conn
+        return self._conn
+
+    # -------------------------------------------------------------- the protocol
+
+    async def find_longest(self, namespace: str,
+                           keys: Sequence[str]) -> tuple[int, Checkpoint] | None:
+        if not keys:
+            return None
+        wanted = list(dict.fromkeys(keys))
+
+        def lookup(conn: sqlite3.Connection) -> dict[str, bytes]:
+            now = time.time()
+            found: dict[str, bytes] = {}
+            # One read transaction: every chunk sees the same snapshot.
+            conn.execute("BEGIN")
+            try:
+                for start in range(0, len(wanted), SQL_VARIABLES_PER_QUERY):
+                    chunk = wanted[start:start + SQL_VARIABLES_PER_QUERY]
+                    marks = ",".join("?" * len(chunk))
+                    rows = conn.execute(
+                        "SELECT key, value FROM checkpoints WHERE namespace = ? "
+                        f"AND expires_at > ? AND key IN ({marks})",
+                        (namespace, now, *chunk),
+                    )
+                    found.update((key, value) for key, value in rows)
+            finally:
+                conn.execute("COMMIT")
+            return found
+
+        return pick_longest(keys, await self._run(lookup))
+
+    async def put(self, namespace: str, key: str, checkpoint: Checkpoint,
+                  ttl_seconds: int) -> None:
+        data = checkpoint.to_bytes()
+        expires = time.time() + ttl_at_least_one(ttl_seconds)
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT OR REPLACE INTO checkpoints (namespace, key, value, expires_at) "
+                "VALUES (?, ?, ?, ?)",
+                (namespace, key, data, expires),
+            )
+            now = time.monotonic()
+            if now - self._last_purge >= self._purge_interval:
+                self._last_purge = now
+                conn.execute("DELETE FROM checkpoints WHERE expires_at <= ?", (time.time(),))
+
+        await self._run(write)
+
+    async def purge_expired(self) -> int:
+        """Deletes expired rows now; returns how many."""
+
+        def purge(conn: sqlite3.Connection) -> int:
+            cursor = conn.execute("DELETE FROM checkpoints WHERE expires_at <= ?", (time.time(),))
+            conn.execute("DELETE FROM locks WHERE expires_at <= ?", (time.time(),))
+            return cursor.rowcount
+
+        return await self._run(purge)
+
+    async def ping(self) -> None:
+        await self._run(lambda conn: conn.execute("SELECT 1").fetchone())
+
+    def lock(self, name: str, ttl_seconds: float,
+             wait_seconds: float) -> AbstractAsyncContextManager[bool]:
+        return self._lock(name, ttl_seconds, wait_seconds)
+
+    @asynccontextmanager
+    async def _lock(self, name: str, ttl_seconds: float,
+                    wait_seconds: float) -> AsyncIterator[bool]:
+        token = uuid.uuid4().hex
+
+        def acquire(conn: sqlite3.Connection) -> bool:
+            now = time.time()
+            cursor = conn.execute(
+                "INSERT INTO locks (name, token, expires_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET token = excluded.token, "
+                "expires_at = excluded.expires_at WHERE locks.expires_at <= ?",
+                (name, token, now + ttl_seconds, now),
+            )
+            return cursor.rowcount == 1
+
+        def release(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM locks WHERE name = ? AND token = ?", (name, token))
+
+        deadline = time.monotonic() + max(wait_seconds, 0.0)
+        delay = LOCK_POLL_SECONDS
+        acquired = await self._run(acquire)
+        while not acquired and time.monotonic() < deadline:
+            await asyncio.sleep(min(delay, max(deadline - time.monotonic(), 0.0)))
+            delay = min(delay * 2, LOCK_POLL_MAX_SECONDS)
+            acquired = await self._run(acquire)
+        try:
+            yield acquired
+        finally:
+            if acquired:
+                with suppress(StoreUnavailable):  # the row expires on its own
+                    await self._run(release)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+
+        def shut() -> None:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._executor, shut)
+        finally:
+            self._executor.shutdown(wait=False)
