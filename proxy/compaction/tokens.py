@@ -24,7 +24,7 @@ short strings that repeat on every message (roles, function names) are memoized.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import tiktoken
@@ -189,7 +189,7 @@ class EnvelopeTokenizer(ABC):
             for call in calls:
                 total += self._count_tool_call(call)
         function_call = message.get("function_call")
-        if isinstance(function_call, Mapping):
+        if function_call is not None and isinstance(function_call, Mapping):
             total += self._count_function(function_call)
         for key, value in message.items():
             if key not in _SKIPPED_FIELDS and value is not None:
@@ -203,7 +203,7 @@ class EnvelopeTokenizer(ABC):
             return 0 if content is None else self._count_value(content)
         total = 0
         for part in content:
-            if not isinstance(part, Mapping):
+            if type(part) is not dict and not isinstance(part, Mapping):
                 total += self._count_value(part)
                 continue
             kind = part.get("type")
@@ -217,12 +217,12 @@ class EnvelopeTokenizer(ABC):
         return total
 
     def _count_tool_call(self, call: object) -> int:
-        if not isinstance(call, Mapping):
+        if type(call) is not dict and not isinstance(call, Mapping):
             return self._count_value(call)
         function = call.get("function")
-        if not isinstance(function, Mapping):
+        if type(function) is not dict and not isinstance(function, Mapping):
             function = call.get("custom")
-        if isinstance(function, Mapping):
+        if type(function) is dict or isinstance(function, Mapping):
             return self._count_function(function) + TOKENS_PER_TOOL_CALL
         return self._count_value(call)
 
@@ -276,6 +276,10 @@ class TiktokenTokenizer(EnvelopeTokenizer):
     ) -> None:
         super().__init__(cache_size=cache_size, image_pricing=image_pricing)
         self.encoding = encoding
+        core_bpe = getattr(encoding, "_core_bpe", None)
+        self._core_encode: Callable[[str], list[int]] | None = getattr(
+            core_bpe, "encode_ordinary", None
+        )
 
     @property
     def name(self) -> str:
@@ -283,4 +287,12 @@ class TiktokenTokenizer(EnvelopeTokenizer):
 
     def count_text(self, text: str) -> int:
         # encode_ordinary: special-token text in user content is plain text, never an error.
+        # The Rust core is called directly (tiktoken's wrapper adds a call per string); a
+        # string the core rejects (lone surrogates) goes through the wrapper, which fixes it.
+        core = self._core_encode
+        if core is not None:
+            try:
+                return len(core(text))
+            except UnicodeEncodeError:
+                pass
         return len(self.encoding.encode_ordinary(text))
