@@ -9,6 +9,7 @@ to run over every message of every request.
 from __future__ import annotations
 
 import hashlib
+import sys
 
 import orjson
 
@@ -26,3 +27,22 @@ def canonical_bytes(value: object) -> bytes:
 def digest(data: bytes) -> bytes:
     """A 16-byte blake2b digest: collision-safe for cache keys, cheaper than sha256."""
     return hashlib.blake2b(data, digest_size=16).digest()
+
+
+_HASH_RANDOMIZED = bool(sys.flags.hash_randomization)
+
+
+def cache_key(data: bytes) -> int:
+    """A cheap in-process cache key for canonical bytes (the token-count cache's key).
+
+    It packs the byte length with CPython's ``hash(bytes)``: SipHash-1-3, 64 bits, keyed with a
+    per-process random secret, about 8x cheaper than :func:`digest` (blake2b has a fixed cost
+    of ~0.5 µs per call).  Two different messages share a key only if they have the same length
+    *and* a 64-bit hash collision: ~1e-10 for a full 65,536-entry cache, and not steerable by a
+    client because the hash key is secret.  The key is never persisted or compared across
+    processes.  When hash randomization is off (``PYTHONHASHSEED=0``) the hash key is public,
+    so the blake2b digest is used instead.
+    """
+    if _HASH_RANDOMIZED:
+        return (len(data) << 64) | (hash(data) & 0xFFFF_FFFF_FFFF_FFFF)
+    return int.from_bytes(digest(data), "big")

@@ -16,7 +16,9 @@ from its results (invariant 3).
 :meth:`project` renders the output: original relative order, a replaced group's messages at the
 group's first position, inserted messages before their position.  :meth:`commit` re-bases the
 draft on its own projection (re-grouping it, reusing every known count) so the next strategy
-sees the compacted conversation as an ordinary view.
+sees the compacted conversation as an ordinary view.  The re-grouping is lazy: it happens on
+the first use of anything that depends on the groups, so a commit after the last strategy
+that acts (whose projection is simply the output) never pays for it.
 """
 
 from __future__ import annotations
@@ -104,11 +106,32 @@ class Draft:
         self.original = view
         self._changed = False
         self._counters = ChangeCounters()
+        self._pending: tuple[list[Message], list[MessageStats]] | None = None
         self._reset(view)
 
     # ------------------------------------------------------------------ state
+    @property
+    def view(self) -> ConversationView:
+        """The current view (re-grouped on first use after a structural :meth:`commit`)."""
+        if self._pending is not None:
+            self._materialize()
+        return self._view
+
+    def _materialize(self) -> None:
+        """Build the view a structural :meth:`commit` deferred, and re-base on it."""
+        pending = self._pending
+        if pending is None:
+            return
+        self._pending = None
+        messages, stats = pending
+        self._reset(
+            build_view(
+                messages, self.tokenizer, summary_marker=self.summary_marker, known_stats=stats
+            )
+        )
+
     def _reset(self, view: ConversationView) -> None:
-        self.view = view
+        self._view = view
         groups = view.groups
         self._state = [GroupState.KEPT] * len(groups)
         self._protected = [view.is_protected(g) for g in groups]
@@ -147,36 +170,50 @@ class Draft:
 
     def state(self, group: Group | int) -> GroupState:
         """The decision recorded for ``group``."""
+        if self._pending is not None:
+            self._materialize()
         return self._state[_index(group)]
 
     def is_kept(self, group: Group | int) -> bool:
         """True if the group is still kept as it is (possibly with edited messages)."""
+        if self._pending is not None:
+            self._materialize()
         return self._state[_index(group)] is GroupState.KEPT
 
     def is_protected(self, group: Group | int) -> bool:
         """True for system groups and groups reaching into the newest turn."""
+        if self._pending is not None:
+            self._materialize()
         return self._protected[_index(group)]
 
     def group_tokens(self, group: Group | int) -> int:
         """Current tokens of a kept group (after edits)."""
+        if self._pending is not None:
+            self._materialize()
         return self._group_tokens[_index(group)]
 
     def message(self, index: int) -> Message:
         """The current form of message ``index`` (its edit, if any)."""
+        if self._pending is not None:
+            self._materialize()
         edit = self._edits.get(index)
-        return edit[0] if edit is not None else self.view.messages[index]
+        return edit[0] if edit is not None else self._view.messages[index]
 
     def message_stats(self, index: int) -> MessageStats:
         """The current stats of message ``index`` (its edit's, if any)."""
+        if self._pending is not None:
+            self._materialize()
         edit = self._edits.get(index)
-        return edit[1] if edit is not None else self.view.stats[index]
+        return edit[1] if edit is not None else self._view.stats[index]
 
     def removable(self, kinds: frozenset[GroupKind] | None = None) -> Iterator[Group]:
         """Kept, unprotected groups, oldest first (optionally of the given kinds).
 
         Safe to use while dropping: the state of each group is read when it is reached.
         """
-        for group in self.view.groups:
+        if self._pending is not None:
+            self._materialize()
+        for group in self._view.groups:
             if (
                 self._state[group.index] is GroupState.KEPT
                 and not self._protected[group.index]
@@ -202,6 +239,8 @@ class Draft:
 
     def metrics(self) -> Metrics:
         """A snapshot for triggers/targets; tokens are calibrated."""
+        if self._pending is not None:
+            self._materialize()
         return Metrics(
             tokens=self.calibration.apply(self.prompt_tokens),
             messages=self._message_count,
@@ -222,6 +261,8 @@ class Draft:
         LibreChat's ``messagesToRefine``; when even dropping everything removable would not
         fit, it is the count of all removable messages.
         """
+        if self._pending is not None:
+            self._materialize()
         excess_tokens = self.prompt_tokens
         count = 0
         for group in self.removable():
@@ -238,7 +279,9 @@ class Draft:
         return MessageStats(len(data), self.tokenizer.count_message(message, data))
 
     def _require_editable(self, index: int, action: str) -> Group:
-        group = self.view.groups[index]
+        if self._pending is not None:
+            self._materialize()
+        group = self._view.groups[index]
         if self._protected[index]:
             raise ProtectedGroupError(f"cannot {action} protected {group.kind} group {index}")
         if self._state[index] is not GroupState.KEPT:
@@ -331,6 +374,8 @@ class Draft:
 
         Each inserted message counts as one group (a summary checkpoint) in the metrics.
         """
+        if self._pending is not None:
+            self._materialize()
         if not 0 <= position <= len(self.view.messages):
             raise IndexError(f"insert position {position} out of range")
         if position > self.view.tail_start:
@@ -351,7 +396,9 @@ class Draft:
     # ------------------------------------------------------------------ output
     def project_with_stats(self) -> tuple[list[Message], list[MessageStats]]:
         """The output messages and their stats, in original relative order."""
-        view = self.view
+        if self._pending is not None:
+            return list(self._pending[0]), list(self._pending[1])
+        view = self._view
         out: list[Message] = []
         stats: list[MessageStats] = []
         state = self._state
@@ -382,8 +429,10 @@ class Draft:
 
     def project(self) -> list[Message]:
         """The output message list (the input list's messages when nothing changed)."""
+        if self._pending is not None:
+            return list(self._pending[0])
         if not self._dirty:
-            return list(self.view.messages)
+            return list(self._view.messages)
         return self.project_with_stats()[0]
 
     def commit(self) -> None:
@@ -391,7 +440,9 @@ class Draft:
 
         When only edits were made and none of them changed what grouping reads (role, call
         ids, result ids, names, the summary marker), the grouping is reused and only the
-        edited groups' totals are recomputed.
+        edited groups' totals are recomputed.  Otherwise the projection is kept and grouped on
+        first use (:meth:`_materialize`); the totals that need no grouping (message tokens and
+        count) are set now, to exactly what the re-grouped view will give.
         """
         if not self._dirty:
             return
@@ -399,13 +450,17 @@ class Draft:
             self._reset(self._edited_view())
             return
         messages, stats = self.project_with_stats()
-        view = build_view(
-            messages, self.tokenizer, summary_marker=self.summary_marker, known_stats=stats
-        )
-        self._reset(view)
+        self._pending = (messages, stats)
+        self._dirty = False
+        self._structural = False
+        self._replacements = {}
+        self._edits = {}
+        self._inserts = {}
+        self._message_tokens = sum(s.token_count for s in stats)
+        self._message_count = len(messages)
 
     def _edited_view(self) -> ConversationView:
-        view = self.view
+        view = self._view
         messages = list(view.messages)
         stats = list(view.stats)
         touched: set[int] = set()

@@ -20,7 +20,7 @@ KNOWN_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "fu
 def role_of(message: Message) -> str:
     """The message's role, or ``""`` when absent or not a string (validation is the edge's)."""
     role = message.get("role")
-    return role if isinstance(role, str) else ""
+    return role if type(role) is str or isinstance(role, str) else ""
 
 
 def tool_call_ids(message: Message) -> Iterator[str]:
@@ -29,7 +29,7 @@ def tool_call_ids(message: Message) -> Iterator[str]:
     if not isinstance(calls, list):
         return
     for call in calls:
-        if isinstance(call, Mapping):
+        if type(call) is dict or isinstance(call, Mapping):
             call_id = call.get("id")
             if isinstance(call_id, str):
                 yield call_id
@@ -43,13 +43,14 @@ def has_tool_calls(message: Message) -> bool:
     calls = message.get("tool_calls")
     if isinstance(calls, list) and calls:
         return True
-    return isinstance(message.get("function_call"), Mapping)
+    call = message.get("function_call")
+    return type(call) is dict or isinstance(call, Mapping)
 
 
 def legacy_function_name(message: Message) -> str | None:
     """The name of a legacy ``function_call``, if the message carries one."""
     call = message.get("function_call")
-    if isinstance(call, Mapping):
+    if call is not None and (type(call) is dict or isinstance(call, Mapping)):
         name = call.get("name")
         if isinstance(name, str):
             return name
@@ -63,13 +64,17 @@ def tool_call_names(message: Message) -> dict[str, str]:
     if not isinstance(calls, list):
         return names
     for call in calls:
-        if not isinstance(call, Mapping):
+        if type(call) is not dict and not isinstance(call, Mapping):
             continue
         call_id = call.get("id")
         function = call.get("function")
-        if not isinstance(function, Mapping):
+        if type(function) is not dict and not isinstance(function, Mapping):
             function = call.get("custom")
-        name = function.get("name") if isinstance(function, Mapping) else None
+        name = (
+            function.get("name")
+            if type(function) is dict or isinstance(function, Mapping)
+            else None
+        )
         if isinstance(call_id, str) and isinstance(name, str):
             names[call_id] = name
     return names
@@ -87,7 +92,7 @@ def content_text(message: Message) -> str:
     if isinstance(content, list):
         texts: list[str] = []
         for part in content:
-            if isinstance(part, Mapping):
+            if type(part) is dict or isinstance(part, Mapping):
                 text = part.get("text")
                 if isinstance(text, str):
                     texts.append(text)

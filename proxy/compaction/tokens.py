@@ -14,19 +14,22 @@ what OpenAI does not document precisely, as documented approximations:
   is the safe side of a budget);
 * the ``tools`` schema: see :mod:`.tool_schema`.
 
-Per-message counts are cached by a digest of the message's canonical bytes
-(:class:`~.token_cache.CountCache`), so a new turn costs only its new messages.
+Per-message counts are cached by a key of the message's canonical bytes
+(:class:`~.token_cache.CountCache`, :func:`~.canonical.cache_key`), so a new turn costs only its
+new messages; :meth:`EnvelopeTokenizer.count_message_batch` does a whole request with one cache
+lock.  The tools schema's count is cached by a key of its canonical bytes too, and the counts of
+short strings that repeat on every message (roles, function names) are memoized.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import tiktoken
 
-from .canonical import canonical_bytes, digest
+from .canonical import cache_key, canonical_bytes
 from .images import ImagePricing
 from .token_cache import CountCache
 from .tool_schema import count_tools_tokens
@@ -41,6 +44,10 @@ LARGE_BLOB_BYTES = 4096
 _SKIPPED_FIELDS = frozenset(
     {"role", "content", "name", "tool_calls", "function_call", "tool_call_id"}
 )
+_SHORT_TEXT = 64
+"""Strings up to this length may be memoized (roles, names): they repeat on every message."""
+_SHORT_MEMO_SIZE = 4096
+_TOOLS_MEMO_SIZE = 64
 
 
 @runtime_checkable
@@ -82,6 +89,8 @@ class EnvelopeTokenizer(ABC):
     ) -> None:
         self.cache = CountCache(cache_size)
         self.image_pricing = image_pricing or ImagePricing()
+        self._short_counts: dict[str, int] = {}
+        self._tools_counts: dict[int, int] = {}
 
     @property
     @abstractmethod
@@ -100,7 +109,7 @@ class EnvelopeTokenizer(ABC):
     def count_message(self, message: Mapping[str, Any], canonical: bytes | None = None) -> int:
         """Tokens of one message, served from the cache when this exact message was seen."""
         data = canonical if canonical is not None else canonical_bytes(message)
-        key = digest(data)
+        key = cache_key(data)
         cached = self.cache.get(key)
         if cached is not None:
             return cached
@@ -108,29 +117,79 @@ class EnvelopeTokenizer(ABC):
         self.cache.put(key, count)
         return count
 
+    def count_message_batch(
+        self, messages: Sequence[Mapping[str, Any]], canonicals: Sequence[bytes]
+    ) -> list[int]:
+        """:meth:`count_message` for many messages (with their canonical bytes) at once.
+
+        The same counts, with one cache lock for the lookups and one for the stores.  A
+        message repeated within the batch is counted once.
+        """
+        keys = [cache_key(data) for data in canonicals]
+        found = self.cache.get_many(keys)
+        if None not in found:
+            return found  # type: ignore[return-value]  # no None left
+        new: dict[int, int] = {}
+        counts: list[int] = []
+        for message, key, count in zip(messages, keys, found, strict=True):
+            if count is None:
+                count = new.get(key)
+                if count is None:
+                    count = new[key] = self._count_uncached(message)
+            counts.append(count)
+        self.cache.put_many(list(new.items()))
+        return counts
+
     def count_messages(self, messages: Sequence[Mapping[str, Any]]) -> int:
         """Tokens of a whole message list including reply priming (the prompt total)."""
         return sum(self.count_message(m) for m in messages) + self.reply_priming
 
     def count_tools(self, tools: Sequence[Mapping[str, Any]] | None) -> int:
-        """Tokens of the tool definitions (see :mod:`.tool_schema`)."""
-        return count_tools_tokens(tools, self.count_text)
+        """Tokens of the tool definitions (see :mod:`.tool_schema`), cached by their bytes.
+
+        Clients send the same ``tools`` on every turn; rendering and encoding them costs far
+        more than serializing them for the key.
+        """
+        if not tools:
+            return count_tools_tokens(tools, self.count_text)
+        try:
+            key = cache_key(canonical_bytes(list(tools)))
+        except TypeError:  # not JSON-serializable: count without the cache
+            return count_tools_tokens(tools, self.count_text)
+        count = self._tools_counts.get(key)
+        if count is None:
+            count = count_tools_tokens(tools, self.count_text)
+            if len(self._tools_counts) >= _TOOLS_MEMO_SIZE:
+                self._tools_counts.clear()
+            self._tools_counts[key] = count
+        return count
+
+    def _count_short(self, text: str) -> int:
+        """``count_text`` memoized for short strings (roles, function names)."""
+        count = self._short_counts.get(text)
+        if count is None:
+            count = self.count_text(text)
+            if len(text) <= _SHORT_TEXT:
+                if len(self._short_counts) >= _SHORT_MEMO_SIZE:
+                    self._short_counts.clear()
+                self._short_counts[text] = count
+        return count
 
     def _count_uncached(self, message: Mapping[str, Any]) -> int:
         total = TOKENS_PER_MESSAGE
         role = message.get("role")
         if isinstance(role, str):
-            total += self.count_text(role)
+            total += self._count_short(role)
         name = message.get("name")
         if isinstance(name, str):
-            total += self.count_text(name) + TOKENS_PER_NAME
+            total += self._count_short(name) + TOKENS_PER_NAME
         total += self._count_content(message.get("content"))
         calls = message.get("tool_calls")
         if isinstance(calls, list):
             for call in calls:
                 total += self._count_tool_call(call)
         function_call = message.get("function_call")
-        if isinstance(function_call, Mapping):
+        if function_call is not None and isinstance(function_call, Mapping):
             total += self._count_function(function_call)
         for key, value in message.items():
             if key not in _SKIPPED_FIELDS and value is not None:
@@ -144,7 +203,7 @@ class EnvelopeTokenizer(ABC):
             return 0 if content is None else self._count_value(content)
         total = 0
         for part in content:
-            if not isinstance(part, Mapping):
+            if type(part) is not dict and not isinstance(part, Mapping):
                 total += self._count_value(part)
                 continue
             kind = part.get("type")
@@ -158,18 +217,21 @@ class EnvelopeTokenizer(ABC):
         return total
 
     def _count_tool_call(self, call: object) -> int:
-        if not isinstance(call, Mapping):
+        if type(call) is not dict and not isinstance(call, Mapping):
             return self._count_value(call)
         function = call.get("function")
-        if not isinstance(function, Mapping):
+        if type(function) is not dict and not isinstance(function, Mapping):
             function = call.get("custom")
-        if isinstance(function, Mapping):
+        if type(function) is dict or isinstance(function, Mapping):
             return self._count_function(function) + TOKENS_PER_TOOL_CALL
         return self._count_value(call)
 
     def _count_function(self, function: Mapping[str, Any]) -> int:
         total = 0
-        for key in ("name", "arguments", "input"):
+        name = function.get("name")
+        if isinstance(name, str):
+            total += self._count_short(name)
+        for key in ("arguments", "input"):
             value = function.get(key)
             if isinstance(value, str):
                 total += self.count_text(value)
@@ -214,6 +276,10 @@ class TiktokenTokenizer(EnvelopeTokenizer):
     ) -> None:
         super().__init__(cache_size=cache_size, image_pricing=image_pricing)
         self.encoding = encoding
+        core_bpe = getattr(encoding, "_core_bpe", None)
+        self._core_encode: Callable[[str], list[int]] | None = getattr(
+            core_bpe, "encode_ordinary", None
+        )
 
     @property
     def name(self) -> str:
@@ -221,4 +287,12 @@ class TiktokenTokenizer(EnvelopeTokenizer):
 
     def count_text(self, text: str) -> int:
         # encode_ordinary: special-token text in user content is plain text, never an error.
+        # The Rust core is called directly (tiktoken's wrapper adds a call per string); a
+        # string the core rejects (lone surrogates) goes through the wrapper, which fixes it.
+        core = self._core_encode
+        if core is not None:
+            try:
+                return len(core(text))
+            except UnicodeEncodeError:
+                pass
         return len(self.encoding.encode_ordinary(text))

@@ -33,10 +33,7 @@ from .canonical import canonical_bytes
 from .messages import (
     SYSTEM_ROLES,
     Message,
-    has_tool_calls,
-    legacy_function_name,
     role_of,
-    tool_call_ids,
 )
 from .tokens import Tokenizer
 
@@ -179,71 +176,92 @@ def build_view(
     msgs = tuple(messages)
     stats = _measure(msgs, tokenizer, known_stats)
     last_user = _last_user_index(msgs)
+    # The loop below inlines role_of, has_tool_calls, tool_call_ids, legacy_function_name and
+    # SummaryMarker.matches (same rules; see messages.py): it runs over every message twice
+    # per request, so helper calls and ABC isinstance checks dominated it.
+    marker_prefix: str | None = None
+    marker_roles: frozenset[str] = frozenset()
+    generic_marker: SummaryMarker | None = None
+    if summary_marker is not None:
+        if type(summary_marker) is SummaryMarker:
+            marker_prefix = summary_marker.prefix
+            marker_roles = summary_marker.roles
+        else:
+            generic_marker = summary_marker
 
     members: list[list[int]] = []
     kinds: list[GroupKind] = []
     turns: list[int | None] = []
-    group_bytes: list[int] = []
-    group_tokens: list[int] = []
     group_of: list[int] = [0] * len(msgs)
     pending_calls: dict[str, int] = {}
     pending_functions: dict[str, list[int]] = {}
     turn = 0
+    system_kind = GroupKind.SYSTEM
+    user_kind = GroupKind.USER
+    summary_kind = GroupKind.SUMMARY
+    tool_kind = GroupKind.TOOL_CALL
+    text_kind = GroupKind.ASSISTANT_TEXT
 
-    def open_group(kind: GroupKind, group_turn: int | None, index: int) -> int:
+    for index, message in enumerate(msgs):
+        role = message.get("role")
+        if type(role) is not str and not isinstance(role, str):
+            role = ""
+        if index != last_user and (
+            (
+                marker_prefix is not None
+                and role in marker_roles
+                and isinstance(content := message.get("content"), str)
+                and content.startswith(marker_prefix)
+            )
+            or (generic_marker is not None and generic_marker.matches(message))
+        ):
+            kind: GroupKind = summary_kind
+            group_turn: int | None = turn
+        elif role in SYSTEM_ROLES:
+            kind, group_turn = system_kind, None
+        elif role == "user":
+            turn += 1
+            kind, group_turn = user_kind, turn
+        elif role == "assistant":
+            calls = message.get("tool_calls")
+            function_call = message.get("function_call")
+            is_function_call = type(function_call) is dict or isinstance(function_call, Mapping)
+            if (isinstance(calls, list) and calls) or is_function_call:
+                group = len(members)
+                members.append([index])
+                kinds.append(tool_kind)
+                turns.append(turn)
+                group_of[index] = group
+                if isinstance(calls, list):
+                    for call in calls:
+                        if type(call) is dict or isinstance(call, Mapping):
+                            call_id = call.get("id")
+                            if isinstance(call_id, str):
+                                pending_calls[call_id] = group
+                if is_function_call:
+                    name = function_call.get("name")  # type: ignore[union-attr]
+                    if isinstance(name, str):
+                        pending_functions.setdefault(name, []).append(group)
+                continue
+            kind, group_turn = text_kind, turn
+        elif role == "tool" or role == "function":
+            answered = _answered_group(message, role, pending_calls, pending_functions)
+            if answered is None and index > 0 and kinds[group_of[index - 1]] is not system_kind:
+                answered = group_of[index - 1]  # orphan: shares its neighbour's fate
+            if answered is not None:
+                members[answered].append(index)
+                group_of[index] = answered
+                continue
+            kind, group_turn = text_kind, turn
+        else:
+            kind, group_turn = text_kind, turn
+        group_of[index] = len(members)
         members.append([index])
         kinds.append(kind)
         turns.append(group_turn)
-        stat = stats[index]
-        group_bytes.append(stat.byte_count)
-        group_tokens.append(stat.token_count)
-        group = len(members) - 1
-        group_of[index] = group
-        return group
-
-    def join(group: int, index: int) -> None:
-        members[group].append(index)
-        stat = stats[index]
-        group_bytes[group] += stat.byte_count
-        group_tokens[group] += stat.token_count
-        group_of[index] = group
-
-    for index, message in enumerate(msgs):
-        role = role_of(message)
-        if summary_marker is not None and index != last_user and summary_marker.matches(message):
-            open_group(GroupKind.SUMMARY, turn, index)
-        elif role in SYSTEM_ROLES:
-            open_group(GroupKind.SYSTEM, None, index)
-        elif role == "user":
-            turn += 1
-            open_group(GroupKind.USER, turn, index)
-        elif role == "assistant" and has_tool_calls(message):
-            group = open_group(GroupKind.TOOL_CALL, turn, index)
-            for call_id in tool_call_ids(message):
-                pending_calls[call_id] = group
-            name = legacy_function_name(message)
-            if name is not None:
-                pending_functions.setdefault(name, []).append(group)
-        elif role in ("tool", "function"):
-            answered = _answered_group(message, role, pending_calls, pending_functions)
-            if answered is not None:
-                join(answered, index)
-            elif index > 0 and kinds[group_of[index - 1]] is not GroupKind.SYSTEM:
-                join(group_of[index - 1], index)  # orphan: shares its neighbour's fate
-            else:
-                open_group(GroupKind.ASSISTANT_TEXT, turn, index)
-        else:
-            open_group(GroupKind.ASSISTANT_TEXT, turn, index)
 
     groups = tuple(
-        Group(
-            index=g,
-            kind=kinds[g],
-            members=tuple(member_list),
-            turn=turns[g],
-            byte_count=group_bytes[g],
-            token_count=group_tokens[g],
-        )
+        _new_group(g, kinds[g], member_list, turns[g], stats)
         for g, member_list in enumerate(members)
     )
     return ConversationView(
@@ -256,24 +274,53 @@ def build_view(
     )
 
 
+def _new_group(
+    index: int,
+    kind: GroupKind,
+    member_list: list[int],
+    turn: int | None,
+    stats: tuple[MessageStats, ...],
+) -> Group:
+    if len(member_list) == 1:
+        stat = stats[member_list[0]]
+        byte_count, token_count = stat.byte_count, stat.token_count
+    else:
+        byte_count = token_count = 0
+        for i in member_list:
+            stat = stats[i]
+            byte_count += stat.byte_count
+            token_count += stat.token_count
+    return Group(index, kind, tuple(member_list), turn, byte_count, token_count)
+
+
 def _measure(
     msgs: tuple[Message, ...],
     tokenizer: Tokenizer,
     known: Sequence[MessageStats | None] | None,
 ) -> tuple[MessageStats, ...]:
-    out: list[MessageStats] = []
-    for index, message in enumerate(msgs):
-        stat = known[index] if known is not None and index < len(known) else None
-        if stat is None:
-            data = canonical_bytes(message)
-            stat = MessageStats(len(data), tokenizer.count_message(message, data))
-        out.append(stat)
-    return tuple(out)
+    out: list[MessageStats | None]
+    if known is None:
+        out = [None] * len(msgs)
+    else:
+        out = list(known[: len(msgs)])
+        out.extend([None] * (len(msgs) - len(out)))
+    todo = [index for index, stat in enumerate(out) if stat is None]
+    if todo:
+        todo_msgs = [msgs[index] for index in todo]
+        datas = [canonical_bytes(message) for message in todo_msgs]
+        batch = getattr(tokenizer, "count_message_batch", None)
+        if batch is not None:
+            counts: list[int] = batch(todo_msgs, datas)
+        else:
+            counts = [tokenizer.count_message(m, d) for m, d in zip(todo_msgs, datas, strict=True)]
+        for index, data, count in zip(todo, datas, counts, strict=True):
+            out[index] = MessageStats(len(data), count)
+    return tuple(out)  # type: ignore[arg-type]  # every None was filled
 
 
 def _last_user_index(msgs: tuple[Message, ...]) -> int | None:
     for index in range(len(msgs) - 1, -1, -1):
-        if role_of(msgs[index]) == "user":
+        if msgs[index].get("role") == "user":
             return index
     return None
 
