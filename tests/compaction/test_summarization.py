@@ -173,6 +173,8 @@ async def test_turns_zero_summarizes_everything_but_the_newest_turn() -> None:
 @pytest.mark.parametrize(
     "msgs",
     [
+        [s(), u("u1"), a("a1"), u("u2"), a("a2"), u("u3")],  # cheaper than an empty checkpoint
+        [s(), A("greeting"), A("more"), U("u1")],  # no user message and no summary to fold
         [s(), u("only"), a("one turn")],
         [s(), a("no user at all"), a("still none")],
         [s()],
@@ -183,7 +185,7 @@ async def test_turns_zero_summarizes_everything_but_the_newest_turn() -> None:
 async def test_nothing_to_fold_means_no_call(msgs: list[dict[str, Any]]) -> None:
     fake = FakeSummarizer()
     result = await run_async(SummarizationStrategy(retain_turns=0, trigger=ALWAYS), msgs, fake)
-    assert not result.changed and fake.calls == []
+    assert not result.changed and fake.calls == [] and result.report.failures == ()
 
 
 async def test_mid_conversation_system_messages_stay_in_place_and_are_not_sent() -> None:
@@ -342,9 +344,9 @@ async def test_summary_error_changes_nothing_and_truncation_takes_over(reason: s
 
 
 async def test_a_summary_that_is_not_shorter_is_a_failure() -> None:
-    msgs = [s(), u("u1"), a("a1"), u("u2"), u("u3")]
+    msgs = [s(), U("u1"), A("a1"), u("u2"), u("u3")]
     result = await run_async(
-        SummarizationStrategy(trigger=ALWAYS), msgs, FakeSummarizer("much longer " * 50)
+        SummarizationStrategy(trigger=ALWAYS), msgs, FakeSummarizer("much longer " * 100)
     )
     assert not result.changed
     (failure,) = result.report.failures

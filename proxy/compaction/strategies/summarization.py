@@ -29,14 +29,18 @@ In both shapes a cut is only made where no kept group straddles it (a result tha
 after a later user message belongs to its call's group): the cut moves to the nearest earlier
 clean boundary instead.  ``minimum_preserved`` keeps the newest N non-system groups out of the
 stretch.  Mid-conversation system/developer messages are never folded; they stay in place and
-are not sent to the summarizer.  If the stretch holds nothing but an earlier summary, nothing
-happens and the summarizer is not called.
+are not sent to the summarizer.  Nothing happens (and the summarizer is not called) when the
+stretch holds nothing but an earlier summary, or, in the turn shape, when it holds neither a
+user message nor an earlier summary: only assistant/tool messages from before the first user
+message (a greeting, or what a truncation left of an older turn), which are not worth a call and
+would otherwise be folded again on the next run after a forced compaction.
 
 Rolling update: a summary checkpoint inside the stretch (a ``summary`` group of the view) is
 not sent as a message; its text, taken out of the wrapper, becomes the request's
 ``previous_summary`` and the checkpoint is replaced by the new summary.
 
-Validation and failure: the new summary message must cost fewer tokens than everything it
+Validation and failure: a stretch that costs no more than an empty checkpoint is not sent (no
+summary could be shorter); the new summary message must cost fewer tokens than everything it
 replaces (else ``not_shorter``); an empty text is ``empty``; a
 :class:`~proxy.compaction.summarizer.SummaryError` carries its own reason, and any other
 exception from the summarizer counts as ``error``.  On failure the strategy changes nothing
@@ -81,6 +85,7 @@ CHECKPOINT_NOTE = (
     "itself."
 )
 _EXACT_SUFFIX = f"{SUMMARY_CLOSE}\n\n{CHECKPOINT_NOTE}"
+_TURN_ANCHORS = frozenset({GroupKind.USER, GroupKind.SUMMARY})
 _ERROR_DETAIL_CHARS = 200
 
 
@@ -196,6 +201,8 @@ class SummarizationStrategy(Strategy):
         folded = [g for g in non_system if g.index < cut.index]
         if all(g.kind is GroupKind.SUMMARY for g in folded):
             return []  # only an earlier summary (or nothing) before the cut
+        if not self.by_groups and not any(g.kind in _TURN_ANCHORS for g in folded):
+            return []  # only what precedes the first turn (e.g. the rest of a truncated turn)
         return folded
 
     def _cut(self, draft: Draft, candidates: list[Group], non_system: list[Group]) -> Group | None:
@@ -237,6 +244,16 @@ class SummarizationStrategy(Strategy):
         summarizer = ctx.summarizer
         if summarizer is None:
             return _unavailable(folded)
+        old_tokens = sum(draft.group_tokens(g) for g in folded)
+        overhead = draft.measure(self.summary_message("")).token_count
+        if old_tokens <= overhead:  # no summary can be shorter: do not ask for one
+            return StrategyOutcome(
+                changed=False,
+                notes=(
+                    f"stretch too small to summarize ({old_tokens} tokens; an empty "
+                    f"checkpoint costs {overhead})",
+                ),
+            )
         previous = [
             unwrap_summary(str(draft.message(g.first).get("content", "")))
             for g in folded
@@ -268,7 +285,6 @@ class SummarizationStrategy(Strategy):
                 len(indices),
             )
         new_tokens = draft.measure(message).token_count
-        old_tokens = sum(draft.group_tokens(g) for g in folded)
         if new_tokens >= old_tokens:
             return _failed(
                 "not_shorter",
