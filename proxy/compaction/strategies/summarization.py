@@ -180,17 +180,13 @@ class SummarizationStrategy(Strategy):
             if len(non_system) <= self.minimum_preserved:
                 return []
             limit = min(limit, non_system[-self.minimum_preserved].first)
-        boundary = GroupKind.USER if not self.by_groups else None
+        is_boundary = _is_group_boundary if self.by_groups else _is_turn_boundary
         candidates: list[Group] = []  # clean cut points, oldest first
         reach = -1  # the furthest member of any earlier group
         for group in groups:
             if group.first > limit:
                 break
-            if (
-                reach < group.first
-                and draft.is_kept(group)
-                and (group.kind is boundary if boundary else _is_group_boundary(group))
-            ):
+            if reach < group.first and draft.is_kept(group) and is_boundary(group):
                 candidates.append(group)
             reach = max(reach, group.last)
         if not candidates:
@@ -303,6 +299,10 @@ class SummarizationStrategy(Strategy):
                 f"{old_tokens} -> {new_tokens} tokens",
             ),
         )
+
+
+def _is_turn_boundary(group: Group) -> bool:
+    return group.kind is GroupKind.USER
 
 
 def _is_group_boundary(group: Group) -> bool:
