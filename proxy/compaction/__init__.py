@@ -9,6 +9,10 @@ a tokenizer, and gets back the messages to forward plus a report.  Public API::
                      max_tokens=body.get("max_tokens"), reserve_ratio=summ.reserve_ratio,
                      calibration=Calibration(ratio), mode=Mode.NORMAL)
     if result.changed: forward(result.messages) else: forward(original bytes)
+
+With a summarizer (the edge's :class:`Summarizer`), ``await compact_async(..., summarizer=s)``
+takes the same arguments; ``result.report.failures`` lists strategies that failed (no
+checkpoint should be stored then).
 """
 
 from .budget import (
@@ -37,9 +41,12 @@ from .pipeline import (
     Pipeline,
     PipelineStrategy,
     compact,
+    compact_async,
     run_strategy,
+    run_strategy_async,
+    summary_marker_for,
 )
-from .report import CompactionReport, StrategyReport
+from .report import CompactionReport, StrategyFailure, StrategyReport
 from .settings import (
     CompactionSettings,
     ModelFactsSettings,
@@ -55,8 +62,10 @@ from .strategies.registry import (
 )
 from .strategies.selective_tool_calls import SelectiveToolCallsStrategy
 from .strategies.sliding_window import SlidingWindowStrategy
+from .strategies.summarization import SummarizationStrategy
 from .strategies.tool_result_compaction import ToolResultCompactionStrategy
 from .strategies.truncation import TruncationStrategy
+from .summarizer import Summarizer, SummaryError, SummaryRequest
 from .tokenizer_provider import TokenizerProvider
 from .tokens import CharacterEstimatorTokenizer, TiktokenTokenizer, Tokenizer
 from .triggers import Condition, ConditionError, Metrics, parse_condition, parse_target
@@ -106,12 +115,17 @@ __all__ = [
     "SlidingWindowStrategy",
     "Strategy",
     "StrategyContext",
+    "StrategyFailure",
     "StrategyNotAvailable",
     "StrategyOutcome",
     "StrategyRegistry",
     "StrategyReport",
     "SummarizationSettings",
+    "SummarizationStrategy",
+    "Summarizer",
+    "SummaryError",
     "SummaryMarker",
+    "SummaryRequest",
     "TiktokenTokenizer",
     "Tokenizer",
     "TokenizerProvider",
@@ -121,6 +135,7 @@ __all__ = [
     "build_pipeline",
     "build_view",
     "compact",
+    "compact_async",
     "compaction_settings_from_mapping",
     "compute_budget",
     "default_pipeline_entries",
@@ -129,6 +144,8 @@ __all__ = [
     "parse_target",
     "pipeline_from_mapping",
     "run_strategy",
+    "run_strategy_async",
     "summarization_settings_from_mapping",
+    "summary_marker_for",
     "validate_messages",
 ]

@@ -7,8 +7,10 @@ block: fire at ``token_ratio: 0.8`` (or the block's ``trigger``), compact toward
 1. ``context_pruning`` (from ``summarization.contextPruning``, unless ``enabled: false`` is
    written explicitly);
 2. ``tool_result_compaction`` (keep the newest tool-call group);
-3. -- SUMMARIZATION INSERTION POINT: ``summarization`` joins here, before truncation, when
-   ``summarization.enabled`` (a later issue) --
+3. ``summarization`` when ``summarization.enabled`` (the block's ``retainRecent`` and
+   ``placement``, same trigger and target).  It needs a summarizer at run time
+   (:func:`~.pipeline.compact_async`); without one (the synchronous ``compact``, a CLI without
+   network) it is skipped with a note and truncation still guarantees the budget;
 4. ``truncation``.
 
 Strategies of the *default* pipeline that are not registered yet are left out with one logged
@@ -36,6 +38,7 @@ from .settings import (
     CompactionSettings,
     ContextPruningEntry,
     StrategyEntry,
+    SummarizationEntry,
     SummarizationSettings,
     ToolResultCompactionEntry,
     TruncationEntry,
@@ -82,8 +85,16 @@ def default_pipeline_entries(summarization: SummarizationSettings) -> list[Strat
             keep_last_tool_call_groups=1,
         )
     )
-    # SUMMARIZATION INSERTION POINT: when summarization.enabled, append the summarization
-    # entry built from the LibreChat block here (retainRecent, prompts, maxSummaryTokens).
+    if summarization.enabled:
+        entries.append(
+            SummarizationEntry(
+                strategy="summarization",
+                trigger=trigger,
+                target=target,
+                retain_recent=summarization.retain_recent,
+                placement=summarization.placement,
+            )
+        )
     entries.append(TruncationEntry(strategy="truncation", trigger=trigger, target=target))
     return entries
 

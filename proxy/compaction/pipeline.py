@@ -16,14 +16,29 @@
 Determinism and idempotency: everything is a function of the input; every strategy's target
 is met (or nothing removable is left) on its output, so compacting the output again with the
 same budget finds no trigger that can change anything.
+
+Sync and async: the run loop exists once, as coroutines (:func:`compact_async`,
+:func:`run_sequence_async`, :func:`run_strategy_async`).  A strategy that awaits (only the
+summarization strategy, on the summarizer) overrides ``apply_async``; every other strategy's
+``apply_async`` just calls its ``apply``.  The synchronous :func:`compact` and
+:func:`run_strategy` run the same coroutines with no summarizer in the context, so nothing ever
+suspends and :func:`_run_to_completion` steps them to the end in one ``send``; the summarization
+strategy then skips with the note "summarizer not available" and the later strategies
+(truncation at worst) still bring the request under budget.
+
+Failures: a strategy that fired but could not do its work (a summarizer failure) changed
+nothing and reports ``failed``; the pipeline continues with the next strategy, and the report
+gets the warning ``"<strategy> failed (<reason>): <message>; fell back to <next>"`` where
+``<next>`` is the first later strategy that changed the request (see
+:attr:`~.report.CompactionReport.failures`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from .budget import Calibration, ModelCatalog, ModelFacts, compute_budget
 from .draft import Draft
@@ -31,10 +46,13 @@ from .messages import Message
 from .report import CompactionReport, StrategyReport
 from .strategies.base import Strategy, StrategyContext, StrategyOutcome
 from .strategies.truncation import TruncationStrategy
+from .summarizer import Summarizer
 from .tokenizer_provider import TokenizerProvider
 from .tokens import Tokenizer
 from .triggers import Always, Condition, OverBudget, TokensExceed
 from .view import DEFAULT_SUMMARY_MARKER, SummaryMarker, build_view
+
+T = TypeVar("T")
 
 
 class Mode(StrEnum):
@@ -49,8 +67,27 @@ class Mode(StrEnum):
     DRY_RUN = "dry-run"
 
 
-def run_strategy(strategy: Strategy, draft: Draft, ctx: StrategyContext) -> StrategyReport:
-    """Check the trigger, apply, re-base the draft, and report (used for nested pipelines)."""
+def _run_to_completion(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run a pipeline coroutine that never suspends (no summarizer in its context)."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    coroutine.close()
+    raise RuntimeError(
+        "a compaction strategy awaited in a synchronous call; use compact_async with a summarizer"
+    )
+
+
+def _without_summarizer(ctx: StrategyContext) -> StrategyContext:
+    return ctx if ctx.summarizer is None else replace(ctx, summarizer=None)
+
+
+async def run_strategy_async(
+    strategy: Strategy, draft: Draft, ctx: StrategyContext
+) -> StrategyReport:
+    """Check the trigger, apply, re-base the draft, and report."""
     tokens_before = draft.prompt_tokens
     if not strategy.should_run(draft, ctx):
         return StrategyReport(
@@ -62,7 +99,7 @@ def run_strategy(strategy: Strategy, draft: Draft, ctx: StrategyContext) -> Stra
             skipped="trigger",
         )
     counters_before = draft.counters
-    outcome = strategy.apply(draft, ctx)
+    outcome = await strategy.apply_async(draft, ctx)
     delta = draft.counters - counters_before
     draft.commit()
     return StrategyReport(
@@ -76,10 +113,17 @@ def run_strategy(strategy: Strategy, draft: Draft, ctx: StrategyContext) -> Stra
         notes=outcome.notes,
         warnings=outcome.warnings,
         children=outcome.children,
+        failed=outcome.failed,
+        failure_message=outcome.failure_message,
     )
 
 
-def run_sequence(
+def run_strategy(strategy: Strategy, draft: Draft, ctx: StrategyContext) -> StrategyReport:
+    """Synchronous :func:`run_strategy_async` (no summarizer: see the module docstring)."""
+    return _run_to_completion(run_strategy_async(strategy, draft, _without_summarizer(ctx)))
+
+
+async def run_sequence_async(
     strategies: Sequence[Strategy],
     draft: Draft,
     ctx: StrategyContext,
@@ -104,10 +148,61 @@ def run_sequence(
                 )
             )
             continue
-        report = run_strategy(strategy, draft, ctx)
+        report = await run_strategy_async(strategy, draft, ctx)
         reports.append(report)
         acted = acted or report.changed
     return reports
+
+
+def run_sequence(
+    strategies: Sequence[Strategy],
+    draft: Draft,
+    ctx: StrategyContext,
+    *,
+    stop_when: Condition,
+    early_stop: bool,
+) -> list[StrategyReport]:
+    """Synchronous :func:`run_sequence_async` (no summarizer)."""
+    return _run_to_completion(
+        run_sequence_async(
+            strategies,
+            draft,
+            _without_summarizer(ctx),
+            stop_when=stop_when,
+            early_stop=early_stop,
+        )
+    )
+
+
+def summary_marker_for(strategies: Sequence[Strategy]) -> SummaryMarker:
+    """The default marker, extended with every role the strategies place summaries in.
+
+    A ``system`` placement is opt-in (DESIGN section 7.8), so only a pipeline that writes
+    system-role summaries recognises a ``<summary>`` system message as a checkpoint.
+    """
+    roles = frozenset().union(*(s.summary_roles for s in strategies))
+    if roles <= DEFAULT_SUMMARY_MARKER.roles:
+        return DEFAULT_SUMMARY_MARKER
+    return replace(DEFAULT_SUMMARY_MARKER, roles=DEFAULT_SUMMARY_MARKER.roles | roles)
+
+
+def failure_warnings(reports: Sequence[StrategyReport]) -> list[str]:
+    """``"<name> failed (<reason>): <message>; fell back to <next>"`` per failed strategy.
+
+    ``reports`` in run order (nested ones flattened); ``<next>`` is the first later strategy
+    that changed the request.
+    """
+    warnings: list[str] = []
+    for position, report in enumerate(reports):
+        if not report.failed:
+            continue
+        after = (r.name for r in reports[position + 1 :] if r.changed and not r.children)
+        fallback = next(after, "nothing (no later strategy changed the request)")
+        warnings.append(
+            f"{report.name} failed ({report.failed}): {report.failure_message or ''}; "
+            f"fell back to {fallback}"
+        )
+    return warnings
 
 
 class PipelineStrategy(Strategy):
@@ -154,14 +249,21 @@ class PipelineStrategy(Strategy):
     def default_trigger(self) -> Condition:
         return self.budget_condition if self.token_budget is not None else Always()
 
+    @property
+    def summary_roles(self) -> frozenset[str]:
+        return frozenset().union(*(s.summary_roles for s in self.strategies))
+
     def apply(self, draft: Draft, ctx: StrategyContext) -> StrategyOutcome:
-        children = run_sequence(
+        return _run_to_completion(self.apply_async(draft, _without_summarizer(ctx)))
+
+    async def apply_async(self, draft: Draft, ctx: StrategyContext) -> StrategyOutcome:
+        children = await run_sequence_async(
             self.strategies, draft, ctx, stop_when=self.stop_when, early_stop=self.early_stop
         )
         warnings: list[str] = []
         if self.fallback and self.budget_condition.fires(draft.metrics()):
             fallback = FallbackTruncation(condition=self.budget_condition, minimum_preserved=1)
-            children.append(run_strategy(fallback, draft, StrategyContext()))
+            children.append(await run_strategy_async(fallback, draft, StrategyContext()))
             if self.budget_condition.fires(draft.metrics()):
                 warnings.append(
                     f"pipeline: still over its budget ({draft.prompt_tokens} "
@@ -180,12 +282,22 @@ class Pipeline:
 
     ``stop_when``: early-stop condition (continue while it fires), default ``over_budget``.
     ``fallback``: run the oldest-first truncation fallback when still over budget.
+    ``summary_marker``: how checkpoints are recognised; ``None`` (the default) derives it from
+    the strategies (:func:`summary_marker_for`: ``system`` joins the roles only when a
+    summarization strategy places its summary there).
     """
 
     strategies: tuple[Strategy, ...] = ()
     stop_when: Condition | None = None
     early_stop: bool = True
     fallback: bool = True
+    summary_marker: SummaryMarker | None = None
+
+    def marker(self) -> SummaryMarker:
+        """The summary marker this pipeline uses (see ``summary_marker``)."""
+        if self.summary_marker is not None:
+            return self.summary_marker
+        return summary_marker_for(self.strategies)
 
 
 class FallbackTruncation(TruncationStrategy):
@@ -224,14 +336,58 @@ def compact(
     reserve_ratio: float = 0.05,
     calibration: Calibration | None = None,
     mode: Mode = Mode.NORMAL,
-    summary_marker: SummaryMarker | None = DEFAULT_SUMMARY_MARKER,
+    summary_marker: SummaryMarker | None = None,
 ) -> CompactionResult:
-    """Compact one chat-completions request (pure; see the module docstring).
+    """Compact one chat-completions request, synchronously and without a summarizer.
+
+    The same run as :func:`compact_async` with ``summarizer=None``: a summarization strategy
+    skips with the note "summarizer not available" and the later strategies take over.
+    """
+    return _run_to_completion(
+        compact_async(
+            messages,
+            model=model,
+            pipeline=pipeline,
+            tokenizer=tokenizer,
+            facts=facts,
+            tools=tools,
+            max_completion_tokens=max_completion_tokens,
+            max_tokens=max_tokens,
+            reserve_ratio=reserve_ratio,
+            calibration=calibration,
+            mode=mode,
+            summary_marker=summary_marker,
+            summarizer=None,
+        )
+    )
+
+
+async def compact_async(
+    messages: Sequence[Message],
+    *,
+    model: str,
+    pipeline: Pipeline,
+    tokenizer: Tokenizer | TokenizerProvider,
+    facts: ModelFacts | ModelCatalog | None = None,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    max_completion_tokens: int | None = None,
+    max_tokens: int | None = None,
+    reserve_ratio: float = 0.05,
+    calibration: Calibration | None = None,
+    mode: Mode = Mode.NORMAL,
+    summary_marker: SummaryMarker | None = None,
+    summarizer: Summarizer | None = None,
+) -> CompactionResult:
+    """Compact one chat-completions request (pure apart from ``summarizer``; see the module
+    docstring).
 
     ``facts``: the model's facts, or a catalog to resolve them from ``model`` (default: the
     built-in catalog).  ``tokenizer``: a tokenizer, or a provider that picks one by the
     model's encoding.  ``max_completion_tokens`` / ``max_tokens``: the request's output limit
     (the output reserve).  ``tools``: the request's ``tools`` (or legacy ``functions``).
+    ``summary_marker``: how summary checkpoints are recognised (default: the pipeline's,
+    :meth:`Pipeline.marker`).  ``summarizer``: used by the summarization strategy; at most one
+    call per summarization strategy in the pipeline.
     """
     if isinstance(facts, ModelFacts):
         model_facts = facts
@@ -240,25 +396,26 @@ def compact(
     if isinstance(tokenizer, TokenizerProvider):
         tokenizer = tokenizer.get(model_facts.encoding)
     calibration = calibration or Calibration()
+    marker = summary_marker if summary_marker is not None else pipeline.marker()
     budget = compute_budget(
         model_facts,
         max_completion_tokens=max_completion_tokens,
         max_tokens=max_tokens,
         reserve_ratio=reserve_ratio,
     )
-    view = build_view(messages, tokenizer, summary_marker=summary_marker)
+    view = build_view(messages, tokenizer, summary_marker=marker)
     draft = Draft(
         view,
         tokenizer=tokenizer,
         budget=budget,
         tools_tokens=tokenizer.count_tools(tools),
         calibration=calibration,
-        summary_marker=summary_marker,
+        summary_marker=marker,
     )
     tokens_before = draft.prompt_tokens
-    ctx = StrategyContext(force=mode is Mode.FORCE)
+    ctx = StrategyContext(force=mode is Mode.FORCE, summarizer=summarizer, model=model)
 
-    reports = run_sequence(
+    reports = await run_sequence_async(
         pipeline.strategies,
         draft,
         ctx,
@@ -267,10 +424,12 @@ def compact(
     )
     fallback_report = None
     if pipeline.fallback and draft.over_budget():
-        fallback_report = run_strategy(FallbackTruncation(), draft, StrategyContext())
+        fallback_report = await run_strategy_async(FallbackTruncation(), draft, StrategyContext())
     warnings: list[str] = []
-    for strategy_report in (*reports, *([fallback_report] if fallback_report else [])):
+    ran = (*reports, *([fallback_report] if fallback_report else []))
+    for strategy_report in ran:
         warnings.extend(strategy_report.warnings)
+    warnings.extend(failure_warnings([r for top in ran for r in top.walk()]))
     if draft.over_budget():
         tokens_now = calibration.apply(draft.prompt_tokens)
         if any(True for _ in draft.removable()):

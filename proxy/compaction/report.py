@@ -7,8 +7,17 @@ metrics count from it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
+
+
+class StrategyFailure(NamedTuple):
+    """One strategy that could not do its work (``CompactionReport.failures``)."""
+
+    strategy: str
+    reason: str
+    message: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,6 +26,9 @@ class StrategyReport:
 
     ``skipped`` says why a strategy did not run: ``"trigger"`` (its trigger did not fire) or
     ``"early_stop"`` (an earlier strategy already met the pipeline's stop condition).
+    ``failed``: the reason a strategy that fired could not do its work (a summarizer failure:
+    ``timeout``, ``error``, ``empty``, ``oversized``, ``not_shorter``, ``backoff``), with
+    ``failure_message``; it then changed nothing.
     """
 
     name: str
@@ -30,6 +42,14 @@ class StrategyReport:
     notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     children: tuple[StrategyReport, ...] = field(default=())
+    failed: str | None = None
+    failure_message: str | None = None
+
+    def walk(self) -> Iterator[StrategyReport]:
+        """This report and its nested children's, in execution order (depth first)."""
+        yield self
+        for child in self.children:
+            yield from child.walk()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -48,6 +68,9 @@ class StrategyReport:
             out["notes"] = list(self.notes)
         if self.warnings:
             out["warnings"] = list(self.warnings)
+        if self.failed:
+            out["failed"] = self.failed
+            out["failure_message"] = self.failure_message or ""
         if self.children:
             out["children"] = [child.to_dict() for child in self.children]
         return out
@@ -84,6 +107,26 @@ class CompactionReport:
             names.append(self.fallback.name)
         return tuple(names)
 
+    def walk(self) -> Iterator[StrategyReport]:
+        """Every strategy report, nested ones included, then the fallback's, in run order."""
+        for strategy_report in self.strategies:
+            yield from strategy_report.walk()
+        if self.fallback is not None:
+            yield from self.fallback.walk()
+
+    @property
+    def failures(self) -> tuple[StrategyFailure, ...]:
+        """Strategies that fired but failed (a summarizer failure), nested ones included.
+
+        The edge stores no checkpoint when this is non-empty, sets a warning header and counts
+        the failures.
+        """
+        return tuple(
+            StrategyFailure(r.name, r.failed, r.failure_message or "")
+            for r in self.walk()
+            if r.failed
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (for the preview endpoint and logs)."""
         return {
@@ -104,4 +147,5 @@ class CompactionReport:
             "strategies": [s.to_dict() for s in self.strategies],
             "fallback": self.fallback.to_dict() if self.fallback else None,
             "warnings": list(self.warnings),
+            "failures": [f._asdict() for f in self.failures],
         }

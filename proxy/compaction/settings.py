@@ -104,6 +104,10 @@ class ContextPruningParams(_CamelModel):
     hard_clear: HardClearSettings = HardClearSettings()
 
 
+SummaryPlacement = Literal["user", "system", "assistant"]
+"""The role a summary checkpoint is written with (DESIGN section 7.8)."""
+
+
 class RetainRecentSettings(_CamelModel):
     """How much recent history a summary leaves verbatim (whole turns only)."""
 
@@ -115,7 +119,9 @@ class SummarizationSettings(_CamelModel):
     """LibreChat's ``summarization`` block (camelCase keys, LibreChat's defaults).
 
     ``reserveRatio`` also sets the budget's safety reserve (applied once).  ``trigger``, when
-    set, replaces the default pipeline's ``token_ratio: 0.8``.
+    set, replaces the default pipeline's ``token_ratio: 0.8``.  ``placement`` (our addition):
+    the role of the summary checkpoint, ``user`` (default), ``assistant`` or ``system`` (gives
+    summarized user and tool text system authority: only when the operator asks for it).
     """
 
     enabled: bool = True
@@ -128,6 +134,7 @@ class SummarizationSettings(_CamelModel):
     reserve_ratio: float = Field(default=0.05, ge=0, lt=1)
     trigger: TriggerField | None = None
     retain_recent: RetainRecentSettings = RetainRecentSettings()
+    placement: SummaryPlacement = "user"
     context_pruning: ContextPruningParams = ContextPruningParams()
 
 
@@ -194,13 +201,34 @@ class ClearToolUsesEntry(StrategyEntryBase):
 
 
 class SummarizationEntry(StrategyEntryBase):
-    """Fold older turns into a summary checkpoint (Agent Framework names)."""
+    """Fold older history into a summary checkpoint.
+
+    Two selection shapes (see :mod:`.strategies.summarization`): the Agent Framework's, chosen
+    by writing ``target_count`` and/or ``threshold`` (defaults 4 and 2 as in the Agent
+    Framework; ``threshold: null`` means 0), or LibreChat's ``retain_recent: {turns, tokens}``
+    (the default, ``turns: 2``).  ``placement``: ``user`` (default), ``assistant`` or
+    ``system``.  Prompts and the summarizer model are set in the ``summarization`` block.
+    """
 
     strategy: Literal["summarization"]
-    target_count: int = Field(default=4, ge=1)
-    threshold: int | None = Field(default=2, ge=0)
-    prompt: str | None = None
-    max_summary_input_tokens: int = Field(default=8000, gt=0)
+    target_count: int | None = Field(default=None, ge=1)
+    threshold: int | None = Field(default=None, ge=0)
+    retain_recent: RetainRecentSettings | None = None
+    placement: SummaryPlacement = "user"
+
+    @property
+    def uses_group_shape(self) -> bool:
+        """True when ``target_count`` or ``threshold`` was written (Agent Framework shape)."""
+        return bool({"target_count", "threshold"} & self.model_fields_set)
+
+    @model_validator(mode="after")
+    def _check(self) -> SummarizationEntry:
+        if self.uses_group_shape and self.retain_recent is not None:
+            raise ValueError(
+                "set target_count/threshold (Agent Framework shape) or retain_recent "
+                "(LibreChat shape), not both"
+            )
+        return self
 
 
 class SlidingWindowEntry(StrategyEntryBase):

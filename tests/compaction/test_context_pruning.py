@@ -263,6 +263,7 @@ def test_librechat_block_shapes_the_default_pipeline_entry() -> None:
     disabled = SummarizationSettings.model_validate({"contextPruning": {"enabled": False}})
     assert [x.name for x in build_pipeline(CompactionSettings(), disabled).strategies] == [
         "tool_result_compaction",
+        "summarization",
         "truncation",
     ]
 

@@ -64,7 +64,7 @@ def test_nothing_fires_forwards_the_original() -> None:
     assert not result.changed
     assert all(x is y for x, y in zip(result.messages, msgs, strict=True))
     assert result.report.tokens_before == result.report.tokens_after
-    assert [r.skipped for r in result.report.strategies] == ["trigger"] * 3
+    assert [r.skipped for r in result.report.strategies] == ["trigger"] * 4
 
 
 def test_default_pipeline_fires_at_80_and_compacts_towards_50() -> None:
@@ -75,10 +75,13 @@ def test_default_pipeline_fires_at_80_and_compacts_towards_50() -> None:
     report = result.report
     assert report.tokens_after <= 0.5 * report.budget
     names = [r.name for r in report.strategies]
-    assert names == ["context_pruning", "tool_result_compaction", "truncation"]
-    pruning, collapse, truncation = report.strategies
+    assert names == ["context_pruning", "tool_result_compaction", "summarization", "truncation"]
+    pruning, collapse, summarization, truncation = report.strategies
     assert pruning.fired and not pruning.changed  # results far below minPrunableToolChars
     assert collapse.fired and collapse.changed
+    # the synchronous compact has no summarizer: skipped with a note, nothing faked
+    assert summarization.fired and not summarization.changed and not summarization.failed
+    assert any("summarizer not available" in n for n in summarization.notes)
     assert truncation.fired and truncation.changed
     assert report.fallback is None
     assert result.messages[0] == msgs[0]

@@ -170,22 +170,28 @@ def test_default_pipeline_entries_follow_the_librechat_block() -> None:
     assert [e.strategy for e in entries] == [
         "context_pruning",
         "tool_result_compaction",
+        "summarization",
         "truncation",
     ]
     assert all(e.trigger == TokenRatio(0.8) and e.target == TokenRatio(0.5) for e in entries)
     off = SummarizationSettings.model_validate(
-        {"contextPruning": {"enabled": False}, "trigger": {"remaining_tokens": 8000}}
+        {
+            "contextPruning": {"enabled": False},
+            "trigger": {"remaining_tokens": 8000},
+            "enabled": False,
+        }
     )
     entries = default_pipeline_entries(off)
     assert [e.strategy for e in entries] == ["tool_result_compaction", "truncation"]
     assert entries[0].trigger == RemainingTokens(8000)
 
 
-def test_default_pipeline_is_pruning_tool_results_truncation() -> None:
+def test_default_pipeline_is_pruning_tool_results_summarization_truncation() -> None:
     pipeline = build_pipeline(CompactionSettings())
     assert [s.name for s in pipeline.strategies] == [
         "context_pruning",
         "tool_result_compaction",
+        "summarization",
         "truncation",
     ]
     assert pipeline.stop_when == TokenRatio(0.5)
@@ -202,13 +208,13 @@ def test_default_pipeline_leaves_out_unavailable_strategies_with_a_notice(
     with caplog.at_level(logging.WARNING):
         pipeline = build_pipeline(CompactionSettings(), registry=registry)
     assert [s.name for s in pipeline.strategies] == ["truncation"]
-    assert "context_pruning, tool_result_compaction not available yet" in caplog.text
+    assert "context_pruning, tool_result_compaction, summarization not available yet" in caplog.text
 
 
 def test_explicit_pipeline_with_unavailable_strategy_fails_clearly() -> None:
     settings = CompactionSettings.model_validate({"pipeline": [{"strategy": "summarization"}]})
     with pytest.raises(StrategyNotAvailable, match="'summarization' not available"):
-        build_pipeline(settings)
+        build_pipeline(settings, registry=StrategyRegistry())
 
 
 def test_registry_accepts_new_builders() -> None:
@@ -219,7 +225,7 @@ def test_registry_accepts_new_builders() -> None:
         calls.append(entry)
         return TruncationStrategy()
 
-    registry.register("summarization", builder)
+    registry.register("summarization", builder, replace=True)
     settings = CompactionSettings.model_validate({"pipeline": [{"strategy": "summarization"}]})
     pipeline = build_pipeline(settings, registry=registry)
     assert len(pipeline.strategies) == 1 and len(calls) == 1
@@ -300,7 +306,12 @@ def test_model_facts_settings() -> None:
             "models.gpt-4o.compaction.pipeline.0.strategies.0.softTrim.maxChars",
         ),
         (
-            {"pipeline": [{"strategy": "truncation"}, {"strategy": "summarization"}]},
+            {
+                "pipeline": [
+                    {"strategy": "truncation"},
+                    {"strategy": "summarization", "target_count": 2, "retain_recent": {"turns": 1}},
+                ]
+            },
             "models.gpt-4o.compaction.pipeline.1",
         ),
         (
@@ -331,6 +342,10 @@ def test_model_override_builds_a_pipeline() -> None:
     assert [s.name for s in pipeline.strategies] == ["clear_tool_uses", "selective_tool_calls"]
     assert not pipeline.fallback
     default = pipeline_from_mapping({}, {"contextPruning": {"enabled": False}})
-    assert [s.name for s in default.strategies] == ["tool_result_compaction", "truncation"]
+    assert [s.name for s in default.strategies] == [
+        "tool_result_compaction",
+        "summarization",
+        "truncation",
+    ]
     with pytest.raises(CompactionConfigError, match=r"^summarization\.reserveRatio: "):
         pipeline_from_mapping({}, {"reserveRatio": 2})

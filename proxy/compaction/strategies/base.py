@@ -14,7 +14,10 @@ Writing a new strategy (phase 2 recipe):
    :meth:`default_trigger` / :meth:`default_target` if the strategy has a natural condition
    (e.g. ``max_n``), and implement :meth:`apply` using ``draft.removable()``,
    ``draft.drop/replace/edit/insert_after_system`` and ``self.keep_going(draft, ctx)``.
-2. Return ``StrategyOutcome(changed=...)``; add notes/warnings for the report.
+2. Return ``StrategyOutcome(changed=...)``; add notes/warnings for the report.  A strategy that
+   has to await something (the summarizer) overrides :meth:`Strategy.apply_async` instead and
+   keeps :meth:`Strategy.apply` as its synchronous stand-in (the summarization strategy skips
+   there: it never fakes a summary).
 3. Register a builder ``(entry settings, BuildContext) -> Strategy`` in
    :mod:`proxy.compaction.strategies.registry` (``register_builtin_strategies``) or on a
    registry instance at start-up: ``registry.register("my_strategy", build_my_strategy)``.
@@ -26,6 +29,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
+from ..summarizer import Summarizer
 from ..triggers import Always, Condition, OverBudget
 
 if TYPE_CHECKING:
@@ -39,9 +43,15 @@ class StrategyContext:
 
     ``force``: treat every trigger as fired; a strategy without an explicit target then
     compacts down to its floor (DESIGN section 8, ``X-Compaction: force``).
+    ``summarizer``: the edge's summarizer (:func:`~proxy.compaction.pipeline.compact_async`);
+    ``None`` in the synchronous :func:`~proxy.compaction.pipeline.compact` and whenever none is
+    available, and the summarization strategy then skips.
+    ``model``: the chat request's model (passed on in a summary request).
     """
 
     force: bool = False
+    summarizer: Summarizer | None = None
+    model: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +62,10 @@ class StrategyOutcome:
     notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     children: tuple[StrategyReport, ...] = field(default=())
+    failed: str | None = None
+    """Why the strategy could not do its work (a :class:`~..summarizer.SummaryError` reason);
+    a failed strategy changed nothing and the pipeline moves on to the next one."""
+    failure_message: str | None = None
 
 
 class Strategy(ABC):
@@ -111,9 +125,19 @@ class Strategy(ABC):
         """Whether the target still fires, i.e. another step is wanted."""
         return self.effective_target(ctx).fires(draft.metrics())
 
+    @property
+    def summary_roles(self) -> frozenset[str]:
+        """Roles of the summary checkpoints this strategy writes (the pipeline's summary marker
+        must recognise them); none by default."""
+        return frozenset()
+
     @abstractmethod
     def apply(self, draft: Draft, ctx: StrategyContext) -> StrategyOutcome:
         """Compact ``draft`` in place (the trigger has already fired)."""
+
+    async def apply_async(self, draft: Draft, ctx: StrategyContext) -> StrategyOutcome:
+        """The pipeline's entry point: :meth:`apply` unless the strategy has to await."""
+        return self.apply(draft, ctx)
 
     def __repr__(self) -> str:
         return (

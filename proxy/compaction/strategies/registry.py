@@ -21,8 +21,10 @@ from ..settings import (
     ClearToolUsesEntry,
     ContextPruningEntry,
     PipelineEntry,
+    RetainRecentSettings,
     SelectiveToolCallsEntry,
     SlidingWindowEntry,
+    SummarizationEntry,
     ToolResultCompactionEntry,
     TruncationEntry,
 )
@@ -32,6 +34,7 @@ from .clear_tool_uses import ClearToolUsesStrategy
 from .context_pruning import ContextPruningStrategy
 from .selective_tool_calls import SelectiveToolCallsStrategy
 from .sliding_window import SlidingWindowStrategy
+from .summarization import SummarizationStrategy
 from .tool_result_compaction import ToolResultCompactionStrategy
 from .truncation import TruncationStrategy
 
@@ -167,6 +170,33 @@ def build_clear_tool_uses(entry: ClearToolUsesEntry, ctx: BuildContext) -> Strat
     )
 
 
+AF_DEFAULT_TARGET_COUNT = 4
+AF_DEFAULT_THRESHOLD = 2
+
+
+def build_summarization(entry: SummarizationEntry, ctx: BuildContext) -> Strategy:
+    """Builder for ``strategy: summarization`` (either selection shape)."""
+    retain = entry.retain_recent or RetainRecentSettings()
+    target_count: int | None = None
+    threshold = 0
+    if entry.uses_group_shape:
+        target_count = entry.target_count or AF_DEFAULT_TARGET_COUNT
+        if "threshold" in entry.model_fields_set:
+            threshold = entry.threshold or 0
+        else:
+            threshold = AF_DEFAULT_THRESHOLD
+    return SummarizationStrategy(
+        retain_turns=retain.turns,
+        retain_tokens=retain.tokens,
+        target_count=target_count,
+        threshold=threshold,
+        placement=entry.placement,
+        trigger=entry.trigger,
+        target=entry.target,
+        minimum_preserved=_floor(entry, 0),
+    )
+
+
 def build_pipeline_entry(entry: PipelineEntry, ctx: BuildContext) -> Strategy:
     """Builder for a nested ``strategy: pipeline`` (optionally a token-budget composition)."""
     from ..pipeline import PipelineStrategy
@@ -182,13 +212,14 @@ def build_pipeline_entry(entry: PipelineEntry, ctx: BuildContext) -> Strategy:
 
 
 def register_builtin_strategies(registry: StrategyRegistry) -> StrategyRegistry:
-    """Register every strategy implemented so far (summarization comes with its issue)."""
+    """Register every built-in strategy."""
     registry.register("context_pruning", build_context_pruning)
     registry.register("tool_result_compaction", build_tool_result_compaction)
     registry.register("selective_tool_calls", build_selective_tool_calls)
     registry.register("clear_tool_uses", build_clear_tool_uses)
     registry.register("truncation", build_truncation)
     registry.register("sliding_window", build_sliding_window)
+    registry.register("summarization", build_summarization)
     registry.register("pipeline", build_pipeline_entry)
     return registry
 

@@ -1,0 +1,368 @@
+"""Summarization: fold older history into one summary checkpoint (DESIGN sections 6 and 7).
+
+The strategy picks a stretch of old history, asks the edge's
+:class:`~proxy.compaction.summarizer.Summarizer` for a summary of it (one call per compaction
+event), and replaces the stretch with one message placed right after the system block::
+
+    {"role": "user", "content": "<summary>\\n{text}\\n</summary>\\n\\n{CHECKPOINT_NOTE}"}
+
+Selection has two shapes.
+
+* **Turns** (LibreChat's ``retainRecent``, the default): keep the last ``retain_turns``
+  user-led turns (default 2) verbatim and fold everything between the system block and the
+  start of the first kept turn.  Cuts are made only at turn boundaries (a user message), so a
+  tool call is never separated from its results.  ``retain_tokens`` caps the kept tail: while
+  the kept turns exceed it, one turn fewer is kept, but never fewer than the newest turn
+  (DESIGN invariant 4).  ``retain_turns=0`` folds everything except the newest turn (LibreChat:
+  "summarize everything", with the newest turn always kept).
+* **Groups** (the Agent Framework's ``SummarizationStrategy``, chosen by giving
+  ``target_count``; ``threshold`` defaults to 0 here and to 2 in a config entry, as in the
+  Agent Framework): fires when the non-system messages exceed ``target_count + threshold``,
+  keeps the newest whole groups until they hold at least ``target_count`` messages (at least
+  one group), and folds the older ones.  Cuts are made at group boundaries, as the Agent
+  Framework does: a tool-call group is atomic, so pairing stays valid even without turn
+  boundaries.  The newest turn is still kept whole (invariant 4), which is where this shape
+  departs from the Agent Framework: over ``[u1, a1, u2, call(c1, c2), tool, tool]`` with
+  ``target_count=2`` the Agent Framework folds ``u2`` too, here ``u2`` stays.
+
+In both shapes a cut is only made where no kept group straddles it (a result that arrives
+after a later user message belongs to its call's group): the cut moves to the nearest earlier
+clean boundary instead.  ``minimum_preserved`` keeps the newest N non-system groups out of the
+stretch.  Mid-conversation system/developer messages are never folded; they stay in place and
+are not sent to the summarizer.  Nothing happens (and the summarizer is not called) when the
+stretch holds nothing but an earlier summary, or, in the turn shape, when it holds neither a
+user message nor an earlier summary: only assistant/tool messages from before the first user
+message (a greeting, or what a truncation left of an older turn), which are not worth a call and
+would otherwise be folded again on the next run after a forced compaction.
+
+Rolling update: a summary checkpoint inside the stretch (a ``summary`` group of the view) is
+not sent as a message; its text, taken out of the wrapper, becomes the request's
+``previous_summary`` and the checkpoint is replaced by the new summary.
+
+Validation and failure: a stretch that costs no more than an empty checkpoint is not sent (no
+summary could be shorter); the new summary message must cost fewer tokens than everything it
+replaces (else ``not_shorter``); an empty text is ``empty``; a
+:class:`~proxy.compaction.summarizer.SummaryError` carries its own reason, and any other
+exception from the summarizer counts as ``error``.  On failure the strategy changes nothing
+and returns an outcome with ``failed`` set; the pipeline continues with its next strategy.
+Without a summarizer (the synchronous ``compact``, or the edge has none) the strategy skips
+with the note "summarizer not available" and never fakes a summary.
+
+Placement (``user``, the default; ``assistant``; ``system``) only sets the role; the content
+and its wrapper are the same.  ``system`` gives summarized user and tool text system
+authority, so it is used only when the operator configures it (DESIGN section 7.8); the
+pipeline's summary marker then recognises system-role checkpoints too
+(:func:`~proxy.compaction.pipeline.summary_marker_for`).
+
+Triggers and targets: the trigger is the configured one (the default pipeline's
+``token_ratio: 0.8``; ``over_budget`` when none is configured; the message count rule in the
+group shape).  The stretch is fixed by the selection, not by the target: one summarizer call
+folds everything the selection allows, which is also what keeps the result idempotent -- on
+the output the stretch holds only the new summary, so nothing happens again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal, cast, get_args
+
+from ..draft import Draft
+from ..messages import Message
+from ..summarizer import SummaryError, SummaryRequest
+from ..triggers import Condition
+from ..view import SUMMARY_PREFIX, Group, GroupKind
+from .base import Strategy, StrategyContext, StrategyOutcome
+
+Placement = Literal["user", "system", "assistant"]
+PLACEMENTS: tuple[str, ...] = get_args(Placement)
+
+SUMMARY_OPEN = SUMMARY_PREFIX + "\n"
+SUMMARY_CLOSE = "\n</summary>"
+CHECKPOINT_NOTE = (
+    "You wrote the checkpoint above earlier in this conversation, when older messages were "
+    "condensed to keep the context small. Treat it as your own notes: carry on from where the "
+    "work stands, do not redo finished steps, and do not mention or reply to the checkpoint "
+    "itself."
+)
+_EXACT_SUFFIX = f"{SUMMARY_CLOSE}\n\n{CHECKPOINT_NOTE}"
+_TURN_ANCHORS = frozenset({GroupKind.USER, GroupKind.SUMMARY})
+_ERROR_DETAIL_CHARS = 200
+
+
+def wrap_summary(text: str) -> str:
+    """The checkpoint content for summary ``text``."""
+    return f"{SUMMARY_OPEN}{text}{_EXACT_SUFFIX}"
+
+
+def unwrap_summary(content: str) -> str:
+    """The summary text inside a checkpoint's content (inverse of :func:`wrap_summary`).
+
+    Our own wrapper is removed exactly.  A checkpoint written with another note (an older
+    version, another tool) loses its ``<summary>`` opening and everything from the last
+    ``</summary>`` on.
+    """
+    if content.startswith(SUMMARY_OPEN) and content.endswith(_EXACT_SUFFIX):
+        return content[len(SUMMARY_OPEN) : len(content) - len(_EXACT_SUFFIX)]
+    body = content.removeprefix(SUMMARY_PREFIX)
+    end = body.rfind("</summary>")
+    if end >= 0:
+        body = body[:end]
+    return body.strip("\n")
+
+
+class SummarizationStrategy(Strategy):
+    """Fold older history into a summary checkpoint (see the module docstring)."""
+
+    name = "summarization"
+
+    def __init__(
+        self,
+        *,
+        retain_turns: int = 2,
+        retain_tokens: int | None = None,
+        target_count: int | None = None,
+        threshold: int | None = None,
+        placement: Placement = "user",
+        trigger: Condition | None = None,
+        target: Condition | None = None,
+        minimum_preserved: int = 0,
+    ) -> None:
+        super().__init__(trigger=trigger, target=target, minimum_preserved=minimum_preserved)
+        if retain_turns < 0:
+            raise ValueError("retain_recent.turns must be >= 0")
+        if retain_tokens is not None and retain_tokens <= 0:
+            raise ValueError("retain_recent.tokens must be > 0")
+        if target_count is not None and target_count < 1:
+            raise ValueError("target_count must be >= 1")
+        if threshold is not None and threshold < 0:
+            raise ValueError("threshold must be >= 0")
+        if placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}")
+        self.retain_turns = retain_turns
+        self.retain_tokens = retain_tokens
+        self.target_count = target_count
+        self.threshold = threshold or 0
+        self.placement: Placement = placement
+
+    # ------------------------------------------------------------------ configuration
+    @property
+    def by_groups(self) -> bool:
+        """True for the Agent Framework's group shape (``target_count`` given)."""
+        return self.target_count is not None
+
+    @property
+    def summary_roles(self) -> frozenset[str]:
+        return frozenset({self.placement})
+
+    def should_run(self, draft: Draft, ctx: StrategyContext) -> bool:
+        if ctx.force:
+            return True
+        if self._trigger is None and self.target_count is not None:
+            return _non_system_messages(draft) > self.target_count + self.threshold
+        return super().should_run(draft, ctx)
+
+    def summary_message(self, text: str) -> Message:
+        """The checkpoint message for summary ``text`` (role from ``placement``)."""
+        return {"role": self.placement, "content": wrap_summary(text)}
+
+    # ------------------------------------------------------------------ selection
+    def select(self, draft: Draft) -> list[Group]:
+        """The groups to fold, oldest first (empty: nothing to summarize).
+
+        One pass over the groups; see the module docstring for the rules.
+        """
+        groups = draft.groups
+        limit = draft.view.tail_start
+        non_system = [g for g in groups if g.kind is not GroupKind.SYSTEM and draft.is_kept(g)]
+        if not non_system:
+            return []
+        if self.minimum_preserved:
+            if len(non_system) <= self.minimum_preserved:
+                return []
+            limit = min(limit, non_system[-self.minimum_preserved].first)
+        is_boundary = _is_group_boundary if self.by_groups else _is_turn_boundary
+        candidates: list[Group] = []  # clean cut points, oldest first
+        reach = -1  # the furthest member of any earlier group
+        for group in groups:
+            if group.first > limit:
+                break
+            if reach < group.first and draft.is_kept(group) and is_boundary(group):
+                candidates.append(group)
+            reach = max(reach, group.last)
+        if not candidates:
+            return []
+        cut = self._cut(draft, candidates, non_system)
+        if cut is None:
+            return []
+        folded = [g for g in non_system if g.index < cut.index]
+        if all(g.kind is GroupKind.SUMMARY for g in folded):
+            return []  # only an earlier summary (or nothing) before the cut
+        if not self.by_groups and not any(g.kind in _TURN_ANCHORS for g in folded):
+            return []  # only what precedes the first turn (e.g. the rest of a truncated turn)
+        return folded
+
+    def _cut(self, draft: Draft, candidates: list[Group], non_system: list[Group]) -> Group | None:
+        if self.target_count is not None:
+            kept = 0
+            wanted = non_system[0].first
+            for group in reversed(non_system):
+                kept += group.message_count
+                if kept >= self.target_count:
+                    wanted = group.first
+                    break
+            return _last_at_or_before(candidates, wanted)
+        retain = max(1, self.retain_turns)
+        users = [g for g in draft.groups if g.kind is GroupKind.USER]
+        if not users:
+            return None
+        wanted = users[-retain].first if len(users) >= retain else users[0].first
+        position = _position_at_or_before(candidates, wanted)
+        if position is None:
+            return None
+        if self.retain_tokens is not None:
+            tail = _tail_tokens(draft, candidates)
+            while position + 1 < len(candidates) and tail[position] > self.retain_tokens:
+                position += 1
+        return candidates[position]
+
+    # ------------------------------------------------------------------ running
+    def apply(self, draft: Draft, ctx: StrategyContext) -> StrategyOutcome:
+        """Synchronous stand-in: there is no summarizer to await, so nothing is folded."""
+        folded = self.select(draft)
+        if not folded:
+            return _nothing()
+        return _unavailable(folded)
+
+    async def apply_async(self, draft: Draft, ctx: StrategyContext) -> StrategyOutcome:
+        folded = self.select(draft)
+        if not folded:
+            return _nothing()
+        summarizer = ctx.summarizer
+        if summarizer is None:
+            return _unavailable(folded)
+        old_tokens = sum(draft.group_tokens(g) for g in folded)
+        overhead = draft.measure(self.summary_message("")).token_count
+        if old_tokens <= overhead:  # no summary can be shorter: do not ask for one
+            return StrategyOutcome(
+                changed=False,
+                notes=(
+                    f"stretch too small to summarize ({old_tokens} tokens; an empty "
+                    f"checkpoint costs {overhead})",
+                ),
+            )
+        previous = [
+            unwrap_summary(str(draft.message(g.first).get("content", "")))
+            for g in folded
+            if g.kind is GroupKind.SUMMARY
+        ]
+        indices = sorted(i for g in folded if g.kind is not GroupKind.SUMMARY for i in g.members)
+        request = SummaryRequest(
+            messages=tuple(_as_dict(draft.message(i)) for i in indices),
+            previous_summary="\n\n".join(previous) if previous else None,
+            model=ctx.model,
+        )
+        try:
+            text = await summarizer.summarize(request)
+        except SummaryError as error:
+            return _failed(error.reason, error.message, len(indices))
+        except Exception as error:  # a summarizer bug must not fail the request
+            detail = str(error)[:_ERROR_DETAIL_CHARS]
+            return _failed("error", f"summarizer raised {type(error).__name__}: {detail}", 0)
+        text = text.strip() if isinstance(text, str) else ""
+        if not text:
+            return _failed("empty", "the summarizer returned no text", len(indices))
+        message = self.summary_message(text)
+        marker = draft.summary_marker
+        if marker is None or not marker.matches(message):
+            return _failed(
+                "error",
+                f"the pipeline's summary marker does not recognise {self.placement!r} "
+                "checkpoints; configure the placement through the pipeline",
+                len(indices),
+            )
+        new_tokens = draft.measure(message).token_count
+        if new_tokens >= old_tokens:
+            return _failed(
+                "not_shorter",
+                f"the summary ({new_tokens} tokens) is not shorter than what it would replace "
+                f"({old_tokens} tokens)",
+                len(indices),
+            )
+        for group in folded:
+            draft.drop(group)
+        draft.insert_after_system([message])
+        kind = "updated the summary with" if previous else "summarized"
+        return StrategyOutcome(
+            changed=True,
+            notes=(
+                f"{kind} {len(indices)} message(s) in {len(folded) - len(previous)} group(s): "
+                f"{old_tokens} -> {new_tokens} tokens",
+            ),
+        )
+
+
+def _is_turn_boundary(group: Group) -> bool:
+    return group.kind is GroupKind.USER
+
+
+def _is_group_boundary(group: Group) -> bool:
+    return group.kind is not GroupKind.SYSTEM and group.kind is not GroupKind.SUMMARY
+
+
+def _position_at_or_before(candidates: Sequence[Group], position: int) -> int | None:
+    found: int | None = None
+    for index, group in enumerate(candidates):
+        if group.first > position:
+            break
+        found = index
+    return found
+
+
+def _last_at_or_before(candidates: Sequence[Group], position: int) -> Group | None:
+    found = _position_at_or_before(candidates, position)
+    return None if found is None else candidates[found]
+
+
+def _tail_tokens(draft: Draft, candidates: Sequence[Group]) -> list[int]:
+    """Tokens of the non-system groups from each candidate cut to the end (one reverse pass)."""
+    total = 0
+    out = [0] * len(candidates)
+    position = len(candidates) - 1
+    for group in reversed(draft.groups):
+        if group.kind is not GroupKind.SYSTEM and draft.is_kept(group):
+            total += draft.group_tokens(group)
+        if position >= 0 and candidates[position].index == group.index:
+            out[position] = total
+            position -= 1
+    return out
+
+
+def _non_system_messages(draft: Draft) -> int:
+    return sum(
+        g.message_count for g in draft.groups if g.kind is not GroupKind.SYSTEM and draft.is_kept(g)
+    )
+
+
+def _as_dict(message: Message) -> dict[str, Any]:
+    return cast(dict[str, Any], message) if isinstance(message, dict) else dict(message)
+
+
+def _nothing() -> StrategyOutcome:
+    return StrategyOutcome(changed=False, notes=("nothing to summarize before the kept turns",))
+
+
+def _unavailable(folded: Sequence[Group]) -> StrategyOutcome:
+    count = sum(g.message_count for g in folded)
+    return StrategyOutcome(
+        changed=False,
+        notes=(f"summarizer not available: skipped ({count} message(s) left to later strategies)",),
+    )
+
+
+def _failed(reason: str, message: str, count: int) -> StrategyOutcome:
+    return StrategyOutcome(
+        changed=False,
+        notes=(f"{count} message(s) left unsummarized",) if count else (),
+        failed=reason,
+        failure_message=message,
+    )
