@@ -28,6 +28,8 @@ from proxy.config import Settings, load_settings
 from proxy.context import AppState, RequestContext
 from proxy.errors import ProxyError
 from proxy.logs import ACCESS, access_line
+from proxy.summaries.stores.factory import make_store
+from proxy.summaries.summarizer import validate_summarization_config
 from proxy.transport import HttpxUpstream, make_transport, plain_httpx_client
 from proxy.upstream import Router
 
@@ -40,8 +42,13 @@ class ProxyApp:
     """Root ASGI callable: request ids, inbound auth, dispatch, one access-log line."""
 
     def __init__(self, settings: Settings) -> None:
+        if settings.summarization.enabled:
+            validate_summarization_config(settings)
         self.state = AppState(
-            settings=settings, router=Router(settings.upstreams), compactor=Compactor(settings)
+            settings=settings,
+            router=Router(settings.upstreams),
+            compactor=Compactor(settings),
+            store=make_store(settings.store),
         )
         self._api_keys = [k.get_secret_value().encode() for k in settings.server.api_keys]
         self.fastapi = _build_fastapi(self.state)
@@ -189,6 +196,8 @@ def _build_fastapi(state: AppState) -> FastAPI:
             state.shutting_down = True
             await state.transport.aclose()
             await state.client.aclose()
+            if state.store is not None:
+                await state.store.close()
             state.compactor.close()
 
     app = FastAPI(

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
+import hashlib
 import logging
 import os
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from proxy.compaction import (
     CompactionReport,
@@ -25,10 +27,12 @@ from proxy.compaction import (
     Mode,
     ModelCatalog,
     Pipeline,
+    Summarizer,
     TokenizerProvider,
     build_pipeline,
     build_view,
     compact,
+    compact_async,
 )
 from proxy.config import Settings
 
@@ -41,14 +45,6 @@ _BUILTIN_ENCODINGS = ("o200k_base", "cl100k_base")
 
 def debug_enabled() -> bool:
     return os.environ.get("COMPACTION_DEBUG", "").strip().lower() in ("1", "true", "yes", "on")
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """What the edge decided for one request: the compaction result, if any ran."""
-
-    result: CompactionResult | None
-    mode: Mode | None
 
 
 class Compactor:
@@ -81,6 +77,7 @@ class Compactor:
             if m.compaction is not None
         ]
         self._pipeline_cache: dict[str, tuple[CompactionSettings, Pipeline]] = {}
+        self._fingerprints: dict[str, str] = {}
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compaction")
         self.debug = debug_enabled()
 
@@ -108,28 +105,82 @@ class Compactor:
     def enabled_for(self, model: str) -> bool:
         return self.settings_for(model)[0].enabled
 
-    async def run(self, body: Mapping[str, Any], mode: Mode, *, size_hint: int) -> CompactionResult:
-        """Compact a validated chat body; large bodies are counted on the worker thread."""
-        if size_hint < _INLINE_BYTES:
-            return self.run_sync(body, mode)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self.run_sync, body, mode)
+    async def run(
+        self,
+        body: Mapping[str, Any],
+        mode: Mode,
+        *,
+        size_hint: int,
+        summarizer: Summarizer | None = None,
+    ) -> CompactionResult:
+        """Compact a validated chat body.
 
-    def run_sync(self, body: Mapping[str, Any], mode: Mode) -> CompactionResult:
+        Counting a large conversation for the first time takes milliseconds of tiktoken; that
+        part runs on the worker thread (tiktoken releases the GIL), so the event loop only
+        does the cheap part, with every count already cached.
+        """
+        if size_hint >= _INLINE_BYTES:
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(self._executor, self._prewarm, body)
         model: str = body["model"]
         _, pipeline = self.settings_for(model)
-        tools = body.get("tools") or body.get("functions")
-        result = compact(
+        result = await compact_async(
             body["messages"],
             model=model,
             pipeline=pipeline,
-            tokenizer=self.tokenizers,
-            facts=self.catalog,
-            tools=tools if isinstance(tools, list) else None,
-            max_completion_tokens=_int_or_none(body.get("max_completion_tokens")),
-            max_tokens=_int_or_none(body.get("max_tokens")),
-            reserve_ratio=self.settings.summarization.reserve_ratio,
-            mode=mode,
+            summarizer=summarizer,
+            **self._arguments(body, mode),
+        )
+        if self.debug:
+            self._debug_log(body, result.report)
+        return result
+
+    def _prewarm(self, body: Mapping[str, Any]) -> None:
+        tokenizer = self.tokenizers.get(self.catalog.facts_for(body["model"]).encoding)
+        for message in body["messages"]:
+            if isinstance(message, dict):
+                tokenizer.count_message(message)
+
+    def _arguments(self, body: Mapping[str, Any], mode: Mode) -> dict[str, Any]:
+        tools = body.get("tools") or body.get("functions")
+        return {
+            "tokenizer": self.tokenizers,
+            "facts": self.catalog,
+            "tools": tools if isinstance(tools, list) else None,
+            "max_completion_tokens": _int_or_none(body.get("max_completion_tokens")),
+            "max_tokens": _int_or_none(body.get("max_tokens")),
+            "reserve_ratio": self.settings.summarization.reserve_ratio,
+            "mode": mode,
+        }
+
+    def fingerprint(self, model: str) -> str:
+        """Hash of everything that shapes a checkpoint for `model`: part of its namespace, so a
+        changed configuration never reuses checkpoints made under the old one."""
+        cached = self._fingerprints.get(model)
+        if cached is not None:
+            return cached
+        compaction, _ = self.settings_for(model)
+        facts = self.catalog.facts_for(model)
+        payload = orjson.dumps(
+            [
+                compaction.model_dump(mode="json"),
+                self.settings.summarization.model_dump(mode="json"),
+                [facts.context_window, facts.max_output_tokens, facts.encoding],
+            ],
+            option=orjson.OPT_SORT_KEYS,
+        )
+        value = hashlib.blake2b(payload, digest_size=8).hexdigest()
+        if len(self._fingerprints) < 4096:
+            self._fingerprints[model] = value
+        return value
+
+    def run_sync(self, body: Mapping[str, Any], mode: Mode) -> CompactionResult:
+        """The same pipeline without a summarizer (the CLI, offline): summarization is skipped
+        and says so in the report; every other strategy runs as on the server."""
+        model: str = body["model"]
+        _, pipeline = self.settings_for(model)
+        result = compact(
+            body["messages"], model=model, pipeline=pipeline, **self._arguments(body, mode)
         )
         if self.debug:
             self._debug_log(body, result.report)

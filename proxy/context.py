@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from proxy.compaction import CompactionReport
     from proxy.compactor import Compactor
     from proxy.config import Settings
+    from proxy.flow import CompactionFlow
+    from proxy.summaries.stores.base import CheckpointStore
     from proxy.transport import UpstreamTransport
     from proxy.upstream import Router
 
@@ -25,11 +27,24 @@ class AppState:
     settings: Settings
     router: Router
     compactor: Compactor
+    store: CheckpointStore | None = None
     # httpx client for the proxy's own calls (the summarizer); cookie-less, no default headers.
     client: httpx.AsyncClient | None = None
     # What forwarding uses; built in the lifespan (tests may hand in `client` alone).
     transport: UpstreamTransport | None = None
     shutting_down: bool = False
+    _flow: CompactionFlow | None = None
+
+    @property
+    def flow(self) -> CompactionFlow:
+        """Built on first use: the summarizer needs the httpx client of the lifespan."""
+        if self._flow is None:
+            from proxy.flow import build_flow
+
+            if self.client is None:
+                raise RuntimeError("the upstream client is not started (lifespan not run)")
+            self._flow = build_flow(self.settings, self.compactor, self.store, self.client)
+        return self._flow
 
     @property
     def upstream(self) -> UpstreamTransport:
@@ -63,6 +78,7 @@ class RequestContext:
     upstream_request_id: str | None = None
     response_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     report: CompactionReport | None = None
+    checkpoint: str | None = None
 
     @property
     def elapsed_ms(self) -> float:

@@ -155,8 +155,10 @@ def dead_upstream_url() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def proxy(fake_upstream: UpstreamServer, servers_dir: Path) -> Iterator[ProxyServer]:
-    config = write_config(servers_dir / "proxy.yaml", proxy_config(upstream_entry(fake_upstream)))
-    server = ProxyServer(config, servers_dir / "proxy.log").start()
+    config = proxy_config(upstream_entry(fake_upstream))
+    config["store"] = {"backend": "sqlite", "path": str(servers_dir / "checkpoints.db")}
+    path = write_config(servers_dir / "proxy.yaml", config)
+    server = ProxyServer(path, servers_dir / "proxy.log").start()
     yield server
     server.stop()
 
@@ -176,6 +178,12 @@ class _ProxyLauncher:
         env: Mapping[str, str] | None = None,
     ) -> ProxyServer:
         n = next(_names)
+        if not (isinstance(config, Mapping) and "store" in config):
+            # Checkpoints of a test's proxy live in its temporary directory, never in the repo.
+            env = {
+                "COMPACTION_PROXY_STORE__PATH": str(self.directory / f"proxy-{n}.db"),
+                **(env or {}),
+            }
         path = write_config(self.directory / f"proxy-{n}.yaml", config)
         server = ProxyServer(
             path, self.directory / f"proxy-{n}.log", via_env=via_env, env=env, name=f"proxy-{n}"

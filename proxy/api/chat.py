@@ -114,7 +114,7 @@ async def chat_completions(
     # An empty list has nothing to compact; the upstream gives its own verdict on it.
     if mode is not None and data["messages"] and state.compactor.enabled_for(model):
         validate_chat(data)
-        body = await _compact(ctx, data, raw, mode)
+        body = await _compact(ctx, scope, data, raw, mode)
     return await forward(
         state.upstream,
         upstream,
@@ -129,22 +129,45 @@ async def chat_completions(
     )
 
 
-async def _compact(ctx: RequestContext, data: dict[str, Any], raw: bytes, mode: Mode) -> bytes:
+async def _compact(
+    ctx: RequestContext, scope: Scope, data: dict[str, Any], raw: bytes, mode: Mode
+) -> bytes:
     """The bytes to forward. Unchanged requests (and dry runs) forward the client's bytes.
 
     A failure inside compaction must never fail a request that would have succeeded without
     the proxy: it is logged, reported in a warning header, and the original goes upstream.
     """
     try:
-        result = await ctx.state.compactor.run(data, mode, size_hint=len(raw))
+        flow = await ctx.state.flow.run(
+            data,
+            mode,
+            size_hint=len(raw),
+            credential=credential(scope),
+            authorization=None if ctx.authenticated else authorization(scope),
+            upstream_name=ctx.upstream or "",
+        )
     except Exception:
         log.exception("compaction failed; forwarding the original request")
         ctx.response_headers.append(
             (b"x-compaction-warning", b"compaction failed; the original request was forwarded")
         )
         return raw
-    ctx.report = result.report
-    ctx.response_headers.extend(report_headers(result, mode))
-    if not result.changed or mode is Mode.DRY_RUN:
-        return raw
-    return orjson.dumps({**data, "messages": result.messages})
+    ctx.report = flow.result.report
+    ctx.checkpoint = flow.checkpoint
+    ctx.response_headers.extend(report_headers(flow.result, mode))
+    ctx.response_headers.append((b"x-compaction-checkpoint", flow.checkpoint.encode()))
+    for warning in flow.warnings:
+        ctx.response_headers.append((b"x-compaction-warning", _header_safe(warning)))
+    return raw if flow.body is None else flow.body
+
+
+def credential(scope: Scope) -> str | None:
+    """Who is asking, for the checkpoint namespace: the key the client presented (to the
+    proxy or, passed through, to the upstream). Hashed before it is used anywhere."""
+    value = header(scope, b"authorization") or header(scope, b"x-api-key")
+    return value.decode("latin-1") if value else None
+
+
+def authorization(scope: Scope) -> str | None:
+    value = header(scope, b"authorization")
+    return value.decode("latin-1") if value else None

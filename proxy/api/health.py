@@ -5,6 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from proxy.summaries.stores.base import StoreUnavailable
+
 router = APIRouter()
 
 
@@ -17,6 +19,12 @@ async def healthz() -> dict[str, str]:
 async def readyz(request: Request) -> JSONResponse:
     state = request.app.state.proxy
     checks = {"upstream_client": "ok" if state.ready else "not ready"}
+    if state.store is not None:
+        try:
+            await state.store.ping()
+            checks[f"store:{state.store.name}"] = "ok"
+        except StoreUnavailable as exc:
+            checks[f"store:{state.store.name}"] = f"unavailable: {exc}"
     ok = all(value == "ok" for value in checks.values())
     return JSONResponse(
         {"status": "ok" if ok else "unavailable", "checks": checks}, status_code=200 if ok else 503

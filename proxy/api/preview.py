@@ -9,7 +9,14 @@ from __future__ import annotations
 
 import orjson
 
-from proxy.api.chat import compaction_mode, parse_chat_body, report_headers, validate_chat
+from proxy.api.chat import (
+    authorization,
+    compaction_mode,
+    credential,
+    parse_chat_body,
+    report_headers,
+    validate_chat,
+)
 from proxy.asgi import Receive, Scope, Send, read_body, send_bytes
 from proxy.compaction import Mode
 from proxy.context import RequestContext
@@ -30,12 +37,34 @@ async def preview(ctx: RequestContext, scope: Scope, receive: Receive, send: Sen
         await send_bytes(send, 200, orjson.dumps(payload), ctx.response_headers)
         return
     validate_chat(data)
-    # Dry-run and normal compute the same thing here: nothing is forwarded either way.
+    # Dry-run and normal compute the same thing here: nothing is forwarded either way, and
+    # nothing is stored (a preview must not change what the next real request finds).
     run_mode = Mode.FORCE if mode is Mode.FORCE else Mode.NORMAL
-    result = await ctx.state.compactor.run(data, run_mode, size_hint=len(raw))
+    upstream = ctx.state.router.for_model(data["model"])
+    flow = await ctx.state.flow.run(
+        data,
+        run_mode,
+        size_hint=len(raw),
+        credential=credential(scope),
+        authorization=None if ctx.authenticated else authorization(scope),
+        upstream_name=upstream.name,
+        persist=False,
+    )
+    result = flow.result
     ctx.report = result.report
-    request = {**data, "messages": result.messages} if result.changed else data
-    payload = {"changed": result.changed, "request": request, "report": result.report.to_dict()}
-    headers = [*ctx.response_headers, *report_headers(result, run_mode)]
+    ctx.checkpoint = flow.checkpoint
+    request = orjson.loads(flow.body) if flow.body is not None else data
+    payload = {
+        "changed": flow.body is not None,
+        "checkpoint": flow.checkpoint,
+        "request": request,
+        "report": result.report.to_dict(),
+        "warnings": flow.warnings,
+    }
+    headers = [
+        *ctx.response_headers,
+        *report_headers(result, run_mode),
+        (b"x-compaction-checkpoint", flow.checkpoint.encode()),
+    ]
     ctx.status = 200
     await send_bytes(send, 200, orjson.dumps(payload), headers)

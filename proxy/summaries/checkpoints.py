@@ -111,8 +111,7 @@ class Checkpoints:
                 log.warning(error)
         if found is None:
             return Lookup(list(messages), system_count, hashes, 0, None, error)
-        index, checkpoint = found
-        covered = index + 1
+        covered, checkpoint = found  # 1-based: how many messages the checkpoint stands for
         effective = [*messages[:system_count], *checkpoint.messages, *rest[covered:]]
         return Lookup(effective, system_count, hashes, covered, checkpoint, error)
 

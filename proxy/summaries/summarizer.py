@@ -74,18 +74,25 @@ def validate_summarization_config(settings: Settings) -> None:
     summ = settings.summarization
     if summ.provider is not None:
         if not summ.provider.strip():
-            raise ConfigError("summarization.provider: must not be empty (omit it to use the "
-                              "request's own upstream)")
+            raise ConfigError(
+                "summarization.provider: must not be empty (omit it to use the "
+                "request's own upstream)"
+            )
         if find_upstream(settings.upstreams, summ.provider) is None:
             names = ", ".join(u.name for u in settings.upstreams)
-            raise ConfigError(f"summarization.provider: no upstream named {summ.provider!r}; "
-                              f"configured upstreams: {names}")
+            raise ConfigError(
+                f"summarization.provider: no upstream named {summ.provider!r}; "
+                f"configured upstreams: {names}"
+            )
     if summ.model is not None and not summ.model.strip():
-        raise ConfigError("summarization.model: must not be empty (omit it to use the "
-                          "request's own model)")
+        raise ConfigError(
+            "summarization.model: must not be empty (omit it to use the request's own model)"
+        )
     for key in sorted(_RESERVED_PARAMETERS & set(summ.parameters)):
-        raise ConfigError(f"summarization.parameters.{key}: set by the proxy itself "
-                          "(the summary call is one non-streaming completion); remove it")
+        raise ConfigError(
+            f"summarization.parameters.{key}: set by the proxy itself "
+            "(the summary call is one non-streaming completion); remove it"
+        )
 
 
 # ------------------------------------------------------------------ metrics
@@ -155,8 +162,9 @@ class HttpSummarizer:
         if settings.provider is not None:
             self._provider = find_upstream(upstreams, settings.provider)
             if self._provider is None:
-                raise ConfigError(f"summarization.provider: no upstream named "
-                                  f"{settings.provider!r}")
+                raise ConfigError(
+                    f"summarization.provider: no upstream named {settings.provider!r}"
+                )
         self._client = client
         self._facts_for = facts_for or ModelCatalog().facts_for
         estimator = CharacterEstimatorTokenizer()
@@ -167,12 +175,14 @@ class HttpSummarizer:
         self.prompts = PromptSet.from_config(settings.prompt, settings.update_prompt)
         self.stats = stats or SummarizerStats()
         self._parameters, self._limit, self._limit_param = _split_parameters(
-            settings.parameters, settings.max_summary_tokens, limit_param)
+            settings.parameters, settings.max_summary_tokens, limit_param
+        )
         self._authorization: str | None = None
 
     @classmethod
-    def from_settings(cls, settings: Settings, client: httpx.AsyncClient,
-                      **options: Any) -> HttpSummarizer:
+    def from_settings(
+        cls, settings: Settings, client: httpx.AsyncClient, **options: Any
+    ) -> HttpSummarizer:
         """From the whole configuration (validated first)."""
         validate_summarization_config(settings)
         return cls(settings.summarization, settings.upstreams, client, **options)
@@ -186,6 +196,10 @@ class HttpSummarizer:
         """The model that writes summaries for a request to ``request_model``."""
         return self._settings.model or request_model
 
+    def upstream_for(self, request_model: str) -> UpstreamSettings:
+        """The upstream that writes summaries for a request to ``request_model``."""
+        return self._provider or self._router.for_model(request_model)
+
     def bind(self, *, authorization: str | None) -> HttpSummarizer:
         """A per-request instance carrying the caller's ``Authorization`` header value."""
         bound = copy.copy(self)
@@ -195,19 +209,23 @@ class HttpSummarizer:
     async def summarize(self, request: SummaryRequest) -> str:
         """The summary of ``request``'s stretch folded into its previous summary, if any."""
         model = self.model_for(request.model)
-        upstream = self._provider or self._router.for_model(request.model)
+        upstream = self.upstream_for(request.model)
         facts = self._facts_for(model)
         limit = self._limit
         if limit is None:
-            limit = min(DEFAULT_MAX_SUMMARY_TOKENS,
-                        facts.max_output_tokens or DEFAULT_MAX_SUMMARY_TOKENS)
+            limit = min(
+                DEFAULT_MAX_SUMMARY_TOKENS, facts.max_output_tokens or DEFAULT_MAX_SUMMARY_TOKENS
+            )
         count = self._tokenizer_for(model).count_text
         window = SummarizerWindow(facts.context_window, limit)
         blocks = render_blocks(request.messages, self._transcript)
         chunks = plan_chunks(blocks, request.previous_summary, self.prompts, window, count)
         if len(chunks) > self._max_chunks:
-            raise SummaryError("oversized", f"the stretch to summarize needs {len(chunks)} "
-                               f"summarizer calls, over the limit of {self._max_chunks}")
+            raise SummaryError(
+                "oversized",
+                f"the stretch to summarize needs {len(chunks)} "
+                f"summarizer calls, over the limit of {self._max_chunks}",
+            )
 
         async def call(system: str, user: str) -> str:
             return await self._complete(upstream, model, limit, system, user, count)
@@ -216,8 +234,15 @@ class HttpSummarizer:
 
     # -------------------------------------------------------------- one HTTP call
 
-    async def _complete(self, upstream: UpstreamSettings, model: str, limit: int, system: str,
-                        user: str, count: Callable[[str], int]) -> str:
+    async def _complete(
+        self,
+        upstream: UpstreamSettings,
+        model: str,
+        limit: int,
+        system: str,
+        user: str,
+        count: Callable[[str], int],
+    ) -> str:
         started = time.monotonic()
         outcome = "error"
         try:
@@ -228,16 +253,28 @@ class HttpSummarizer:
             outcome = exc.reason
             raise
         finally:
-            self.stats.record(SummaryCallRecord(upstream.name, model, outcome,
-                                                time.monotonic() - started))
+            self.stats.record(
+                SummaryCallRecord(upstream.name, model, outcome, time.monotonic() - started)
+            )
 
-    async def _post(self, upstream: UpstreamSettings, model: str, limit: int, system: str,
-                    user: str, count: Callable[[str], int]) -> str:
+    async def _post(
+        self,
+        upstream: UpstreamSettings,
+        model: str,
+        limit: int,
+        system: str,
+        user: str,
+        count: Callable[[str], int],
+    ) -> str:
         body: dict[str, Any] = dict(self._parameters)
-        body.update(model=model, stream=False, messages=[
-            {"role": "system", "content": system},
-            {"role": "user", "content": user},
-        ])
+        body.update(
+            model=model,
+            stream=False,
+            messages=[
+                {"role": "system", "content": system},
+                {"role": "user", "content": user},
+            ],
+        )
         body[self._limit_param] = limit
         headers = {"content-type": "application/json", "accept": "application/json"}
         credential = self._credential(upstream)
@@ -253,14 +290,18 @@ class HttpSummarizer:
                     timeout=httpx.Timeout(self._timeout),
                 )
         except (TimeoutError, httpx.TimeoutException) as exc:
-            raise SummaryError("timeout", f"{where} ({model}): no answer within "
-                               f"{self._timeout:g} s") from exc
+            raise SummaryError(
+                "timeout", f"{where} ({model}): no answer within {self._timeout:g} s"
+            ) from exc
         except httpx.HTTPError as exc:
-            raise SummaryError("error", f"{where} ({model}): request failed "
-                               f"({type(exc).__name__})") from exc
+            raise SummaryError(
+                "error", f"{where} ({model}): request failed ({type(exc).__name__})"
+            ) from exc
         if not 200 <= response.status_code < 300:
-            raise SummaryError("error", f"{where} ({model}): HTTP {response.status_code}"
-                               f"{_error_code(response.content)}")
+            raise SummaryError(
+                "error",
+                f"{where} ({model}): HTTP {response.status_code}{_error_code(response.content)}",
+            )
         return _read_completion(response.content, where, model, limit, count)
 
     def _credential(self, upstream: UpstreamSettings) -> str | None:
@@ -270,7 +311,9 @@ class HttpSummarizer:
 
 
 def _split_parameters(
-    parameters: Mapping[str, Any], max_summary_tokens: int | None, limit_param: LimitParam | None,
+    parameters: Mapping[str, Any],
+    max_summary_tokens: int | None,
+    limit_param: LimitParam | None,
 ) -> tuple[dict[str, Any], int | None, LimitParam]:
     """(body parameters, output limit, name of the limit field).
 
@@ -309,28 +352,34 @@ def _error_code(content: bytes) -> str:
     return ""
 
 
-def _read_completion(content: bytes, where: str, model: str, limit: int,
-                     count: Callable[[str], int]) -> str:
+def _read_completion(
+    content: bytes, where: str, model: str, limit: int, count: Callable[[str], int]
+) -> str:
     try:
         data = orjson.loads(content)
         choice = data["choices"][0]
         message = choice["message"]
     except (orjson.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
-        raise SummaryError("error", f"{where} ({model}): the response is not a chat "
-                           "completion") from exc
-    text = unwrap_summary(_message_text(message.get("content")
-                                        if isinstance(message, dict) else None))
+        raise SummaryError(
+            "error", f"{where} ({model}): the response is not a chat completion"
+        ) from exc
+    text = unwrap_summary(
+        _message_text(message.get("content") if isinstance(message, dict) else None)
+    )
     if not text:
         raise SummaryError("empty", f"{where} ({model}) returned an empty summary")
     if choice.get("finish_reason") == "length":
-        raise SummaryError("oversized", f"{where} ({model}): the summary was cut at the "
-                           f"limit of {limit} tokens")
+        raise SummaryError(
+            "oversized", f"{where} ({model}): the summary was cut at the limit of {limit} tokens"
+        )
     used = _completion_tokens(data.get("usage"))
     if used is None:
         used = count(text)
     if used > limit:
-        raise SummaryError("oversized", f"{where} ({model}): the summary has {used} tokens, "
-                           f"over the limit of {limit}")
+        raise SummaryError(
+            "oversized",
+            f"{where} ({model}): the summary has {used} tokens, over the limit of {limit}",
+        )
     return text
 
 
@@ -338,8 +387,11 @@ def _message_text(content: object) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        parts = [p.get("text") for p in content if isinstance(p, dict)
-                 and p.get("type") in ("text", "output_text")]
+        parts = [
+            p.get("text")
+            for p in content
+            if isinstance(p, dict) and p.get("type") in ("text", "output_text")
+        ]
         return "".join(p for p in parts if isinstance(p, str))
     return ""
 
@@ -362,5 +414,5 @@ def unwrap_summary(text: str) -> str:
     (the proxy adds its own when it places the checkpoint); otherwise verbatim."""
     stripped = text.strip()
     if stripped.startswith("<summary>") and stripped.endswith("</summary>"):
-        return stripped[len("<summary>"):-len("</summary>")].strip()
+        return stripped[len("<summary>") : -len("</summary>")].strip()
     return stripped

@@ -101,7 +101,7 @@ def elide(text: str, max_chars: int) -> str:
     head = keep * 3 // 5
     tail = keep - head
     removed = len(text) - head - tail
-    return f"{text[:head]}\n… [{removed} characters elided] …\n{text[len(text) - tail:]}"
+    return f"{text[:head]}\n… [{removed} characters elided] …\n{text[len(text) - tail :]}"
 
 
 # ------------------------------------------------------------------ rendering
@@ -136,8 +136,11 @@ def _part_text(part: object, options: TranscriptOptions) -> str | None:
 def _image_placeholder(part: Mapping[str, Any], options: TranscriptOptions) -> str:
     image = part.get("image_url")
     url = image.get("url") if isinstance(image, Mapping) else image
-    if (isinstance(url, str) and url.startswith(("http://", "https://"))
-            and len(url) <= options.max_url_chars):
+    if (
+        isinstance(url, str)
+        and url.startswith(("http://", "https://"))
+        and len(url) <= options.max_url_chars
+    ):
         return f"[image: {url}]"
     return "[image]"
 
@@ -218,8 +221,11 @@ def _header(message: Mapping[str, Any], names: Mapping[str, str]) -> str:
     return f"[{role} {name}]" if isinstance(name, str) and name else f"[{role}]"
 
 
-def render_message(message: Mapping[str, Any], names: Mapping[str, str] | None = None,
-                   options: TranscriptOptions | None = None) -> str:
+def render_message(
+    message: Mapping[str, Any],
+    names: Mapping[str, str] | None = None,
+    options: TranscriptOptions | None = None,
+) -> str:
     """One message as a transcript block (header line, then text and tool calls).
 
     Only role, name, content, tool calls and (for assistants) a refusal or audio marker are
@@ -241,8 +247,9 @@ def render_message(message: Mapping[str, Any], names: Mapping[str, str] | None =
     return f"{header}\n{body}" if body else header
 
 
-def render_blocks(messages: Sequence[Mapping[str, Any]],
-                  options: TranscriptOptions | None = None) -> list[str]:
+def render_blocks(
+    messages: Sequence[Mapping[str, Any]], options: TranscriptOptions | None = None
+) -> list[str]:
     """The stretch as transcript blocks, one per message, in order."""
     names = call_names(messages)
     return [render_message(m, names, options) for m in messages]
@@ -266,8 +273,9 @@ def fit_block(block: str, budget_tokens: int, count_text: Callable[[str], int]) 
     return block
 
 
-def chunk_blocks(blocks: Sequence[str], budgets: Callable[[int], int],
-                 count_text: Callable[[str], int]) -> list[str]:
+def chunk_blocks(
+    blocks: Sequence[str], budgets: Callable[[int], int], count_text: Callable[[str], int]
+) -> list[str]:
     """Blocks packed greedily, in order, into chunks; chunk ``n`` (from 0) holds at most
     ``budgets(n)`` tokens. A block never splits; one too large alone is elided to fit."""
     chunks: list[str] = []
@@ -303,19 +311,32 @@ class SummarizerWindow:
     def input_budget(self, prompt_tokens: int, previous_tokens: int) -> int:
         """Tokens left for transcript in one call with this prompt and previous summary."""
         reserve = int(self.context_window * self.safety_ratio)
-        return (self.context_window - reserve - self.max_output_tokens - prompt_tokens
-                - previous_tokens - ENVELOPE_TOKENS)
+        return (
+            self.context_window
+            - reserve
+            - self.max_output_tokens
+            - prompt_tokens
+            - previous_tokens
+            - ENVELOPE_TOKENS
+        )
 
 
-def plan_chunks(blocks: Sequence[str], previous_summary: str | None, prompts: PromptSet,
-                window: SummarizerWindow, count_text: Callable[[str], int]) -> list[str]:
+def plan_chunks(
+    blocks: Sequence[str],
+    previous_summary: str | None,
+    prompts: PromptSet,
+    window: SummarizerWindow,
+    count_text: Callable[[str], int],
+) -> list[str]:
     """Chunks for the fold: the first sized next to the given previous summary (if any), the
     later ones next to the summary so far, which is at most ``max_output_tokens`` long."""
     previous_tokens = count_text(previous_summary) if previous_summary is not None else 0
-    first = window.input_budget(count_text(prompts.system_prompt(previous_summary)),
-                                previous_tokens)
-    later = window.input_budget(count_text(prompts.update),
-                                max(previous_tokens, window.max_output_tokens))
+    first = window.input_budget(
+        count_text(prompts.system_prompt(previous_summary)), previous_tokens
+    )
+    later = window.input_budget(
+        count_text(prompts.update), max(previous_tokens, window.max_output_tokens)
+    )
 
     def budgets(index: int) -> int:
         budget = first if index == 0 else later
@@ -332,8 +353,9 @@ def plan_chunks(blocks: Sequence[str], previous_summary: str | None, prompts: Pr
     return chunk_blocks(blocks, budgets, count_text)
 
 
-async def fold(chunks: Sequence[str], previous_summary: str | None, prompts: PromptSet,
-               call: SummaryCall) -> str:
+async def fold(
+    chunks: Sequence[str], previous_summary: str | None, prompts: PromptSet, call: SummaryCall
+) -> str:
     """Summarize chunk by chunk: the first with the checkpoint prompt (or the update prompt
     over ``previous_summary``), each later one with the update prompt over the summary so far.
     A failing call raises its :class:`SummaryError`; no partial summary is returned."""

@@ -36,6 +36,7 @@ import hashlib
 import inspect
 import itertools
 import os
+import re
 import struct
 import tempfile
 import time
@@ -232,7 +233,39 @@ def echo_responder(request: ChatRequest) -> ChatReply:
     return ChatReply(content="echo: ")
 
 
-DEFAULT_RESPONDERS: tuple[Responder, ...] = (tool_call_responder, echo_responder)
+FACT = re.compile(r"FACT-[A-Za-z0-9]+")
+
+
+def is_summarizer_call(payload: dict[str, Any]) -> bool:
+    """The proxy's summarizer frames the conversation in <conversation> tags."""
+    messages = payload.get("messages")
+    return isinstance(messages, list) and any(
+        "<conversation>" in message_text(m) for m in messages if _role(m) == "user"
+    )
+
+
+def summarizer_responder(request: ChatRequest) -> ChatReply | None:
+    """A deterministic stand-in for the summarizer model.
+
+    It writes a checkpoint whose Critical Context lists every `FACT-...` token it was shown,
+    in the previous checkpoint or in the conversation, in first-seen order; so a test can check
+    that facts survive rolling updates to the last request.
+    """
+    if not is_summarizer_call(request.body):
+        return None
+    text = "\n".join(message_text(m) for m in request.messages if _role(m) == "user")
+    facts = list(dict.fromkeys(FACT.findall(text)))
+    summary = "## Goal\nFinish the agent task.\n\n## Critical Context\n" + "\n".join(
+        f"- {fact}" for fact in facts
+    )
+    return ChatReply(content=summary)
+
+
+DEFAULT_RESPONDERS: tuple[Responder, ...] = (
+    summarizer_responder,
+    tool_call_responder,
+    echo_responder,
+)
 
 
 # --------------------------------------------------------------------------- server state
@@ -248,6 +281,9 @@ class Settings:
     chunk_delay_ms: float = 0.0
     record: bool = True
     models: list[str] = field(default_factory=lambda: list(DEFAULT_MODELS))
+    # How the summarizer persona answers: ok | error (500) | hang | empty | oversized.
+    summarizer: str = "ok"
+    summarizer_delay_ms: float = 0.0
 
     def window_for(self, model: str) -> int | None:
         return self.model_context_windows.get(model, self.context_window)
@@ -562,6 +598,15 @@ def create_app(
                 400, "'messages' is a required property", "invalid_request_error", None, "messages"
             )
         settings = fake.settings
+        forced: ChatReply | None = None
+        if settings.summarizer_delay_ms and is_summarizer_call(payload):
+            await asyncio.sleep(settings.summarizer_delay_ms / 1000)
+        if settings.summarizer != "ok" and is_summarizer_call(payload):
+            failure = _summarizer_failure(fake, request, settings.summarizer)
+            if isinstance(failure, ChatReply):
+                forced = failure
+            elif failure is not None:
+                return failure
         model = payload.get("model") if isinstance(payload.get("model"), str) else ""
         prompt_tokens = fake.counter.messages(payload["messages"], payload.get("tools"))
         window = settings.window_for(model)
@@ -579,7 +624,9 @@ def create_app(
                     "context_length_exceeded",
                     "messages",
                 )
-        reply = await fake.respond(ChatRequest(payload, dict(request.headers), prompt_tokens))
+        reply = forced or await fake.respond(
+            ChatRequest(payload, dict(request.headers), prompt_tokens)
+        )
         completion_tokens = reply.completion_tokens
         if completion_tokens is None:
             completion_tokens = fake.counter.text(reply.content or "") + sum(
@@ -741,6 +788,19 @@ def create_app(
     app = Starlette(routes=routes)
     app.state.fake = fake
     return app
+
+
+def _summarizer_failure(fake: FakeUpstream, request: Request, mode: str) -> Any:
+    """A response (500, hang) or a bad reply (empty, oversized) for a summarizer call."""
+    if mode == "error":
+        return error_response(500, "The server had an error.", "server_error", None)
+    if mode == "hang":
+        return HangResponse(fake, request)
+    if mode == "empty":
+        return ChatReply(content="   ")
+    if mode == "oversized":
+        return ChatReply(content="word " * 5000, finish_reason="length")
+    return None
 
 
 def apply_control(fake: FakeUpstream, changes: Any) -> None:

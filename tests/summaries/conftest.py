@@ -45,8 +45,9 @@ StoreFactory = Callable[[], CheckpointStore]
 
 
 @pytest.fixture(params=["memory", "sqlite", "redis"])
-async def store_factory(request: pytest.FixtureRequest,
-                        tmp_path: Path) -> AsyncIterator[StoreFactory]:
+async def store_factory(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[StoreFactory]:
     made: list[CheckpointStore] = []
     shared_memory = MemoryStore(max_entries=1000)
     url = request.getfixturevalue("redis_url") if request.param == "redis" else ""

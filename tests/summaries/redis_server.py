@@ -66,17 +66,33 @@ class RedisServer:
             if self._wait_ready():
                 return self
             self.stop()
-        raise RuntimeError(f"redis-server did not start; see {self.log_path}:\n"
-                           + self.log_path.read_text(errors="replace")[-2000:])
+        raise RuntimeError(
+            f"redis-server did not start; see {self.log_path}:\n"
+            + self.log_path.read_text(errors="replace")[-2000:]
+        )
 
     def _spawn(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--dir", str(self.directory),
-             "--protected-mode", "no"],
-            stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+            [
+                REDIS_SERVER,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.directory),
+                "--protected-mode",
+                "no",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
         )
 
     def _wait_ready(self) -> bool:

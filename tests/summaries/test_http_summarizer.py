@@ -38,10 +38,10 @@ STRETCH: tuple[dict[str, Any], ...] = (
 
 def upstreams(*, key: str | None = None) -> list[UpstreamSettings]:
     return [
-        UpstreamSettings.model_validate({"name": "openai", "base_url": OPENAI, "api_key": key,
-                                         "models": ["gpt-*", "o*"]}),
-        UpstreamSettings.model_validate({"name": "Local", "base_url": LOCAL,
-                                         "models": ["llama*"]}),
+        UpstreamSettings.model_validate(
+            {"name": "openai", "base_url": OPENAI, "api_key": key, "models": ["gpt-*", "o*"]}
+        ),
+        UpstreamSettings.model_validate({"name": "Local", "base_url": LOCAL, "models": ["llama*"]}),
     ]
 
 
@@ -49,12 +49,23 @@ def summ(**values: Any) -> SummarizationSettings:
     return SummarizationSettings.model_validate(values)
 
 
-def completion(content: Any = "## Goal\nFix the bug.", *, finish: str = "stop",
-               usage: dict[str, Any] | None = None) -> httpx.Response:
+def completion(
+    content: Any = "## Goal\nFix the bug.",
+    *,
+    finish: str = "stop",
+    usage: dict[str, Any] | None = None,
+) -> httpx.Response:
     body: dict[str, Any] = {
-        "id": "chatcmpl-1", "object": "chat.completion", "model": "m",
-        "choices": [{"index": 0, "finish_reason": finish,
-                     "message": {"role": "assistant", "content": content}}],
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": finish,
+                "message": {"role": "assistant", "content": content},
+            }
+        ],
     }
     if usage is not None:
         body["usage"] = usage
@@ -82,7 +93,8 @@ async def test_request_shape(mock: respx.MockRouter, client: httpx.AsyncClient) 
     route = mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion())
     summarizer = HttpSummarizer(
         summ(maxSummaryTokens=512, parameters={"temperature": 0.2, "top_p": 0.9}),
-        upstreams(), client,
+        upstreams(),
+        client,
     ).bind(authorization=CALLER)
     text = await summarizer.summarize(SummaryRequest(STRETCH, None, "gpt-4o"))
     assert text == "## Goal\nFix the bug."
@@ -100,29 +112,34 @@ async def test_request_shape(mock: respx.MockRouter, client: httpx.AsyncClient) 
 
 
 async def test_update_request_carries_the_previous_summary(
-    mock: respx.MockRouter, client: httpx.AsyncClient,
+    mock: respx.MockRouter,
+    client: httpx.AsyncClient,
 ) -> None:
     route = mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion())
     summarizer = HttpSummarizer(summ(), upstreams(), client)
     await summarizer.summarize(SummaryRequest(STRETCH, "## Goal\nOld goal", "gpt-4o"))
     body, headers = sent(route)
     assert body["messages"][0]["content"] == UPDATE_PROMPT
-    assert "<previous-checkpoint>\n## Goal\nOld goal\n</previous-checkpoint>" in (
-        body["messages"][1]["content"])
+    assert (
+        "<previous-checkpoint>\n## Goal\nOld goal\n</previous-checkpoint>"
+        in (body["messages"][1]["content"])
+    )
     assert "authorization" not in headers  # unbound and no upstream key: nothing to send
     assert body["max_completion_tokens"] == 4096  # the default limit
 
 
-async def test_upstream_key_wins_over_the_caller(mock: respx.MockRouter,
-                                                 client: httpx.AsyncClient) -> None:
+async def test_upstream_key_wins_over_the_caller(
+    mock: respx.MockRouter, client: httpx.AsyncClient
+) -> None:
     route = mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion())
     summarizer = HttpSummarizer(summ(), upstreams(key=UPSTREAM_KEY), client)
     await summarizer.bind(authorization=CALLER).summarize(SummaryRequest(STRETCH, None, "gpt-4o"))
     assert sent(route)[1]["authorization"] == f"Bearer {UPSTREAM_KEY}"
 
 
-async def test_bind_does_not_change_the_shared_instance(mock: respx.MockRouter,
-                                                        client: httpx.AsyncClient) -> None:
+async def test_bind_does_not_change_the_shared_instance(
+    mock: respx.MockRouter, client: httpx.AsyncClient
+) -> None:
     route = mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion())
     shared = HttpSummarizer(summ(), upstreams(), client)
     bound = shared.bind(authorization=CALLER)
@@ -134,18 +151,19 @@ async def test_bind_does_not_change_the_shared_instance(mock: respx.MockRouter,
 
 
 @pytest.mark.parametrize("provider", ["openAI", "OPENAI", "openai"])
-async def test_provider_by_name_case_insensitive(provider: str, mock: respx.MockRouter,
-                                                 client: httpx.AsyncClient) -> None:
+async def test_provider_by_name_case_insensitive(
+    provider: str, mock: respx.MockRouter, client: httpx.AsyncClient
+) -> None:
     route = mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion())
-    summarizer = HttpSummarizer(summ(provider=provider, model="gpt-4o-mini"), upstreams(),
-                                client)
+    summarizer = HttpSummarizer(summ(provider=provider, model="gpt-4o-mini"), upstreams(), client)
     # The chat request goes to the local upstream; the summary to the configured provider.
     await summarizer.summarize(SummaryRequest(STRETCH, None, "llama-3-70b"))
     assert sent(route)[0]["model"] == "gpt-4o-mini"
 
 
-async def test_default_is_the_requests_own_upstream(mock: respx.MockRouter,
-                                                    client: httpx.AsyncClient) -> None:
+async def test_default_is_the_requests_own_upstream(
+    mock: respx.MockRouter, client: httpx.AsyncClient
+) -> None:
     local = mock.post(f"{LOCAL}/chat/completions").mock(return_value=completion())
     summarizer = HttpSummarizer(summ(), upstreams(), client)
     await summarizer.summarize(SummaryRequest(STRETCH, None, "llama-3-70b"))
@@ -157,30 +175,40 @@ async def test_default_is_the_requests_own_upstream(mock: respx.MockRouter,
 
 def test_validate_summarization_config() -> None:
     base = {"upstreams": [{"name": "openai", "base_url": OPENAI}]}
-    validate_summarization_config(Settings.model_validate(
-        {**base, "summarization": {"provider": "openAI", "model": "gpt-4o-mini"}}))
+    validate_summarization_config(
+        Settings.model_validate(
+            {**base, "summarization": {"provider": "openAI", "model": "gpt-4o-mini"}}
+        )
+    )
     with pytest.raises(ConfigError, match=r"no upstream named 'anthropic'.*openai"):
-        validate_summarization_config(Settings.model_validate(
-            {**base, "summarization": {"provider": "anthropic"}}))
+        validate_summarization_config(
+            Settings.model_validate({**base, "summarization": {"provider": "anthropic"}})
+        )
     with pytest.raises(ConfigError, match=r"summarization\.parameters\.stream"):
-        validate_summarization_config(Settings.model_validate(
-            {**base, "summarization": {"parameters": {"stream": True}}}))
+        validate_summarization_config(
+            Settings.model_validate({**base, "summarization": {"parameters": {"stream": True}}})
+        )
     with pytest.raises(ConfigError):
         HttpSummarizer(summ(provider="nope"), upstreams(), httpx.AsyncClient())
 
 
-async def test_max_tokens_when_the_parameters_say_so(mock: respx.MockRouter,
-                                                     client: httpx.AsyncClient) -> None:
+async def test_max_tokens_when_the_parameters_say_so(
+    mock: respx.MockRouter, client: httpx.AsyncClient
+) -> None:
     route = mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion())
-    summarizer = HttpSummarizer(summ(maxSummaryTokens=300, parameters={"max_tokens": 1}),
-                                upstreams(), client)
+    summarizer = HttpSummarizer(
+        summ(maxSummaryTokens=300, parameters={"max_tokens": 1}), upstreams(), client
+    )
     await summarizer.summarize(SummaryRequest(STRETCH, None, "gpt-4o"))
     body = sent(route)[0]
     assert body["max_tokens"] == 300 and "max_completion_tokens" not in body
     # Configured explicitly, and parameters.maxSummaryTokens wins (and is not sent).
-    summarizer = HttpSummarizer(summ(maxSummaryTokens=300,
-                                     parameters={"maxSummaryTokens": 200}),
-                                upstreams(), client, limit_param="max_tokens")
+    summarizer = HttpSummarizer(
+        summ(maxSummaryTokens=300, parameters={"maxSummaryTokens": 200}),
+        upstreams(),
+        client,
+        limit_param="max_tokens",
+    )
     await summarizer.summarize(SummaryRequest(STRETCH, None, "gpt-4o"))
     body = sent(route)[0]
     assert body["max_tokens"] == 200 and "maxSummaryTokens" not in body
@@ -198,10 +226,14 @@ async def reason_of(summarizer: HttpSummarizer, model: str = "gpt-4o") -> Summar
 @pytest.mark.parametrize(
     ("response", "reason"),
     [
-        (httpx.Response(500, json={"error": {"message": "boom", "code": "server_error"}}),
-         "error"),
-        (httpx.Response(401, json={"error": {"message": f"bad key {UPSTREAM_KEY}",
-                                             "code": "invalid_api_key"}}), "error"),
+        (httpx.Response(500, json={"error": {"message": "boom", "code": "server_error"}}), "error"),
+        (
+            httpx.Response(
+                401,
+                json={"error": {"message": f"bad key {UPSTREAM_KEY}", "code": "invalid_api_key"}},
+            ),
+            "error",
+        ),
         (httpx.Response(200, content=b"<html>not json"), "error"),
         (httpx.Response(200, json={"choices": []}), "error"),
         (completion(""), "empty"),
@@ -213,11 +245,13 @@ async def reason_of(summarizer: HttpSummarizer, model: str = "gpt-4o") -> Summar
         (completion("word " * 1000), "oversized"),  # no usage: counted by us
     ],
 )
-async def test_failure_reasons(response: httpx.Response, reason: str, mock: respx.MockRouter,
-                               client: httpx.AsyncClient) -> None:
+async def test_failure_reasons(
+    response: httpx.Response, reason: str, mock: respx.MockRouter, client: httpx.AsyncClient
+) -> None:
     mock.post(f"{OPENAI}/chat/completions").mock(return_value=response)
-    summarizer = HttpSummarizer(summ(maxSummaryTokens=100), upstreams(key=UPSTREAM_KEY),
-                                client).bind(authorization=CALLER)
+    summarizer = HttpSummarizer(
+        summ(maxSummaryTokens=100), upstreams(key=UPSTREAM_KEY), client
+    ).bind(authorization=CALLER)
     error = await reason_of(summarizer)
     assert error.reason == reason
     assert "SECRET" not in str(error) and "SECRET" not in error.message
@@ -227,15 +261,15 @@ async def test_failure_reasons(response: httpx.Response, reason: str, mock: resp
     assert summarizer.stats.count(reason) == 1
 
 
-async def test_timeout_from_the_transport(mock: respx.MockRouter,
-                                          client: httpx.AsyncClient) -> None:
+async def test_timeout_from_the_transport(
+    mock: respx.MockRouter, client: httpx.AsyncClient
+) -> None:
     mock.post(f"{OPENAI}/chat/completions").mock(side_effect=httpx.ReadTimeout("slow"))
     error = await reason_of(HttpSummarizer(summ(), upstreams(), client))
     assert error.reason == "timeout"
 
 
-async def test_timeout_is_a_total_bound(mock: respx.MockRouter,
-                                        client: httpx.AsyncClient) -> None:
+async def test_timeout_is_a_total_bound(mock: respx.MockRouter, client: httpx.AsyncClient) -> None:
     async def slow(request: httpx.Request) -> httpx.Response:
         await asyncio.sleep(5)
         return completion()
@@ -255,7 +289,8 @@ async def test_transport_error(mock: respx.MockRouter, client: httpx.AsyncClient
 
 
 async def test_reasoning_tokens_do_not_count_against_the_limit(
-    mock: respx.MockRouter, client: httpx.AsyncClient,
+    mock: respx.MockRouter,
+    client: httpx.AsyncClient,
 ) -> None:
     usage = {"completion_tokens": 900, "completion_tokens_details": {"reasoning_tokens": 850}}
     mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion("ok", usage=usage))
@@ -272,24 +307,27 @@ async def test_reasoning_tokens_do_not_count_against_the_limit(
         ([{"type": "text", "text": "## Goal\n"}, {"type": "text", "text": "Y"}], "## Goal\nY"),
     ],
 )
-async def test_summary_text(content: Any, expected: str, mock: respx.MockRouter,
-                            client: httpx.AsyncClient) -> None:
+async def test_summary_text(
+    content: Any, expected: str, mock: respx.MockRouter, client: httpx.AsyncClient
+) -> None:
     mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion(content))
     summarizer = HttpSummarizer(summ(), upstreams(), client)
     assert await summarizer.summarize(SummaryRequest(STRETCH, None, "gpt-4o")) == expected
 
 
-async def test_metrics_record_latency_and_outcome(mock: respx.MockRouter,
-                                                  client: httpx.AsyncClient) -> None:
-    mock.post(f"{OPENAI}/chat/completions").mock(
-        side_effect=[completion(), httpx.Response(503)])
+async def test_metrics_record_latency_and_outcome(
+    mock: respx.MockRouter, client: httpx.AsyncClient
+) -> None:
+    mock.post(f"{OPENAI}/chat/completions").mock(side_effect=[completion(), httpx.Response(503)])
     records: list[SummaryCallRecord] = []
     summarizer = HttpSummarizer(summ(model="gpt-4o-mini"), upstreams(), client)
     summarizer.stats.listeners.append(records.append)
     await summarizer.summarize(SummaryRequest(STRETCH, None, "gpt-4o"))
     await reason_of(summarizer)
     assert [(r.upstream, r.model, r.outcome) for r in records] == [
-        ("openai", "gpt-4o-mini", "ok"), ("openai", "gpt-4o-mini", "error")]
+        ("openai", "gpt-4o-mini", "ok"),
+        ("openai", "gpt-4o-mini", "error"),
+    ]
     assert all(r.seconds >= 0 for r in records)
     assert summarizer.stats.calls[("openai", "gpt-4o-mini", "ok")] == 1
 
@@ -297,14 +335,17 @@ async def test_metrics_record_latency_and_outcome(mock: respx.MockRouter,
 # ------------------------------------------------------------------ guards on the wire
 
 
-async def test_long_stretch_is_folded_in_chunks(mock: respx.MockRouter,
-                                                client: httpx.AsyncClient) -> None:
+async def test_long_stretch_is_folded_in_chunks(
+    mock: respx.MockRouter, client: httpx.AsyncClient
+) -> None:
     route = mock.post(f"{OPENAI}/chat/completions").mock(
-        side_effect=[completion(f"summary {n}") for n in range(1, 20)])
-    stretch = tuple({"role": "user", "content": f"turn {i} " + "talk " * 400}
-                    for i in range(30))
+        side_effect=[completion(f"summary {n}") for n in range(1, 20)]
+    )
+    stretch = tuple({"role": "user", "content": f"turn {i} " + "talk " * 400} for i in range(30))
     summarizer = HttpSummarizer(
-        summ(maxSummaryTokens=500), upstreams(), client,
+        summ(maxSummaryTokens=500),
+        upstreams(),
+        client,
         facts_for=lambda _model: ModelFacts(context_window=4000, max_output_tokens=4000),
     )
     result = await summarizer.summarize(SummaryRequest(stretch, None, "gpt-4o"))
@@ -318,12 +359,16 @@ async def test_long_stretch_is_folded_in_chunks(mock: respx.MockRouter,
         assert len(route.calls[n].request.content) < 4000 * 4 * 1.2  # fits the small window
 
 
-async def test_too_many_chunks_is_refused_before_any_call(mock: respx.MockRouter,
-                                                          client: httpx.AsyncClient) -> None:
+async def test_too_many_chunks_is_refused_before_any_call(
+    mock: respx.MockRouter, client: httpx.AsyncClient
+) -> None:
     route = mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion())
     stretch = tuple({"role": "user", "content": "talk " * 2000} for _ in range(40))
     summarizer = HttpSummarizer(
-        summ(maxSummaryTokens=500), upstreams(), client, max_chunks=3,
+        summ(maxSummaryTokens=500),
+        upstreams(),
+        client,
+        max_chunks=3,
         facts_for=lambda _model: ModelFacts(context_window=4000, max_output_tokens=4000),
     )
     with pytest.raises(SummaryError) as caught:
@@ -334,17 +379,27 @@ async def test_too_many_chunks_is_refused_before_any_call(mock: respx.MockRouter
 
 
 async def test_images_and_base64_never_reach_the_summarizer(
-    mock: respx.MockRouter, client: httpx.AsyncClient,
+    mock: respx.MockRouter,
+    client: httpx.AsyncClient,
 ) -> None:
     route = mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion())
     blob = base64.b64encode(os.urandom(300_000)).decode()
     stretch = (
-        {"role": "user", "content": [
-            {"type": "text", "text": "Look at this screenshot"},
-            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{blob}"}}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Look at this screenshot"},
+                {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{blob}"}},
+            ],
+        },
         {"role": "tool", "tool_call_id": "t", "content": f"file bytes: {blob}"},
-        {"role": "assistant", "content": [{"type": "thinking", "thinking": "private"},
-                                          {"type": "text", "text": "Done."}]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "private"},
+                {"type": "text", "text": "Done."},
+            ],
+        },
     )
     summarizer = HttpSummarizer(summ(), upstreams(), client)
     await summarizer.summarize(SummaryRequest(stretch, None, "gpt-4o"))

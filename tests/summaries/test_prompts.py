@@ -13,8 +13,16 @@ from proxy.summaries.prompts import (
     user_message,
 )
 
-SECTIONS = ("Goal", "Constraints & Preferences", "Progress", "### Done", "### In Progress",
-            "Key Decisions", "Next Steps", "Critical Context")
+SECTIONS = (
+    "Goal",
+    "Constraints & Preferences",
+    "Progress",
+    "### Done",
+    "### In Progress",
+    "Key Decisions",
+    "Next Steps",
+    "Critical Context",
+)
 
 
 @pytest.mark.parametrize("prompt", [CHECKPOINT_PROMPT, UPDATE_PROMPT])

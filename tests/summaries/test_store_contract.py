@@ -13,8 +13,10 @@ NS = "ns-a"
 
 def checkpoint(tag: str, **meta: object) -> Checkpoint:
     return Checkpoint(
-        messages=({"role": "user", "content": f"<summary>\n{tag}\n</summary>"},
-                  {"role": "assistant", "content": "ok", "x_extra": {"kept": [1, 2]}}),
+        messages=(
+            {"role": "user", "content": f"<summary>\n{tag}\n</summary>"},
+            {"role": "assistant", "content": "ok", "x_extra": {"kept": [1, 2]}},
+        ),
         created_at=1_700_000_000.5,
         meta={"tag": tag, **meta},
     )

@@ -12,8 +12,9 @@ from proxy.summaries.stores import MemoryStore, RedisStore, SqliteStore, make_st
 
 async def test_each_backend(tmp_path: Path, redis_url: str) -> None:
     memory = make_store(StoreSettings.model_validate({"backend": "memory", "max_entries": 5}))
-    sqlite = make_store(StoreSettings.model_validate(
-        {"backend": "sqlite", "path": str(tmp_path / "x" / "cp.db")}))
+    sqlite = make_store(
+        StoreSettings.model_validate({"backend": "sqlite", "path": str(tmp_path / "x" / "cp.db")})
+    )
     redis_store = make_store(StoreSettings.model_validate({"backend": "redis", "url": redis_url}))
     assert isinstance(memory, MemoryStore)
     assert isinstance(sqlite, SqliteStore)
@@ -27,8 +28,9 @@ def test_redis_needs_a_valid_url() -> None:
     with pytest.raises(ConfigError, match=r"store\.url"):
         make_store(StoreSettings.model_validate({"backend": "redis"}))
     with pytest.raises(ConfigError, match=r"store\.url") as caught:
-        make_store(StoreSettings.model_validate({"backend": "redis",
-                                                 "url": "http://u:pw-SECRET@host/0"}))
+        make_store(
+            StoreSettings.model_validate({"backend": "redis", "url": "http://u:pw-SECRET@host/0"})
+        )
     assert "SECRET" not in str(caught.value)
 
 

@@ -47,8 +47,11 @@ async def test_find_longest_is_one_mget(redis_url: str) -> None:
     after = _command_calls(counter)
     counter.close()
     assert hit is not None and hit[0] == 299
-    changed = {name: after[name] - before.get(name, 0) for name in after
-               if after[name] != before.get(name, 0)}
+    changed = {
+        name: after[name] - before.get(name, 0)
+        for name in after
+        if after[name] != before.get(name, 0)
+    }
     changed.pop("info", None)  # the counting itself
     assert changed == {"mget": 1}
     await store.close()

@@ -41,8 +41,9 @@ async def test_survives_restart(tmp_path: Path) -> None:
         await reopened.close()
 
 
-async def test_find_longest_is_one_round_trip(tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_find_longest_is_one_round_trip(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = SqliteStore(tmp_path / "cp.db")
     keys = chain(1200)
     for i in (5, 700, 1100):
@@ -134,8 +135,11 @@ async def test_several_processes_write_one_file(tmp_path: Path) -> None:
     path = tmp_path / "cp.db"
     SqliteStore(path)  # nothing opened until used: the workers create the file together
     workers = [
-        subprocess.Popen([sys.executable, "-c", _WRITER, str(path), f"w{n}"], cwd=REPO_ROOT,
-                         stderr=subprocess.PIPE)
+        subprocess.Popen(
+            [sys.executable, "-c", _WRITER, str(path), f"w{n}"],
+            cwd=REPO_ROOT,
+            stderr=subprocess.PIPE,
+        )
         for n in range(4)
     ]
     for worker in workers:

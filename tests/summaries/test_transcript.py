@@ -30,11 +30,22 @@ B64 = base64.b64encode(os.urandom(9000)).decode()  # 12000 characters
 def test_tool_calls_and_results_by_name() -> None:
     messages: list[dict[str, Any]] = [
         {"role": "user", "content": "Weather in Paris?", "name": "alice"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "c1", "type": "function",
-             "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
-            {"id": "c2", "type": "function",
-             "function": {"name": "get_time", "arguments": "{}"}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                },
+                {
+                    "id": "c2",
+                    "type": "function",
+                    "function": {"name": "get_time", "arguments": "{}"},
+                },
+            ],
+        },
         {"role": "tool", "tool_call_id": "c2", "content": "12:00"},
         {"role": "tool", "tool_call_id": "c1", "content": "20C"},
         {"role": "tool", "tool_call_id": "unknown", "content": "orphan"},
@@ -52,14 +63,19 @@ def test_tool_calls_and_results_by_name() -> None:
 
 
 def test_image_parts_and_data_urls_become_placeholders() -> None:
-    message = {"role": "user", "content": [
-        {"type": "text", "text": "What is in these?"},
-        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{B64}"}},
-        {"type": "image_url", "image_url": {"url": "https://example.com/cat.png",
-                                            "detail": "low"}},
-        {"type": "input_audio", "input_audio": {"data": B64, "format": "wav"}},
-        {"type": "file", "file": {"filename": "report.pdf", "file_data": B64}},
-    ]}
+    message = {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "What is in these?"},
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{B64}"}},
+            {
+                "type": "image_url",
+                "image_url": {"url": "https://example.com/cat.png", "detail": "low"},
+            },
+            {"type": "input_audio", "input_audio": {"data": B64, "format": "wav"}},
+            {"type": "file", "file": {"filename": "report.pdf", "file_data": B64}},
+        ],
+    }
     text = render_message(message)
     assert B64[:50] not in text
     assert "[image]" in text
@@ -77,8 +93,13 @@ def test_data_url_and_base64_inside_text() -> None:
 
 
 def test_ordinary_text_is_left_alone() -> None:
-    for text in ("x" * 500, "-" * 300, "/usr/lib/python3/dist-packages/foo/bar.py",
-                 "sha256:" + "ab12" * 16, "a perfectly normal sentence."):
+    for text in (
+        "x" * 500,
+        "-" * 300,
+        "/usr/lib/python3/dist-packages/foo/bar.py",
+        "sha256:" + "ab12" * 16,
+        "a perfectly normal sentence.",
+    ):
         assert scrub_text(text) == text
 
 
@@ -105,8 +126,9 @@ def test_reasoning_is_dropped_whole() -> None:
 
 def test_oversized_message_keeps_head_and_tail() -> None:
     body = "HEAD-MARK " + "lorem ipsum " * 5000 + " TAIL-MARK"
-    text = render_message({"role": "tool", "content": body},
-                          options=TranscriptOptions(max_message_chars=1000))
+    text = render_message(
+        {"role": "tool", "content": body}, options=TranscriptOptions(max_message_chars=1000)
+    )
     assert "HEAD-MARK" in text and "TAIL-MARK" in text
     assert "characters elided] …" in text
     assert len(text) < 1200
@@ -127,8 +149,7 @@ def test_chunks_fit_their_budget_and_keep_order() -> None:
 
 
 def test_a_block_larger_than_a_chunk_is_elided_to_fit() -> None:
-    blocks = ["[user]\nsmall", "[tool result]\nSTART " + "data " * 5000 + "END",
-              "[user]\nafter"]
+    blocks = ["[user]\nsmall", "[tool result]\nSTART " + "data " * 5000 + "END", "[user]\nafter"]
     chunks = chunk_blocks(blocks, lambda _n: 400, COUNT)
     assert all(COUNT(c) <= 400 for c in chunks)
     assert any("START" in c and "END" in c and "elided" in c for c in chunks)
@@ -172,7 +193,10 @@ async def test_fold_one_call_per_chunk_update_prompt_after_the_first() -> None:
     result = await fold(["chunk-a", "chunk-b", "chunk-c"], None, DEFAULT_PROMPTS, call)
     assert result == "summary-3"
     assert [system for system, _ in call.calls] == [
-        DEFAULT_PROMPTS.checkpoint, DEFAULT_PROMPTS.update, DEFAULT_PROMPTS.update]
+        DEFAULT_PROMPTS.checkpoint,
+        DEFAULT_PROMPTS.update,
+        DEFAULT_PROMPTS.update,
+    ]
     assert "<previous-checkpoint>" not in call.calls[0][1]
     assert "chunk-a" in call.calls[0][1]
     assert "<previous-checkpoint>\nsummary-1\n</previous-checkpoint>" in call.calls[1][1]

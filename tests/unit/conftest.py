@@ -10,7 +10,9 @@ import pytest
 
 
 @pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # The default checkpoint store is a SQLite file under ./data: keep it out of the repo.
+    monkeypatch.chdir(tmp_path)
     # pydantic-settings reads os.environ directly: a developer's shell must not leak in.
     for name in list(os.environ):
         if name.startswith("COMPACTION_PROXY_") or name == "OPENAI_API_KEY":

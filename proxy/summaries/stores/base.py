@@ -43,8 +43,12 @@ class Checkpoint:
     def to_bytes(self) -> bytes:
         """orjson bytes; the stored form in every backend."""
         return orjson.dumps(
-            {"v": 1, "messages": list(self.messages), "created_at": self.created_at,
-             "meta": self.meta}
+            {
+                "v": 1,
+                "messages": list(self.messages),
+                "created_at": self.created_at,
+                "meta": self.meta,
+            }
         )
 
     @classmethod
@@ -54,12 +58,16 @@ class Checkpoint:
             raw = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
             raise ValueError("not a stored checkpoint") from exc
-        if (not isinstance(raw, dict) or not isinstance(raw.get("messages"), list)
-                or not isinstance(raw.get("created_at"), int | float)):
+        if (
+            not isinstance(raw, dict)
+            or not isinstance(raw.get("messages"), list)
+            or not isinstance(raw.get("created_at"), int | float)
+        ):
             raise ValueError("not a stored checkpoint")
         meta = raw.get("meta")
-        return cls(tuple(raw["messages"]), float(raw["created_at"]),
-                   meta if isinstance(meta, dict) else {})
+        return cls(
+            tuple(raw["messages"]), float(raw["created_at"]), meta if isinstance(meta, dict) else {}
+        )
 
 
 @runtime_checkable
@@ -68,14 +76,14 @@ class CheckpointStore(Protocol):
 
     name: str
 
-    async def find_longest(self, namespace: str,
-                           keys: Sequence[str]) -> tuple[int, Checkpoint] | None:
+    async def find_longest(
+        self, namespace: str, keys: Sequence[str]
+    ) -> tuple[int, Checkpoint] | None:
         """``(i, checkpoint)`` for the largest ``i`` whose key ``keys[i - 1]`` holds a live
         entry, in one round trip; ``None`` when no key does."""
         ...
 
-    async def put(self, namespace: str, key: str, checkpoint: Checkpoint,
-                  ttl_seconds: int) -> None:
+    async def put(self, namespace: str, key: str, checkpoint: Checkpoint, ttl_seconds: int) -> None:
         """Stores (or replaces) the checkpoint for ``key``; it expires after ``ttl_seconds``."""
         ...
 
@@ -83,8 +91,9 @@ class CheckpointStore(Protocol):
         """Returns when the backend answers; raises :class:`StoreUnavailable` otherwise."""
         ...
 
-    def lock(self, name: str, ttl_seconds: float,
-             wait_seconds: float) -> AbstractAsyncContextManager[bool]:
+    def lock(
+        self, name: str, ttl_seconds: float, wait_seconds: float
+    ) -> AbstractAsyncContextManager[bool]:
         """Single-flight: ``async with store.lock(name, ttl, wait) as acquired``.
 
         ``acquired`` is True when this caller holds the lock, False when ``wait_seconds``
@@ -99,8 +108,9 @@ class CheckpointStore(Protocol):
         ...
 
 
-def pick_longest(keys: Sequence[str],
-                 found: Mapping[str, bytes | str]) -> tuple[int, Checkpoint] | None:
+def pick_longest(
+    keys: Sequence[str], found: Mapping[str, bytes | str]
+) -> tuple[int, Checkpoint] | None:
     """The hit with the largest index among ``found`` (key -> stored bytes).
 
     An entry that does not parse (a foreign or corrupt value) is skipped, so one bad row costs

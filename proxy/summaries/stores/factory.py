@@ -21,11 +21,13 @@ def make_store(settings: StoreSettings) -> CheckpointStore:
     if settings.backend == "sqlite":
         return SqliteStore(settings.path)
     if not settings.url:
-        raise ConfigError("store.url: required when store.backend is redis "
-                          "(e.g. redis://127.0.0.1:6379/0)")
+        raise ConfigError(
+            "store.url: required when store.backend is redis (e.g. redis://127.0.0.1:6379/0)"
+        )
     try:
         return RedisStore(settings.url)
     except ValueError as exc:
         # redis-py's message about a bad URL may quote it, password included: say only where.
-        raise ConfigError("store.url: not a valid Redis URL (expected "
-                          "redis://[user:password@]host:port/db)") from exc
+        raise ConfigError(
+            "store.url: not a valid Redis URL (expected redis://[user:password@]host:port/db)"
+        ) from exc

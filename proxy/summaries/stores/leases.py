@@ -39,8 +39,7 @@ class LeaseTable:
                 event.set()
 
     @asynccontextmanager
-    async def lock(self, name: str, ttl_seconds: float,
-                   wait_seconds: float) -> AsyncIterator[bool]:
+    async def lock(self, name: str, ttl_seconds: float, wait_seconds: float) -> AsyncIterator[bool]:
         """True when acquired, False when ``wait_seconds`` passed first."""
         deadline = time.monotonic() + max(wait_seconds, 0.0)
         token = self._try_acquire(name, ttl_seconds)

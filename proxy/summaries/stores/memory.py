@@ -29,8 +29,9 @@ class MemoryStore:
     def __len__(self) -> int:
         return len(self._entries)
 
-    async def find_longest(self, namespace: str,
-                           keys: Sequence[str]) -> tuple[int, Checkpoint] | None:
+    async def find_longest(
+        self, namespace: str, keys: Sequence[str]
+    ) -> tuple[int, Checkpoint] | None:
         now = time.monotonic()
         found: dict[str, bytes] = {}
         for key in keys:
@@ -46,8 +47,7 @@ class MemoryStore:
             self._entries.move_to_end((namespace, keys[hit[0] - 1]))
         return hit
 
-    async def put(self, namespace: str, key: str, checkpoint: Checkpoint,
-                  ttl_seconds: int) -> None:
+    async def put(self, namespace: str, key: str, checkpoint: Checkpoint, ttl_seconds: int) -> None:
         expires = time.monotonic() + ttl_at_least_one(ttl_seconds)
         self._entries[(namespace, key)] = (expires, checkpoint.to_bytes())
         self._entries.move_to_end((namespace, key))
@@ -57,8 +57,9 @@ class MemoryStore:
     async def ping(self) -> None:
         return None
 
-    def lock(self, name: str, ttl_seconds: float,
-             wait_seconds: float) -> AbstractAsyncContextManager[bool]:
+    def lock(
+        self, name: str, ttl_seconds: float, wait_seconds: float
+    ) -> AbstractAsyncContextManager[bool]:
         return self._leases.lock(name, ttl_seconds, wait_seconds)
 
     async def close(self) -> None:

@@ -47,9 +47,15 @@ class RedisStore:
 
     name = "redis"
 
-    def __init__(self, url: str, *, socket_timeout: float = 2.0,
-                 connect_timeout: float = 1.0, op_timeout: float = 3.0,
-                 max_connections: int = 64) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        socket_timeout: float = 2.0,
+        connect_timeout: float = 1.0,
+        op_timeout: float = 3.0,
+        max_connections: int = 64,
+    ) -> None:
         self._url = url
         self._op_timeout = op_timeout
         # A blocking pool: under a burst, requests queue for a connection (bounded by
@@ -76,31 +82,36 @@ class RedisStore:
             # The message never repeats the URL: it may carry a password.
             raise StoreUnavailable(f"redis store: {type(exc).__name__}") from exc
 
-    async def find_longest(self, namespace: str,
-                           keys: Sequence[str]) -> tuple[int, Checkpoint] | None:
+    async def find_longest(
+        self, namespace: str, keys: Sequence[str]
+    ) -> tuple[int, Checkpoint] | None:
         if not keys:
             return None
         values: list[Any] = await self._call(
-            self._client.mget([self._key(namespace, k) for k in keys]))
-        found = {key: value for key, value in zip(keys, values, strict=True)
-                 if value is not None}
+            self._client.mget([self._key(namespace, k) for k in keys])
+        )
+        found = {key: value for key, value in zip(keys, values, strict=True) if value is not None}
         return pick_longest(keys, found)
 
-    async def put(self, namespace: str, key: str, checkpoint: Checkpoint,
-                  ttl_seconds: int) -> None:
-        await self._call(self._client.set(self._key(namespace, key), checkpoint.to_bytes(),
-                                          ex=ttl_at_least_one(ttl_seconds)))
+    async def put(self, namespace: str, key: str, checkpoint: Checkpoint, ttl_seconds: int) -> None:
+        await self._call(
+            self._client.set(
+                self._key(namespace, key), checkpoint.to_bytes(), ex=ttl_at_least_one(ttl_seconds)
+            )
+        )
 
     async def ping(self) -> None:
         await self._call(self._client.ping())
 
-    def lock(self, name: str, ttl_seconds: float,
-             wait_seconds: float) -> AbstractAsyncContextManager[bool]:
+    def lock(
+        self, name: str, ttl_seconds: float, wait_seconds: float
+    ) -> AbstractAsyncContextManager[bool]:
         return self._lock(name, ttl_seconds, wait_seconds)
 
     @asynccontextmanager
-    async def _lock(self, name: str, ttl_seconds: float,
-                    wait_seconds: float) -> AsyncIterator[bool]:
+    async def _lock(
+        self, name: str, ttl_seconds: float, wait_seconds: float
+    ) -> AsyncIterator[bool]:
         key = LOCK_PREFIX + name
         token = uuid.uuid4().hex
         ttl_ms = max(1, int(ttl_seconds * 1000))

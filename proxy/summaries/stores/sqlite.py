@@ -55,8 +55,9 @@ class SqliteStore:
 
     name = "sqlite"
 
-    def __init__(self, path: str | Path, *, busy_timeout_ms: int = 5000,
-                 purge_interval: float = 300.0) -> None:
+    def __init__(
+        self, path: str | Path, *, busy_timeout_ms: int = 5000, purge_interval: float = 300.0
+    ) -> None:
         self.path = Path(path)
         self._busy_timeout_ms = busy_timeout_ms
         self._purge_interval = purge_interval
@@ -83,8 +84,12 @@ class SqliteStore:
         """The connection, opened on the store's thread at first use."""
         if self._conn is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, timeout=self._busy_timeout_ms / 1000,
-                                   isolation_level=None, check_same_thread=False)
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self._busy_timeout_ms / 1000,
+                isolation_level=None,
+                check_same_thread=False,
+            )
             try:
                 conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
                 conn.execute("PRAGMA journal_mode = WAL")
@@ -99,8 +104,9 @@ class SqliteStore:
 
     # -------------------------------------------------------------- the protocol
 
-    async def find_longest(self, namespace: str,
-                           keys: Sequence[str]) -> tuple[int, Checkpoint] | None:
+    async def find_longest(
+        self, namespace: str, keys: Sequence[str]
+    ) -> tuple[int, Checkpoint] | None:
         if not keys:
             return None
         wanted = list(dict.fromkeys(keys))
@@ -112,7 +118,7 @@ class SqliteStore:
             conn.execute("BEGIN")
             try:
                 for start in range(0, len(wanted), SQL_VARIABLES_PER_QUERY):
-                    chunk = wanted[start:start + SQL_VARIABLES_PER_QUERY]
+                    chunk = wanted[start : start + SQL_VARIABLES_PER_QUERY]
                     marks = ",".join("?" * len(chunk))
                     rows = conn.execute(
                         "SELECT key, value FROM checkpoints WHERE namespace = ? "
@@ -126,8 +132,7 @@ class SqliteStore:
 
         return pick_longest(keys, await self._run(lookup))
 
-    async def put(self, namespace: str, key: str, checkpoint: Checkpoint,
-                  ttl_seconds: int) -> None:
+    async def put(self, namespace: str, key: str, checkpoint: Checkpoint, ttl_seconds: int) -> None:
         data = checkpoint.to_bytes()
         expires = time.time() + ttl_at_least_one(ttl_seconds)
 
@@ -157,13 +162,15 @@ class SqliteStore:
     async def ping(self) -> None:
         await self._run(lambda conn: conn.execute("SELECT 1").fetchone())
 
-    def lock(self, name: str, ttl_seconds: float,
-             wait_seconds: float) -> AbstractAsyncContextManager[bool]:
+    def lock(
+        self, name: str, ttl_seconds: float, wait_seconds: float
+    ) -> AbstractAsyncContextManager[bool]:
         return self._lock(name, ttl_seconds, wait_seconds)
 
     @asynccontextmanager
-    async def _lock(self, name: str, ttl_seconds: float,
-                    wait_seconds: float) -> AsyncIterator[bool]:
+    async def _lock(
+        self, name: str, ttl_seconds: float, wait_seconds: float
+    ) -> AsyncIterator[bool]:
         token = uuid.uuid4().hex
 
         def acquire(conn: sqlite3.Connection) -> bool:

@@ -1,0 +1,162 @@
+"""The compaction flow of one chat request: checkpoint, pipeline, checkpoint again.
+
+1. Find the longest stored checkpoint for the request's messages (one store round trip) and
+   build the effective view: system block + checkpoint + the messages after it.
+2. Run the pipeline on the effective view. Below the trigger nothing changes, so the request
+   goes upstream with the same prefix as the last forwarded one.
+3. When the pipeline compacted and nothing failed, store the result as the new checkpoint.
+   A failed summary is never stored: the next request tries again (after a back-off) instead
+   of living with the truncated fallback for good.
+
+Every dependency that can fail (store, summarizer) degrades to "no checkpoint" or "next
+strategy"; the request itself never fails because of them.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import orjson
+
+from proxy.compaction import CompactionResult, Mode
+from proxy.compactor import Compactor
+from proxy.config import Settings
+from proxy.summaries.checkpoints import Checkpoints, Lookup, namespace_for
+from proxy.summaries.flight import SummaryFlights
+from proxy.summaries.stores.base import CheckpointStore
+from proxy.summaries.summarizer import HttpSummarizer
+
+log = logging.getLogger("compaction_proxy.flow")
+
+
+@dataclass(slots=True)
+class FlowResult:
+    """What to forward and what to tell the client about it."""
+
+    body: bytes | None  # None: forward the client's original bytes
+    result: CompactionResult
+    checkpoint: str  # "hit" | "new" | "none"
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def messages_forwarded(self) -> int:
+        return self.result.report.messages_after
+
+
+class CompactionFlow:
+    def __init__(
+        self,
+        settings: Settings,
+        compactor: Compactor,
+        store: CheckpointStore | None,
+        summarizer: HttpSummarizer | None,
+        flights: SummaryFlights,
+    ) -> None:
+        self.settings = settings
+        self.compactor = compactor
+        self.store = store
+        self.checkpoints = (
+            Checkpoints(store, settings.store.ttl_seconds) if store is not None else None
+        )
+        self.summarizer = summarizer
+        self.flights = flights
+
+    def namespace(self, model: str, credential: str | None) -> str:
+        summarizer = self.summarizer
+        return namespace_for(
+            credential=credential,
+            summarizer_model=summarizer.model_for(model) if summarizer else "-",
+            prompt_version=summarizer.prompt_version if summarizer else "-",
+            fingerprint=self.compactor.fingerprint(model),
+        )
+
+    async def run(
+        self,
+        data: dict[str, Any],
+        mode: Mode,
+        *,
+        size_hint: int,
+        credential: str | None,
+        authorization: str | None,
+        upstream_name: str,
+        persist: bool = True,
+    ) -> FlowResult:
+        """`credential` names the tenant (hashed into the namespace); `authorization` is what
+        the summarizer may send upstream (None when the client authenticated to the proxy)."""
+        model: str = data["model"]
+        namespace = self.namespace(model, credential)
+        lookup = await self._lookup(namespace, data["messages"])
+        warnings = [lookup.store_error] if lookup.store_error else []
+        effective = {**data, "messages": lookup.messages} if lookup.hit else data
+        result = await self.compactor.run(
+            effective,
+            mode,
+            size_hint=size_hint,
+            summarizer=self._summarizer_for(model, namespace, authorization, upstream_name),
+        )
+        if mode is Mode.DRY_RUN:
+            return FlowResult(None, result, "hit" if lookup.hit else "none", warnings)
+        if result.changed:
+            state = "none"
+            if persist and not result.report.failures and self.checkpoints is not None:
+                error = await self.checkpoints.save(
+                    namespace, lookup, result.messages, _meta(result, model)
+                )
+                if error:
+                    warnings.append(error)
+                else:
+                    state = "new"
+            body = orjson.dumps({**data, "messages": result.messages})
+            return FlowResult(body, result, state, warnings)
+        if lookup.hit:
+            return FlowResult(orjson.dumps(effective), result, "hit", warnings)
+        return FlowResult(None, result, "none", warnings)
+
+    async def _lookup(self, namespace: str, messages: list[dict[str, Any]]) -> Lookup:
+        if self.checkpoints is None:
+            return Lookup(messages, 0, [], 0, None)
+        return await self.checkpoints.lookup(namespace, messages)
+
+    def _summarizer_for(
+        self, model: str, namespace: str, authorization: str | None, upstream_name: str
+    ) -> Any:
+        if self.summarizer is None:
+            return None
+        target = self.summarizer.upstream_for(model)
+        # The caller's key was meant for the upstream its request goes to; a summarizer on
+        # another provider must use that provider's own key (an upstream `api_key`).
+        if target.name != upstream_name:
+            authorization = None
+        return self.flights.bind(self.summarizer.bind(authorization=authorization), namespace)
+
+
+def _meta(result: CompactionResult, model: str) -> dict[str, Any]:
+    report = result.report
+    return {
+        "model": model,
+        "strategies": list(report.changed_by),
+        "tokens_before": report.tokens_before,
+        "tokens_after": report.tokens_after,
+    }
+
+
+def build_flow(
+    settings: Settings,
+    compactor: Compactor,
+    store: CheckpointStore | None,
+    client: httpx.AsyncClient,
+) -> CompactionFlow:
+    summarizer = None
+    if settings.summarization.enabled:
+        catalog = compactor.catalog
+        summarizer = HttpSummarizer.from_settings(
+            settings,
+            client,
+            facts_for=catalog.facts_for,
+            tokenizer_for=lambda model: compactor.tokenizers.get(catalog.facts_for(model).encoding),
+        )
+    flights = SummaryFlights(store, result_ttl_seconds=min(settings.store.ttl_seconds, 86_400))
+    return CompactionFlow(settings, compactor, store, summarizer, flights)
