@@ -126,6 +126,10 @@ class ClearToolUsesStrategy(Strategy):
         base_metrics = draft.metrics()
         calibration = draft.calibration
         prompt = draft.prompt_tokens
+        if not target.fires(replace(base_metrics, tokens=calibration.apply(prompt))):
+            # Already at the target: `clear_at_least` sizes an edit that is needed, it is no
+            # reason to make one (and clearing anyway would not be idempotent).
+            return StrategyOutcome(changed=False)
         planned: dict[int, Message] = {}
         saved = 0
         cleared = 0
