@@ -156,6 +156,7 @@ def build_flow(
             settings,
             client,
             facts_for=catalog.facts_for,
+            timeout=settings.summarization.timeout,
             tokenizer_for=lambda model: compactor.tokenizers.get(catalog.facts_for(model).encoding),
         )
     flights = SummaryFlights(store, result_ttl_seconds=min(settings.store.ttl_seconds, 86_400))

@@ -63,7 +63,7 @@ def default_pipeline_entries(summarization: SummarizationSettings) -> list[Strat
     target = default_target()
     entries: list[StrategyEntry] = []
     pruning = summarization.context_pruning
-    if pruning.enabled or "enabled" not in pruning.model_fields_set:
+    if pruning.enabled:
         entries.append(
             ContextPruningEntry(
                 strategy="context_pruning",

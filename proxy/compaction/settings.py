@@ -90,12 +90,11 @@ class HardClearSettings(_CamelModel):
 class ContextPruningParams(_CamelModel):
     """LibreChat's ``contextPruning`` keys, defaults and ranges.
 
-    ``enabled`` defaults to false as in LibreChat; note that the *default pipeline* still
-    includes pruning unless ``enabled: false`` is written explicitly, because here pruning
-    runs before summarization instead of being exclusive with it (research/librechat.md §2).
+    ``enabled`` defaults to true (LibreChat: false, because there pruning and summarization
+    exclude each other; here pruning runs first and makes summaries rarer and cheaper).
     """
 
-    enabled: bool = False
+    enabled: bool = True
     keep_last_assistants: int = Field(default=3, ge=0, le=10)
     soft_trim_ratio: float = Field(default=0.3, ge=0, le=1)
     hard_clear_ratio: float = Field(default=0.5, ge=0, le=1)
@@ -135,6 +134,8 @@ class SummarizationSettings(_CamelModel):
     trigger: TriggerField | None = None
     retain_recent: RetainRecentSettings = RetainRecentSettings()
     placement: SummaryPlacement = "user"
+    # Our addition: seconds one summarizer call may take before the request falls back.
+    timeout: float = Field(default=60.0, gt=0, le=600)
     context_pruning: ContextPruningParams = ContextPruningParams()
 
 

@@ -52,6 +52,7 @@ def test_librechat_seed_block_validates() -> None:
 
 
 def test_librechat_defaults() -> None:
+    """LibreChat's defaults, except pruning on by default (it runs before summarization here)."""
     block = SummarizationSettings()
     assert block.enabled and block.reserve_ratio == 0.05 and block.trigger is None
     assert block.retain_recent.turns == 2
@@ -62,7 +63,7 @@ def test_librechat_defaults() -> None:
         pruning.soft_trim_ratio,
         pruning.hard_clear_ratio,
         pruning.min_prunable_tool_chars,
-    ) == (False, 3, 0.3, 0.5, 50_000)
+    ) == (True, 3, 0.3, 0.5, 50_000)
     assert pruning.hard_clear.placeholder == "[Old tool result content cleared]"
 
 
