@@ -33,8 +33,10 @@ from typing import Any, Protocol
 import httpx
 import openai
 import pytest
+import redis
 
 from tests.support.processes import LIVE_SERVERS, tail, tiktoken_cache_dir
+from tests.support.redis_server import RedisServer
 from tests.support.servers import (
     ProxyServer,
     UpstreamServer,
@@ -233,3 +235,30 @@ async def async_openai_client(proxy: ProxyServer) -> AsyncIterator[openai.AsyncO
 def proxy_http(proxy: ProxyServer) -> Iterator[httpx.Client]:
     with proxy.http_client() as client:
         yield client
+
+
+# --------------------------------------------------------------------------- redis
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """One real redis-server for the session (tests/support/redis_server.py)."""
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    """The session's Redis, flushed before the test."""
+    with redis.Redis.from_url(redis_server.url) as client:
+        client.flushall()
+    return redis_server.url
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A redis-server of the test's own, for tests that stop it."""
+    server = RedisServer(tmp_path / "own-redis").start()
+    yield server
+    server.stop()

@@ -1,8 +1,7 @@
 """Fixtures for the summaries tests: a real redis-server, and stores of every backend.
 
-- ``redis_server`` (session): one :class:`RedisServer` for the session.
-- ``redis_url`` (function): that server's URL, flushed before the test.
-- ``own_redis`` (function): a server of the test's own, for tests that stop it.
+- ``redis_server``, ``redis_url``, ``own_redis``: in tests/conftest.py (shared with the
+  integration tests).
 - ``store_factory`` (function, parametrized memory/sqlite/redis): ``make() -> store``; two
   calls give two instances on one backend (two workers on one file, two replicas on one
   Redis); every store made is closed after the test.
@@ -10,36 +9,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
-import redis
 
 from proxy.summaries.stores import CheckpointStore, MemoryStore, RedisStore, SqliteStore
-from tests.summaries.redis_server import RedisServer
-
-
-@pytest.fixture(scope="session")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def redis_url(redis_server: RedisServer) -> str:
-    with redis.Redis.from_url(redis_server.url) as client:
-        client.flushall()
-    return redis_server.url
-
-
-@pytest.fixture
-def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path / "own-redis").start()
-    yield server
-    server.stop()
-
 
 StoreFactory = Callable[[], CheckpointStore]
 

@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from proxy.summaries.stores import RedisStore, StoreUnavailable
-from tests.summaries.redis_server import RedisServer
+from tests.support.redis_server import RedisServer
 from tests.summaries.test_store_contract import chain, checkpoint
 
 
