@@ -73,7 +73,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _check_config(file: str | None) -> int:
+    from proxy.summaries.summarizer import validate_summarization_config
+
     settings = load_settings(file)
+    if settings.summarization.enabled:
+        validate_summarization_config(settings)
     print(yaml.safe_dump(effective_config(settings), sort_keys=False, allow_unicode=True), end="")
     print(
         f"# configuration is valid ({file or os.environ.get(CONFIG_ENV_VAR) or 'defaults'})",

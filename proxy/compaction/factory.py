@@ -127,6 +127,7 @@ def build_pipeline(
         stop_when=compaction.stop_when or default_target(),
         early_stop=compaction.early_stop,
         fallback=compaction.fallback_truncation,
+        hysteresis=True,
     )
 
 

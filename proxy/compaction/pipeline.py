@@ -35,6 +35,7 @@ gets the warning ``"<strategy> failed (<reason>): <message>; fell back to <next>
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -130,10 +131,16 @@ async def run_sequence_async(
     *,
     stop_when: Condition,
     early_stop: bool,
+    hysteresis: bool = False,
 ) -> list[StrategyReport]:
-    """Run ``strategies`` in order with the early-stop rule of the module docstring."""
+    """Run ``strategies`` in order with the early-stop rule of the module docstring.
+
+    ``hysteresis``: once one strategy acted, the later ones run towards ``stop_when`` even
+    where their own trigger no longer fires (see :class:`Pipeline`).
+    """
     reports: list[StrategyReport] = []
     acted = False
+    engaged_ctx = dataclasses.replace(ctx, engaged=True) if hysteresis else ctx
     for strategy in strategies:
         if acted and early_stop and not ctx.force and not stop_when.fires(draft.metrics()):
             tokens = draft.prompt_tokens
@@ -148,7 +155,7 @@ async def run_sequence_async(
                 )
             )
             continue
-        report = await run_strategy_async(strategy, draft, ctx)
+        report = await run_strategy_async(strategy, draft, engaged_ctx if acted else ctx)
         reports.append(report)
         acted = acted or report.changed
     return reports
@@ -282,6 +289,10 @@ class Pipeline:
 
     ``stop_when``: early-stop condition (continue while it fires), default ``over_budget``.
     ``fallback``: run the oldest-first truncation fallback when still over budget.
+    ``hysteresis``: once a strategy acted, the later ones keep going towards ``stop_when``
+    even where their own trigger (say ``token_ratio: 0.8``) no longer fires. The default
+    pipeline uses it: fire at 0.8, compact to 0.5 in one go, rather than every strategy
+    nudging the count just under 0.8 and a new prefix every few turns.
     ``summary_marker``: how checkpoints are recognised; ``None`` (the default) derives it from
     the strategies (:func:`summary_marker_for`: ``system`` joins the roles only when a
     summarization strategy places its summary there).
@@ -292,6 +303,7 @@ class Pipeline:
     early_stop: bool = True
     fallback: bool = True
     summary_marker: SummaryMarker | None = None
+    hysteresis: bool = False
 
     def marker(self) -> SummaryMarker:
         """The summary marker this pipeline uses (see ``summary_marker``)."""
@@ -421,6 +433,7 @@ async def compact_async(
         ctx,
         stop_when=pipeline.stop_when or OverBudget(),
         early_stop=pipeline.early_stop,
+        hysteresis=pipeline.hysteresis,
     )
     fallback_report = None
     if pipeline.fallback and draft.over_budget():

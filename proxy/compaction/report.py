@@ -101,11 +101,11 @@ class CompactionReport:
 
     @property
     def changed_by(self) -> tuple[str, ...]:
-        """Names of the strategies that changed something, in order (a header value)."""
-        names = [s.name for s in self.strategies if s.changed]
-        if self.fallback is not None and self.fallback.changed:
-            names.append(self.fallback.name)
-        return tuple(names)
+        """Names of the strategies that changed something, in order (a header value).
+
+        Nested pipelines are looked into: the header names what acted, not its container.
+        """
+        return tuple(r.name for r in self.walk() if r.changed and not r.children)
 
     def walk(self) -> Iterator[StrategyReport]:
         """Every strategy report, nested ones included, then the fallback's, in run order."""

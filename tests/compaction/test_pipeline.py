@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+
 import orjson
 import pytest
 
@@ -309,3 +311,33 @@ def test_token_budget_early_stop() -> None:
     report = run(msgs, build_pipeline(settings), ModelFacts(10 * total, 0)).report
     children = report.strategies[0].children
     assert [c.skipped for c in children] == [None, "early_stop"]
+
+
+def test_hysteresis_lets_later_strategies_finish_what_the_first_started() -> None:
+    """Fire at 0.8, compact to 0.5 in one go: a first strategy that only nudges the count
+    under the trigger must not stop the rest (each would otherwise re-fire a few turns later,
+    giving the upstream a new prefix every time)."""
+    from proxy.compaction import CompactionSettings, build_pipeline
+    from proxy.compaction.factory import default_target
+    from proxy.compaction.triggers import TokenRatio
+
+    messages = [{"role": "system", "content": "s"}]
+    for i in range(12):
+        messages.append({"role": "user", "content": f"q{i} " + "w " * 300})
+        messages.append({"role": "assistant", "content": f"a{i} " + "w " * 300})
+    facts = ModelFacts(4_400, 0)
+    tokenizer = CharacterEstimatorTokenizer()
+    nudge = SlidingWindowStrategy(keep_last_groups=22, trigger=TokenRatio(0.8))
+    finish = TruncationStrategy(trigger=TokenRatio(0.8), target=default_target())
+    flat = Pipeline((nudge, finish), stop_when=default_target(), fallback=False)
+    gated = dataclasses.replace(flat, hysteresis=True)
+    common = {"model": "m", "tokenizer": tokenizer, "facts": facts, "reserve_ratio": 0}
+    budget_tokens = 4_400
+    with_flat = compact(messages, pipeline=flat, **common)
+    with_gate = compact(messages, pipeline=gated, **common)
+    assert with_flat.report.tokens_before >= 0.8 * budget_tokens
+    assert with_flat.report.changed_by == ("sliding_window",)  # stopped just under 0.8
+    assert with_flat.report.tokens_after > 0.5 * budget_tokens
+    assert with_gate.report.changed_by == ("sliding_window", "truncation")
+    assert with_gate.report.tokens_after <= 0.5 * budget_tokens
+    assert build_pipeline(CompactionSettings()).hysteresis is True

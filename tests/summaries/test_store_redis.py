@@ -12,8 +12,8 @@ import pytest
 import redis
 
 from proxy.summaries.stores import RedisStore, StoreUnavailable
-from tests.support.redis_server import RedisServer
 from tests.summaries.test_store_contract import chain, checkpoint
+from tests.support.redis_server import RedisServer
 
 
 def fast_store(url: str) -> RedisStore:

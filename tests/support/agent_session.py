@@ -138,7 +138,8 @@ def run_session(
         report.steps.append(step)
         if on_step is not None:
             on_step(step)
-        _advance(conversation, index, tool_output_chars, turn_every, report)
+        if index < requests - 1:
+            _advance(conversation, index, tool_output_chars, turn_every, report)
     report.summarizer_calls = count_summarizer_calls(upstream) - calls_before
     report.final_conversation = conversation
     return report

@@ -48,6 +48,10 @@ class Recorded:
     def json(self) -> Any:
         return orjson.loads(self.body)
 
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", "replace")
+
 
 class UpstreamServer(ServerProcess):
     """The fake OpenAI-compatible upstream (tests/fakes/upstream.py) as a child process."""

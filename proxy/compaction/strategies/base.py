@@ -47,11 +47,14 @@ class StrategyContext:
     ``None`` in the synchronous :func:`~proxy.compaction.pipeline.compact` and whenever none is
     available, and the summarization strategy then skips.
     ``model``: the chat request's model (passed on in a summary request).
+    ``engaged``: an earlier strategy of a hysteresis pipeline acted; this one runs towards
+    its target even if its own trigger no longer fires (see ``Pipeline.hysteresis``).
     """
 
     force: bool = False
     summarizer: Summarizer | None = None
     model: str = ""
+    engaged: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,8 +121,8 @@ class Strategy(ABC):
         return self.target
 
     def should_run(self, draft: Draft, ctx: StrategyContext) -> bool:
-        """Whether the trigger fires on the current state (always, when forced)."""
-        return ctx.force or self.trigger.fires(draft.metrics())
+        """Whether the trigger fires on the current state (always, when forced or engaged)."""
+        return ctx.force or ctx.engaged or self.trigger.fires(draft.metrics())
 
     def keep_going(self, draft: Draft, ctx: StrategyContext) -> bool:
         """Whether the target still fires, i.e. another step is wanted."""
