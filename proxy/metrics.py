@@ -517,7 +517,8 @@ class Telemetry:
         self._models = LabelCap()
         self._totals = _Totals()
         self._by_model: dict[str, _ModelTotals] = {}
-        self._recent: deque[dict[str, Any]] = deque(maxlen=RECENT_REQUESTS)
+        self._recent: deque[tuple[Any, ...]] = deque(maxlen=RECENT_REQUESTS)
+        self._upstream_children: dict[str, Any] = {}
         self._minutes: deque[_Minute] = deque(maxlen=MINUTES)
         self._seconds = [0] * 60
         self._second_stamps = [0] * 60
@@ -557,7 +558,12 @@ class Telemetry:
             return  # health checks, scrapes and the dashboard itself: counted, not shown
         m = self.metrics
         if ctx.upstream_seconds is not None and ctx.upstream:
-            m.upstream_latency.labels(ctx.upstream).observe(ctx.upstream_seconds)
+            latency = self._upstream_children.get(ctx.upstream)
+            if latency is None:
+                latency = self._upstream_children[ctx.upstream] = m.upstream_latency.labels(
+                    ctx.upstream
+                )
+            latency.observe(ctx.upstream_seconds)
         report = ctx.report if route == ROUTE_CHAT else None
         error = status >= 400
         before = after = 0
@@ -621,33 +627,31 @@ class Telemetry:
             if ratio is not None:
                 per.ratio_sum += ratio
                 per.ratio_n += 1
-        row: dict[str, Any] = {
-            "id": ctx.request_id,
-            "t": now,
-            "method": method,
-            "path": path,
-            "route": route,
-            "model": model,
-            "upstream": ctx.upstream,
-            "status": status,
-            "latency_ms": round(ctx.elapsed_ms, 1),
-            "upstream_ms": None
-            if ctx.upstream_seconds is None
-            else round(ctx.upstream_seconds * 1000, 1),
-            "compaction_ms": None
-            if ctx.compaction_seconds is None
-            else round(ctx.compaction_seconds * 1000, 2),
-            "tokens_before": before if report is not None else None,
-            "tokens_after": after if report is not None else None,
-            "usd_saved": usd_saved,
-            "strategies": list(strategies),
-            "checkpoint": ctx.checkpoint if report is not None else None,
-            "summarizer_failures": failed,
-            "upstream_prompt_tokens": ctx.upstream_prompt_tokens,
-        }
-        if self.show_content and ctx.content is not None:
-            row["content"] = ctx.content
-        self._recent.append(row)
+        # A tuple now, a dict when the dashboard asks (_row): the hot path pays for little.
+        self._recent.append(
+            (
+                ctx.request_id,
+                now,
+                method,
+                path,
+                route,
+                model,
+                ctx.upstream,
+                status,
+                ctx.elapsed_ms,
+                ctx.upstream_seconds,
+                ctx.compaction_seconds,
+                report is not None,
+                before,
+                after,
+                usd_saved,
+                strategies,
+                ctx.checkpoint,
+                failed,
+                ctx.upstream_prompt_tokens,
+                ctx.content if self.show_content else None,
+            )
+        )
         if report is not None:
             for failure in report.failures:
                 self._failures.append(
@@ -784,7 +788,7 @@ class Telemetry:
                 "recent_failures": list(reversed(self._failures)),
             },
             "models": models,
-            "recent": list(reversed(self._recent)),
+            "recent": [_row(item) for item in reversed(self._recent)],
         }
 
 
@@ -796,3 +800,54 @@ def _forwarded(report: CompactionReport) -> tuple[int, int, tuple[str, ...]]:
     if report.mode == "dry-run":
         return report.tokens_before, report.tokens_before, ()
     return report.tokens_before, report.tokens_after, report.changed_by
+
+
+def _row(item: tuple[Any, ...]) -> dict[str, Any]:
+    """One recent request as the dashboard shows it."""
+    (
+        request_id,
+        t,
+        method,
+        path,
+        route,
+        model,
+        upstream,
+        status,
+        elapsed_ms,
+        upstream_seconds,
+        compaction_seconds,
+        reported,
+        before,
+        after,
+        usd_saved,
+        strategies,
+        checkpoint,
+        failed,
+        upstream_prompt_tokens,
+        content,
+    ) = item
+    row: dict[str, Any] = {
+        "id": request_id,
+        "t": t,
+        "method": method,
+        "path": path,
+        "route": route,
+        "model": model,
+        "upstream": upstream,
+        "status": status,
+        "latency_ms": round(elapsed_ms, 1),
+        "upstream_ms": None if upstream_seconds is None else round(upstream_seconds * 1000, 1),
+        "compaction_ms": None
+        if compaction_seconds is None
+        else round(compaction_seconds * 1000, 2),
+        "tokens_before": before if reported else None,
+        "tokens_after": after if reported else None,
+        "usd_saved": usd_saved,
+        "strategies": list(strategies),
+        "checkpoint": checkpoint if reported else None,
+        "summarizer_failures": failed,
+        "upstream_prompt_tokens": upstream_prompt_tokens,
+    }
+    if content is not None:
+        row["content"] = content
+    return row
