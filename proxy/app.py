@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from proxy import __version__
-from proxy.api import health
+from proxy.api import dashboard, health, metrics
 from proxy.api.chat import chat_completions
 from proxy.api.forward import Outcome
 from proxy.api.passthrough import passthrough
@@ -28,6 +28,7 @@ from proxy.config import Settings, load_settings
 from proxy.context import AppState, RequestContext
 from proxy.errors import ProxyError
 from proxy.logs import ACCESS, access_line
+from proxy.metrics import Telemetry
 from proxy.summaries.stores.factory import make_store
 from proxy.summaries.summarizer import validate_summarization_config
 from proxy.transport import HttpxUpstream, make_transport, plain_httpx_client
@@ -50,6 +51,8 @@ class ProxyApp:
             compactor=Compactor(settings),
             store=make_store(settings.store),
         )
+        self.telemetry = Telemetry(settings, tokenizers=self.state.compactor.tokenizers)
+        self.state.telemetry = self.telemetry
         self._api_keys = [k.get_secret_value().encode() for k in settings.server.api_keys]
         self.fastapi = _build_fastapi(self.state)
 
@@ -73,6 +76,8 @@ class ProxyApp:
                     ctx.bytes_out = outcome.bytes_out
                     ctx.client_gone = outcome.client_gone
                     ctx.upstream_request_id = outcome.upstream_request_id
+                    ctx.upstream_seconds = outcome.upstream_seconds
+                    ctx.upstream_prompt_tokens = outcome.prompt_tokens
             else:
                 scope.setdefault("state", {})["request_context"] = ctx
                 await self.fastapi(scope, receive, _with_request_id(ctx, send))
@@ -83,6 +88,7 @@ class ProxyApp:
             ctx.status = 499
             ctx.client_gone = True
         finally:
+            self.telemetry.record_request(ctx, scope.get("method"), path)
             _access_log(ctx, scope)
 
     async def _forward(
@@ -210,6 +216,9 @@ def _build_fastapi(state: AppState) -> FastAPI:
     )
     app.state.proxy = state
     app.include_router(health.router)
+    app.include_router(metrics.router)
+    if state.settings.dashboard.enabled:
+        app.include_router(dashboard.router)
     return app
 
 

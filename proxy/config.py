@@ -11,7 +11,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, get_origin
+from typing import Annotated, Any, Literal, get_origin
 
 import yaml
 from pydantic import (
@@ -115,9 +115,13 @@ class StoreSettings(Strict):
 
 
 class DashboardSettings(Strict):
+    """`/dashboard`. `prices`: model name or glob -> USD per 1M input tokens, for the money
+    saved; they come before the built-in OpenAI list prices (proxy/metrics.py DEFAULT_PRICES).
+    `show_content`: the recent-requests table may show the last user message (truncated)."""
+
     enabled: bool = True
     show_content: bool = False
-    prices: dict[str, float] = Field(default_factory=dict)
+    prices: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
 
 
 def _default_upstreams() -> list[UpstreamSettings]:

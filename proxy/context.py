@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from proxy.compactor import Compactor
     from proxy.config import Settings
     from proxy.flow import CompactionFlow
+    from proxy.metrics import Telemetry
     from proxy.summaries.stores.base import CheckpointStore
     from proxy.transport import UpstreamTransport
     from proxy.upstream import Router
@@ -33,6 +34,8 @@ class AppState:
     # What forwarding uses; built in the lifespan (tests may hand in `client` alone).
     transport: UpstreamTransport | None = None
     shutting_down: bool = False
+    # Prometheus metrics and the dashboard's data; ProxyApp makes one per app.
+    telemetry: Telemetry | None = None
     _flow: CompactionFlow | None = None
 
     @property
@@ -44,6 +47,8 @@ class AppState:
             if self.client is None:
                 raise RuntimeError("the upstream client is not started (lifespan not run)")
             self._flow = build_flow(self.settings, self.compactor, self.store, self.client)
+            if self.telemetry is not None and self._flow.summarizer is not None:
+                self.telemetry.watch_summarizer(self._flow.summarizer.stats)
         return self._flow
 
     @property
@@ -79,6 +84,12 @@ class RequestContext:
     response_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     report: CompactionReport | None = None
     checkpoint: str | None = None
+    # For metrics and the dashboard (proxy/metrics.py):
+    compaction_seconds: float | None = None
+    summarizer_calls: list[str] | None = None  # outcomes of this request's summarizer calls
+    upstream_seconds: float | None = None  # to the upstream's response headers
+    upstream_prompt_tokens: int | None = None  # usage.prompt_tokens of the upstream's reply
+    content: str | None = None  # last user message, only when dashboard.show_content
 
     @property
     def elapsed_ms(self) -> float:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import orjson
@@ -13,6 +14,7 @@ from proxy.asgi import Receive, Scope, Send, header, read_body
 from proxy.compaction import CompactionResult, Mode, validate_messages
 from proxy.context import RequestContext
 from proxy.errors import bad_request
+from proxy.metrics import last_user_text, summarizer_calls
 from proxy.upstream import upstream_headers
 
 log = logging.getLogger("compaction_proxy.chat")
@@ -110,6 +112,8 @@ async def chat_completions(
     mode = compaction_mode(scope)
     upstream = state.router.for_model(model)
     ctx.upstream = upstream.name
+    if state.settings.dashboard.show_content:
+        ctx.content = last_user_text(data["messages"])
     body = raw
     # An empty list has nothing to compact; the upstream gives its own verdict on it.
     if mode is not None and data["messages"] and state.compactor.enabled_for(model):
@@ -126,6 +130,7 @@ async def chat_completions(
         headers=upstream_headers(scope["headers"], upstream, strip_authorization=ctx.authenticated),
         content=body,
         extra_headers=ctx.response_headers,
+        read_usage=ctx.report is not None,
     )
 
 
@@ -137,6 +142,10 @@ async def _compact(
     A failure inside compaction must never fail a request that would have succeeded without
     the proxy: it is logged, reported in a warning header, and the original goes upstream.
     """
+    # The summarizer's calls during this flow are noted on the request (proxy/metrics.py).
+    calls = ctx.summarizer_calls = []
+    token = summarizer_calls.set(calls)
+    started = time.perf_counter()
     try:
         flow = await ctx.state.flow.run(
             data,
@@ -152,6 +161,9 @@ async def _compact(
             (b"x-compaction-warning", b"compaction failed; the original request was forwarded")
         )
         return raw
+    finally:
+        ctx.compaction_seconds = time.perf_counter() - started
+        summarizer_calls.reset(token)
     ctx.report = flow.result.report
     ctx.checkpoint = flow.checkpoint
     ctx.response_headers.extend(report_headers(flow.result, mode))

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 
 from proxy.asgi import Receive, Scope, Send, send_error
 from proxy.config import UpstreamSettings
 from proxy.errors import ProxyError
+from proxy.metrics import UsageProbe
 from proxy.transport import TRANSPORT_ERRORS, Body, UpstreamReply, UpstreamTransport
 from proxy.upstream import classify_error, response_headers
 
@@ -29,6 +31,8 @@ class Outcome:
     completed: bool = False
     client_gone: bool = False
     upstream_request_id: str | None = None
+    upstream_seconds: float | None = None  # to the response headers
+    prompt_tokens: int | None = None  # the reply's usage.prompt_tokens (when asked to read it)
 
 
 @dataclass(slots=True)
@@ -88,12 +92,18 @@ async def forward(
     content: Body,
     streamed: StreamedBody | None = None,
     extra_headers: list[tuple[bytes, bytes]] | None = None,
+    read_usage: bool = False,
 ) -> Outcome:
-    """Forward and relay. Never raises for transport problems: the client gets 502/504."""
+    """Forward and relay. Never raises for transport problems: the client gets 502/504.
+
+    `read_usage`: note the reply's `usage.prompt_tokens` in the outcome, from the bytes as
+    they are relayed (nothing is held back or changed).
+    """
     outcome = Outcome(status=0)
     watch = _DisconnectWatch(receive, streamed)
     reply: UpstreamReply | None = None
     try:
+        started = time.perf_counter()
         try:
             reply = await transport.send(method, url, headers, content, upstream.timeouts)
         except ProxyError:
@@ -114,6 +124,7 @@ async def forward(
             outcome.completed = True
             return outcome
 
+        outcome.upstream_seconds = time.perf_counter() - started
         out_headers = response_headers(reply.raw_headers)
         content_type = reply.header("content-type") or ""
         if content_type.startswith("text/event-stream"):
@@ -124,11 +135,18 @@ async def forward(
         outcome.status = reply.status
         outcome.upstream_request_id = reply.header("x-request-id")
         await send({"type": "http.response.start", "status": reply.status, "headers": out_headers})
+        probe = None
+        if read_usage and reply.status == 200:
+            probe = UsageProbe.start(
+                content_type, reply.header("content-encoding"), reply.header("content-length")
+            )
         try:
             async for chunk in reply.chunks():
                 if chunk:
                     outcome.bytes_out += len(chunk)
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    if probe is not None:
+                        probe.feed(chunk)
         except TRANSPORT_ERRORS as exc:
             # Headers are gone already: the only honest signal left is an aborted body.
             failure = classify_error(exc, upstream)
@@ -138,6 +156,8 @@ async def forward(
             return outcome
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         outcome.completed = True
+        if probe is not None:
+            outcome.prompt_tokens = probe.prompt_tokens()
         return outcome
     except asyncio.CancelledError:
         if not watch.fired:

@@ -1,0 +1,164 @@
+"""The dashboard in a real headless Chromium after real traffic through the proxy.
+
+Needs Playwright for Python (`pip install playwright`, no `playwright install`) and a
+Chromium binary: Debian's `chromium` package (/usr/bin/chromium) or `CHROMIUM_PATH`.
+Skipped when either is missing. `UPDATE_DASHBOARD_SCREENSHOT=1` also writes the screenshot
+to docs/dashboard.png (the README's picture).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.observability.traffic import Traffic, agent_conversation
+from tests.support.servers import ProxyServer, UpstreamServer, proxy_config, upstream_entry
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+
+CHROMIUM = os.environ.get("CHROMIUM_PATH") or shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--no-proxy-server",
+]
+PROXY_KEY = "cp-dash-key-Hq93"
+UPSTREAM_KEY = "sk-upstream-secret-Pw17"
+MODEL = "gpt-4o"  # priced by the defaults: the page shows money saved
+SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "dashboard.png"
+
+pytestmark = pytest.mark.skipif(
+    not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM} (apt-get install chromium)"
+)
+
+
+def compact(n: int) -> str:
+    """The page's number format (compact() in dashboard.html)."""
+    if abs(n) >= 1e6:
+        return f"{n / 1e6:.{0 if abs(n) >= 1e7 else 1}f}M"
+    if abs(n) >= 1e4:
+        return f"{n / 1e3:.{0 if abs(n) >= 1e5 else 1}f}k"
+    return f"{n:,}"
+
+
+@pytest.fixture(scope="module")
+def browser_upstream(upstream_factory_module: Any) -> UpstreamServer:
+    return upstream_factory_module()
+
+
+@pytest.fixture(scope="module")
+def traffic(
+    module_proxy_factory: Any, browser_upstream: UpstreamServer
+) -> Iterator[tuple[ProxyServer, Traffic]]:
+    """An agent session's worth of traffic: growth, compactions, checkpoint hits, a failing
+    summarizer and its back-off, small chats, a stream, an upstream error, pass-through."""
+    config = proxy_config(
+        upstream_entry(browser_upstream, name="openai", api_key=UPSTREAM_KEY),
+        api_keys=[PROXY_KEY],
+        models={
+            MODEL: {"context_window": 8_000, "max_output_tokens": 1_000},
+            "gpt-4o-mini": {"context_window": 8_000, "max_output_tokens": 1_000},
+        },
+    )
+    proxy = module_proxy_factory(config)
+    with proxy.http_client(headers={"Authorization": f"Bearer {PROXY_KEY}"}) as client:
+        t = Traffic(client)
+        for n in range(3):
+            t.chat([{"role": "user", "content": f"Hello {n}"}], model="gpt-4o-mini")
+        for steps in range(6, 40, 2):
+            t.chat(agent_conversation(steps), model=MODEL)
+        t.chat(agent_conversation(38), model=MODEL, stream=True)
+        t.passthrough("GET", "/v1/models")
+        t.passthrough(
+            "POST", "/v1/embeddings", json={"model": "text-embedding-3-small", "input": "a"}
+        )
+        t.chat([{"role": "user", "content": "x"}], model=MODEL, headers={"X-Fake-Status": "429"})
+        browser_upstream.control(summarizer="error")
+        for _ in range(2):
+            t.chat(agent_conversation(22, topic="lexer"), model="gpt-4o-mini")
+        browser_upstream.reset()
+        for steps in range(24, 30, 2):
+            t.chat(agent_conversation(steps, topic="tokenizer"), model="gpt-4o-mini")
+        yield proxy, t
+
+
+@pytest.fixture(scope="module")
+def page(traffic: tuple[ProxyServer, Traffic]) -> Iterator[Any]:
+    proxy, _ = traffic
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            context = browser.new_context(viewport={"width": 1360, "height": 900})
+            page = context.new_page()
+            page.goto(f"{proxy.url}/dashboard?key={PROXY_KEY}")
+            page.wait_for_function(
+                "document.getElementById('status').textContent.startsWith('live')", timeout=15_000
+            )
+            yield page
+        finally:
+            browser.close()
+
+
+def test_the_page_shows_the_traffic_numbers(
+    page: Any, traffic: tuple[ProxyServer, Traffic]
+) -> None:
+    _, t = traffic
+    assert page.text_content("#k-requests") == f"{len(t.sent):,}"
+    saved = t.tokens_saved()
+    assert saved > 0
+    assert page.text_content("#k-saved") == compact(saved)
+    assert page.text_content("#k-money").startswith("$")
+    assert page.text_content("#k-money") != "$0"
+    assert page.locator("#recent td.model", has_text=MODEL).count() >= 1
+    assert page.locator("#recent td.model", has_text="gpt-4o-mini").count() >= 1
+    hits = t.checkpoints()["hit"]
+    assert hits >= 1
+    assert f"{hits} hits" in page.text_content("#k-hit-sub")
+    assert page.text_content("#k-fail") == "2"  # the error and the back-off
+    strategies = page.text_content("#strategies")
+    for name in t.strategy_runs():
+        assert name in strategies
+
+
+def test_the_charts_are_drawn(page: Any) -> None:
+    bars = page.locator("#chart-requests svg rect[data-value]")
+    assert bars.count() >= 10
+    assert int(bars.first.get_attribute("data-value")) > 0
+    assert page.locator("#chart-rpm svg rect[data-value]").count() >= 1
+    line = page.locator("#chart-tpm svg path.series-b").get_attribute("d")
+    assert line and line.count("L") >= 10
+
+
+def test_the_key_leaves_the_address_bar_and_never_shows(page: Any) -> None:
+    assert "key=" not in page.url
+    html = page.content()
+    assert PROXY_KEY not in html and UPSTREAM_KEY not in html
+
+
+def test_screenshot(page: Any, tmp_path: Path) -> None:
+    page.wait_for_timeout(300)
+    shot = tmp_path / "dashboard.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 20_000
+    if os.environ.get("UPDATE_DASHBOARD_SCREENSHOT") == "1":
+        SCREENSHOT.parent.mkdir(exist_ok=True)
+        shutil.copyfile(shot, SCREENSHOT)
+
+
+def test_a_narrow_screen_has_no_horizontal_scroll(page: Any, tmp_path: Path) -> None:
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.wait_for_timeout(2_300)  # one poll: charts redraw at the new width
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390
+    page.screenshot(path=str(tmp_path / "dashboard-narrow.png"), full_page=True)
+    page.set_viewport_size({"width": 1360, "height": 900})

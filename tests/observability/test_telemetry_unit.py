@@ -1,0 +1,221 @@
+"""The pieces of proxy/metrics.py on their own: usage probe, prices, label cap, reconciliation."""
+
+from __future__ import annotations
+
+import json
+
+import orjson
+import pytest
+
+from proxy.compaction.report import CompactionReport, StrategyReport
+from proxy.config import Settings
+from proxy.context import AppState, RequestContext
+from proxy.metrics import (
+    LabelCap,
+    Prices,
+    Telemetry,
+    UsageProbe,
+    last_user_text,
+    route_of,
+)
+from tests.observability.traffic import parse_metrics, value
+
+# ------------------------------------------------------------------ usage probe
+
+
+def _feed(probe: UsageProbe, data: bytes, size: int) -> None:
+    for i in range(0, len(data), size):
+        probe.feed(data[i : i + size])
+
+
+def test_probe_reads_json_usage() -> None:
+    body = orjson.dumps({"choices": [], "usage": {"prompt_tokens": 1234, "completion_tokens": 5}})
+    probe = UsageProbe.start("application/json", None, str(len(body)))
+    assert probe is not None
+    _feed(probe, body, 7)
+    assert probe.prompt_tokens() == 1234
+
+
+def test_probe_skips_compressed_large_and_other_bodies() -> None:
+    assert UsageProbe.start("application/json", "gzip", None) is None
+    assert UsageProbe.start("application/json", None, str(2 << 20)) is None
+    assert UsageProbe.start("text/plain", None, None) is None
+    probe = UsageProbe.start("application/json; charset=utf-8", "identity", None)
+    assert probe is not None
+    probe.feed(b"x" * ((1 << 20) + 1))  # undeclared length over the limit: given up
+    assert probe.prompt_tokens() is None
+
+
+def _sse(*events: object) -> bytes:
+    return b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+
+
+def test_probe_reads_the_usage_chunk_of_a_long_stream() -> None:
+    content = [{"choices": [{"delta": {"content": "word " * 50}}], "usage": None}] * 200
+    usage = {"choices": [], "usage": {"prompt_tokens": 777, "completion_tokens": 3}}
+    stream = _sse(*content, usage)
+    assert len(stream) > 40_000
+    for size in (1, 13, 4096, 10_000):
+        probe = UsageProbe.start("text/event-stream; charset=utf-8", None, None)
+        assert probe is not None
+        _feed(probe, stream, size)
+        assert probe.prompt_tokens() == 777, size
+
+
+def test_probe_stream_without_usage_and_content_that_mentions_usage() -> None:
+    tricky = {"choices": [{"delta": {"content": 'he said "usage": {"prompt_tokens": 9}'}}]}
+    probe = UsageProbe.start("text/event-stream", None, None)
+    assert probe is not None
+    probe.feed(_sse(tricky, {"choices": [], "usage": None}))
+    assert probe.prompt_tokens() is None
+
+
+def test_probe_usage_event_that_began_before_the_tail() -> None:
+    big = {"choices": [], "pad": "p" * 6000, "usage": {"prompt_tokens": 42}}
+    probe = UsageProbe.start("text/event-stream", None, None)
+    assert probe is not None
+    _feed(probe, _sse(big), 100)
+    assert probe.prompt_tokens() == 42
+
+
+# ------------------------------------------------------------------ labels, prices, content
+
+
+def test_label_cap() -> None:
+    cap = LabelCap(limit=2)
+    assert [cap("a"), cap("b"), cap("c"), cap("a"), cap(None)] == [
+        "a",
+        "b",
+        "other",
+        "a",
+        "unknown",
+    ]
+    assert LabelCap()("x" * 500) == "other"
+    assert LabelCap()("bad\nname") == "other"
+
+
+def test_routes() -> None:
+    assert route_of("POST", "/v1/chat/completions") == "chat_completions"
+    assert route_of("GET", "/v1/chat/completions") == "passthrough"
+    assert route_of("POST", "/v1/compaction/preview") == "preview"
+    assert route_of("GET", "/v1/files/abc") == "passthrough"
+    assert route_of("GET", "/dashboard") == "other"
+
+
+def test_prices_defaults_and_configured_globs() -> None:
+    prices = Prices({"gpt-4o*": 1.0, "my-model": 3.0})
+    assert prices.per_million("gpt-4o-mini") == 1.0  # configured beats the defaults
+    assert prices.per_million("my-model") == 3.0
+    assert prices.per_million("openai/my-model") == 3.0
+    defaults = Prices()
+    assert defaults.per_million("gpt-4o-mini-2024-07-18") == 0.15  # longest glob wins
+    assert defaults.per_million("gpt-4o-2024-08-06") == 2.50
+    assert defaults.per_million("gpt-4.1-nano") == 0.10
+    assert defaults.per_million("unknown-model") is None
+    assert defaults.usd("gpt-4o", 1_000_000) == pytest.approx(2.5)
+
+
+def test_last_user_text_is_truncated() -> None:
+    messages = [
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "reply"},
+        {"role": "user", "content": [{"type": "text", "text": "y" * 1000}]},
+    ]
+    text = last_user_text(messages)
+    assert text is not None and len(text) == 500 and text.startswith("yyy")
+    assert last_user_text([{"role": "system", "content": "s"}]) is None
+
+
+def test_negative_prices_are_rejected() -> None:
+    with pytest.raises(ValueError):
+        Settings.model_validate({"dashboard": {"prices": {"gpt-4o": -1}}})
+
+
+# ------------------------------------------------------------------ reconciliation
+
+
+def _report(*failures: str, changed: tuple[str, ...] = ()) -> CompactionReport:
+    strategies = tuple(StrategyReport(name, True, True, 100, 50) for name in changed) + tuple(
+        StrategyReport("summarization", True, False, 100, 100, failed=f) for f in failures
+    )
+    return CompactionReport(
+        model="gpt-4o",
+        mode="normal",
+        tokenizer="o200k_base",
+        context_window=1000,
+        output_reserve=0,
+        safety_reserve=0,
+        budget=1000,
+        calibration=1.0,
+        tokens_before=2_000_000,
+        tokens_after=1_000_000,
+        messages_before=10,
+        messages_after=5,
+        strategies=strategies,
+    )
+
+
+def _ctx(telemetry: Telemetry, report: CompactionReport, calls: list[str]) -> RequestContext:
+    state = AppState(settings=Settings(), router=None, compactor=None)  # type: ignore[arg-type]
+    state.telemetry = telemetry
+    ctx = RequestContext(state=state, request_id="r1")
+    ctx.model, ctx.upstream, ctx.status = "gpt-4o", "openai", 200
+    ctx.report, ctx.checkpoint, ctx.summarizer_calls = report, "none", calls
+    ctx.compaction_seconds = 0.01
+    return ctx
+
+
+@pytest.mark.parametrize(
+    ("calls", "failures", "expected"),
+    [
+        (["ok"], (), {"ok": 1}),
+        (["timeout"], ("timeout",), {"timeout": 1}),  # one call, reported once
+        ([], ("backoff",), {"backoff": 1}),  # no call was made
+        (["ok"], ("not_shorter",), {"not_shorter": 1}),  # the ok call's summary was refused
+        (["ok", "ok", "error"], ("error",), {"ok": 2, "error": 1}),
+    ],
+)
+def test_summarizer_outcomes_are_reconciled_with_the_report(
+    calls: list[str], failures: tuple[str, ...], expected: dict[str, int]
+) -> None:
+    telemetry = Telemetry(Settings())
+    telemetry.record_request(
+        _ctx(telemetry, _report(*failures), calls), "POST", "/v1/chat/completions"
+    )
+    samples = parse_metrics(telemetry.exposition().decode())
+    got = {
+        dict(k)["outcome"]: v
+        for k, v in samples.get("compaction_proxy_summarizer_calls_total", {}).items()
+    }
+    assert got == expected
+    assert value(samples, "compaction_proxy_summarizer_failures_total") == sum(
+        n for o, n in expected.items() if o != "ok"
+    )
+
+
+def test_money_saved_and_snapshot_shape() -> None:
+    telemetry = Telemetry(Settings(), clock=lambda: 1_800_000_000.0)
+    ctx = _ctx(telemetry, _report(changed=("truncation",)), [])
+    telemetry.record_request(ctx, "POST", "/v1/chat/completions")
+    data = telemetry.snapshot()
+    assert data["totals"]["tokens_saved"] == 1_000_000
+    assert data["totals"]["usd_saved"] == pytest.approx(2.5)  # gpt-4o at $2.50 / 1M
+    assert data["strategies"] == {"truncation": 1}
+    assert data["recent"][0]["model"] == "gpt-4o"
+    assert "content" not in data["recent"][0]
+    assert len(data["minutes"]) == 60 and data["minutes"][-1]["requests"] == 1
+    assert data["requests_last_minute"] == 1
+    json.dumps(data)  # plain JSON
+
+
+def test_registries_are_per_app() -> None:
+    a, b = Telemetry(Settings()), Telemetry(Settings())
+    ctx = _ctx(a, _report(), [])
+    a.record_request(ctx, "POST", "/v1/chat/completions")
+    assert b"compaction_proxy_requests_total{" not in b.exposition()
+    assert b'route="chat_completions"' in a.exposition()
+
+
+def test_a_broken_request_context_never_raises() -> None:
+    telemetry = Telemetry(Settings())
+    telemetry.record_request(object(), "GET", "/v1/models")  # type: ignore[arg-type]
