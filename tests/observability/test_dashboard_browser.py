@@ -15,11 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright import sync_api
 
 from tests.observability.traffic import Traffic, agent_conversation
 from tests.support.servers import ProxyServer, UpstreamServer, proxy_config, upstream_entry
-
-sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 
 CHROMIUM = os.environ.get("CHROMIUM_PATH") or shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -37,9 +36,11 @@ UPSTREAM_KEY = "sk-upstream-secret-Pw17"
 MODEL = "gpt-4o"  # priced by the defaults: the page shows money saved
 SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "dashboard.png"
 
-pytestmark = pytest.mark.skipif(
-    not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM} (apt-get install chromium)"
-)
+
+@pytest.fixture(autouse=True)
+def _chromium_is_installed() -> None:
+    # Not a skip: a missing browser must fail the run (.ci/run installs Debian's chromium).
+    assert Path(CHROMIUM).exists(), f"no Chromium at {CHROMIUM}: apt-get install chromium"
 
 
 def compact(n: int) -> str:
