@@ -27,7 +27,7 @@ from proxy.compaction.factory import (
     default_target,
 )
 from proxy.compaction.settings import CompactionSettings, SummarizationSettings, entry_to_config
-from proxy.config import Settings, effective_config, load_settings
+from proxy.config import ConfigError, Settings, effective_config, load_settings
 from proxy.summaries.summarizer import DEFAULT_MAX_SUMMARY_TOKENS
 from tests.deploy.files import CONFIG_EXAMPLE, REPO_ROOT, dockerfile
 
@@ -67,7 +67,9 @@ def _comment(line: str) -> str | None:
     return None
 
 
-def _key_lines(node: yaml.Node, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], int]]:
+def _key_lines(
+    node: yaml.Node, path: tuple[Any, ...] = ()
+) -> Iterator[tuple[tuple[Any, ...], int]]:
     """(key path, 0-based line of the key) for every key in the composed document."""
     if isinstance(node, yaml.MappingNode):
         for key, value in node.value:
@@ -102,7 +104,9 @@ def key_lines() -> dict[tuple[Any, ...], int]:
     return dict(_key_lines(node))
 
 
-def _comment_at(path: tuple[Any, ...], key_lines: dict[tuple[Any, ...], int], lines: list[str]) -> str:
+def _comment_at(
+    path: tuple[Any, ...], key_lines: dict[tuple[Any, ...], int], lines: list[str]
+) -> str:
     assert path in key_lines, f"{'.'.join(map(str, path))} is not in config.example.yaml"
     comment = _comment(lines[key_lines[path]])
     assert comment, f"{'.'.join(map(str, path))} (line {key_lines[path] + 1}) has no comment"
@@ -221,16 +225,39 @@ def test_comments_that_name_a_value_tell_the_truth(
     env = dockerfile().final.env()
     says(("server", "host"), re.escape(env["COMPACTION_PROXY_SERVER__HOST"]))
     says(("store", "path"), re.escape(env["COMPACTION_PROXY_STORE__PATH"]))
-    # Ranges quoted in comments match the validators.
-    says(("server", "port"), r"1-65535")
-    says(("server", "workers"), r"1-64")
-    says(("summarization", "retainRecent", "turns"), r"0-20")
-    says(("summarization", "contextPruning", "keepLastAssistants"), r"0-10")
-    fields = Settings.model_fields
-    port_meta = {type(m).__name__: m for m in fields["server"].annotation.model_fields["port"].metadata}  # type: ignore[union-attr]
-    assert (port_meta["Ge"].ge, port_meta["Le"].le) == (1, 65535)
-    turns = SummarizationSettings.model_fields["retain_recent"].annotation.model_fields["turns"]  # type: ignore[union-attr]
-    assert {type(m).__name__: m for m in turns.metadata}["Le"].le == 20
+
+
+def _with(data: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, Any]:
+    copy = yaml.safe_load(yaml.safe_dump(data))
+    node = copy
+    for part in path[:-1]:
+        node = node[part]
+    node[path[-1]] = value
+    return copy
+
+
+def test_ranges_in_comments_are_the_validators_ranges(
+    tmp_path: Path, lines: list[str], key_lines: dict[tuple[Any, ...], int]
+) -> None:
+    """A comment saying `(A-B)` promises A and B load and A-1 and B+1 are refused."""
+    data = yaml.safe_load(CONFIG_EXAMPLE.read_text(encoding="utf-8"))
+    checked = []
+    for path, line in key_lines.items():
+        comment = _comment(lines[line]) or ""
+        match = re.search(r"\((\d+)-(\d+)\)", comment)
+        if not match:
+            continue
+        low, high = int(match.group(1)), int(match.group(2))
+        for value, ok in ((low, True), (high, True), (low - 1, False), (high + 1, False)):
+            file = tmp_path / "range.yaml"
+            file.write_text(yaml.safe_dump(_with(data, path, value)), encoding="utf-8")
+            if ok:
+                load_settings(file, environ={})
+            else:
+                with pytest.raises(ConfigError, match=re.escape(".".join(map(str, path)))):
+                    load_settings(file, environ={})
+        checked.append(path)
+    assert len(checked) >= 4, checked  # port, workers, retainRecent.turns, keepLastAssistants
 
 
 # ----------------------------------------------------------------------------- commented examples

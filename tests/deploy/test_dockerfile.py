@@ -176,7 +176,8 @@ def test_tiktoken_encodings_are_baked_in_at_build_time(df: Dockerfile) -> None:
     fetched = False
     for stage in df.stages:
         for run in _runs(stage):
-            if "get_encoding('o200k_base')" in run.args and "get_encoding('cl100k_base')" in run.args:
+            fetches = [f"get_encoding('{name}')" for name in ("o200k_base", "cl100k_base")]
+            if all(fetch in run.args for fetch in fetches):
                 cache = stage.env_before(run.line).get("TIKTOKEN_CACHE_DIR")
                 assert cache == final_cache, (
                     f"line {run.line}: encodings are fetched into {cache!r} but the runtime "
@@ -231,7 +232,9 @@ def test_store_path_is_on_a_volume_owned_by_the_user(df: Dockerfile) -> None:
     uid = final.all("USER")[-1].args.split(":")[0]
     volume_line = final.all("VOLUME")[0].line
     chowned = [
-        r for r in _runs(final) if r.line < volume_line and re.search(rf"chown {uid}\S* /data", r.args)
+        run
+        for run in _runs(final)
+        if run.line < volume_line and re.search(rf"chown {uid}\S* /data", run.args)
     ]
     assert chowned, "chown the volume directory to the user before VOLUME (else it is root's)"
 
@@ -304,7 +307,8 @@ def _ignored(path: str, patterns: list[str]) -> bool:
         body = body.rstrip("/")
         parts = PurePosixPath(path).parts
         prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
-        if any(fnmatch.fnmatch(p, body) or fnmatch.fnmatch(p, body.replace("**/", "")) for p in prefixes):
+        bodies = (body, body.replace("**/", ""))
+        if any(fnmatch.fnmatch(p, b) for p in prefixes for b in bodies):
             ignored = not negate
     return ignored
 
