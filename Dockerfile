@@ -22,6 +22,7 @@ FROM python:${PYTHON_VERSION}-slim-${DEBIAN_RELEASE} AS builder
 
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
+    PIP_ROOT_USER_ACTION=ignore \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 
@@ -44,6 +45,7 @@ RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
 # 3. tiktoken encodings, fetched now so the container never downloads at run time. tiktoken
 #    stores them under $TIKTOKEN_CACHE_DIR named by its cache key; the second command proves
 #    that the proxy's own offline loader finds and verifies (sha256) both files there.
+# hadolint ignore=DL3064
 ENV TIKTOKEN_CACHE_DIR=/opt/tiktoken
 RUN /opt/venv/bin/python -c "import tiktoken; tiktoken.get_encoding('o200k_base'); tiktoken.get_encoding('cl100k_base')" \
  && /opt/venv/bin/python -c "from proxy.compaction.encodings import EncodingLoader; loader = EncodingLoader(include_default=False); [loader.load(name) for name in ('o200k_base', 'cl100k_base')]" \
@@ -80,7 +82,8 @@ COPY config.example.yaml /etc/compaction-proxy/config.yaml
 
 # Environment variables override the config file (prefix COMPACTION_PROXY_, `__` between
 # levels): inside a container the proxy must listen on every interface, and its SQLite
-# checkpoints belong on the volume.
+# checkpoints belong on the volume. (DL3064 mistakes TIKTOKEN_ for a secret: it is a path.)
+# hadolint ignore=DL3064
 ENV PATH="/opt/venv/bin:${PATH}" \
     VIRTUAL_ENV=/opt/venv \
     PYTHONDONTWRITEBYTECODE=1 \

@@ -7,6 +7,7 @@ neither exists the test FAILS with that instruction rather than skipping.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -163,6 +164,10 @@ def test_proxy_healthcheck_uses_python_on_healthz(proxy: dict[str, Any]) -> None
     compile(code, "<compose healthcheck>", "exec")
     assert "/healthz" in code and "timeout=" in code
     assert "$" not in code, "compose would interpolate `$`"
+    # The same command as the image's own HEALTHCHECK (one definition of "healthy").
+    _, rest = dockerfile().final.all("HEALTHCHECK")[0].flags_and_rest()
+    image_argv = json.loads(rest.removeprefix("CMD "))
+    assert code == healthcheck_python(image_argv)
     assert _seconds(check["timeout"]) <= 10
 
 
