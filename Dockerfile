@@ -31,12 +31,14 @@ WORKDIR /src
 # 1. Dependencies first, exactly as pyproject.toml declares them, in their own layer: editing
 #    the source does not reinstall them. (Every dependency ships wheels for amd64 and arm64,
 #    so no compiler is needed.)
-COPY pyproject.toml README.md ./
+COPY pyproject.toml ./
 RUN python -m venv /opt/venv \
  && python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > /tmp/requirements.txt \
  && /opt/venv/bin/pip install -r /tmp/requirements.txt
 
-# 2. The project itself: build its wheel from pyproject.toml (hatchling), install that wheel.
+# 2. The project itself: build its wheel from pyproject.toml (hatchling; README.md is the
+#    wheel's readme), install that wheel.
+COPY README.md ./
 COPY proxy ./proxy
 RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
  && /opt/venv/bin/pip install /wheels/compaction_proxy-*.whl \
@@ -44,11 +46,12 @@ RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
 
 # 3. tiktoken encodings, fetched now so the container never downloads at run time. tiktoken
 #    stores them under $TIKTOKEN_CACHE_DIR named by its cache key; the second command proves
-#    that the proxy's own offline loader finds and verifies (sha256) both files there.
+#    that the proxy's own offline loader (the installed one: -I keeps /src off sys.path)
+#    finds and verifies (sha256) both files there.
 # hadolint ignore=DL3064
 ENV TIKTOKEN_CACHE_DIR=/opt/tiktoken
 RUN /opt/venv/bin/python -c "import tiktoken; tiktoken.get_encoding('o200k_base'); tiktoken.get_encoding('cl100k_base')" \
- && /opt/venv/bin/python -c "from proxy.compaction.encodings import EncodingLoader; loader = EncodingLoader(include_default=False); [loader.load(name) for name in ('o200k_base', 'cl100k_base')]" \
+ && /opt/venv/bin/python -I -c "from proxy.compaction.encodings import EncodingLoader; loader = EncodingLoader(include_default=False); [loader.load(name) for name in ('o200k_base', 'cl100k_base')]" \
  && chmod -R a+rX /opt/tiktoken
 
 # ------------------------------------------------------------------------------- runtime
