@@ -24,7 +24,12 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
 from proxy.compaction import CompactionSettings, FactsOverride, SummarizationSettings
 
@@ -289,6 +294,14 @@ def load_settings(
         return Settings(**data)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, source=str(chosen or "defaults"))) from exc
+    except SettingsError as exc:
+        # An environment override that is not valid JSON where a list or mapping is expected
+        # (`COMPACTION_PROXY_SERVER__API_KEYS=a`): name the variable's field, never its value.
+        field = str(exc).split('"')[1] if str(exc).count('"') >= 2 else "an environment variable"
+        raise ConfigError(
+            f"environment override for {field} is not valid JSON (lists and mappings are "
+            f"given as JSON, e.g. {ENV_PREFIX}SERVER__API_KEYS='[\"key\"]')"
+        ) from None
 
 
 def format_validation_error(exc: ValidationError, *, source: str) -> str:

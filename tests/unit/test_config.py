@@ -528,3 +528,13 @@ def test_settings_direct_construction_validates() -> None:
                 {"name": "a", "base_url": "http://b.test"},
             ]
         )
+
+
+def test_an_env_override_that_is_not_json_is_a_config_error_without_its_value(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COMPACTION_PROXY_SERVER__API_KEYS", "sk-not-json-secret")
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    assert "not valid JSON" in str(caught.value)
+    assert "sk-not-json-secret" not in str(caught.value)
