@@ -89,6 +89,7 @@ class ProxyApp:
             ctx.client_gone = True
         finally:
             self.telemetry.record_request(ctx, scope.get("method"), path)
+            _calibrate(ctx)
             _access_log(ctx, scope)
 
     async def _forward(
@@ -116,6 +117,14 @@ class ProxyApp:
                 "invalid_api_key",
             )
         ctx.authenticated = True
+
+
+def _calibrate(ctx: RequestContext) -> None:
+    """Feed the upstream's prompt-token count for a compacted request back to the triggers."""
+    report = ctx.report
+    if report is None or not ctx.upstream_prompt_tokens or report.mode == "dry-run":
+        return
+    ctx.state.compactor.calibrate(report.model, ctx.upstream_prompt_tokens, report.tokens_after)
 
 
 def _with_request_id(ctx: RequestContext, send: Send) -> Send:

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from proxy.compaction import (
+    Calibration,
     CompactionReport,
     CompactionResult,
     CompactionSettings,
@@ -78,6 +79,7 @@ class Compactor:
         ]
         self._pipeline_cache: dict[str, tuple[CompactionSettings, Pipeline]] = {}
         self._fingerprints: dict[str, str] = {}
+        self._calibration: dict[str, float] = {}
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compaction")
         self.debug = debug_enabled()
 
@@ -150,8 +152,35 @@ class Compactor:
             "max_completion_tokens": _int_or_none(body.get("max_completion_tokens")),
             "max_tokens": _int_or_none(body.get("max_tokens")),
             "reserve_ratio": self.settings.summarization.reserve_ratio,
+            "calibration": self.calibration_for(body["model"]),
             "mode": mode,
         }
+
+    def calibrate(self, model: str, reported: int, counted: int) -> None:
+        """Learn how far our count is from the upstream's `usage.prompt_tokens` for `model`.
+
+        tiktoken miscounts models that are not OpenAI's behind OpenAI-compatible APIs; the
+        triggers then compare the calibrated count. A moving average of bounded ratios: one odd
+        response cannot make compaction wild, a consistent offset is learnt in a few requests.
+        """
+        bounds = self.settings.compaction.calibration
+        if not bounds.enabled or reported <= 0 or counted <= 0:
+            return
+        ratio = min(bounds.max_ratio, max(bounds.min_ratio, reported / counted))
+        previous = self._calibration.get(model)
+        if previous is None and len(self._calibration) >= 1024:
+            return
+        self._calibration[model] = (
+            ratio if previous is None else previous + 0.2 * (ratio - previous)
+        )
+
+    def calibration_for(self, model: str) -> Calibration:
+        bounds = self.settings.compaction.calibration
+        return Calibration(
+            ratio=self._calibration.get(model, 1.0),
+            minimum=bounds.min_ratio,
+            maximum=bounds.max_ratio,
+        )
 
     def fingerprint(self, model: str) -> str:
         """Hash of everything that shapes a checkpoint for `model`: part of its namespace, so a

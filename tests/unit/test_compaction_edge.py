@@ -255,3 +255,33 @@ def test_cli_compact_rejects_a_file_that_is_not_a_conversation(
     source.write_text('{"hello": 1}')
     assert main(["compact", str(source)]) == 2
     assert "list of messages" in capsys.readouterr().err
+
+
+def test_calibration_from_upstream_usage_moves_the_trigger(tmp_path: Path) -> None:
+    """An upstream that counts twice what tiktoken says (a non-OpenAI model behind an
+    OpenAI-compatible API): once learnt, a request at ~55% of the raw budget is compacted."""
+    from proxy.compaction import Mode
+    from proxy.compactor import Compactor
+
+    settings = Settings(
+        upstreams=[{"name": "up", "base_url": UPSTREAM}],
+        models={"small-model": {"context_window": 4000, "max_output_tokens": 500}},
+    )
+    compactor = Compactor(settings)
+    payload = body(conversation(turns=4))
+    before = compactor.run_sync(payload, Mode.NORMAL)
+    assert not before.changed
+    assert before.report.calibration == 1.0
+    for _ in range(20):
+        compactor.calibrate(
+            "small-model",
+            reported=2 * before.report.tokens_before,
+            counted=before.report.tokens_before,
+        )
+    after = compactor.run_sync(payload, Mode.NORMAL)
+    assert after.report.calibration > 1.9
+    assert after.changed
+    # Bounded: a wild ratio is clamped to compaction.calibration.max_ratio.
+    compactor.calibrate("other", reported=10_000, counted=1)
+    assert compactor.calibration_for("other").effective == 2.0
+    compactor.close()
