@@ -74,6 +74,17 @@ def chain(namespace: str, messages: Sequence[Message]) -> list[str]:
     return hashes
 
 
+def could_have_checkpoint(rest: Sequence[Message]) -> bool:
+    """Whether any checkpoint can cover a prefix of `rest` (the messages after the system block).
+
+    A checkpoint is stored only when a compaction changed something before the newest turn's
+    user message, so the request it was made for had a user message after its first message,
+    and so does every request that extends it. Without one (a single question, or an agent
+    loop still in its first turn), the store round trip is skipped.
+    """
+    return any(message.get("role") == "user" for message in rest[1:])
+
+
 @dataclass(frozen=True, slots=True)
 class Lookup:
     """The effective view of one request and where it came from."""
@@ -103,7 +114,7 @@ class Checkpoints:
         hashes = chain(namespace, rest)
         found: tuple[int, Checkpoint] | None = None
         error: str | None = None
-        if hashes:
+        if hashes and could_have_checkpoint(rest):
             try:
                 found = await self.store.find_longest(namespace, hashes)
             except StoreUnavailable as exc:

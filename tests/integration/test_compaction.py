@@ -14,32 +14,11 @@ from typing import Any
 import openai
 import pytest
 
+from tests.support.agent_session import TOOLS, assert_valid_pairing
 from tests.support.servers import ProxyServer, UpstreamServer, proxy_config, upstream_entry
 
 WINDOW = 8_000
 MODEL = "agent-model"
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "read_file",
-            "description": "Read a file from the repository",
-            "parameters": {
-                "type": "object",
-                "properties": {"path": {"type": "string"}},
-                "required": ["path"],
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "run_tests",
-            "description": "Run the test suite",
-            "parameters": {"type": "object", "properties": {}},
-        },
-    },
-]
 
 
 def agent_conversation(steps: int) -> list[dict[str, Any]]:
@@ -67,18 +46,6 @@ def agent_conversation(steps: int) -> list[dict[str, Any]]:
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": body})
     messages.append({"role": "user", "content": "Now run the tests and tell me the result."})
     return messages
-
-
-def assert_valid_pairing(messages: list[dict[str, Any]]) -> None:
-    declared: list[str] = []
-    answered: list[str] = []
-    for message in messages:
-        for call in message.get("tool_calls") or []:
-            declared.append(call["id"])
-        if message["role"] == "tool":
-            assert message["tool_call_id"] in declared, "a tool result lost its call"
-            answered.append(message["tool_call_id"])
-    assert sorted(declared) == sorted(answered), "a tool call lost its result"
 
 
 @pytest.fixture(scope="module")

@@ -228,3 +228,26 @@ async def test_concurrent_streams_stay_separate(
     texts = await asyncio.gather(*(one(n) for n in range(8)))
     assert texts == [f"echo: {f'conversation number {n} ' * 3}" for n in range(8)]
     assert len(upstream.requests(CHAT_PATH)) == 8
+
+
+def test_shutdown_lets_an_open_stream_finish(proxy_factory: Any, upstream: UpstreamServer) -> None:
+    """SIGTERM while a stream is open: the stream still completes, then the proxy exits."""
+    import signal
+
+    proxy = proxy_factory(proxy_config(upstream_entry(upstream)))
+    body = {"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    headers = {"X-Fake-Chunks": "6", "X-Fake-Chunk-Delay-Ms": "300"}
+    with (
+        httpx.Client(base_url=proxy.url, trust_env=False, timeout=30) as client,
+        client.stream("POST", CHAT_PATH, json=body, headers=headers) as response,
+    ):
+        lines = response.iter_lines()
+        first = next(line for line in lines if line.startswith("data:"))
+        assert first
+        assert proxy.proc is not None
+        proxy.proc.send_signal(signal.SIGTERM)  # mid-stream
+        rest = [line for line in lines if line.startswith("data:")]
+    assert rest[-1] == "data: [DONE]", rest[-3:]
+    assert len(rest) >= 6, "every chunk sent after the signal still arrived"
+    assert proxy.proc.wait(timeout=30) is not None
+    assert "Application shutdown complete" in proxy.log_text()

@@ -9,24 +9,13 @@ from typing import Any
 
 import httpx
 
+from tests.support.agent_session import TOOLS as AGENT_TOOLS
+
 CHAT = "/v1/chat/completions"
 AGENT_MODEL = "agent-model"
 WINDOW = 8_000
 MODELS_CONFIG = {AGENT_MODEL: {"context_window": WINDOW, "max_output_tokens": 1_000}}
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "read_file",
-            "description": "Read a file from the repository",
-            "parameters": {
-                "type": "object",
-                "properties": {"path": {"type": "string"}},
-                "required": ["path"],
-            },
-        },
-    }
-]
+TOOLS = AGENT_TOOLS[:1]  # read_file only
 
 
 def agent_conversation(steps: int, topic: str = "parser") -> list[dict[str, Any]]:
