@@ -8,6 +8,7 @@ the hot path (health, preview, metrics, dashboard) use FastAPI normally.
 from __future__ import annotations
 
 import hmac
+import itertools
 import logging
 import os
 import re
@@ -36,6 +37,9 @@ from proxy.upstream import Router
 
 log = logging.getLogger("compaction_proxy.app")
 
+# Unique per process start (random) and per request (a counter): no syscall per request.
+_ID_PREFIX = os.urandom(11).hex()
+_ID_COUNTER = itertools.count(1)
 _REQUEST_ID = re.compile(rb"^[A-Za-z0-9._:\-]{1,128}$")
 
 
@@ -150,7 +154,7 @@ def _request_id(scope: Scope) -> str:
     given = header(scope, b"x-request-id")
     if given is not None and _REQUEST_ID.match(given):
         return given.decode()
-    return os.urandom(16).hex()
+    return f"{_ID_PREFIX}{next(_ID_COUNTER):010x}"
 
 
 def _access_log(ctx: RequestContext, scope: Scope) -> None:

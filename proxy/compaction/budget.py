@@ -129,12 +129,26 @@ class ModelCatalog:
     ) -> None:
         self._overrides = dict(overrides or {})
         self._builtins = builtins
+        self._memo: dict[str, ModelFacts] = {}
         self._default = ModelFacts(
             default_context_window, default_max_output_tokens, default_encoding
         )
 
     def facts_for(self, model: str) -> ModelFacts:
-        """The facts for ``model``: built-in (or default) facts with any override applied."""
+        """The facts for ``model``: built-in (or default) facts with any override applied.
+
+        Resolved once per model name (glob matching over every override and built-in is the
+        slow part) and then served from a bounded memo.
+        """
+        cached = self._memo.get(model)
+        if cached is not None:
+            return cached
+        facts = self._resolve(model)
+        if len(self._memo) < 4096:
+            self._memo[model] = facts
+        return facts
+
+    def _resolve(self, model: str) -> ModelFacts:
         names = [model]
         if "/" in model:
             names.append(model.rsplit("/", 1)[-1])
