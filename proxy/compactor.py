@@ -12,6 +12,7 @@ import fnmatch
 import hashlib
 import logging
 import os
+import threading
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -83,10 +84,34 @@ class Compactor:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compaction")
         self.debug = debug_enabled()
 
-    def warm_up(self) -> None:
-        """Load the common encodings now, so the first request does not pay ~0.5 s for it."""
+    def warm_up(self) -> threading.Thread | None:
+        """Load the common encodings now, so the first request does not pay ~0.5 s for it.
+
+        Encodings not found on disk are fetched by tiktoken on a daemon thread (when
+        `compaction.tokenizer.download` allows): requests never wait for the network, they
+        count with the estimator until the files arrive. Returns that thread, if any.
+        """
         for encoding in {*_BUILTIN_ENCODINGS, self.settings.compaction.tokenizer.default_encoding}:
             self.tokenizers.get(encoding)
+        missing = sorted(self.tokenizers.missing_encodings)
+        if not missing or not self.settings.compaction.tokenizer.download:
+            return None
+        thread = threading.Thread(
+            target=self._download, args=(missing,), name="tiktoken-download", daemon=True
+        )
+        thread.start()
+        return thread
+
+    def _download(self, encodings: list[str]) -> None:
+        import tiktoken
+
+        for name in encodings:
+            try:
+                tiktoken.get_encoding(name)  # fetches into tiktoken's cache directory
+            except Exception as exc:  # no network, a proxy in the way: keep estimating
+                log.warning("could not download tiktoken encoding %r: %s", name, exc)
+                continue
+            self.tokenizers.refresh(name)
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -344,6 +344,9 @@ class TokenizerSettings(_Model):
     """Where encodings come from and how counts are cached."""
 
     encodings_dir: str | None = None
+    # Fetch missing encodings once, in the background, at start-up (the edge does it; until
+    # they arrive, and when there is no network, counts use the estimator).
+    download: bool = True
     default_encoding: str = "o200k_base"
     cache_size: int = Field(default=65_536, ge=0)
     images: ImageSettings = ImageSettings()

@@ -77,3 +77,19 @@ class TokenizerProvider:
             return CharacterEstimatorTokenizer(
                 cache_size=self._cache_size, image_pricing=self._image_pricing
             )
+
+    def refresh(self, encoding: str) -> bool:
+        """Look for ``encoding``'s file again (it may have been downloaded meanwhile) and, if
+        it is there now, count exactly from then on instead of estimating."""
+        try:
+            built = self.loader.load(encoding)
+        except EncodingUnavailable:
+            return False
+        tokenizer = TiktokenTokenizer(
+            built, cache_size=self._cache_size, image_pricing=self._image_pricing
+        )
+        with self._lock:
+            self._tokenizers[encoding] = tokenizer
+            self._missing.discard(encoding)
+        logger.info("tiktoken encoding %r loaded; exact counts from now on", encoding)
+        return True

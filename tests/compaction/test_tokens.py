@@ -366,3 +366,24 @@ def test_litellm_files_are_the_expected_ones(encodings_dir: Path) -> None:
         hashlib.sha256(data).hexdigest()
         == "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
     )
+
+
+def test_refresh_swaps_the_estimator_for_tiktoken_once_the_file_arrives(
+    tmp_path: Path, encodings_dir: Path
+) -> None:
+    """The edge downloads missing encodings in the background, then calls refresh()."""
+    from proxy.compaction import EncodingLoader, TokenizerProvider
+
+    empty = tmp_path / "encodings"
+    empty.mkdir()
+    provider = TokenizerProvider(
+        EncodingLoader(directories=[empty], include_env=False, include_default=False)
+    )
+    assert provider.get("o200k_base").name == "char-estimator"
+    assert not provider.refresh("o200k_base")  # still nothing there
+    for file in encodings_dir.iterdir():
+        if file.is_file():
+            shutil.copy(file, empty / file.name)
+    assert provider.refresh("o200k_base")
+    assert provider.get("o200k_base").name == "o200k_base"
+    assert "o200k_base" not in provider.missing_encodings

@@ -285,3 +285,46 @@ def test_calibration_from_upstream_usage_moves_the_trigger(tmp_path: Path) -> No
     compactor.calibrate("other", reported=10_000, counted=1)
     assert compactor.calibration_for("other").effective == 2.0
     compactor.close()
+
+
+def test_missing_encodings_are_fetched_in_the_background(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Out of the box (no files on disk) the proxy estimates at once and fetches the
+    encodings on a daemon thread; requests never wait for the network."""
+    import shutil
+
+    import tiktoken
+
+    from proxy.compactor import Compactor
+
+    cache = tmp_path / "tiktoken-cache"
+    cache.mkdir()
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(cache))
+    fetched: list[str] = []
+
+    def fake_download(name: str) -> None:  # stands in for tiktoken's network fetch
+        fetched.append(name)
+        for file in Path(_encodings_dir()).iterdir():
+            if file.is_file():
+                shutil.copy(file, cache / file.name)
+
+    monkeypatch.setattr(tiktoken, "get_encoding", fake_download)
+    compactor = Compactor(Settings(upstreams=[{"name": "up", "base_url": UPSTREAM}]))
+    thread = compactor.warm_up()
+    assert thread is not None and thread.daemon
+    thread.join(timeout=30)
+    assert sorted(fetched) == ["cl100k_base", "o200k_base"]
+    assert compactor.tokenizers.get("o200k_base").name == "o200k_base"
+    assert not compactor.tokenizers.missing_encodings
+    compactor.close()
+
+    no_download = Compactor(
+        Settings(
+            upstreams=[{"name": "up", "base_url": UPSTREAM}],
+            compaction={"tokenizer": {"download": False}},
+        )
+    )
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "elsewhere"))
+    assert no_download.warm_up() is None
+    no_download.close()
