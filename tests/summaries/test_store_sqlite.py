@@ -151,3 +151,20 @@ async def test_several_processes_write_one_file(tmp_path: Path) -> None:
         assert hit is not None and hit[0] == 60
         assert isinstance(hit[1], Checkpoint)
     await store.close()
+
+
+async def test_short_lookups_read_inline_and_long_ones_on_the_thread(tmp_path: Path) -> None:
+    """The result is the same either way; only where the query runs differs."""
+    from proxy.summaries.stores import sqlite as sqlite_module
+
+    store = SqliteStore(tmp_path / "cp.db")
+    record = Checkpoint(messages=({"role": "user", "content": "x"},), created_at=0.0)
+    await store.put("ns", "k3", record, 60)
+    short = await store.find_longest("ns", ["k1", "k2", "k3"])
+    assert short is not None and short[0] == 3
+    assert store._reader is not None  # the loop's read-only connection answered
+    long_keys = [f"x{i}" for i in range(sqlite_module.INLINE_KEYS + 5)] + ["k3"]
+    found = await store.find_longest("ns", long_keys)
+    assert found is not None and found[0] == len(long_keys)
+    await store.close()
+    assert store._reader is None

@@ -6,7 +6,9 @@
 * TTL by an ``expires_at`` column (wall-clock seconds, so it survives restarts): rows past it
   are ignored on read and purged at most every ``purge_interval`` seconds by a writer.
 * sqlite3 blocks, so every call runs on one dedicated thread that owns the connection; the
-  event loop only awaits it.
+  event loop only awaits it. The exception: a lookup of a few keys (a short conversation)
+  runs on a read-only connection of the loop's own, which waits for a lock at most 5 ms and
+  hands anything unusual to the thread.
 * Single-flight across processes with an advisory row in a ``locks`` table: taking it is one
   upsert that succeeds only when the row is absent or expired; release deletes it only when
   the owner token matches.
@@ -30,6 +32,9 @@ T = TypeVar("T")
 
 SQL_VARIABLES_PER_QUERY = 500
 """Keys per ``IN (...)`` list: under SQLite's oldest variable limit (999) with room to spare."""
+INLINE_KEYS = 64
+"""Lookups of at most this many keys run on the event loop (see ``_inline_lookup``)."""
+INLINE_BUSY_SECONDS = 0.005
 LOCK_POLL_SECONDS = 0.02
 LOCK_POLL_MAX_SECONDS = 0.2
 
@@ -64,6 +69,7 @@ class SqliteStore:
         self._last_purge = 0.0
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-store")
         self._conn: sqlite3.Connection | None = None
+        self._reader: sqlite3.Connection | None = None
         self._closed = False
 
     # -------------------------------------------------------------- plumbing
@@ -104,12 +110,47 @@ class SqliteStore:
 
     # -------------------------------------------------------------- the protocol
 
+    def _inline_lookup(self, namespace: str, wanted: list[str]) -> dict[str, bytes] | None:
+        """A short lookup on the event loop's own read-only connection, or None to use the
+        store's thread.
+
+        The thread hop costs more than the query for a short conversation (a WAL read of a
+        few primary keys takes tens of microseconds). The connection waits at most a few
+        milliseconds for a lock; anything unusual (no table yet, busy) goes to the thread.
+        """
+        if self._closed or not self.path.exists():
+            return None
+        try:
+            if self._reader is None:
+                reader = sqlite3.connect(
+                    f"file:{self.path}?mode=ro",
+                    uri=True,
+                    timeout=INLINE_BUSY_SECONDS,
+                    isolation_level=None,
+                    check_same_thread=False,
+                )
+                reader.execute(f"PRAGMA busy_timeout = {int(INLINE_BUSY_SECONDS * 1000)}")
+                self._reader = reader
+            marks = ",".join("?" * len(wanted))
+            rows = self._reader.execute(
+                "SELECT key, value FROM checkpoints WHERE namespace = ? "
+                f"AND expires_at > ? AND key IN ({marks})",
+                (namespace, time.time(), *wanted),
+            )
+            return dict(rows.fetchall())
+        except sqlite3.Error:
+            return None
+
     async def find_longest(
         self, namespace: str, keys: Sequence[str]
     ) -> tuple[int, Checkpoint] | None:
         if not keys:
             return None
         wanted = list(dict.fromkeys(keys))
+        if len(wanted) <= INLINE_KEYS:
+            inline = self._inline_lookup(namespace, wanted)
+            if inline is not None:
+                return pick_longest(keys, inline)
 
         def lookup(conn: sqlite3.Connection) -> dict[str, bytes]:
             now = time.time()
@@ -204,6 +245,9 @@ class SqliteStore:
         if self._closed:
             return
         self._closed = True
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
 
         def shut() -> None:
             if self._conn is not None:
