@@ -108,10 +108,11 @@ class ProxyApp:
             return
         presented = _presented_key(scope)
         # Compare against every key, always, so timing reveals neither which key nor how
-        # much of one matched.
+        # much of one matched. No key presented never matches.
         matched = False
         for key in self._api_keys:
             matched |= hmac.compare_digest(presented, key)
+        matched &= bool(presented)
         if not matched:
             raise ProxyError(
                 401,

@@ -58,6 +58,14 @@ class ServerSettings(Strict):
     keepalive_expiry: float = Field(30.0, ge=0)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
+    @field_validator("api_keys")
+    @classmethod
+    def _no_empty_keys(cls, keys: list[SecretStr]) -> list[SecretStr]:
+        # `${PROXY_KEY:-}` with the variable unset must not become a key that matches "no key".
+        if any(not key.get_secret_value().strip() for key in keys):
+            raise ValueError("an inbound API key must not be empty (leave the list empty instead)")
+        return keys
+
 
 class Timeouts(Strict):
     """Seconds. `read` bounds the gap between two chunks, not the whole stream."""
@@ -86,6 +94,14 @@ class UpstreamSettings(Strict):
     @property
     def url(self) -> str:
         return str(self.base_url).rstrip("/")
+
+    @property
+    def display_url(self) -> str:
+        """The base URL without credentials or query: safe in errors, logs and pages."""
+        url = self.base_url
+        host = url.host or ""
+        port = f":{url.port}" if url.port and url.port not in (80, 443) else ""
+        return f"{url.scheme}://{host}{port}{url.path or ''}".rstrip("/")
 
 
 class ModelSettings(Strict):

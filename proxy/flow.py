@@ -15,6 +15,7 @@ strategy"; the request itself never fails because of them.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,16 +35,17 @@ log = logging.getLogger("compaction_proxy.flow")
 
 @dataclass(slots=True)
 class FlowResult:
-    """What to forward and what to tell the client about it."""
+    """What to forward and what to tell the client about it.
+
+    `save` stores the new checkpoint; the caller runs it only once the upstream accepted the
+    compacted request (a 2xx), so a compaction the upstream refused never becomes sticky.
+    """
 
     body: bytes | None  # None: forward the client's original bytes
     result: CompactionResult
-    checkpoint: str  # "hit" | "new" | "none"
+    checkpoint: str  # "hit" | "new" (stored once the upstream accepts it) | "none"
     warnings: list[str] = field(default_factory=list)
-
-    @property
-    def messages_forwarded(self) -> int:
-        return self.result.report.messages_after
+    save: Callable[[], Awaitable[str | None]] | None = None
 
 
 class CompactionFlow:
@@ -91,26 +93,31 @@ class CompactionFlow:
         lookup = await self._lookup(namespace, data["messages"])
         warnings = [lookup.store_error] if lookup.store_error else []
         effective = {**data, "messages": lookup.messages} if lookup.hit else data
+        summarizer = self._summarizer_for(model, namespace, authorization, upstream_name)
         result = await self.compactor.run(
-            effective,
-            mode,
-            size_hint=size_hint,
-            summarizer=self._summarizer_for(model, namespace, authorization, upstream_name),
+            effective, mode, size_hint=size_hint, summarizer=summarizer
         )
+        if summarizer is not None and any(
+            failure.reason == "not_shorter" for failure in result.report.failures
+        ):
+            summarizer.reject()
         if mode is Mode.DRY_RUN:
             return FlowResult(None, result, "hit" if lookup.hit else "none", warnings)
         if result.changed:
-            state = "none"
-            if persist and not result.report.failures and self.checkpoints is not None:
-                error = await self.checkpoints.save(
+            body = orjson.dumps({**data, "messages": result.messages})
+            checkpoints = self.checkpoints
+            # Nothing is stored for a preview or a forced run, after a failed summary, or when
+            # the store just failed the lookup (it would fail the write too).
+            if not persist or result.report.failures or checkpoints is None or lookup.store_error:
+                return FlowResult(body, result, "none", warnings)
+
+            async def save() -> str | None:
+                assert checkpoints is not None
+                return await checkpoints.save(
                     namespace, lookup, result.messages, _meta(result, model)
                 )
-                if error:
-                    warnings.append(error)
-                else:
-                    state = "new"
-            body = orjson.dumps({**data, "messages": result.messages})
-            return FlowResult(body, result, state, warnings)
+
+            return FlowResult(body, result, "new", warnings, save)
         if lookup.hit:
             return FlowResult(orjson.dumps(effective), result, "hit", warnings)
         return FlowResult(None, result, "none", warnings)
@@ -159,5 +166,9 @@ def build_flow(
             timeout=settings.summarization.timeout,
             tokenizer_for=lambda model: compactor.tokenizers.get(catalog.facts_for(model).encoding),
         )
-    flights = SummaryFlights(store, result_ttl_seconds=min(settings.store.ttl_seconds, 86_400))
+    flights = SummaryFlights(
+        store,
+        result_ttl_seconds=min(settings.store.ttl_seconds, 86_400),
+        total_timeout_seconds=settings.summarization.timeout,
+    )
     return CompactionFlow(settings, compactor, store, summarizer, flights)

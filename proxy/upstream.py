@@ -34,7 +34,7 @@ HOP_BY_HOP = frozenset(
     }
 )
 # Never forwarded upstream: recomputed by the client (host, length) or ours to consume.
-_REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "x-compaction", "x-api-key"}
+_REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "x-compaction"}
 # Never copied back: uvicorn writes its own, and duplicates break strict clients.
 _RESPONSE_DROP = HOP_BY_HOP | {"content-length", "server", "date"}
 
@@ -96,6 +96,8 @@ def upstream_headers(
     drop = _REQUEST_DROP | connection_listed
     if upstream.api_key is not None or strip_authorization:
         drop = drop | {"authorization"}
+    if strip_authorization:
+        drop = drop | {"x-api-key"}  # the proxy's own key, presented the other way
     out = [(n, v) for n, v in decoded if n not in drop]
     if upstream.api_key is not None:
         out.append(("authorization", f"Bearer {upstream.api_key.get_secret_value()}"))
@@ -141,7 +143,7 @@ def classify_error(exc: BaseException, upstream: UpstreamSettings) -> UpstreamFa
     The cause chain decides, not the outer class: httpcore wraps the OSError that says
     whether a connection was refused or its name did not resolve.
     """
-    where = f"upstream '{upstream.name}' ({upstream.url})"
+    where = f"upstream '{upstream.name}' ({upstream.display_url})"
     chain = list(_cause_chain(exc))
     if any(isinstance(e, socket.gaierror) for e in chain) or any(
         isinstance(e, aiohttp.ClientConnectorDNSError) for e in chain

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -115,11 +116,12 @@ async def chat_completions(
     if state.settings.dashboard.show_content:
         ctx.content = last_user_text(data["messages"])
     body = raw
+    save = None
     # An empty list has nothing to compact; the upstream gives its own verdict on it.
     if mode is not None and data["messages"] and state.compactor.enabled_for(model):
         validate_chat(data)
-        body = await _compact(ctx, scope, data, raw, mode)
-    return await forward(
+        body, save = await _compact(ctx, scope, data, raw, mode)
+    outcome = await forward(
         state.upstream,
         upstream,
         scope,
@@ -132,11 +134,17 @@ async def chat_completions(
         extra_headers=ctx.response_headers,
         read_usage=ctx.report is not None,
     )
+    if save is not None and 200 <= outcome.status < 300:
+        # The upstream took the compacted request: only now may it become the checkpoint.
+        error = await save()
+        if error:
+            log.warning("%s", error)
+    return outcome
 
 
 async def _compact(
     ctx: RequestContext, scope: Scope, data: dict[str, Any], raw: bytes, mode: Mode
-) -> bytes:
+) -> tuple[bytes, Callable[[], Awaitable[str | None]] | None]:
     """The bytes to forward. Unchanged requests (and dry runs) forward the client's bytes.
 
     A failure inside compaction must never fail a request that would have succeeded without
@@ -154,13 +162,15 @@ async def _compact(
             credential=credential(scope),
             authorization=None if ctx.authenticated else authorization(scope),
             upstream_name=ctx.upstream or "",
+            # A forced compaction is a one-off: it must not become the sticky prefix.
+            persist=mode is Mode.NORMAL,
         )
     except Exception:
         log.exception("compaction failed; forwarding the original request")
         ctx.response_headers.append(
             (b"x-compaction-warning", b"compaction failed; the original request was forwarded")
         )
-        return raw
+        return raw, None
     finally:
         ctx.compaction_seconds = time.perf_counter() - started
         summarizer_calls.reset(token)
@@ -170,7 +180,7 @@ async def _compact(
     ctx.response_headers.append((b"x-compaction-checkpoint", flow.checkpoint.encode()))
     for warning in flow.warnings:
         ctx.response_headers.append((b"x-compaction-warning", _header_safe(warning)))
-    return raw if flow.body is None else flow.body
+    return (raw if flow.body is None else flow.body), flow.save
 
 
 def credential(scope: Scope) -> str | None:

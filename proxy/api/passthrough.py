@@ -125,8 +125,19 @@ async def passthrough(ctx: RequestContext, scope: Scope, receive: Receive, send:
         send,
         method=method,
         url=upstream_url(upstream, scope),
-        headers=upstream_headers(scope["headers"], upstream, strip_authorization=ctx.authenticated),
+        headers=_with_length(
+            upstream_headers(scope["headers"], upstream, strip_authorization=ctx.authenticated),
+            declared if has_body else None,
+        ),
         content=content,
         streamed=streamed,
         extra_headers=ctx.response_headers,
     )
+
+
+def _with_length(headers: list[tuple[str, str]], declared: int | None) -> list[tuple[str, str]]:
+    """A body relayed as it streams in keeps the length the client declared: without it the
+    transport would send it chunked, which some upstreams refuse (411) for uploads."""
+    if declared is None:
+        return headers
+    return [*headers, ("content-length", str(declared))]

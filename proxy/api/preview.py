@@ -7,6 +7,8 @@ pipeline as if every trigger fired; `off` shows the request untouched.
 
 from __future__ import annotations
 
+import logging
+
 import orjson
 
 from proxy.api.chat import (
@@ -21,6 +23,8 @@ from proxy.asgi import Receive, Scope, Send, read_body, send_bytes
 from proxy.compaction import Mode
 from proxy.context import RequestContext
 from proxy.errors import ProxyError
+
+log = logging.getLogger("compaction_proxy.preview")
 
 
 async def preview(ctx: RequestContext, scope: Scope, receive: Receive, send: Send) -> None:
@@ -41,15 +45,21 @@ async def preview(ctx: RequestContext, scope: Scope, receive: Receive, send: Sen
     # nothing is stored (a preview must not change what the next real request finds).
     run_mode = Mode.FORCE if mode is Mode.FORCE else Mode.NORMAL
     upstream = ctx.state.router.for_model(data["model"])
-    flow = await ctx.state.flow.run(
-        data,
-        run_mode,
-        size_hint=len(raw),
-        credential=credential(scope),
-        authorization=None if ctx.authenticated else authorization(scope),
-        upstream_name=upstream.name,
-        persist=False,
-    )
+    try:
+        flow = await ctx.state.flow.run(
+            data,
+            run_mode,
+            size_hint=len(raw),
+            credential=credential(scope),
+            authorization=None if ctx.authenticated else authorization(scope),
+            upstream_name=upstream.name,
+            persist=False,
+        )
+    except Exception as exc:  # the preview has no original to fall back on: say what broke
+        log.exception("preview: compaction failed")
+        raise ProxyError(
+            500, f"compaction failed: {type(exc).__name__}", "server_error", "compaction_failed"
+        ) from None
     result = flow.result
     ctx.report = result.report
     ctx.checkpoint = flow.checkpoint

@@ -118,8 +118,9 @@ class Checkpoints:
             try:
                 found = await self.store.find_longest(namespace, hashes)
             except StoreUnavailable as exc:
-                error = f"checkpoint store unavailable ({self.store.name}): {exc}"
-                log.warning(error)
+                # Details (paths, hosts) go to the log; the client's header says only what.
+                error = f"checkpoint store unavailable ({self.store.name}); no checkpoint used"
+                log.warning("%s: %s", error, exc)
         if found is None:
             return Lookup(list(messages), system_count, hashes, 0, None, error)
         covered, checkpoint = found  # 1-based: how many messages the checkpoint stands for
@@ -144,7 +145,7 @@ class Checkpoints:
         try:
             await self.store.put(namespace, lookup.hashes[-1], checkpoint, self.ttl_seconds)
         except StoreUnavailable as exc:
-            error = f"checkpoint not stored ({self.store.name} unavailable): {exc}"
-            log.warning(error)
+            error = f"checkpoint not stored ({self.store.name} unavailable)"
+            log.warning("%s: %s", error, exc)
             return error
         return None

@@ -75,8 +75,12 @@ class SummaryFlights:
         backoff_base_seconds: float = 30.0,
         backoff_max_seconds: float = 600.0,
         max_tracked: int = 10_000,
+        total_timeout_seconds: float | None = None,
     ) -> None:
         self.store = store
+        # One summary, however many chunks and lock waits it takes: the request behind it
+        # must not outwait its client.
+        self.total_timeout_seconds = total_timeout_seconds
         self.result_ttl_seconds = result_ttl_seconds
         self.lock_ttl_seconds = lock_ttl_seconds
         self.lock_wait_seconds = lock_wait_seconds
@@ -141,10 +145,18 @@ class _Guarded:
         self._flights = flights
         self._inner = inner
         self._namespace = namespace
+        self._last_retry_key: str | None = None
+
+    def reject(self) -> None:
+        """The pipeline refused the summary it got (not shorter than what it replaces): back
+        off from this stretch as from a failed call."""
+        if self._last_retry_key is not None:
+            self._flights.record_failure(self._last_retry_key, time.monotonic())
 
     async def summarize(self, request: SummaryRequest) -> str:
         flights = self._flights
         retry_key = backoff_key(self._namespace, request)
+        self._last_retry_key = retry_key
         wait = flights.backing_off(retry_key, time.monotonic())
         if wait is not None:
             raise SummaryError(
@@ -159,7 +171,15 @@ class _Guarded:
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         flights._inflight[key] = future
         try:
-            text = await self._elect_and_call(key, request)
+            try:
+                async with asyncio.timeout(flights.total_timeout_seconds):
+                    text = await self._elect_and_call(key, request)
+            except TimeoutError:
+                raise SummaryError(
+                    "timeout",
+                    f"no summary within {flights.total_timeout_seconds:g} s "
+                    "(summarization.timeout)",
+                ) from None
         except SummaryError as error:
             flights.record_failure(retry_key, time.monotonic())
             future.set_exception(error)

@@ -336,3 +336,64 @@ def test_an_unknown_summarizer_provider_stops_start_up(
     )
     assert done.returncode != 0
     assert "provider" in done.stderr
+
+
+def test_a_compaction_the_upstream_refuses_is_not_stored(
+    small_upstream: UpstreamServer, proxy_factory: Any, tmp_path: Path
+) -> None:
+    proxy = proxy_factory(
+        checkpoint_config(small_upstream, {"backend": "sqlite", "path": str(tmp_path / "cp.db")})
+    )
+    messages = conversation_over_budget("X")
+    with httpx.Client(base_url=proxy.url, trust_env=False, timeout=60) as http:
+        refused = http.post(
+            CHAT,
+            json={"model": MODEL, "messages": messages},
+            headers={"X-Fake-Status": "500"},  # the upstream fails this one request
+        )
+        assert refused.status_code == 500
+        accepted = http.post(CHAT, json={"model": MODEL, "messages": messages})
+    assert accepted.status_code == 200
+    # Not a hit: the refused request's compaction never became the checkpoint.
+    assert accepted.headers["x-compaction-checkpoint"] == "new"
+
+
+def test_forced_compaction_does_not_become_the_checkpoint(
+    small_upstream: UpstreamServer, proxy_factory: Any, tmp_path: Path
+) -> None:
+    proxy = proxy_factory(
+        checkpoint_config(small_upstream, {"backend": "sqlite", "path": str(tmp_path / "cp.db")})
+    )
+    client = proxy.openai_client()
+    messages = conversation_over_budget("Q", steps=6)  # between the target and the trigger
+    forced = client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=messages, extra_headers={"X-Compaction": "force"}
+    )
+    assert forced.headers["x-compaction-strategies"] != "none"
+    assert forced.headers["x-compaction-checkpoint"] == "none"
+    normal = client.chat.completions.with_raw_response.create(model=MODEL, messages=messages)
+    assert normal.headers["x-compaction-checkpoint"] == "none"
+    assert forwarded_requests(small_upstream)[-1]["messages"] == messages
+
+
+def test_one_summary_has_one_time_budget_whatever_it_waits_for(
+    small_upstream: UpstreamServer, proxy_factory: Any, tmp_path: Path
+) -> None:
+    """summarization.timeout bounds the whole summary, not each call of it."""
+    import time
+
+    proxy = proxy_factory(
+        checkpoint_config(
+            small_upstream,
+            {"backend": "sqlite", "path": str(tmp_path / "cp.db")},
+            summarization={"timeout": 1},
+        )
+    )
+    small_upstream.control(summarizer_delay_ms=5000)
+    started = time.monotonic()
+    raw = proxy.openai_client().chat.completions.with_raw_response.create(
+        model=MODEL, messages=conversation_over_budget("T")
+    )
+    assert raw.status_code == 200
+    assert "timeout" in raw.headers["x-compaction-warning"]
+    assert time.monotonic() - started < 4.5, "the request did not wait out the slow summarizer"

@@ -212,3 +212,18 @@ def test_no_accept_encoding_is_added_for_the_client(proxy: Any, upstream: Upstre
     assert received.get("accept-encoding", "") == ""
     assert "python-httpx" not in received.get("user-agent", "")
     assert "aiohttp" not in received.get("user-agent", "")
+
+
+def test_a_large_streamed_upload_keeps_its_content_length(
+    proxy_http: httpx.Client, upstream: UpstreamServer
+) -> None:
+    """Bodies over the routing peek limit stream through; their declared length goes along."""
+    body = pattern_bytes(300 * 1024)
+    response = proxy_http.post(
+        "/v1/files", content=body, headers={"Content-Type": "application/octet-stream"}
+    )
+    assert response.status_code == 200, response.text
+    received = upstream.last_request("/v1/files")
+    assert received.body == body
+    assert received.headers.get("content-length") == str(len(body))
+    assert "transfer-encoding" not in received.headers

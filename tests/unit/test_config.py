@@ -538,3 +538,19 @@ def test_an_env_override_that_is_not_json_is_a_config_error_without_its_value(
         load_settings()
     assert "not valid JSON" in str(caught.value)
     assert "sk-not-json-secret" not in str(caught.value)
+
+
+def test_an_empty_inbound_key_is_refused(write_config: Callable[[str], Path]) -> None:
+    """`api_keys: ["${PROXY_KEY:-}"]` with the variable unset must not open the proxy."""
+    path = write_config('server:\n  api_keys: ["${PROXY_KEY_UNSET_FOR_TEST:-}"]\n')
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path)
+    assert "server.api_keys" in str(caught.value) and "must not be empty" in str(caught.value)
+
+
+def test_display_url_drops_credentials_and_query() -> None:
+    from proxy.config import UpstreamSettings
+
+    up = UpstreamSettings(name="a", base_url="https://user:tok3n@api.x.com:8443/v1?sig=abc")
+    assert up.display_url == "https://api.x.com:8443/v1"
+    assert "tok3n" not in up.display_url and "sig" not in up.display_url

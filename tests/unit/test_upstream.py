@@ -548,3 +548,14 @@ def test_upstream_request_id_is_renamed_so_the_client_sees_one_id() -> None:
     out = rh(httpx.Headers([("X-Request-Id", "req_up"), ("content-type", "application/json")]))
     assert (b"x-upstream-request-id", b"req_up") in out
     assert not any(name == b"x-request-id" for name, _ in out)
+
+
+def test_x_api_key_passes_through_unless_it_was_the_proxys_own() -> None:
+    up = upstream()
+    raw = [(b"x-api-key", b"client-gateway-key"), (b"content-type", b"application/json")]
+    assert ("x-api-key", "client-gateway-key") in upstream_headers(
+        raw, up, strip_authorization=False
+    )
+    assert all(
+        name != "x-api-key" for name, _ in upstream_headers(raw, up, strip_authorization=True)
+    )
