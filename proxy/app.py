@@ -7,7 +7,6 @@ the hot path (health, preview, metrics, dashboard) use FastAPI normally.
 
 from __future__ import annotations
 
-import hmac
 import itertools
 import logging
 import os
@@ -24,6 +23,7 @@ from proxy.api.forward import Outcome
 from proxy.api.passthrough import passthrough
 from proxy.api.preview import preview
 from proxy.asgi import ClientGone, Receive, Scope, Send, header, send_error
+from proxy.auth import key_matches, presented_key
 from proxy.compactor import Compactor
 from proxy.config import Settings, load_settings
 from proxy.context import AppState, RequestContext
@@ -106,13 +106,8 @@ class ProxyApp:
     def _authenticate(self, ctx: RequestContext, scope: Scope) -> None:
         if not self._api_keys:
             return
-        presented = _presented_key(scope)
-        # Compare against every key, always, so timing reveals neither which key nor how
-        # much of one matched. No key presented never matches.
-        matched = False
-        for key in self._api_keys:
-            matched |= hmac.compare_digest(presented, key)
-        matched &= bool(presented)
+        presented = presented_key(header(scope, b"authorization"), header(scope, b"x-api-key"))
+        matched = key_matches(presented, self._api_keys)
         if not matched:
             raise ProxyError(
                 401,
@@ -142,13 +137,6 @@ def _with_request_id(ctx: RequestContext, send: Send) -> Send:
         await send(message)
 
     return wrapped
-
-
-def _presented_key(scope: Scope) -> bytes:
-    auth = header(scope, b"authorization") or b""
-    if auth[:7].lower() == b"bearer ":
-        return auth[7:].strip()
-    return header(scope, b"x-api-key") or b""
 
 
 def _request_id(scope: Scope) -> str:

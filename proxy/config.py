@@ -200,9 +200,6 @@ class Settings(BaseSettings):
         # Environment wins over the file, which arrives as init kwargs.
         return env_settings, init_settings
 
-    def upstream_named(self, name: str) -> UpstreamSettings | None:
-        return next((u for u in self.upstreams if u.name == name), None)
-
 
 # --- loading -------------------------------------------------------------------------------
 

@@ -70,9 +70,6 @@ class Router:
             self._cache[model] = chosen
         return chosen
 
-    def by_name(self, name: str) -> UpstreamSettings | None:
-        return next((u for u in self._upstreams if u.name == name), None)
-
 
 def upstream_headers(
     raw_headers: Iterable[tuple[bytes, bytes]],

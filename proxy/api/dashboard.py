@@ -9,13 +9,14 @@ the query string.
 
 from __future__ import annotations
 
-import hmac
 from functools import cache
 from importlib import resources
 
 import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
+
+from proxy.auth import key_matches, presented_key
 
 router = APIRouter()
 
@@ -51,23 +52,13 @@ def _authorized(request: Request, *, allow_query: bool) -> bool:
     keys = request.app.state.proxy.settings.server.api_keys
     if not keys:
         return True
-    presented = _presented(request, allow_query=allow_query)
-    matched = False
-    for key in keys:  # every key, always: timing reveals nothing
-        matched |= hmac.compare_digest(presented, key.get_secret_value().encode())
-    return matched and bool(presented)
-
-
-def _presented(request: Request, *, allow_query: bool) -> bytes:
-    auth = request.headers.get("authorization") or ""
-    if auth[:7].lower() == "bearer ":
-        return auth[7:].strip().encode()
-    api_key = request.headers.get("x-api-key")
-    if api_key:
-        return api_key.encode()
-    if allow_query:
-        return (request.query_params.get("key") or "").encode()
-    return b""
+    presented = presented_key(
+        request.headers.get("authorization", "").encode("latin-1") or None,
+        request.headers.get("x-api-key", "").encode("latin-1") or None,
+    )
+    if not presented and allow_query:  # a browser opening the page: ?key=
+        presented = (request.query_params.get("key") or "").encode()
+    return key_matches(presented, [k.get_secret_value().encode() for k in keys])
 
 
 @router.get("/dashboard", include_in_schema=False)

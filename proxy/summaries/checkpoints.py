@@ -16,15 +16,13 @@ tenant never reads another's checkpoint.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
+from proxy.compaction.canonical import canonical_bytes, digest
 from proxy.summaries.stores.base import Checkpoint, CheckpointStore, StoreUnavailable
 
 log = logging.getLogger("compaction_proxy.checkpoints")
@@ -32,15 +30,6 @@ log = logging.getLogger("compaction_proxy.checkpoints")
 Message = dict[str, Any]
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 NAMESPACE_VERSION = "cp1"
-
-
-def _digest(data: bytes) -> bytes:
-    return hashlib.blake2b(data, digest_size=16).digest()
-
-
-def canonical(message: Message) -> bytes:
-    """Bytes that are equal exactly when two messages mean the same to the upstream."""
-    return orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
 
 
 def leading_system_count(messages: Sequence[Message]) -> int:
@@ -59,17 +48,17 @@ def namespace_for(
 
     The credential is hashed: the namespace is stored and logged, the key must never be.
     """
-    tenant = _digest((credential or "anonymous").encode()).hex()
+    tenant = digest((credential or "anonymous").encode()).hex()
     parts = [NAMESPACE_VERSION, tenant, summarizer_model, prompt_version, fingerprint]
-    return _digest("\x1f".join(parts).encode()).hex()
+    return digest("\x1f".join(parts).encode()).hex()
 
 
 def chain(namespace: str, messages: Sequence[Message]) -> list[str]:
     """`h_1..h_n` for `messages` (already without the leading system block)."""
-    current = _digest(namespace.encode())
+    current = digest(namespace.encode())
     hashes: list[str] = []
     for message in messages:
-        current = _digest(current + canonical(message))
+        current = digest(current + canonical_bytes(message))
         hashes.append(current.hex())
     return hashes
 

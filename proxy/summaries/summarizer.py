@@ -363,7 +363,7 @@ def _read_completion(
         raise SummaryError(
             "error", f"{where} ({model}): the response is not a chat completion"
         ) from exc
-    text = unwrap_summary(
+    text = strip_echoed_wrapper(
         _message_text(message.get("content") if isinstance(message, dict) else None)
     )
     if not text:
@@ -409,7 +409,7 @@ def _completion_tokens(usage: object) -> int | None:
     return total - reasoning if isinstance(reasoning, int) else total
 
 
-def unwrap_summary(text: str) -> str:
+def strip_echoed_wrapper(text: str) -> str:
     """The summary without surrounding whitespace or a ``<summary>`` wrapper the model may echo
     (the proxy adds its own when it places the checkpoint); otherwise verbatim."""
     stripped = text.strip()

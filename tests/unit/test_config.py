@@ -229,16 +229,6 @@ class TestDefaults:
         path = write_config("upstreams: [{name: up, base_url: 'http://u.test/v1/'}]\n")
         assert load_settings(path, environ={}).upstreams[0].url == "http://u.test/v1"
 
-    def test_upstream_named(self, write_config: WriteConfig) -> None:
-        path = write_config(
-            "upstreams: [{name: a, base_url: 'http://a.test'}, {name: b, base_url: 'http://b.test'}]"
-        )
-        settings = load_settings(path, environ={})
-        found = settings.upstream_named("b")
-        assert found is not None
-        assert found.url == "http://b.test"
-        assert settings.upstream_named("c") is None
-
 
 # --- validation errors -----------------------------------------------------------------------
 

@@ -93,12 +93,6 @@ class TestRouter:
             router.for_model(f"m{i}")
         assert len(router._cache) <= 4096
 
-    def test_by_name(self) -> None:
-        router = Router([upstream("a"), upstream("b")])
-        found = router.by_name("b")
-        assert found is not None and found.name == "b"
-        assert router.by_name("zzz") is None
-
     def test_empty_rejected(self) -> None:
         with pytest.raises(ValueError):
             Router([])
