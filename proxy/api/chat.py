@@ -121,7 +121,7 @@ async def chat_completions(
     if mode is not None and data["messages"] and state.compactor.enabled_for(model):
         validate_chat(data)
         body, save = await _compact(ctx, scope, data, raw, mode)
-    outcome = await forward(
+    return await forward(
         state.upstream,
         upstream,
         scope,
@@ -133,13 +133,20 @@ async def chat_completions(
         content=body,
         extra_headers=ctx.response_headers,
         read_usage=ctx.report is not None,
+        on_accepted=None if save is None else _saver(save),
     )
-    if save is not None and 200 <= outcome.status < 300:
-        # The upstream took the compacted request: only now may it become the checkpoint.
+
+
+def _saver(save: Callable[[], Awaitable[str | None]]) -> Callable[[], Awaitable[None]]:
+    """Store the checkpoint once the upstream accepted the compacted request (a refused one
+    must not become the sticky prefix); a store failure only costs the checkpoint."""
+
+    async def on_accepted() -> None:
         error = await save()
         if error:
             log.warning("%s", error)
-    return outcome
+
+    return on_accepted
 
 
 async def _compact(

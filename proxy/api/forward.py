@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from proxy.asgi import Receive, Scope, Send, send_error
@@ -93,9 +94,11 @@ async def forward(
     streamed: StreamedBody | None = None,
     extra_headers: list[tuple[bytes, bytes]] | None = None,
     read_usage: bool = False,
+    on_accepted: Callable[[], Awaitable[None]] | None = None,
 ) -> Outcome:
     """Forward and relay. Never raises for transport problems: the client gets 502/504.
 
+    `on_accepted`: awaited once the upstream answered 2xx, before the response starts.
     `read_usage`: note the reply's `usage.prompt_tokens` in the outcome, from the bytes as
     they are relayed (nothing is held back or changed).
     """
@@ -134,6 +137,9 @@ async def forward(
             out_headers.extend(extra_headers)
         outcome.status = reply.status
         outcome.upstream_request_id = reply.header("x-request-id")
+        if on_accepted is not None and 200 <= reply.status < 300:
+            # Before the client sees a byte: its next request must find what this one left.
+            await on_accepted()
         await send({"type": "http.response.start", "status": reply.status, "headers": out_headers})
         probe = None
         if read_usage and reply.status == 200:
