@@ -20,47 +20,15 @@ an orphan result run that does not follow a call shares its neighbour's fate ins
 from __future__ import annotations
 
 from ..draft import Draft
-from ..triggers import Always, Condition
-from ._tools import kept_tool_call_groups, newest, newest_non_system
-from .base import Strategy, StrategyContext, StrategyOutcome
+from ..view import Group
+from .old_tool_groups import OldToolGroupsStrategy
 
 
-class SelectiveToolCallsStrategy(Strategy):
+class SelectiveToolCallsStrategy(OldToolGroupsStrategy):
     """Drop all but the newest N tool-call groups (see the module docstring)."""
 
     name = "selective_tool_calls"
+    verb = "dropped"
 
-    def __init__(
-        self,
-        *,
-        keep_last_tool_call_groups: int = 1,
-        trigger: Condition | None = None,
-        target: Condition | None = None,
-        minimum_preserved: int = 0,
-    ) -> None:
-        super().__init__(trigger=trigger, target=target, minimum_preserved=minimum_preserved)
-        if keep_last_tool_call_groups < 0:
-            raise ValueError("keep_last_tool_call_groups must be >= 0")
-        self.keep_last_tool_call_groups = keep_last_tool_call_groups
-
-    def default_trigger(self) -> Condition:
-        return Always()
-
-    def default_target(self) -> Condition | None:
-        return Always() if self._trigger is None else None
-
-    def apply(self, draft: Draft, ctx: StrategyContext) -> StrategyOutcome:
-        groups = kept_tool_call_groups(draft)
-        keep = newest(groups, self.keep_last_tool_call_groups)
-        floor = newest_non_system(draft, self.minimum_preserved)
-        dropped = 0
-        for group in groups:
-            if group.index in keep or group.index in floor or draft.is_protected(group):
-                continue
-            if not self.keep_going(draft, ctx):
-                break
-            draft.drop(group)
-            dropped += 1
-        return StrategyOutcome(
-            changed=dropped > 0, notes=(f"dropped {dropped} tool-call group(s)",) if dropped else ()
-        )
+    def act(self, draft: Draft, group: Group) -> None:
+        draft.drop(group)

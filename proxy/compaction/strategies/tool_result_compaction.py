@@ -48,10 +48,10 @@ from __future__ import annotations
 
 from ..draft import Draft
 from ..messages import Message, content_text, role_of
-from ..triggers import Always, Condition
+from ..triggers import Condition
 from ..view import Group
-from ._tools import answered_results, kept_tool_call_groups, newest, newest_non_system
-from .base import Strategy, StrategyContext, StrategyOutcome
+from ._tools import answered_results
+from .old_tool_groups import OldToolGroupsStrategy
 
 SUMMARY_PREFIX = "[Tool results: "
 SUMMARY_SUFFIX = "]"
@@ -89,10 +89,11 @@ def summary_message(draft: Draft, group: Group, max_chars: int) -> Message:
     return {"role": "assistant", "content": summary_text(group_labels(draft, group), max_chars)}
 
 
-class ToolResultCompactionStrategy(Strategy):
+class ToolResultCompactionStrategy(OldToolGroupsStrategy):
     """Collapse old tool-call groups into ``[Tool results: ...]`` (see the module docstring)."""
 
     name = "tool_result_compaction"
+    verb = "collapsed"
 
     def __init__(
         self,
@@ -103,35 +104,15 @@ class ToolResultCompactionStrategy(Strategy):
         target: Condition | None = None,
         minimum_preserved: int = 0,
     ) -> None:
-        super().__init__(trigger=trigger, target=target, minimum_preserved=minimum_preserved)
-        if keep_last_tool_call_groups < 0:
-            raise ValueError("keep_last_tool_call_groups must be >= 0")
+        super().__init__(
+            keep_last_tool_call_groups=keep_last_tool_call_groups,
+            trigger=trigger,
+            target=target,
+            minimum_preserved=minimum_preserved,
+        )
         if max_summary_chars <= 0:
             raise ValueError("max_summary_chars must be > 0")
-        self.keep_last_tool_call_groups = keep_last_tool_call_groups
         self.max_summary_chars = max_summary_chars
 
-    def default_trigger(self) -> Condition:
-        return Always()
-
-    def default_target(self) -> Condition | None:
-        # Without a configured trigger the Agent Framework's shape: collapse all but the newest
-        # N.  With a configured trigger and no target: until the trigger stops firing.
-        return Always() if self._trigger is None else None
-
-    def apply(self, draft: Draft, ctx: StrategyContext) -> StrategyOutcome:
-        groups = kept_tool_call_groups(draft)
-        keep = newest(groups, self.keep_last_tool_call_groups)
-        floor = newest_non_system(draft, self.minimum_preserved)
-        collapsed = 0
-        for group in groups:
-            if group.index in keep or group.index in floor or draft.is_protected(group):
-                continue
-            if not self.keep_going(draft, ctx):
-                break
-            draft.replace(group, [summary_message(draft, group, self.max_summary_chars)])
-            collapsed += 1
-        return StrategyOutcome(
-            changed=collapsed > 0,
-            notes=(f"collapsed {collapsed} tool-call group(s)",) if collapsed else (),
-        )
+    def act(self, draft: Draft, group: Group) -> None:
+        draft.replace(group, [summary_message(draft, group, self.max_summary_chars)])
