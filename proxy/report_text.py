@@ -24,6 +24,8 @@ def render(report: CompactionReport, view: ConversationView | None = None) -> st
     steps: list[StrategyReport] = list(report.strategies)
     if report.fallback is not None:
         steps.append(report.fallback)
+    if report.last_resort is not None:
+        steps.append(report.last_resort)
     lines += _strategies(steps, indent="  ")
     if report.warnings:
         lines += ["", "warnings:", *(f"  - {w}" for w in report.warnings)]

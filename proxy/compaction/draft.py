@@ -378,8 +378,8 @@ class Draft:
             self._materialize()
         if not 0 <= position <= len(self.view.messages):
             raise IndexError(f"insert position {position} out of range")
-        if position > self.view.tail_start:
-            raise ProtectedGroupError("cannot insert inside the newest turn")
+        if position > self.view.insert_limit:
+            raise ProtectedGroupError("cannot insert after the newest user message's first step")
         entries = [(m, self.measure(m)) for m in messages]
         self._inserts.setdefault(position, []).extend(entries)
         self._message_tokens += sum(s.token_count for _, s in entries)
@@ -392,6 +392,41 @@ class Draft:
     def insert_after_system(self, messages: Sequence[Message]) -> None:
         """Insert right after the leading system/developer messages (summary placement)."""
         self.insert(min(self.view.leading_system_end, self.view.tail_start), messages)
+
+    def insert_after_task(self, messages: Sequence[Message]) -> None:
+        """Insert right after the newest user message: "progress so far" in an agent loop.
+
+        The task stays first, then the summary of the steps already taken, then the recent
+        steps (DESIGN, agent loops).
+        """
+        self.insert(min(self.view.tail_start + 1, self.view.insert_limit), messages)
+
+    def trim_newest(self, index: int, message: Message) -> None:
+        """Replace a tool result of a protected group: the last resort of the pipeline.
+
+        Only for a result too large to fit even when everything else is gone (a 200k-token
+        log in the newest step).  User and system text is never cut, so anything but a
+        ``tool``/``function`` message is refused.
+        """
+        if self._pending is not None:
+            self._materialize()
+        if role_of(self._view.messages[index]) not in ("tool", "function"):
+            raise ProtectedGroupError("only tool results may be trimmed as a last resort")
+        group = self._view.groups[self._view.group_of[index]]
+        if self._state[group.index] is not GroupState.KEPT:
+            raise ProtectedGroupError(
+                f"cannot trim a message of a {self._state[group.index]} group"
+            )
+        old = self._edits.get(index)
+        old_tokens = old[1].token_count if old else self._view.stats[index].token_count
+        stats = self.measure(message)
+        self._edits[index] = (message, stats)
+        delta = stats.token_count - old_tokens
+        self._group_tokens[group.index] += delta
+        self._message_tokens += delta
+        if old is None:
+            self._counters = _bump(self._counters, messages_edited=1)
+        self._mark(structural=False)
 
     # ------------------------------------------------------------------ output
     def project_with_stats(self) -> tuple[list[Message], list[MessageStats]]:

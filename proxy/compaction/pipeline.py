@@ -11,7 +11,11 @@
    Early stop never applies before the first change, so triggers below the budget (``fire at
    0.8``, ``turns_exceed``) still work on a request that fits.
 3. Fallback: if the request is still over budget, drop the oldest groups the invariants allow.
-   If even that cannot fit, the smallest valid list goes out and the report carries a warning.
+4. Last resort: if nothing is left to drop and it still does not fit, soft-trim the largest
+   tool results (even the newest step's) to head + marker + tail until it does
+   (:class:`~.strategies.last_resort.OversizedResultTrim`).  If even that cannot fit (user or
+   system text alone is too large: never cut), the smallest valid list goes out and the
+   report carries a warning.
 
 Determinism and idempotency: everything is a function of the input; every strategy's target
 is met (or nothing removable is left) on its output, so compacting the output again with the
@@ -46,6 +50,7 @@ from .draft import Draft
 from .messages import Message
 from .report import CompactionReport, StrategyReport
 from .strategies.base import Strategy, StrategyContext, StrategyOutcome
+from .strategies.last_resort import OversizedResultTrim
 from .strategies.truncation import TruncationStrategy
 from .summarizer import Summarizer
 from .tokenizer_provider import TokenizerProvider
@@ -438,8 +443,12 @@ async def compact_async(
     fallback_report = None
     if pipeline.fallback and draft.over_budget():
         fallback_report = await run_strategy_async(FallbackTruncation(), draft, StrategyContext())
+    last_resort = None
+    trim = OversizedResultTrim()
+    if trim.should_run(draft, StrategyContext()):
+        last_resort = await run_strategy_async(trim, draft, StrategyContext())
     warnings: list[str] = []
-    ran = (*reports, *([fallback_report] if fallback_report else []))
+    ran = tuple(r for r in (*reports, fallback_report, last_resort) if r is not None)
     for strategy_report in ran:
         warnings.extend(strategy_report.warnings)
     warnings.extend(failure_warnings([r for top in ran for r in top.walk()]))
@@ -453,8 +462,8 @@ async def compact_async(
         else:
             warnings.append(
                 f"over budget: {tokens_now} tokens > {budget.limit}; the system "
-                "messages and the newest turn alone exceed it, so the smallest "
-                "valid request is forwarded"
+                "messages, the newest user message and the newest step alone exceed it, "
+                "so the smallest valid request is forwarded"
             )
     out = draft.project()
     changed = draft.changed
@@ -474,6 +483,7 @@ async def compact_async(
         strategies=tuple(reports),
         fallback=fallback_report,
         warnings=tuple(warnings),
+        last_resort=last_resort,
     )
     return CompactionResult(
         messages=out if changed else list(messages), changed=changed, report=report

@@ -98,6 +98,8 @@ class CompactionReport:
     strategies: tuple[StrategyReport, ...]
     fallback: StrategyReport | None = None
     warnings: tuple[str, ...] = ()
+    last_resort: StrategyReport | None = None
+    """The oversized-result trim, when it ran (nothing else was left and it still did not fit)."""
 
     @property
     def changed_by(self) -> tuple[str, ...]:
@@ -108,11 +110,14 @@ class CompactionReport:
         return tuple(r.name for r in self.walk() if r.changed and not r.children)
 
     def walk(self) -> Iterator[StrategyReport]:
-        """Every strategy report, nested ones included, then the fallback's, in run order."""
+        """Every strategy report, nested ones included, then the fallback's and the last
+        resort's, in run order."""
         for strategy_report in self.strategies:
             yield from strategy_report.walk()
         if self.fallback is not None:
             yield from self.fallback.walk()
+        if self.last_resort is not None:
+            yield from self.last_resort.walk()
 
     @property
     def failures(self) -> tuple[StrategyFailure, ...]:
@@ -146,6 +151,7 @@ class CompactionReport:
             "messages_after": self.messages_after,
             "strategies": [s.to_dict() for s in self.strategies],
             "fallback": self.fallback.to_dict() if self.fallback else None,
+            "last_resort": self.last_resort.to_dict() if self.last_resort else None,
             "warnings": list(self.warnings),
             "failures": [f._asdict() for f in self.failures],
         }

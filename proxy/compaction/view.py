@@ -123,9 +123,16 @@ class Group:
 class ConversationView:
     """Messages plus their grouping; immutable, built once per state by :func:`build_view`.
 
-    ``tail_start`` is the index of the newest turn's user message (DESIGN invariant 4): every
-    group with a member at or after it is protected.  Without any user message the newest
-    non-system group is protected instead, so a strategy never empties the conversation.
+    What is protected (invariant 4) is deliberately small, because in an agent loop the newest
+    turn *is* the conversation: one task message, then hundreds of tool steps.  Protected are
+    the newest user message (``tail_start``, the task) and the newest step (``step``: the
+    group of the last non-system message, i.e. the last assistant message and the results the
+    model must answer now).  The steps between them are ordinary groups that every strategy
+    may compact.  Without any user message ``tail_start`` is the newest non-system group's
+    first message, which is then also the newest step, so nothing empties the conversation.
+
+    ``insert_limit`` is the last position where a synthetic message (a summary) may go: right
+    after the newest user message at most, never between the newest step's messages.
     """
 
     messages: tuple[Message, ...]
@@ -134,6 +141,10 @@ class ConversationView:
     group_of: tuple[int, ...]
     tail_start: int
     turn_count: int
+    protected: frozenset[int] = frozenset()
+    """Indices of the non-system groups no strategy may touch (the task and the newest step)."""
+    step: int | None = None
+    """Index of the newest step's group (``None`` when the newest message is the user's)."""
 
     @property
     def token_count(self) -> int:
@@ -143,9 +154,23 @@ class ConversationView:
     def is_protected(self, group: Group) -> bool:
         """True when no strategy may drop, replace or edit ``group``.
 
-        System groups (invariant 1) and groups reaching into the newest turn (invariant 4).
+        System groups (invariant 1), the newest user message and the newest step (invariant
+        4).  Older steps of the newest turn are not protected (see the class docstring).
         """
-        return group.kind is GroupKind.SYSTEM or group.last >= self.tail_start
+        return group.kind is GroupKind.SYSTEM or group.index in self.protected
+
+    @property
+    def insert_limit(self) -> int:
+        """The largest position :meth:`~.draft.Draft.insert` accepts (see the class docstring)."""
+        if self.step is not None:
+            first = self.groups[self.step].first
+            if first > self.tail_start:
+                return first
+        return self.tail_start
+
+    def in_newest_turn(self, group: Group) -> bool:
+        """True for a group that starts after the newest user message (a step of that turn)."""
+        return group.first > self.tail_start
 
     @property
     def leading_system_end(self) -> int:
@@ -175,7 +200,7 @@ def build_view(
     """
     msgs = tuple(messages)
     stats = _measure(msgs, tokenizer, known_stats)
-    last_user = _last_user_index(msgs)
+    last_user = _last_user_index(msgs, summary_marker)
     # The loop below inlines role_of, has_tool_calls, tool_call_ids, legacy_function_name and
     # SummaryMarker.matches (same rules; see messages.py): it runs over every message twice
     # per request, so helper calls and ABC isinstance checks dominated it.
@@ -264,14 +289,40 @@ def build_view(
         _new_group(g, kinds[g], member_list, turns[g], stats)
         for g, member_list in enumerate(members)
     )
+    tail_start = _tail_start(last_user, groups, len(msgs))
+    protected, step = _protected(msgs, groups, group_of, tail_start)
     return ConversationView(
         messages=msgs,
         stats=stats,
         groups=groups,
         group_of=tuple(group_of),
-        tail_start=_tail_start(last_user, groups, len(msgs)),
+        tail_start=tail_start,
         turn_count=turn,
+        protected=protected,
+        step=step,
     )
+
+
+def _protected(
+    msgs: tuple[Message, ...],
+    groups: tuple[Group, ...],
+    group_of: list[int],
+    tail_start: int,
+) -> tuple[frozenset[int], int | None]:
+    """The groups of the newest user message and of the newest step (invariant 4)."""
+    chosen: set[int] = set()
+    if tail_start < len(msgs):
+        chosen.add(group_of[tail_start])
+    step: int | None = None
+    for index in range(len(msgs) - 1, -1, -1):
+        group = groups[group_of[index]]
+        if group.kind is GroupKind.SYSTEM:
+            continue
+        if group.index not in chosen:
+            step = group.index
+            chosen.add(step)
+        break
+    return frozenset(g for g in chosen if groups[g].kind is not GroupKind.SYSTEM), step
 
 
 def _new_group(
@@ -318,11 +369,21 @@ def _measure(
     return tuple(out)  # type: ignore[arg-type]  # every None was filled
 
 
-def _last_user_index(msgs: tuple[Message, ...]) -> int | None:
+def _last_user_index(msgs: tuple[Message, ...], marker: SummaryMarker | None = None) -> int | None:
+    """The newest user message, skipping the proxy's own user-role checkpoints.
+
+    A "progress so far" summary sits right after the task message in an agent loop, so the
+    newest user-role message can be ours; the task is the newest one that is not.  When every
+    user message carries the marker, the newest of them is the client's and counts.
+    """
+    newest: int | None = None
     for index in range(len(msgs) - 1, -1, -1):
         if msgs[index].get("role") == "user":
-            return index
-    return None
+            if marker is None or not marker.matches(msgs[index]):
+                return index
+            if newest is None:
+                newest = index
+    return newest
 
 
 def _answered_group(

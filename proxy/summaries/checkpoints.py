@@ -66,12 +66,12 @@ def chain(namespace: str, messages: Sequence[Message]) -> list[str]:
 def could_have_checkpoint(rest: Sequence[Message]) -> bool:
     """Whether any checkpoint can cover a prefix of `rest` (the messages after the system block).
 
-    A checkpoint is stored only when a compaction changed something before the newest turn's
-    user message, so the request it was made for had a user message after its first message,
-    and so does every request that extends it. Without one (a single question, or an agent
-    loop still in its first turn), the store round trip is skipped.
+    A checkpoint is stored only when a compaction changed something other than the newest
+    user message and the newest step, so the request it was made for had at least two
+    messages after the system block (an agent loop compacts inside its first turn), and so
+    does every request that extends it. A single question skips the store round trip.
     """
-    return any(message.get("role") == "user" for message in rest[1:])
+    return len(rest) >= 2
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,13 +2,13 @@
 
 Where a strategy carries the anchor's name and parameters its output must match the anchor's
 on the same messages (DESIGN section 10), except where DESIGN's invariants say otherwise: the
-Agent Framework may drop the newest turn's user message, we never do.  So: when the oracle's
-output keeps the whole newest turn, ours must be identical; otherwise ours must be the
-oracle's output plus the newest-turn messages it dropped.
+Agent Framework may drop the newest user message or the newest step, we never do.  So: when
+the oracle's output keeps both, ours must be identical; otherwise ours must keep them and
+nothing else the oracle dropped.  Older steps of the newest turn are compacted on both sides.
 
 Tool-result compaction, selective tool calls and the token-budget composition are compared the
 same way; a ``[Tool results: ...]`` summary is compared by its text.  Where the Agent Framework
-collapses a group of the newest turn, ours keeps the group's messages instead, and where its
+collapses the newest step's group, ours keeps the group's messages instead, and where its
 strict budget fallback drops the system message, ours keeps it (DESIGN invariants 1 and 4).
 
 Token counts: the token-budget test counts every message on both sides exactly as the Agent
@@ -42,6 +42,7 @@ from proxy.compaction import (  # noqa: E402
     Strategy,
     ToolResultCompactionStrategy,
     TruncationStrategy,
+    build_view,
     compact,
 )
 
@@ -119,14 +120,25 @@ def ours(msgs: list[Msg], strategy: Strategy) -> list[str]:
     return [m["label"] for m in result.messages]
 
 
+def protected_labels(msgs: list[Msg]) -> set[str]:
+    """System messages, the newest user message and the newest step (invariant 4)."""
+    view = build_view(msgs, CharacterEstimatorTokenizer())
+    return {
+        msgs[i]["label"] for group in view.groups if view.is_protected(group) for i in group.members
+    }
+
+
 def assert_conforms(msgs: list[Msg], expected: list[str], actual: list[str]) -> None:
-    last_user = max(i for i, m in enumerate(msgs) if m["role"] == "user")
-    tail = [m["label"] for m in msgs[last_user:]]
-    if all(label in expected for label in tail):
+    protected = protected_labels(msgs)
+    if protected <= set(expected):
         assert actual == expected
-    else:  # the anchor dropped part of the newest turn; we keep it (invariant 4)
+    else:
+        # The anchor dropped the task or the newest step; we keep them (invariant 4) and may
+        # drop more of the rest to meet the same target, but never keep what it dropped.
+        assert protected <= set(actual)
+        assert set(actual) - protected <= set(expected)
         order = {m["label"]: i for i, m in enumerate(msgs)}
-        assert actual == sorted(set(expected) | set(tail), key=order.__getitem__)
+        assert actual == sorted(actual, key=order.__getitem__)
 
 
 @settings(max_examples=150, deadline=None)
@@ -286,10 +298,7 @@ def expected_items(msgs: list[Msg], items: list[Any], *, stats: bool = True) -> 
     record = event if stats else (lambda _: None)
     record(f"oracle changed={len(items) != len(msgs) or any(isinstance(i, tuple) for i in items)}")
     order = {m["label"]: i for i, m in enumerate(msgs)}
-    last_user = max(i for i, m in enumerate(msgs) if m["role"] == "user")
-    keep_always = {
-        m["label"] for i, m in enumerate(msgs) if i >= last_user or m["role"] == "system"
-    }
+    keep_always = protected_labels(msgs)
     keyed: list[tuple[float, Any]] = []
     for item in items:
         if isinstance(item, tuple):

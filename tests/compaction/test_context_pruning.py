@@ -88,16 +88,33 @@ def test_ages_decide_hard_clear_soft_trim_or_nothing() -> None:
     ]
 
 
-def test_keep_last_assistants_protects_the_last_runs() -> None:
-    msgs = twenty()
+def test_keep_last_assistants_protects_the_last_steps() -> None:
+    msgs = twenty()  # assistant messages (steps) at 2, 4, 6, 8, 10, 12, 14, 16, 18
     assert assistant_protection_start(msgs, 1) == 18
-    assert assistant_protection_start(msgs, 2) == 14
-    assert assistant_protection_start(msgs, 3) == 10
+    assert assistant_protection_start(msgs, 2) == 16
+    assert assistant_protection_start(msgs, 3) == 14
+    assert assistant_protection_start(msgs, 5) == 10
     assert assistant_protection_start(msgs, 0) == 20
     assert assistant_protection_start(msgs, 10) == 0
     out = run(pruning(keep_last_assistants=3), msgs).messages
     assert out[3]["content"] == "[Old tool result content cleared]"
+    assert out[11]["content"] == BIG[:10] + MARKER_300 + BIG[-10:]  # step 4 from the end
+    assert out[15] is msgs[15]
+    out = run(pruning(keep_last_assistants=5), msgs).messages
     assert out[11] is msgs[11]
+
+
+def test_keep_last_assistants_counts_steps_inside_one_agent_loop() -> None:
+    # One task, then five tool steps in the same turn: LibreChat's run counting would see a
+    # single run and protect all of it; steps let the older results age.
+    msgs: list[Msg] = [s(), u("fix the tests")]
+    for n in range(5):
+        msgs += [call(f"c{n}"), tool(f"c{n}", BIG)]
+    assert assistant_protection_start(msgs, 2) == 8
+    out = run(pruning(keep_last_assistants=2), msgs).messages
+    assert out[3]["content"] == "[Old tool result content cleared]"  # age 9/12
+    assert out[9] is msgs[9] and out[11] is msgs[11]  # the two newest steps
+    assert out[1] is msgs[1]  # the task
 
 
 def test_keep_zero_protects_no_run_unlike_librechat_quirk() -> None:

@@ -6,6 +6,7 @@ from proxy.compaction import (
     Budget,
     CharacterEstimatorTokenizer,
     Draft,
+    GroupKind,
     GroupState,
     ProtectedGroupError,
     build_view,
@@ -72,14 +73,52 @@ def test_protected_groups_cannot_be_touched() -> None:
     with pytest.raises(ProtectedGroupError):
         draft.drop(3)  # newest user
     with pytest.raises(ProtectedGroupError):
-        draft.edit(4, a("changed"))  # after the newest user
+        draft.edit(4, a("changed"))  # the newest step
     with pytest.raises(ProtectedGroupError):
-        draft.insert(4, [a("x")])
+        draft.insert(5, [a("x")])  # after the newest step
     draft.drop(1)
     with pytest.raises(ProtectedGroupError):
         draft.drop(1)  # already dropped
     assert draft.state(1) is GroupState.DROPPED
     assert [g.index for g in draft.removable()] == [2]
+
+
+def test_older_steps_of_the_newest_turn_are_fair_game() -> None:
+    msgs = [s(), u("task"), call("c1"), tool("c1"), call("c2"), tool("c2"), call("c3"), tool("c3")]
+    draft = make(msgs)
+    assert [g.index for g in draft.removable()] == [2, 3]  # the two older steps
+    assert draft.view.protected == frozenset({1, 4})  # the task and the newest step
+    with pytest.raises(ProtectedGroupError):
+        draft.drop(4)
+    with pytest.raises(ProtectedGroupError):
+        draft.insert(7, [a("x")])  # inside the newest step
+    draft.drop(2)
+    draft.insert_after_task([u("<summary>\nprogress\n</summary>")])
+    assert contents(draft.project()) == [
+        "sys",
+        "task",
+        "<summary>\nprogress\n</summary>",
+        None,
+        "sunny",
+        None,
+        "sunny",
+    ]
+
+
+def test_a_progress_summary_after_the_task_is_not_the_newest_user_message() -> None:
+    summary = u("<summary>\nsteps 1-40\n</summary>")
+    draft = make([s(), u("task"), summary, call("c1"), tool("c1"), call("c2"), tool("c2")])
+    assert draft.view.tail_start == 1
+    assert draft.view.groups[2].kind is GroupKind.SUMMARY
+    assert [g.index for g in draft.removable()] == [2, 3]
+
+
+def test_trim_newest_only_cuts_tool_results() -> None:
+    draft = make([s(), u("task"), call("c1"), tool("c1", "x" * 500)])
+    with pytest.raises(ProtectedGroupError):
+        draft.trim_newest(1, u("shorter"))
+    draft.trim_newest(3, {**tool("c1"), "content": "x" * 10})
+    assert draft.project()[3]["content"] == "x" * 10
 
 
 def test_non_contiguous_group_drop_and_project_order() -> None:

@@ -151,7 +151,8 @@ def test_force_treats_triggers_as_fired() -> None:
     assert not run(msgs, pipeline, facts).changed
     forced = run(msgs, pipeline, facts, Mode.FORCE)
     assert forced.changed
-    assert forced.messages == [msgs[0], *msgs[-4:]]  # down to the invariants
+    # down to the invariants: the system prompt, the newest user message, the newest step
+    assert forced.messages == [msgs[0], msgs[-4], msgs[-1]]
     assert forced.report.mode == "force"
 
 
@@ -237,10 +238,35 @@ def test_calibration_changes_trigger_decisions() -> None:
 
 
 @pytest.mark.parametrize("turns", [1, 3])
-def test_short_conversations_never_lose_their_newest_turn(turns: int) -> None:
+def test_short_conversations_never_lose_their_task_or_newest_step(turns: int) -> None:
     msgs = conversation(turns)
     result = run(msgs, Pipeline(()), ModelFacts(10, 0))
-    assert result.messages[-4:] == msgs[-4:]
+    assert result.messages == [msgs[0], msgs[-4], msgs[-1]]
+    assert result.report.warnings  # still over: the smallest valid request, and it says so
+
+
+def test_last_resort_trims_a_huge_newest_tool_result_to_fit() -> None:
+    log = "".join(f"line {n}: compiling module {n}\n" for n in range(3000))
+    msgs = [s("system prompt"), u("fix the build"), call("c1"), tool("c1", log)]
+    result = run(msgs, build_pipeline(CompactionSettings()), ModelFacts(4_000, 500))
+    assert result.changed
+    assert result.report.tokens_after <= result.report.budget
+    trimmed = result.messages[3]
+    assert trimmed["tool_call_id"] == "c1" and "soft-trimmed" in trimmed["content"]
+    assert trimmed["content"].startswith("line 0:") and trimmed["content"].endswith("2999\n")
+    assert result.messages[:3] == msgs[:3]  # system, task and the call are never cut
+    assert any("soft-trimmed" in w for w in result.report.warnings)
+    assert "last_resort_trim" in result.report.changed_by
+    again = run(result.messages, build_pipeline(CompactionSettings()), ModelFacts(4_000, 500))
+    assert not again.changed
+
+
+def test_last_resort_never_cuts_user_text() -> None:
+    msgs = [s("system prompt"), u("x" * 40_000), call("c1"), tool("c1", "y" * 20_000)]
+    result = run(msgs, Pipeline(()), ModelFacts(4_000, 500))
+    assert result.messages[1] is msgs[1]
+    assert result.report.tokens_after > result.report.budget
+    assert any(w.startswith("over budget") for w in result.report.warnings)
 
 
 # ---------------------------------------------------------------- token-budget composition

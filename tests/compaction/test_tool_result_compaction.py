@@ -77,11 +77,16 @@ def test_idempotent() -> None:
     assert not run(strategy, first.messages).changed
 
 
-def test_keep_zero_collapses_all_but_the_newest_turn() -> None:
-    msgs = weather_and_hotels()[:-1]  # the newest turn now holds the c4 group
-    result = run(ToolResultCompactionStrategy(keep_last_tool_call_groups=0), msgs)
-    assert [m.get("content") for m in result.messages if "tool_calls" in m] == [None]
+def test_keep_zero_collapses_all_but_the_newest_step() -> None:
+    strategy = ToolResultCompactionStrategy(keep_last_tool_call_groups=0)
+    msgs = weather_and_hotels()[:-2]  # the c4 group is now the newest step
+    result = run(strategy, msgs)
+    assert [m["tool_calls"][0]["id"] for m in result.messages if "tool_calls" in m] == ["c4"]
     assert sum(1 for m in result.messages if str(m.get("content")).startswith("[Tool")) == 2
+    # one step later ("done" is the newest step) the c4 group is an older step of the turn
+    result = run(strategy, weather_and_hotels()[:-1])
+    assert not any("tool_calls" in m for m in result.messages)
+    assert sum(1 for m in result.messages if str(m.get("content")).startswith("[Tool")) == 3
 
 
 def test_no_results_and_unknown_names() -> None:

@@ -40,9 +40,10 @@ def test_namespace_hides_the_credential_and_separates_tenants() -> None:
     )
 
 
-def test_only_conversations_past_their_first_turn_can_have_a_checkpoint() -> None:
+def test_only_a_single_message_skips_the_checkpoint_lookup() -> None:
+    assert not could_have_checkpoint([])
     assert not could_have_checkpoint([U1])
-    assert not could_have_checkpoint([U1, A1])  # an agent loop in its first turn
+    assert could_have_checkpoint([U1, A1])  # an agent loop compacts inside its first turn
     assert could_have_checkpoint([U1, A1, U2])
     assert leading_system_count([{"role": "system"}, {"role": "developer"}, U1]) == 2
 

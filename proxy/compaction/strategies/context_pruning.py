@@ -6,8 +6,9 @@ semantics:
 * **Age by position**: ``age = (N - i) / N`` over the message array (system messages
   included); the oldest message has age 1.0, the newest 1/N.
 * **Protected**: everything before the first user message (so a leading system prompt), and
-  the last ``keepLastAssistants`` assistant runs (contiguous assistant/tool messages, counted
-  backwards from the end) together with everything after the oldest of them.
+  the last ``keepLastAssistants`` assistant steps (an assistant message and the tool results
+  after it, counted backwards from the end) together with everything after the oldest of
+  them.
 * **Candidates**: tool results (``tool``, and legacy ``function``, messages answering a call)
   whose content length is at least ``minPrunableToolChars`` -- per result, not a total.
 * **Hard clear** when ``age >= hardClearRatio`` and ``hardClear.enabled``: the message is
@@ -44,9 +45,12 @@ Deliberate differences from LibreChat:
 
 * pruning runs when its trigger fires, not on every call, and stops at its target;
 * it runs alongside (before) summarization, not only when summarization is off;
-* ``keepLastAssistants: 0`` protects no assistant run (LibreChat still protects the newest run,
-  because it marks a message before counting runs); the newest turn -- the last user message
-  and everything after it -- is always protected anyway (DESIGN invariant 4);
+* ``keepLastAssistants`` counts steps, not runs of assistant/tool messages: in an agent loop
+  (one task, then hundreds of tool steps) LibreChat's single run would protect the whole
+  loop;
+* ``keepLastAssistants: 0`` protects no assistant step (LibreChat still protects the newest
+  run, because it marks a message before counting runs); the newest user message and the
+  newest step are always protected anyway (DESIGN invariant 4);
 * system/developer messages are never edited wherever they are, and orphan results (answering
   no call) are left exactly as sent;
 * lengths and slices count Unicode code points (JavaScript counts UTF-16 code units), so a
@@ -74,7 +78,6 @@ from .base import Strategy, StrategyContext, StrategyOutcome
 DEFAULT_PLACEHOLDER = "[Old tool result content cleared]"
 SOFT_TRIM_MARKER = "\n\n… [soft-trimmed: {original} chars → {kept} chars, middle removed] …\n\n"
 _MARKER_RE = re.compile(r"\n\n… \[soft-trimmed: (\d+) chars → (\d+) chars, middle removed\] …\n\n")
-_RUN_ROLES = frozenset({"assistant", "tool", "function"})
 _TOOL_GROUPS = frozenset({GroupKind.TOOL_CALL})
 
 
@@ -94,25 +97,24 @@ def trimmed_original_length(text: str) -> int | None:
 def assistant_protection_start(
     messages: tuple[Message, ...] | list[Message], keep_last_assistants: int
 ) -> int:
-    """Index from which the last ``keep_last_assistants`` assistant runs are protected.
+    """Index from which the last ``keep_last_assistants`` assistant steps are protected.
 
-    A run is a maximal stretch of assistant/tool/function messages; runs are counted backwards
-    and everything from the oldest protected run to the end is protected.  With fewer runs
-    than asked, everything is protected (0); with 0, nothing (``len(messages)``).
+    A step is one assistant message with the tool results that follow it.  LibreChat counts
+    maximal runs of assistant/tool messages instead, but in an agent loop the whole turn after
+    the task is one run, so ``keepLastAssistants: 3`` would protect every step of it and
+    nothing could ever be pruned; counting steps keeps the newest three tool rounds intact and
+    lets the older ones age.  With fewer steps than asked, everything is protected (0); with
+    0, nothing (``len(messages)``).
     """
     size = len(messages)
     if keep_last_assistants <= 0:
         return size
-    runs = 0
-    in_run = False
+    steps = 0
     for index in range(size - 1, -1, -1):
-        if role_of(messages[index]) in _RUN_ROLES:
-            in_run = True
-        elif in_run:
-            in_run = False
-            runs += 1
-            if runs >= keep_last_assistants:
-                return index + 1
+        if role_of(messages[index]) == "assistant":
+            steps += 1
+            if steps >= keep_last_assistants:
+                return index
     return 0
 
 

@@ -172,10 +172,16 @@ class SummarizationStrategy(Strategy):
         One pass over the groups; see the module docstring for the rules.
         """
         groups = draft.groups
-        limit = draft.view.tail_start
+        view = draft.view
         non_system = [g for g in groups if g.kind is not GroupKind.SYSTEM and draft.is_kept(g)]
         if not non_system:
             return []
+        if not self.by_groups:
+            in_turn = self._select_in_turn(draft, non_system)
+            if in_turn is not None:
+                return in_turn
+        # The group shape may cut inside the newest turn, up to its newest step.
+        limit = view.insert_limit if self.by_groups else view.tail_start
         if self.minimum_preserved:
             if len(non_system) <= self.minimum_preserved:
                 return []
@@ -194,11 +200,42 @@ class SummarizationStrategy(Strategy):
         cut = self._cut(draft, candidates, non_system)
         if cut is None:
             return []
-        folded = [g for g in non_system if g.index < cut.index]
+        folded = [g for g in non_system if g.index < cut.index and not draft.is_protected(g)]
         if all(g.kind is GroupKind.SUMMARY for g in folded):
             return []  # only an earlier summary (or nothing) before the cut
         if not self.by_groups and not any(g.kind in _TURN_ANCHORS for g in folded):
             return []  # only what precedes the first turn (e.g. the rest of a truncated turn)
+        return folded
+
+    def _select_in_turn(self, draft: Draft, non_system: list[Group]) -> list[Group] | None:
+        """The agent-loop selection, or ``None`` when the newest turn is short.
+
+        When the newest turn holds more steps than ``retain_turns``, keeping whole turns
+        cannot help (the newest turn is the conversation), so a step counts as a turn: the
+        newest ``retain_turns`` steps (at least the newest one, fewer while they exceed
+        ``retain_tokens``) stay verbatim, and everything older -- earlier turns, an earlier
+        summary, the older steps of this turn -- is folded into one summary placed right
+        after the task message.  The task (the newest user message) itself is never folded.
+        """
+        view = draft.view
+        steps = [
+            g for g in non_system if view.in_newest_turn(g) and g.kind is not GroupKind.SUMMARY
+        ]
+        retain = max(1, self.retain_turns)
+        if len(steps) <= retain:
+            return None
+        kept = steps[-retain:]
+        if self.retain_tokens is not None:
+            while len(kept) > 1 and sum(draft.group_tokens(g) for g in kept) > self.retain_tokens:
+                kept = kept[1:]
+        if self.minimum_preserved:
+            floor = non_system[-self.minimum_preserved :]
+            if floor[0].first < kept[0].first:
+                kept = [g for g in steps if g.first >= floor[0].first] or kept
+        cut = kept[0].first
+        folded = [g for g in non_system if g.first < cut and not draft.is_protected(g)]
+        if all(g.kind is GroupKind.SUMMARY for g in folded):
+            return []  # only an earlier summary (or nothing) before the kept steps
         return folded
 
     def _cut(self, draft: Draft, candidates: list[Group], non_system: list[Group]) -> Group | None:
@@ -288,9 +325,13 @@ class SummarizationStrategy(Strategy):
                 f"({old_tokens} tokens)",
                 len(indices),
             )
+        in_turn = any(draft.view.in_newest_turn(g) for g in folded)
         for group in folded:
             draft.drop(group)
-        draft.insert_after_system([message])
+        if in_turn:
+            draft.insert_after_task([message])  # "progress so far": the task stays first
+        else:
+            draft.insert_after_system([message])
         kind = "updated the summary with" if previous else "summarized"
         return StrategyOutcome(
             changed=True,
