@@ -1,12 +1,18 @@
-"""The simulated agent session of the checkpoint tests, run longer and reported.
+"""The simulated agent sessions of the integration tests, run longer and reported.
 
-Real processes on loopback: the fake upstream (8k window, also the summarizer) and the proxy
-with SQLite checkpoints. Each tool step of the agent is a new request. Reports what issue 4
-asks for: requests, summarizer calls, compaction events, forwarded tokens against the raw
+Real processes on loopback: the fake upstream (enforcing the window, also the summarizer) and
+the proxy with SQLite checkpoints. Each tool step of the agent is a new request. Two shapes:
+
+- `--mode turns` (default): a user turn every few steps, an 8k window;
+- `--mode loop`: one task message, then one tool step per request in the same turn (a coding
+  agent), a 32k window, every other tool result ~850 tokens.
+
+Reports requests, compaction events, summarizer calls, forwarded tokens against the raw
 conversation's tokens, and the share of requests whose forwarded messages extend the previous
 request's unchanged (what keeps an upstream prompt cache warm).
 
-    python -m bench.session [--requests 300] [--out bench/results/session.md]
+    python -m bench.session [--mode turns|loop] [--requests 300] [--no-summarizer]
+                            [--out bench/results/session.md]
 """
 
 from __future__ import annotations
@@ -15,9 +21,12 @@ import argparse
 import datetime
 import platform
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from proxy.compaction import EncodingLoader, TokenizerProvider
+from tests.support.agent_loop import run_loop
 from tests.support.agent_session import run_session
 from tests.support.processes import tiktoken_cache_dir
 from tests.support.servers import (
@@ -28,79 +37,149 @@ from tests.support.servers import (
     write_config,
 )
 
-WINDOW = 8_000
-MODEL = "agent-8k"
+
+@dataclass(frozen=True)
+class Shape:
+    window: int
+    model: str
+    max_output: int
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=300)
-    parser.add_argument("--tool-output-chars", type=int, default=300)
-    parser.add_argument("--turn-every", type=int, default=4)
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
+SHAPES = {
+    "turns": Shape(8_000, "agent-8k", 1_000),
+    "loop": Shape(32_000, "agent-32k", 2_000),
+}
 
-    work = Path(tempfile.mkdtemp(prefix="session-bench-"))
-    upstream = UpstreamServer(work / "upstream.log", context_window=WINDOW).start()
+
+@dataclass
+class Figures:
+    """What both shapes report, one row per request."""
+
+    sent: list[list[dict[str, Any]]]  # the raw conversation of each request
+    forwarded: list[list[dict[str, Any]]]
+    checkpoints: list[str]
+    strategies: list[str]
+    prompt_tokens: list[int]
+    summarizer_calls: int
+
+
+def run(args: argparse.Namespace, shape: Shape, work: Path) -> Figures:
+    upstream = UpstreamServer(work / "upstream.log", context_window=shape.window).start()
     config = proxy_config(
         upstream_entry(upstream),
-        models={MODEL: {"context_window": WINDOW, "max_output_tokens": 1_000}},
+        models={
+            shape.model: {"context_window": shape.window, "max_output_tokens": shape.max_output}
+        },
         store={"backend": "sqlite", "path": str(work / "checkpoints.db")},
-        summarization={"enabled": True, "maxSummaryTokens": 800, "retainRecent": {"turns": 2}},
+        summarization={
+            "enabled": not args.no_summarizer,
+            "maxSummaryTokens": 800 if args.mode == "turns" else 1_000,
+            "retainRecent": {"turns": 2},
+        },
     )
     proxy = ProxyServer(write_config(work / "proxy.yaml", config), work / "proxy.log").start()
     try:
-        report = run_session(
-            proxy.openai_client(),
+        client = proxy.openai_client()
+        if args.mode == "loop":
+            loop = run_loop(client, upstream, model=shape.model, steps=args.requests)
+            final = loop.conversation
+            return Figures(
+                sent=[final[: 2 + 2 * s.index] for s in loop.steps],
+                forwarded=[s.forwarded for s in loop.steps],
+                checkpoints=[s.checkpoint for s in loop.steps],
+                strategies=[s.strategies for s in loop.steps],
+                prompt_tokens=[s.prompt_tokens for s in loop.steps],
+                summarizer_calls=loop.summarizer_calls,
+            )
+        session = run_session(
+            client,
             upstream,
-            model=MODEL,
+            model=shape.model,
             requests=args.requests,
             tool_output_chars=args.tool_output_chars,
             turn_every=args.turn_every,
+        )
+        final = session.final_conversation
+        return Figures(
+            sent=[final[: s.sent] for s in session.steps],
+            forwarded=[s.forwarded for s in session.steps],
+            checkpoints=[s.checkpoint for s in session.steps],
+            strategies=[s.strategies for s in session.steps],
+            prompt_tokens=[s.prompt_tokens for s in session.steps],
+            summarizer_calls=session.summarizer_calls,
         )
     finally:
         proxy.stop()
         upstream.stop()
 
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mode", choices=sorted(SHAPES), default="turns")
+    parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--tool-output-chars", type=int, default=300, help="turns mode only")
+    parser.add_argument("--turn-every", type=int, default=4, help="turns mode only")
+    parser.add_argument("--no-summarizer", action="store_true")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    shape = SHAPES[args.mode]
+    figures = run(args, shape, Path(tempfile.mkdtemp(prefix="session-bench-")))
+
     tokenizer = TokenizerProvider(EncodingLoader(directories=[tiktoken_cache_dir()])).get(
         "o200k_base"
     )
-    raw_total = forwarded_total = 0
-    for step in report.steps:
-        forwarded_total += step.prompt_tokens
-    # The raw conversation of request i is the first `sent` messages of the final one.
-    final = report.final_conversation
-    for step in report.steps:
-        raw_total += tokenizer.count_messages(final[: step.sent]) + tokenizer.reply_priming
-    flags = report.prefix_stable()
-    over_window = sum(
+    raw = [tokenizer.count_messages(sent) + tokenizer.reply_priming for sent in figures.sent]
+    raw_total, forwarded_total = sum(raw), sum(figures.prompt_tokens)
+    stable = [
+        after[: len(before)] == before
+        for before, after in zip(figures.forwarded, figures.forwarded[1:], strict=False)
+    ]
+    events = sum(1 for c in figures.checkpoints if c == "new")
+    summarized = sum(
         1
-        for step in report.steps
-        if tokenizer.count_messages(final[: step.sent]) + tokenizer.reply_priming > WINDOW
+        for c, s in zip(figures.checkpoints, figures.strategies, strict=True)
+        if c == "new" and "summarization" in s.split(",")
+    )
+    command = f"python -m bench.session --mode {args.mode} --requests {args.requests}"
+    if args.mode == "turns":
+        command += f" --tool-output-chars {args.tool_output_chars} --turn-every {args.turn_every}"
+    if args.no_summarizer:
+        command += " --no-summarizer"
+    shape_text = (
+        "one task message, then one tool step per request in the same turn, every other "
+        "tool result ~850 tokens"
+        if args.mode == "loop"
+        else f"a user turn every {args.turn_every} requests, tool results of "
+        f"{args.tool_output_chars} characters"
     )
     lines = [
-        "# Simulated agent session through the proxy",
+        f"# Simulated agent session through the proxy ({args.mode})",
         "",
         f"- Date: {datetime.date.today().isoformat()}, {platform.processor() or platform.machine()}",
-        f"- Command: `python -m bench.session --requests {args.requests} "
-        f"--tool-output-chars {args.tool_output_chars} --turn-every {args.turn_every}`",
-        f"- Upstream window {WINDOW:,} tokens (enforced: the upstream answers 400 past it), max output 1,000; "
-        "default pipeline (fire at 0.8, compact to 0.5), summarization with "
-        "retainRecent 2 turns, SQLite checkpoints.",
+        f"- Command: `{command}`",
+        f"- Session: {shape_text}.",
+        f"- Upstream window {shape.window:,} tokens (enforced: the upstream answers 400 past it), "
+        f"max output {shape.max_output:,}; default pipeline (fire at 0.8, compact to 0.5), "
+        + ("no summarizer" if args.no_summarizer else "summarization with retainRecent 2")
+        + ", SQLite checkpoints.",
         "",
         "| figure | value |",
         "|---|---|",
-        f"| requests | {len(report.steps)} |",
-        f"| requests whose raw conversation exceeds the window | {over_window} |",
-        "| requests that failed | 0 (run_session raises on any error) |",
-        f"| compaction events (X-Compaction-Checkpoint: new) | {report.compaction_events} |",
-        f"| summarizer calls | {report.summarizer_calls} |",
-        f"| checkpoint hits | {sum(1 for s in report.steps if s.checkpoint == 'hit')} |",
+        f"| requests | {len(raw)} |",
+        f"| requests whose raw conversation exceeds the window | "
+        f"{sum(1 for r in raw if r > shape.window)} |",
+        "| requests that failed | 0 (the run raises on any error) |",
+        f"| compaction events (X-Compaction-Checkpoint: new) | {events} |",
+        f"| events where summarization acted | {summarized} |",
+        f"| summarizer calls | {figures.summarizer_calls} |",
+        f"| checkpoint hits | {sum(1 for c in figures.checkpoints if c == 'hit')} |",
+        f"| largest raw conversation, tokens | {max(raw):,} |",
+        f"| largest forwarded prompt (upstream usage), tokens | {max(figures.prompt_tokens):,} |",
         f"| raw prompt tokens, summed over requests | {raw_total:,} |",
         f"| forwarded prompt tokens (upstream usage), summed | {forwarded_total:,} |",
         f"| forwarded / raw | {forwarded_total / raw_total:.1%} |",
         f"| requests extending the previous forwarded request unchanged | "
-        f"{sum(flags)} of {len(flags)} ({report.stable_share():.1%}) |",
+        f"{sum(stable)} of {len(stable)} ({sum(stable) / max(1, len(stable)):.1%}) |",
     ]
     text = "\n".join(lines) + "\n"
     print(text)

@@ -542,3 +542,106 @@ def test_entry_rejects_both_shapes_and_bad_values() -> None:
             compaction_settings_from_mapping({"pipeline": [{"strategy": "summarization", **bad}]})
     with pytest.raises(ValueError):
         SummarizationStrategy(placement="tool")  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ agent loops (in-turn)
+
+
+def step(n: int, size: int = 300) -> list[dict[str, Any]]:
+    """One agent step: a call and its (large) result."""
+    return [call(f"c{n}"), tool(f"c{n}", f"result {n} " + "r" * size)]
+
+
+def loop(steps: int) -> list[dict[str, Any]]:
+    msgs = [s(), u("fix the failing tests")]
+    for n in range(steps):
+        msgs += step(n)
+    return msgs
+
+
+async def test_an_agent_loop_folds_its_older_steps_after_the_task() -> None:
+    msgs = loop(6)
+    fake = FakeSummarizer("progress: steps 0-3 done")
+    result = await run_async(SummarizationStrategy(retain_turns=2, trigger=ALWAYS), msgs, fake)
+    assert result.changed
+    (request,) = fake.calls
+    assert list(request.messages) == msgs[2:10]  # steps 0-3; the task is not folded
+    out = result.messages
+    assert out[0] is msgs[0] and out[1] is msgs[1]  # system, then the task first
+    assert out[2] == {"role": "user", "content": wrap_summary("progress: steps 0-3 done")}
+    assert all(x is y for x, y in zip(out[3:], msgs[10:], strict=True))  # the last two steps
+    assert len(out) == 7
+
+
+async def test_an_in_turn_summary_is_rolled_forward_not_stacked() -> None:
+    first = (
+        await run_async(SummarizationStrategy(trigger=ALWAYS), loop(6), FakeSummarizer())
+    ).messages
+    grown = first + step(6) + step(7) + step(8)
+    fake = FakeSummarizer("progress: steps 0-6 done")
+    result = await run_async(SummarizationStrategy(trigger=ALWAYS), grown, fake)
+    (request,) = fake.calls
+    assert request.previous_summary == "summary of 8 message(s)"
+    assert [m["tool_call_id"] for m in request.messages if m["role"] == "tool"] == [
+        "c4",
+        "c5",
+        "c6",
+    ]
+    out = result.messages
+    assert contents(out[:3]) == [
+        "sys",
+        "fix the failing tests",
+        wrap_summary("progress: steps 0-6 done"),
+    ]
+    assert sum(1 for m in out if str(m.get("content", "")).startswith("<summary>")) == 1
+    assert [m["tool_call_id"] for m in out if m["role"] == "tool"] == ["c7", "c8"]
+    # idempotent: nothing more to fold once only the retained steps follow the summary
+    again = FakeSummarizer()
+    assert not (await run_async(SummarizationStrategy(trigger=ALWAYS), out, again)).changed
+    assert again.calls == []
+
+
+async def test_older_turns_are_folded_into_the_progress_summary_too() -> None:
+    msgs = [s(), U("u1"), A("a1"), U("u2"), A("a2"), u("task")]
+    for n in range(4):
+        msgs += step(n)
+    fake = FakeSummarizer("earlier talk and steps 0-1")
+    result = await run_async(SummarizationStrategy(retain_turns=2, trigger=ALWAYS), msgs, fake)
+    (request,) = fake.calls
+    assert [m["role"] for m in request.messages] == ["user", "assistant"] * 2 + [
+        "assistant",
+        "tool",
+    ] * 2
+    out = result.messages
+    assert contents(out[:3]) == ["sys", "task", wrap_summary("earlier talk and steps 0-1")]
+    assert all(x is y for x, y in zip(out[3:], msgs[-4:], strict=True))
+
+
+async def test_a_short_newest_turn_keeps_the_turn_shape() -> None:
+    msgs = [s(), U("u1"), A("a1"), U("u2"), A("a2"), U("u3"), *step(0), *step(1)]
+    fake = FakeSummarizer("the gist")
+    result = await run_async(SummarizationStrategy(retain_turns=2, trigger=ALWAYS), msgs, fake)
+    assert list(fake.calls[0].messages) == msgs[1:3]  # only turn 1: turns 2 and 3 are kept
+    assert is_summary(result.messages[1])  # after the system block, as before
+
+
+async def test_retain_tokens_keeps_fewer_steps_but_always_the_newest() -> None:
+    msgs = loop(5)
+    fake = FakeSummarizer("progress")
+    strategy = SummarizationStrategy(retain_turns=3, retain_tokens=1, trigger=ALWAYS)
+    result = await run_async(strategy, msgs, fake)
+    assert list(fake.calls[0].messages) == msgs[2:10]
+    assert result.messages[3:] == msgs[10:]  # only the newest step is kept
+
+
+async def test_the_group_shape_may_cut_inside_the_newest_turn() -> None:
+    msgs = loop(5)
+    fake = FakeSummarizer("progress")
+    result = await run_async(SummarizationStrategy(target_count=4, trigger=ALWAYS), msgs, fake)
+    assert list(fake.calls[0].messages) == msgs[2:8]  # steps 0-2; 4 messages kept
+    assert contents(result.messages[:3]) == [
+        "sys",
+        "fix the failing tests",
+        wrap_summary("progress"),
+    ]
+    assert result.messages[3:] == msgs[8:]

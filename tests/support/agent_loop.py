@@ -1,0 +1,114 @@
+"""A single-turn agent loop: one task, then one tool step per request, all in the same turn.
+
+The workload the proxy exists for (a coding agent re-sending the whole list after every tool
+step). Used by `tests/integration/test_agent_loop.py` and by `bench/session.py --mode loop`.
+Every other tool result is big (~850 tokens), every tenth carries a `FACT-...` token so a test
+can follow what the summarizer was shown.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import openai
+
+from tests.support.agent_session import CHAT, TOOLS, tool_output
+from tests.support.servers import UpstreamServer
+
+SYSTEM = {"role": "system", "content": "You are a careful coding agent. Use the tools."}
+TASK = {"role": "user", "content": "Fix the failing tests in the parser. Ticket FACT-TASK."}
+
+
+@dataclass
+class LoopStep:
+    index: int
+    forwarded: list[dict[str, Any]]
+    checkpoint: str
+    strategies: str
+    warnings: list[str]
+    prompt_tokens: int
+    summarizer_calls: int
+
+
+@dataclass
+class LoopReport:
+    steps: list[LoopStep] = field(default_factory=list)
+    facts_shown: list[str] = field(default_factory=list)
+    conversation: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def events(self) -> list[LoopStep]:
+        return [s for s in self.steps if s.checkpoint == "new"]
+
+    @property
+    def summarizer_calls(self) -> int:
+        return sum(s.summarizer_calls for s in self.steps)
+
+    def stable_share(self) -> float:
+        flags = [
+            after.forwarded[: len(before.forwarded)] == before.forwarded
+            for before, after in itertools.pairwise(self.steps)
+        ]
+        return sum(flags) / len(flags)
+
+
+def add_step(conversation: list[dict[str, Any]], index: int, report: LoopReport) -> None:
+    """The agent's next step: one call, and a result that is big every other step."""
+    call_id = f"call_{index}"
+    conversation.append(
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {
+                        "name": "read_file",
+                        "arguments": json.dumps({"path": f"src/mod_{index}.py"}),
+                    },
+                }
+            ],
+        }
+    )
+    content = tool_output(index, 0, 2_000 if index % 2 == 0 else 150)
+    if index % 10 == 5:
+        fact = f"FACT-R{index}"
+        report.facts_shown.append(fact)
+        content = f"Found {fact} in the config.\n" + content
+    conversation.append({"role": "tool", "tool_call_id": call_id, "content": content})
+
+
+def run_loop(
+    client: openai.OpenAI, upstream: UpstreamServer, *, model: str, steps: int
+) -> LoopReport:
+    report = LoopReport(facts_shown=["FACT-TASK"])
+    conversation: list[dict[str, Any]] = [SYSTEM, TASK]
+    upstream.clear()
+    for index in range(steps):
+        raw = client.chat.completions.with_raw_response.create(
+            model=model, messages=conversation, tools=TOOLS
+        )
+        completion = raw.parse()
+        recorded = upstream.requests(CHAT)
+        upstream.clear()  # keeps each fetch small: the loop's bodies reach ~100 KB
+        summaries = [r for r in recorded if "<conversation>" in (r.text or "")]
+        forwarded = [r.json() for r in recorded if "<conversation>" not in (r.text or "")]
+        assert len(forwarded) == 1, f"step {index}: {len(forwarded)} forwarded requests"
+        report.steps.append(
+            LoopStep(
+                index=index,
+                forwarded=forwarded[0]["messages"],
+                checkpoint=raw.headers.get("x-compaction-checkpoint", ""),
+                strategies=raw.headers.get("x-compaction-strategies", ""),
+                warnings=raw.headers.get_list("x-compaction-warning"),
+                prompt_tokens=completion.usage.prompt_tokens if completion.usage else 0,
+                summarizer_calls=len(summaries),
+            )
+        )
+        add_step(conversation, index, report)
+    report.conversation = conversation
+    return report
