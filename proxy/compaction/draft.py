@@ -8,10 +8,10 @@ Totals (tokens, messages, groups, live turns, tool-call groups) are kept increme
 strategy can re-check its target after every step in O(1), and only new or changed messages are
 ever counted.
 
-The draft enforces the invariants strategies must not break: system groups and the newest
-turn (DESIGN invariants 1 and 4) are protected and any attempt to touch them raises
-:class:`ProtectedGroupError`; decisions are per whole group, so a tool call is never separated
-from its results (invariant 3).
+The draft enforces the invariants strategies must not break: system groups, the newest user message
+and the newest step (DESIGN invariants 1 and 4) are protected and any attempt to touch them raises
+:class:`ProtectedGroupError`; decisions are per whole group, so a tool call is never separated from
+its results (invariant 3).
 
 :meth:`project` renders the output: original relative order, a replaced group's messages at the
 group's first position, inserted messages before their position.  :meth:`commit` re-bases the
@@ -52,7 +52,7 @@ class GroupState(Enum):
 
 
 class ProtectedGroupError(RuntimeError):
-    """A strategy tried to change a system group or the newest turn (a bug in the strategy)."""
+    """A strategy tried to change a protected group (a bug in the strategy)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +181,7 @@ class Draft:
         return self._state[_index(group)] is GroupState.KEPT
 
     def is_protected(self, group: Group | int) -> bool:
-        """True for system groups and groups reaching into the newest turn."""
+        """True for system groups, the newest user message and the newest step."""
         if self._pending is not None:
             self._materialize()
         return self._protected[_index(group)]

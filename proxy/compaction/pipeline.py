@@ -223,15 +223,15 @@ class PipelineStrategy(Strategy):
     Plain form (.NET ``PipelineCompactionStrategy``): the trigger defaults to ``always`` (each
     child checks its own), the early-stop condition to ``over_budget``.
 
-    Token-budget form (Agent Framework ``TokenBudgetComposedStrategy``, DESIGN section 6):
-    with ``token_budget=N`` the entry fires when the prompt exceeds N tokens, runs its children
-    in order, stops as soon as it fits N (``early_stop``), and with ``fallback`` (the default
-    when a budget is given) drops the oldest groups until it fits, keeping the newest
-    non-system group (the Agent Framework's "minimum retained group").  Without
-    ``token_budget`` the budget is the request's own (``over_budget``).  Differences from the
-    Agent Framework: the fallback never removes system messages or the newest turn (DESIGN
-    invariants 1 and 4; the Agent Framework's "strict" fallback drops system messages last),
-    and when they alone exceed the budget the entry reports a warning instead.
+    Token-budget form (Agent Framework ``TokenBudgetComposedStrategy``, DESIGN section 6): with
+    ``token_budget=N`` the entry fires when the prompt exceeds N tokens, runs its children in order,
+    stops as soon as it fits N (``early_stop``), and with ``fallback`` (the default when a budget is
+    given) drops the oldest groups until it fits, keeping the newest non-system group (the Agent
+    Framework's "minimum retained group").  Without ``token_budget`` the budget is the request's own
+    (``over_budget``).  Differences from the Agent Framework: the fallback never removes system
+    messages, the newest user message or the newest step (DESIGN invariants 1 and 4; the Agent
+    Framework's "strict" fallback drops system messages last), and when they alone exceed the budget
+    the entry reports a warning instead.
     """
 
     name = "pipeline"

@@ -1,12 +1,12 @@
 """The strategy interface.
 
-A strategy is a small object with a ``name``, a ``trigger`` (when to start), a ``target``
-(continue while it fires; defaults to the trigger) and a ``minimum_preserved`` floor whose unit
-the strategy documents.  The pipeline checks the trigger; :meth:`Strategy.apply` does the work
-on a :class:`~proxy.compaction.draft.Draft`, one unit at a time, oldest first, re-checking
-:meth:`Strategy.keep_going` after each step.  The draft refuses to touch system groups or the
-newest turn, and decisions are per whole group, so a strategy cannot break the invariants even
-by mistake; it should still skip protected groups (``draft.removable()`` does).
+A strategy is a small object with a ``name``, a ``trigger`` (when to start), a ``target`` (continue
+while it fires; defaults to the trigger) and a ``minimum_preserved`` floor whose unit the strategy
+documents.  The pipeline checks the trigger; :meth:`Strategy.apply` does the work on a
+:class:`~proxy.compaction.draft.Draft`, one unit at a time, oldest first, re-checking
+:meth:`Strategy.keep_going` after each step.  The draft refuses to touch system groups, the newest
+user message and the newest step, and decisions are per whole group, so a strategy cannot break the
+invariants even by mistake; it should still skip protected groups (``draft.removable()`` does).
 
 Writing a new strategy (phase 2 recipe):
 

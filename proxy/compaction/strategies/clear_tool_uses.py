@@ -24,7 +24,7 @@ prefix for many turns); a configured target stops it earlier, but never before
 Idempotence: a result that already holds the placeholder (and, with ``clear_tool_inputs``,
 whose call already has ``"{}"`` arguments) needs no edit and frees nothing, so a second run
 plans nothing.  A step that would not free any token (a result shorter than the
-placeholder) is skipped.  Results in the newest turn (DESIGN invariant 4), orphans and system
+placeholder) is skipped.  Results of the newest step (DESIGN invariant 4), orphans and system
 messages are never touched.  ``minimum_preserved`` (default 0) protects the newest N
 non-system groups.
 """

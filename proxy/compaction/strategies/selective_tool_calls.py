@@ -11,10 +11,10 @@ fires always and drops all but the newest N (the anchor's shape); a configured t
 a target drops oldest first until the trigger stops firing.  ``minimum_preserved`` (default 0)
 keeps the newest N non-system groups of any kind.
 
-Deliberate differences from the Agent Framework: tool-call groups in the newest turn are never
-dropped (DESIGN invariant 4), and grouping follows our view (``developer`` is a system message;
-an orphan result run that does not follow a call shares its neighbour's fate instead of being a
-``tool_call`` group of its own).
+Deliberate differences from the Agent Framework: the newest step's tool-call group is never dropped
+(DESIGN invariant 4; older steps of the running turn are), and grouping follows our view
+(``developer`` is a system message; an orphan result run that does not follow a call shares its
+neighbour's fate instead of being a ``tool_call`` group of its own).
 """
 
 from __future__ import annotations

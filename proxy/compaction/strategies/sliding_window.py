@@ -11,7 +11,9 @@ Two shapes, after the two anchors:
   {turns_exceed: 4}``), keeping at least ``minimum_preserved`` turns (default 1).  Groups before
   the first user message (turn 0, where summaries sit) are kept, as in .NET.
 
-Either way system groups and the newest turn are never touched, and groups are never split.
+Either way system groups, the newest user message and the newest step are never touched, and
+groups are never split; the turn shape never drops part of a turn, so it leaves the running
+turn of an agent loop alone (the group shape counts its steps).
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ class SlidingWindowStrategy(Strategy):
                 break
             removable = [g for g in turns[turn] if not draft.is_protected(g)]
             if len(removable) != len(turns[turn]):
-                continue  # part of this turn is protected (the newest turn): keep it whole
+                continue  # part of this turn is protected (the running turn): keep it whole
             for group_index in removable:
                 draft.drop(group_index)
             dropped += 1

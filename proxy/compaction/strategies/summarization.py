@@ -12,18 +12,25 @@ Selection has two shapes.
   user-led turns (default 2) verbatim and fold everything between the system block and the
   start of the first kept turn.  Cuts are made only at turn boundaries (a user message), so a
   tool call is never separated from its results.  ``retain_tokens`` caps the kept tail: while
-  the kept turns exceed it, one turn fewer is kept, but never fewer than the newest turn
-  (DESIGN invariant 4).  ``retain_turns=0`` folds everything except the newest turn (LibreChat:
-  "summarize everything", with the newest turn always kept).
+  the kept turns exceed it, one turn fewer is kept, but never fewer than the newest turn.
+  ``retain_turns=0`` folds everything except the newest turn (LibreChat: "summarize
+  everything", with the newest turn always kept).
+* **Steps** (an agent loop: the newest turn holds more than ``retain_turns`` steps, so keeping
+  whole turns cannot help): a step counts as a turn.  The newest ``retain_turns`` steps (at
+  least one, fewer while they exceed ``retain_tokens``) stay verbatim; everything older,
+  earlier turns included, is folded into one summary placed right after the task message
+  ("progress so far"; DESIGN, agent loops).  The task message is never folded.
 * **Groups** (the Agent Framework's ``SummarizationStrategy``, chosen by giving
   ``target_count``; ``threshold`` defaults to 0 here and to 2 in a config entry, as in the
   Agent Framework): fires when the non-system messages exceed ``target_count + threshold``,
   keeps the newest whole groups until they hold at least ``target_count`` messages (at least
   one group), and folds the older ones.  Cuts are made at group boundaries, as the Agent
   Framework does: a tool-call group is atomic, so pairing stays valid even without turn
-  boundaries.  The newest turn is still kept whole (invariant 4), which is where this shape
-  departs from the Agent Framework: over ``[u1, a1, u2, call(c1, c2), tool, tool]`` with
-  ``target_count=2`` the Agent Framework folds ``u2`` too, here ``u2`` stays.
+  boundaries.  The cut may fall inside the newest turn, but the newest user message and the
+  newest step are always kept (invariant 4), which is where this shape departs from the Agent
+  Framework: over ``[u1, a1, u2, call(c1, c2), tool, tool]`` with ``target_count=2`` the Agent
+  Framework folds ``u2`` too, here ``u2`` stays.  A summary of steps after the newest user
+  message goes right after it.
 
 In both shapes a cut is only made where no kept group straddles it (a result that arrives
 after a later user message belongs to its call's group): the cut moves to the nearest earlier

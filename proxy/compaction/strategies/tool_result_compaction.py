@@ -29,8 +29,9 @@ untouched.
 
 Deliberate differences from the Agent Framework (see also the conformance test):
 
-* the newest turn (from the last user message on) is never collapsed (DESIGN invariant 4);
-  the Agent Framework collapses any tool-call group except the newest N;
+* the newest step is never collapsed (DESIGN invariant 4), even with
+  ``keep_last_tool_call_groups: 0``; the Agent Framework collapses any tool-call group except
+  the newest N;
 * the summary message is a plain assistant message without the Agent Framework's
   ``_summary_of_*`` back-links (they are not OpenAI fields); the originals are gone, not
   excluded-but-stored;

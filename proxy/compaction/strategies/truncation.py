@@ -7,10 +7,10 @@ when the metric (calibrated prompt tokens, or messages including system ones) ex
 ``preserve_first_user_group`` is set, and the newest ``minimum_preserved`` non-system groups
 are never dropped (default 1: the Agent Framework's "minimum retained group").
 
-Without ``max_n`` the trigger/target form applies (DESIGN section 5); the default trigger is
-"over budget".  Divergences from the Agent Framework, because DESIGN's invariants win:
-``preserve_system`` must stay true, and the newest turn (from the last user message on) is
-never dropped, so e.g. ``preserve_first_user_group`` over ``[S, task, a1, u2, a2]`` with
+Without ``max_n`` the trigger/target form applies (DESIGN section 5); the default trigger is "over
+budget".  Divergences from the Agent Framework, because DESIGN's invariants win: ``preserve_system``
+must stay true, and the newest user message and the newest step are never dropped (older steps of
+the running turn are), so e.g. ``preserve_first_user_group`` over ``[S, task, a1, u2, a2]`` with
 ``max_n=3, compact_to=2`` yields ``[S, task, u2, a2]`` where the Agent Framework drops ``u2``.
 """
 
