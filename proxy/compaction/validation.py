@@ -13,6 +13,14 @@ from dataclasses import dataclass
 
 from .messages import KNOWN_ROLES
 
+MAX_DEPTH = 64
+"""How deeply a message's values may nest.  Real requests stay under ten levels; a hostile one
+of hundreds of nested arrays would otherwise reach the canonical serializer (which refuses
+depth 255) or a recursive walk, and turn into a 500 instead of a clear 400."""
+
+MAX_CONTENT_PARTS = 10_000
+"""Content parts per message: far above any real request (images and text blocks)."""
+
 
 @dataclass(frozen=True, slots=True)
 class ValidationIssue:
@@ -25,9 +33,13 @@ class ValidationIssue:
 def validate_messages(messages: object) -> ValidationIssue | None:
     """The first problem in ``messages`` (the request's ``messages`` value), or ``None``.
 
-    Checks: a non-empty list of objects; a known ``role``; ``content`` is a string, a list or
-    null; ``tool`` messages carry a string ``tool_call_id``; ``function`` messages a string
-    ``name``; assistant ``tool_calls`` is a list of objects with a string ``id``.
+    Checks: a non-empty list of objects; a known ``role``; ``content`` is a string, a list of
+    content parts or null; each part an object with a string ``type`` (a ``text`` part with a
+    string ``text``), at most :data:`MAX_CONTENT_PARTS` of them; ``tool`` messages carry a
+    string ``tool_call_id``; ``function`` messages a string ``name``; assistant ``tool_calls``
+    is a list of objects with a string ``id``; nothing nests deeper than :data:`MAX_DEPTH`.
+    Part types beyond ``text`` are not checked further: upstreams accept their own (audio,
+    files, video), and the proxy must not refuse what the upstream would take.
     """
     if not isinstance(messages, list):
         return ValidationIssue("'messages' must be an array", "messages")
@@ -57,6 +69,10 @@ def _check_message(message: object, path: str) -> ValidationIssue | None:
         return ValidationIssue(
             f"{path}.content must be a string, an array of content parts or null", f"{path}.content"
         )
+    if isinstance(content, list):
+        issue = _check_parts(content, f"{path}.content")
+        if issue is not None:
+            return issue
     if role == "tool" and not isinstance(message.get("tool_call_id"), str):
         return ValidationIssue(
             f"{path}: a tool message needs a string 'tool_call_id'", f"{path}.tool_call_id"
@@ -73,4 +89,62 @@ def _check_message(message: object, path: str) -> ValidationIssue | None:
                 return ValidationIssue(
                     f"{call_path} must be an object with a string 'id'", f"{call_path}.id"
                 )
+    for key, value in message.items():
+        if key != "content" and isinstance(value, list | Mapping):
+            issue = _check_depth(value, f"{path}.{key}", 2)
+            if issue is not None:
+                return issue
     return None
+
+
+def _check_parts(parts: list[object], path: str) -> ValidationIssue | None:
+    if len(parts) > MAX_CONTENT_PARTS:
+        return ValidationIssue(
+            f"{path} has {len(parts)} content parts; at most {MAX_CONTENT_PARTS} are accepted",
+            path,
+        )
+    for index, part in enumerate(parts):
+        part_path = f"{path}[{index}]"
+        if not isinstance(part, Mapping):
+            return ValidationIssue(
+                f"{part_path} must be a content part object, not {_kind(part)}", part_path
+            )
+        kind = part.get("type")
+        if not isinstance(kind, str):
+            return ValidationIssue(f"{part_path} needs a string 'type'", f"{part_path}.type")
+        if kind == "text" and not isinstance(part.get("text"), str):
+            return ValidationIssue(
+                f"{part_path}: a text part needs a string 'text'", f"{part_path}.text"
+            )
+        issue = _check_depth(part, part_path, 3)
+        if issue is not None:
+            return issue
+    return None
+
+
+def _check_depth(value: object, path: str, depth: int) -> ValidationIssue | None:
+    """A 400 when ``value`` (found at ``depth``) nests past :data:`MAX_DEPTH`; no recursion."""
+    stack: list[tuple[object, int]] = [(value, depth)]
+    while stack:
+        item, level = stack.pop()
+        if level > MAX_DEPTH:
+            return ValidationIssue(f"{path} is nested more than {MAX_DEPTH} levels deep", path)
+        if isinstance(item, Mapping):
+            stack.extend((child, level + 1) for child in item.values())
+        elif isinstance(item, list):
+            stack.extend((child, level + 1) for child in item)
+    return None
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, list):
+        return "an array"
+    return type(value).__name__

@@ -37,3 +37,45 @@ def test_invalid_shapes(messages: object, param: str, fragment: str) -> None:
     assert issue is not None
     assert issue.param == param
     assert fragment in issue.message
+
+
+def nested(depth: int) -> object:
+    value: object = "deep"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("content", "param", "fragment"),
+    [
+        ([nested(300)], "messages[1].content[0]", "must be a content part object"),
+        ([{"type": "text", "text": "x", "extra": nested(300)}], "messages[1].content[0]", "nested"),
+        (["just a string"], "messages[1].content[0]", "not a string"),
+        ([{"text": "no type"}], "messages[1].content[0].type", "string 'type'"),
+        ([{"type": "text", "text": 7}], "messages[1].content[0].text", "string 'text'"),
+        ([{"type": "text", "text": "x"}] * 10_001, "messages[1].content", "at most 10000"),
+    ],
+)
+def test_content_parts_are_checked(content: object, param: str, fragment: str) -> None:
+    issue = validate_messages([s(), {"role": "user", "content": content}])
+    assert issue is not None
+    assert issue.param == param
+    assert fragment in issue.message
+
+
+def test_deep_nesting_outside_content_is_refused_too() -> None:
+    message = {**a(), "metadata": nested(200)}
+    issue = validate_messages([u(), message])
+    assert issue is not None and issue.param == "messages[1].metadata"
+
+
+def test_real_content_parts_pass() -> None:
+    content = [
+        {"type": "text", "text": "what is this?", "cache_control": {"type": "ephemeral"}},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA", "detail": "low"}},
+        {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
+        {"type": "video_url", "video_url": {"url": "https://example.com/v.mp4"}},  # vLLM's own
+    ]
+    assert validate_messages([{"role": "user", "content": content}]) is None
+    assert validate_messages([u(), {**a(), "metadata": nested(40)}]) is None
