@@ -1,0 +1,72 @@
+"""The request path, made safe before it is routed or forwarded.
+
+Everything under ``/v1`` goes upstream as the client sent it, and the upstream (or a gateway in
+front of it) may resolve ``..`` itself: ``/v1/../../admin`` would then reach a path the proxy
+was never meant to expose.  So dot segments are resolved here, whether written plainly or
+percent-encoded (``%2e%2e``), duplicate slashes are collapsed, and a path that would leave
+``/v1`` once resolved is refused with a 400.  Encoded slashes and backslashes inside a segment
+are refused too: some servers decode them into separators, which would reopen the same hole.
+
+The result keeps each segment's original percent-encoding (only the structure changes), so an
+id with an encoded character reaches the upstream exactly as the client wrote it.  The query
+string is not part of the path and passes through untouched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+API_PREFIX = "/v1"
+
+
+class UnsafePath(ValueError):
+    """The path cannot be forwarded; the message says why (no path echoed back)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SafePath:
+    """A normalised path: ``path`` decoded (for routing), ``raw`` as sent (for forwarding)."""
+
+    path: str
+    raw: bytes
+
+
+def normalize(raw_path: bytes) -> SafePath:
+    """Resolve ``raw_path`` (the request target's path, still percent-encoded).
+
+    Raises :class:`UnsafePath` for a path that escapes ``/v1`` once resolved, a segment that
+    decodes to a slash or backslash, or a path that is not absolute.
+    """
+    text = raw_path.decode("latin-1")
+    if not text.startswith("/"):
+        raise UnsafePath("the request path must start with '/'")
+    if "\\" in text:
+        raise UnsafePath("backslashes are not allowed in the request path")
+    under_api = _segments_start_with_api(text)
+    kept: list[str] = []
+    segments = text.split("/")[1:]
+    for position, segment in enumerate(segments):
+        decoded = unquote(segment) if "%" in segment else segment
+        if "/" in decoded or "\\" in decoded:
+            raise UnsafePath("encoded slashes are not allowed in the request path")
+        if decoded == ".":
+            continue
+        if decoded == "..":
+            if kept:
+                kept.pop()
+            continue
+        if segment == "" and position < len(segments) - 1:
+            continue  # a duplicate slash
+        kept.append(segment)
+    raw = "/" + "/".join(kept)
+    path = unquote(raw)
+    if under_api and not (path == API_PREFIX or path.startswith(API_PREFIX + "/")):
+        raise UnsafePath("the request path leaves /v1 once its '..' segments are resolved")
+    return SafePath(path=path, raw=raw.encode("latin-1"))
+
+
+def _segments_start_with_api(text: str) -> bool:
+    """True when the path, as sent, is addressed to the API (``/v1`` or ``/v1/...``)."""
+    first = text.split("/", 2)[1] if text.count("/") >= 1 else ""
+    return unquote(first).lower() == API_PREFIX[1:]
