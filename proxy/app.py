@@ -34,6 +34,7 @@ from proxy.summaries.stores.factory import make_store
 from proxy.summaries.summarizer import validate_summarization_config
 from proxy.transport import HttpxUpstream, make_transport, plain_httpx_client
 from proxy.upstream import Router
+from proxy.windows import WindowBook
 
 log = logging.getLogger("compaction_proxy.app")
 
@@ -55,7 +56,9 @@ class ProxyApp:
             compactor=Compactor(settings),
             store=make_store(settings.store),
         )
+        self.state.windows = WindowBook(settings, self.state.store, lambda: self.state.client)
         self.telemetry = Telemetry(settings, tokenizers=self.state.compactor.tokenizers)
+        self.telemetry.watch_windows(self.state.windows)
         self.state.telemetry = self.telemetry
         self._api_keys = [k.get_secret_value().encode() for k in settings.server.api_keys]
         self.fastapi = _build_fastapi(self.state)
@@ -173,11 +176,15 @@ def _report_fields(ctx: RequestContext) -> dict[str, object]:
     report = ctx.report
     if report is None:
         return {}
-    return {
+    fields: dict[str, object] = {
         "tokens_before": report.tokens_before,
         "tokens_after": report.tokens_after,
         "strategies": list(report.changed_by),
     }
+    if ctx.overflow_outcome is not None:
+        fields["overflow"] = ctx.overflow_outcome
+        fields["retries"] = ctx.compaction_retries
+    return fields
 
 
 def _build_fastapi(state: AppState) -> FastAPI:
@@ -202,6 +209,8 @@ def _build_fastapi(state: AppState) -> FastAPI:
             yield
         finally:
             state.shutting_down = True
+            if state.windows is not None:
+                await state.windows.close()
             await state.transport.aclose()
             await state.client.aclose()
             if state.store is not None:

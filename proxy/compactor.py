@@ -15,6 +15,7 @@ import os
 import threading
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -28,6 +29,7 @@ from proxy.compaction import (
     ImagePricing,
     Mode,
     ModelCatalog,
+    ModelFacts,
     Pipeline,
     Summarizer,
     TokenizerProvider,
@@ -35,6 +37,7 @@ from proxy.compaction import (
     build_view,
     compact,
     compact_async,
+    compute_budget,
 )
 from proxy.config import Settings
 
@@ -79,7 +82,7 @@ class Compactor:
             if m.compaction is not None
         ]
         self._pipeline_cache: dict[str, tuple[CompactionSettings, Pipeline]] = {}
-        self._fingerprints: dict[str, str] = {}
+        self._fingerprints: dict[tuple[str, int | None], str] = {}
         self._calibration: dict[str, float] = {}
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compaction")
         self.debug = debug_enabled()
@@ -139,12 +142,16 @@ class Compactor:
         *,
         size_hint: int,
         summarizer: Summarizer | None = None,
+        context_window: int | None = None,
     ) -> CompactionResult:
         """Compact a validated chat body.
 
         Counting a large conversation for the first time takes milliseconds of tiktoken; that
         part runs on the worker thread (tiktoken releases the GIL), so the event loop only
         does the cheap part, with every count already cached.
+
+        `context_window`: the window to budget for when the edge knows better than the
+        catalog (a window learned from a refusal or published by the upstream).
         """
         if size_hint >= _INLINE_BYTES:
             loop = asyncio.get_running_loop()
@@ -156,7 +163,7 @@ class Compactor:
             model=model,
             pipeline=pipeline,
             summarizer=summarizer,
-            **self._arguments(body, mode),
+            **self._arguments(body, mode, context_window),
         )
         if self.debug:
             self._debug_log(body, result.report)
@@ -168,11 +175,32 @@ class Compactor:
             if isinstance(message, dict):
                 tokenizer.count_message(message)
 
-    def _arguments(self, body: Mapping[str, Any], mode: Mode) -> dict[str, Any]:
+    def facts_for(self, model: str, context_window: int | None = None) -> ModelFacts:
+        """The catalog's facts for `model`, with `context_window` in place of its window."""
+        facts = self.catalog.facts_for(model)
+        if context_window is None or context_window == facts.context_window:
+            return facts
+        return replace(facts, context_window=context_window)
+
+    def output_reserve(self, body: Mapping[str, Any], context_window: int | None = None) -> int:
+        """The completion budget the request's prompt budget leaves room for."""
+        return compute_budget(
+            self.facts_for(body["model"], context_window),
+            max_completion_tokens=_int_or_none(body.get("max_completion_tokens")),
+            max_tokens=_int_or_none(body.get("max_tokens")),
+        ).output_reserve
+
+    def _arguments(
+        self, body: Mapping[str, Any], mode: Mode, context_window: int | None = None
+    ) -> dict[str, Any]:
         tools = body.get("tools") or body.get("functions")
         return {
             "tokenizer": self.tokenizers,
-            "facts": self.catalog,
+            "facts": (
+                self.catalog
+                if context_window is None
+                else self.facts_for(body["model"], context_window)
+            ),
             "tools": tools if isinstance(tools, list) else None,
             "max_completion_tokens": _int_or_none(body.get("max_completion_tokens")),
             "max_tokens": _int_or_none(body.get("max_tokens")),
@@ -207,14 +235,18 @@ class Compactor:
             maximum=bounds.max_ratio,
         )
 
-    def fingerprint(self, model: str) -> str:
+    def fingerprint(self, model: str, context_window: int | None = None) -> str:
         """Hash of everything that shapes a checkpoint for `model`: part of its namespace, so a
-        changed configuration never reuses checkpoints made under the old one."""
-        cached = self._fingerprints.get(model)
+        changed configuration never reuses checkpoints made under the old one.
+
+        `context_window`: the window the request is budgeted for, when not the catalog's; a
+        checkpoint made for a window the upstream then refused is not reused for a smaller one.
+        """
+        cached = self._fingerprints.get((model, context_window))
         if cached is not None:
             return cached
         compaction, _ = self.settings_for(model)
-        facts = self.catalog.facts_for(model)
+        facts = self.facts_for(model, context_window)
         payload = orjson.dumps(
             [
                 compaction.model_dump(mode="json"),
@@ -225,7 +257,7 @@ class Compactor:
         )
         value = hashlib.blake2b(payload, digest_size=8).hexdigest()
         if len(self._fingerprints) < 4096:
-            self._fingerprints[model] = value
+            self._fingerprints[(model, context_window)] = value
         return value
 
     def run_sync(self, body: Mapping[str, Any], mode: Mode) -> CompactionResult:

@@ -135,6 +135,37 @@ class StoreSettings(Strict):
         return parse_duration(self.ttl)
 
 
+class WindowSettings(Strict):
+    """Context windows the proxy learns (from upstream refusals) and reads (from an upstream's
+    `GET /models`), per upstream and model. A `models:` entry with `context_window` always wins.
+
+    `learned_ttl`: how long a learned window is kept (in the checkpoint store, so replicas and
+    restarts share it). `discover`: read published windows. `discovery_ttl`: how long a listing
+    is trusted before it is read again. `discovery_timeout`: seconds a request waits for the
+    listing when nothing else knows its model's window (otherwise it is read in the background).
+    """
+
+    learned_ttl: str | int = "30d"
+    discover: bool = True
+    discovery_ttl: str | int = "1h"
+    discovery_timeout: float = Field(2.0, gt=0, le=60)
+
+    @field_validator("learned_ttl", "discovery_ttl")
+    @classmethod
+    def _ttl_parses(cls, value: str | int) -> str | int:
+        if parse_duration(value) < 1:
+            raise ValueError("must be at least one second")
+        return value
+
+    @property
+    def learned_ttl_seconds(self) -> int:
+        return parse_duration(self.learned_ttl)
+
+    @property
+    def discovery_ttl_seconds(self) -> int:
+        return parse_duration(self.discovery_ttl)
+
+
 class DashboardSettings(Strict):
     """`/dashboard`. `prices`: model name or glob -> USD per 1M input tokens, for the money
     saved; they come before the built-in OpenAI list prices (proxy/metrics.py DEFAULT_PRICES).
@@ -179,6 +210,7 @@ class Settings(BaseSettings):
     summarization: SummarizationSettings = Field(default_factory=SummarizationSettings)
     compaction: CompactionSettings = Field(default_factory=CompactionSettings)
     dashboard: DashboardSettings = Field(default_factory=DashboardSettings)
+    windows: WindowSettings = Field(default_factory=WindowSettings)
 
     @model_validator(mode="after")
     def _unique_upstream_names(self) -> Settings:

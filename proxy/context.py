@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from proxy.summaries.stores.base import CheckpointStore
     from proxy.transport import UpstreamTransport
     from proxy.upstream import Router
+    from proxy.windows import WindowBook
 
 
 @dataclass(slots=True)
@@ -36,6 +37,8 @@ class AppState:
     shutting_down: bool = False
     # Prometheus metrics and the dashboard's data; ProxyApp makes one per app.
     telemetry: Telemetry | None = None
+    # Learned and discovered context windows (proxy/windows.py); None: the catalog's only.
+    windows: WindowBook | None = None
     _flow: CompactionFlow | None = None
 
     @property
@@ -90,6 +93,8 @@ class RequestContext:
     upstream_seconds: float | None = None  # to the upstream's response headers
     upstream_prompt_tokens: int | None = None  # usage.prompt_tokens of the upstream's reply
     content: str | None = None  # last user message, only when dashboard.show_content
+    compaction_retries: int = 0  # compacted retries after overflow refusals (X-Compaction-Retry)
+    overflow_outcome: str | None = None  # fixed | refused_again | passed_through
 
     @property
     def elapsed_ms(self) -> float:

@@ -66,13 +66,15 @@ class CompactionFlow:
         self.summarizer = summarizer
         self.flights = flights
 
-    def namespace(self, model: str, credential: str | None) -> str:
+    def namespace(
+        self, model: str, credential: str | None, context_window: int | None = None
+    ) -> str:
         summarizer = self.summarizer
         return namespace_for(
             credential=credential,
             summarizer_model=summarizer.model_for(model) if summarizer else "-",
             prompt_version=summarizer.prompt_version if summarizer else "-",
-            fingerprint=self.compactor.fingerprint(model),
+            fingerprint=self.compactor.fingerprint(model, context_window),
         )
 
     async def run(
@@ -85,17 +87,24 @@ class CompactionFlow:
         authorization: str | None,
         upstream_name: str,
         persist: bool = True,
+        context_window: int | None = None,
     ) -> FlowResult:
         """`credential` names the tenant (hashed into the namespace); `authorization` is what
-        the summarizer may send upstream (None when the client authenticated to the proxy)."""
+        the summarizer may send upstream (None when the client authenticated to the proxy).
+        `context_window`: the window to budget for, when not the catalog's (proxy/windows.py);
+        it is part of the checkpoint namespace."""
         model: str = data["model"]
-        namespace = self.namespace(model, credential)
+        namespace = self.namespace(model, credential, context_window)
         lookup = await self._lookup(namespace, data["messages"])
         warnings = [lookup.store_error] if lookup.store_error else []
         effective = {**data, "messages": lookup.messages} if lookup.hit else data
         summarizer = self._summarizer_for(model, namespace, authorization, upstream_name)
         result = await self.compactor.run(
-            effective, mode, size_hint=size_hint, summarizer=summarizer
+            effective,
+            mode,
+            size_hint=size_hint,
+            summarizer=summarizer,
+            context_window=context_window,
         )
         if summarizer is not None and any(
             failure.reason == "not_shorter" for failure in result.report.failures

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 from prometheus_client import CollectorRegistry, Counter, Histogram, Info, generate_latest
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from proxy import __version__
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from proxy.config import Settings
     from proxy.context import RequestContext
     from proxy.summaries.summarizer import SummarizerStats, SummaryCallRecord
+    from proxy.windows import WindowBook
 
 log = logging.getLogger("compaction_proxy.metrics")
 
@@ -372,6 +373,32 @@ class _TokenizerFallback:
         )
 
 
+class _ContextWindows:
+    """``compaction_proxy_context_window_tokens``: learned and discovered windows in use, read
+    from the :class:`~proxy.windows.WindowBook` at scrape time (bounded by its table)."""
+
+    def __init__(self, book: WindowBook) -> None:
+        self._book = book
+
+    def describe(self) -> Iterable[GaugeMetricFamily]:
+        return [self._family()]
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = self._family()
+        for row in self._book.table():
+            family.add_metric([row["upstream"], row["model"], row["source"]], row["window"])
+        yield family
+
+    @staticmethod
+    def _family() -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            "compaction_proxy_context_window_tokens",
+            "Context windows the proxy learned from upstream refusals (source=learned) or read "
+            "from an upstream's model listing (source=discovered), per upstream and model",
+            labels=["upstream", "model", "source"],
+        )
+
+
 class PrometheusMetrics:
     """The metric families, in a registry of their own."""
 
@@ -452,6 +479,14 @@ class PrometheusMetrics:
             buckets=RATIO_BUCKETS,
             registry=r,
         )
+        self.overflow_retries = Counter(
+            "compaction_proxy_overflow_retries",
+            "Chat requests an upstream refused as too long for its context window, by outcome: "
+            "fixed (compacted, retried and accepted), refused_again (retried, still refused), "
+            "passed_through (nothing smaller to offer: the refusal went to the client)",
+            ["upstream", "outcome"],
+            registry=r,
+        )
         Info("compaction_proxy_build", "The running version", registry=r).info(
             {"version": __version__}
         )
@@ -524,8 +559,15 @@ class Telemetry:
         self._second_stamps = [0] * 60
         self._failures: deque[dict[str, Any]] = deque(maxlen=20)
         self._request_children: dict[tuple[str, int], Any] = {}
+        self._windows: WindowBook | None = None
+        self._overflows: dict[str, int] = {}
 
     # -------------------------------------------------------------- feeding
+
+    def watch_windows(self, book: WindowBook) -> None:
+        """Expose the learned and discovered windows (called once, when the app is built)."""
+        self._windows = book
+        self.registry.register(_ContextWindows(book))
 
     def watch_summarizer(self, stats: SummarizerStats) -> None:
         """Count the summarizer's HTTP calls (called once, when the flow is built)."""
@@ -565,6 +607,9 @@ class Telemetry:
                 )
             latency.observe(ctx.upstream_seconds)
         report = ctx.report if route == ROUTE_CHAT else None
+        if ctx.overflow_outcome is not None:
+            m.overflow_retries.labels(ctx.upstream or "unknown", ctx.overflow_outcome).inc()
+            self._overflows[ctx.overflow_outcome] = self._overflows.get(ctx.overflow_outcome, 0) + 1
         error = status >= 400
         before = after = 0
         usd_saved: float | None = None
@@ -788,6 +833,8 @@ class Telemetry:
                 "recent_failures": list(reversed(self._failures)),
             },
             "models": models,
+            "windows": self._windows.table() if self._windows is not None else [],
+            "overflows": dict(self._overflows),
             "recent": [_row(item) for item in reversed(self._recent)],
         }
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from proxy.asgi import Receive, Scope, Send, send_error
 from proxy.config import UpstreamSettings
 from proxy.errors import ProxyError
 from proxy.metrics import UsageProbe
+from proxy.overflow import MAX_ERROR_BODY
 from proxy.transport import TRANSPORT_ERRORS, Body, UpstreamReply, UpstreamTransport
 from proxy.upstream import classify_error, response_headers
 
@@ -34,6 +35,21 @@ class Outcome:
     upstream_request_id: str | None = None
     upstream_seconds: float | None = None  # to the response headers
     prompt_tokens: int | None = None  # the reply's usage.prompt_tokens (when asked to read it)
+    held: HeldReply | None = None  # a reply read but not sent (see `hold` in `forward`)
+
+
+@dataclass(frozen=True, slots=True)
+class HeldReply:
+    """An upstream error reply read whole before anything went to the client.
+
+    The caller decides: act on it (compact and retry) or relay it with :func:`send_held`,
+    status and body exactly as the upstream sent them.
+    """
+
+    status: int
+    headers: list[tuple[bytes, bytes]]  # as the client would get them, before extra headers
+    body: bytes
+    content_encoding: str | None
 
 
 @dataclass(slots=True)
@@ -95,12 +111,16 @@ async def forward(
     extra_headers: list[tuple[bytes, bytes]] | None = None,
     read_usage: bool = False,
     on_accepted: Callable[[], Awaitable[None]] | None = None,
+    hold: frozenset[int] | None = None,
 ) -> Outcome:
     """Forward and relay. Never raises for transport problems: the client gets 502/504.
 
     `on_accepted`: awaited once the upstream answered 2xx, before the response starts.
     `read_usage`: note the reply's `usage.prompt_tokens` in the outcome, from the bytes as
     they are relayed (nothing is held back or changed).
+    `hold`: statuses whose reply is read whole (up to MAX_ERROR_BODY) and returned in
+    `outcome.held` instead of being sent; a longer body is relayed as usual. Only these
+    replies are buffered: every other one streams through as it arrives.
     """
     outcome = Outcome(status=0)
     watch = _DisconnectWatch(receive, streamed)
@@ -133,10 +153,31 @@ async def forward(
         if content_type.startswith("text/event-stream"):
             out_headers = [h for h in out_headers if h[0] != b"cache-control"]
             out_headers.extend(_SSE_HEADERS)
-        if extra_headers:
-            out_headers.extend(extra_headers)
         outcome.status = reply.status
         outcome.upstream_request_id = reply.header("x-request-id")
+        chunks = reply.chunks()
+        prefix = b""
+        if hold is not None and reply.status in hold and _small(reply.header("content-length")):
+            try:
+                prefix, complete = await _read_bounded(chunks)
+            except TRANSPORT_ERRORS as exc:
+                failure = classify_error(exc, upstream)
+                log.warning("upstream error reply broke: %s", failure.message)
+                outcome.status = failure.status
+                await send_error(
+                    send,
+                    ProxyError(failure.status, failure.message, "upstream_error", failure.code),
+                    extra_headers,
+                )
+                outcome.completed = True
+                return outcome
+            if complete:
+                outcome.held = HeldReply(
+                    reply.status, out_headers, prefix, reply.header("content-encoding")
+                )
+                return outcome
+        if extra_headers:
+            out_headers = [*out_headers, *extra_headers]
         if on_accepted is not None and 200 <= reply.status < 300:
             # Before the client sees a byte: its next request must find what this one left.
             await on_accepted()
@@ -146,8 +187,12 @@ async def forward(
             probe = UsageProbe.start(
                 content_type, reply.header("content-encoding"), reply.header("content-length")
             )
+        if prefix:
+            # A held reply that turned out longer than the bound: what was read goes first.
+            outcome.bytes_out += len(prefix)
+            await send({"type": "http.response.body", "body": prefix, "more_body": True})
         try:
-            async for chunk in reply.chunks():
+            async for chunk in chunks:
                 if chunk:
                     outcome.bytes_out += len(chunk)
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
@@ -179,6 +224,39 @@ async def forward(
         watch.finish()
         if reply is not None:
             await _close_quietly(reply)
+
+
+def _small(content_length: str | None) -> bool:
+    """Whether a reply may be held: its length unknown (read up to the bound) or within it."""
+    if content_length is None:
+        return True
+    try:
+        return int(content_length) <= MAX_ERROR_BODY
+    except ValueError:
+        return False
+
+
+async def _read_bounded(chunks: AsyncIterator[bytes]) -> tuple[bytes, bool]:
+    """Reads up to MAX_ERROR_BODY bytes: (the bytes, True) when that was the whole body,
+    (what was read, False) when more follows (the iterator then continues after it)."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in chunks:
+        parts.append(chunk)
+        size += len(chunk)
+        if size > MAX_ERROR_BODY:
+            return b"".join(parts), False
+    return b"".join(parts), True
+
+
+async def send_held(
+    send: Send, held: HeldReply, extra_headers: list[tuple[bytes, bytes]] | None = None
+) -> int:
+    """Relays a held reply: its status, headers and body as the upstream sent them."""
+    headers = [*held.headers, *(extra_headers or ())]
+    await send({"type": "http.response.start", "status": held.status, "headers": headers})
+    await send({"type": "http.response.body", "body": held.body, "more_body": False})
+    return len(held.body)
 
 
 async def _close_quietly(reply: UpstreamReply) -> None:

@@ -15,6 +15,7 @@ from proxy.api.chat import (
     authorization,
     compaction_mode,
     credential,
+    effective_window,
     parse_chat_body,
     report_headers,
     validate_chat,
@@ -45,6 +46,7 @@ async def preview(ctx: RequestContext, scope: Scope, receive: Receive, send: Sen
     # nothing is stored (a preview must not change what the next real request finds).
     run_mode = Mode.FORCE if mode is Mode.FORCE else Mode.NORMAL
     upstream = ctx.state.router.for_model(data["model"])
+    window = await effective_window(ctx, scope, upstream, data["model"])
     try:
         flow = await ctx.state.flow.run(
             data,
@@ -54,6 +56,7 @@ async def preview(ctx: RequestContext, scope: Scope, receive: Receive, send: Sen
             authorization=None if ctx.authenticated else authorization(scope),
             upstream_name=upstream.name,
             persist=False,
+            context_window=window.tokens,
         )
     except Exception as exc:  # the preview has no original to fall back on: say what broke
         log.exception("preview: compaction failed")

@@ -24,6 +24,16 @@ Per-request behaviour is steered by request headers, which pass through the prox
   ``X-Fake-Chunks`` on the catch-all route streams N stamped SSE events (Responses-API style);
 - ``X-Fake-Tag: anything`` labels the events this request produces.
 
+A context window (``--context-window``, or ``context_window`` / ``model_context_windows``
+through ``POST /_control``) makes chat requests whose prompt plus ``max_tokens`` exceed it fail
+with a 400 before any byte of a stream, worded by ``refusal_style`` as that server family
+words it: ``openai``, ``vllm`` (<= 0.10.0, top-level error object), ``vllm_new`` (>= 0.10.1,
+"at least" wording), ``llamacpp`` (``exceed_context_size_error`` with ``n_ctx``) or ``groq``
+(``context_length_exceeded`` with no numbers at all). ``publish_windows`` makes
+``GET /v1/models`` state the windows in one server's field: ``none``, ``vllm``
+(``max_model_len``), ``openrouter`` (``context_length``) or ``lmstudio`` (the loaded
+instance's ``context_length``).
+
 Test-only routes: ``GET|DELETE /_requests``, ``GET|DELETE /_events``, ``GET|POST /_control``.
 """
 
@@ -284,6 +294,11 @@ class Settings:
     # How the summarizer persona answers: ok | error (500) | hang | empty | oversized.
     summarizer: str = "ok"
     summarizer_delay_ms: float = 0.0
+    # How a request over the window is refused (see the module docstring).
+    refusal_style: str = "openai"
+    # Which server's field `GET /v1/models` states the windows in: none | vllm | openrouter |
+    # lmstudio.
+    publish_windows: str = "none"
 
     def window_for(self, model: str) -> int | None:
         return self.model_context_windows.get(model, self.context_window)
@@ -384,6 +399,111 @@ def error_response(
 ) -> Response:
     body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
     return Response(orjson.dumps(body), status_code=status, media_type=_JSON)
+
+
+REFUSAL_STYLES = ("openai", "vllm", "vllm_new", "llamacpp", "groq")
+PUBLISH_STYLES = ("none", "vllm", "openrouter", "lmstudio")
+
+
+def refusal(style: str, window: int, prompt: int, requested: int) -> Response:
+    """The 400 a server of `style` sends for a prompt over its window, as that server words it.
+
+    `requested` is prompt plus completion tokens. The bodies follow each server's own shape
+    (OpenAI's error object; vLLM's top-level one before 0.10.1; llama.cpp's extra fields).
+    """
+    output = requested - prompt
+    if style == "vllm":
+        body: dict[str, Any] = {
+            "object": "error",
+            "message": f"This model's maximum context length is {window} tokens. However, you "
+            f"requested {requested} tokens ({prompt} in the messages, {output} in the "
+            "completion). Please reduce the length of the messages or completion.",
+            "type": "BadRequestError",
+            "param": None,
+            "code": 400,
+        }
+    elif style == "vllm_new":
+        # Newer vLLM stops tokenizing once the prompt is known to be too long: "at least".
+        floor = min(prompt, window - output + 1)
+        body = {
+            "error": {
+                "message": f"This model's maximum context length is {window} tokens. However, "
+                f"you requested {output} output tokens and your prompt contains at least "
+                f"{floor} input tokens, for a total of at least {floor + output} tokens. Please "
+                "reduce the length of the input prompt or the number of requested output "
+                f"tokens. (parameter=input_tokens, value={floor})",
+                "type": "BadRequestError",
+                "param": "input_tokens",
+                "code": 400,
+            }
+        }
+    elif style == "llamacpp":
+        body = {
+            "error": {
+                "code": 400,
+                "message": f"request ({prompt} tokens) exceeds the available context size "
+                f"({window} tokens), try increasing it",
+                "type": "exceed_context_size_error",
+                "n_prompt_tokens": prompt,
+                "n_ctx": window,
+            }
+        }
+    elif style == "groq":
+        body = {
+            "error": {
+                "message": "Please reduce the length of the messages or completion.",
+                "type": "invalid_request_error",
+                "param": "messages",
+                "code": "context_length_exceeded",
+            }
+        }
+    else:
+        # OpenAI words it two ways: with a completion limit in the request, and without.
+        message = (
+            f"This model's maximum context length is {window} tokens. However, you requested "
+            f"{requested} tokens ({prompt} in the messages, {output} in the completion). Please "
+            "reduce the length of the messages or completion."
+            if output
+            else f"This model's maximum context length is {window} tokens. However, your "
+            f"messages resulted in {prompt} tokens. Please reduce the length of the messages."
+        )
+        body = {
+            "error": {
+                "message": message,
+                "type": "invalid_request_error",
+                "param": "messages",
+                "code": "context_length_exceeded",
+            }
+        }
+    return Response(orjson.dumps(body), status_code=400, media_type=_JSON)
+
+
+def published_entry(name: str, window: int | None, style: str) -> dict[str, Any]:
+    """One `GET /v1/models` entry, with the window in the field `style`'s server uses."""
+    entry: dict[str, Any] = {
+        "id": name,
+        "object": "model",
+        "created": 1_700_000_000,
+        "owned_by": "fake",
+    }
+    if window is None or style == "none":
+        return entry
+    if style == "vllm":
+        entry.update(owned_by="vllm", root=name, parent=None, max_model_len=window)
+    elif style == "openrouter":
+        entry.update(
+            name=name,
+            context_length=window,
+            top_provider={"context_length": window, "max_completion_tokens": None},
+        )
+    elif style == "lmstudio":
+        # LM Studio: the model's maximum, and the (smaller) context it is loaded with.
+        entry.update(
+            type="llm",
+            max_context_length=window * 2,
+            loaded_instances=[{"id": name, "config": {"context_length": window}}],
+        )
+    return entry
 
 
 def _status_error(status: int, message: str | None) -> Response:
@@ -614,16 +734,7 @@ def create_app(
             completion = payload.get("max_completion_tokens") or payload.get("max_tokens") or 0
             requested = prompt_tokens + (completion if isinstance(completion, int) else 0)
             if requested > window:
-                return error_response(
-                    400,
-                    f"This model's maximum context length is {window} tokens. However, your "
-                    f"messages resulted in {requested} tokens ({prompt_tokens} in the messages, "
-                    f"{requested - prompt_tokens} in the completion). Please reduce the length "
-                    "of the messages or completion.",
-                    "invalid_request_error",
-                    "context_length_exceeded",
-                    "messages",
-                )
+                return refusal(settings.refusal_style, window, prompt_tokens, requested)
         reply = forced or await fake.respond(
             ChatRequest(payload, dict(request.headers), prompt_tokens)
         )
@@ -682,9 +793,10 @@ def create_app(
         _, early = await prelude(request)
         if early is not None:
             return early
+        settings = fake.settings
         data = [
-            {"id": name, "object": "model", "created": 1_700_000_000, "owned_by": "fake"}
-            for name in fake.settings.models
+            published_entry(name, settings.window_for(name), settings.publish_windows)
+            for name in settings.models
         ]
         return _json({"object": "list", "data": data}, request_id=f"req_fake{fake.next_id()}")
 
@@ -813,6 +925,10 @@ def apply_control(fake: FakeUpstream, changes: Any) -> None:
     unknown = set(changes) - known - {"reset"}
     if unknown:
         raise ValueError(f"unknown settings {sorted(unknown)}; allowed: {sorted(known)}")
+    if changes.get("refusal_style", "openai") not in REFUSAL_STYLES:
+        raise ValueError(f"refusal_style must be one of {', '.join(REFUSAL_STYLES)}")
+    if changes.get("publish_windows", "none") not in PUBLISH_STYLES:
+        raise ValueError(f"publish_windows must be one of {', '.join(PUBLISH_STYLES)}")
     for name in known & set(changes):
         setattr(fake.settings, name, changes[name])
 

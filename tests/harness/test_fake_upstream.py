@@ -237,3 +237,88 @@ def test_context_window_from_command_line(upstream_factory: Any) -> None:
     assert small.client.post(
         "/v1/chat/completions", json={"model": "m", "messages": USER}
     ).is_success
+
+
+LONG = [{"role": "user", "content": "word " * 200}]
+
+
+async def _refused(style: str, *, stream: bool) -> httpx.Response:
+    app = create_app(model_context_windows={"small": 100})
+    app.state.fake.settings.refusal_style = style
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://fake") as client:
+        body = {"model": "small", "messages": LONG, "stream": stream, "max_tokens": 10}
+        return await client.post("/v1/chat/completions", json=body)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize(
+    ("style", "family", "window"),
+    [
+        ("openai", "openai", 100),
+        ("vllm", "vllm", 100),
+        ("vllm_new", "vllm", 100),
+        ("llamacpp", "llama.cpp", 100),
+        ("groq", "groq", None),
+    ],
+)
+async def test_refusal_styles(style: str, family: str, window: int | None, stream: bool) -> None:
+    """Each family's own refusal, as JSON, before any stream byte; the proxy's parser reads it."""
+    from proxy.overflow import detect_overflow
+
+    response = await _refused(style, stream=stream)
+    assert response.status_code == 400
+    assert response.headers["content-type"].startswith("application/json")
+    body = response.json()
+    if style == "vllm":
+        assert body["object"] == "error" and body["code"] == 400
+    elif style == "llamacpp":
+        assert body["error"]["type"] == "exceed_context_size_error"
+        assert body["error"]["n_ctx"] == 100 and body["error"]["n_prompt_tokens"] > 100
+    elif style == "vllm_new":
+        assert "at least" in body["error"]["message"] and body["error"]["code"] == 400
+    else:
+        assert body["error"]["code"] == "context_length_exceeded"
+    overflow = detect_overflow(400, response.content)
+    assert overflow is not None and overflow.family == family and overflow.window == window
+
+
+def test_refusal_style_through_control(upstream: UpstreamServer) -> None:
+    upstream.control(context_window=50, refusal_style="llamacpp")
+    body = {"model": "m", "messages": LONG}
+    refused = upstream.client.post("/v1/chat/completions", json=body)
+    assert refused.status_code == 400 and refused.json()["error"]["n_ctx"] == 50
+    response = upstream.client.post("/_control", json={"refusal_style": "nginx"})
+    assert response.status_code == 400
+
+
+@pytest.mark.parametrize(
+    ("style", "field"),
+    [
+        ("vllm", lambda e: e["max_model_len"]),
+        ("openrouter", lambda e: e["context_length"]),
+        ("lmstudio", lambda e: e["loaded_instances"][0]["config"]["context_length"]),
+    ],
+)
+def test_published_windows(upstream: UpstreamServer, style: str, field: Any) -> None:
+    from proxy.published_windows import parse_models_listing
+
+    upstream.control(
+        models=["local-model", "gpt-4o"],
+        model_context_windows={"local-model": 16_384},
+        publish_windows=style,
+    )
+    listing = upstream.client.get("/v1/models").json()
+    entries = {e["id"]: e for e in listing["data"]}
+    assert field(entries["local-model"]) == 16_384
+    assert "max_model_len" not in entries["gpt-4o"] and "context_length" not in entries["gpt-4o"]
+    assert parse_models_listing(orjson.dumps(listing)) == {"local-model": 16_384}
+
+
+def test_windows_unpublished_by_default(upstream: UpstreamServer) -> None:
+    from proxy.published_windows import parse_models_listing
+
+    upstream.control(model_context_windows={"gpt-4o": 16_384})
+    listing = upstream.client.get("/v1/models")
+    assert parse_models_listing(listing.content) == {}
+    assert upstream.client.post("/_control", json={"publish_windows": "tgi"}).status_code == 400
