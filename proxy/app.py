@@ -30,6 +30,7 @@ from proxy.context import AppState, RequestContext
 from proxy.errors import ProxyError
 from proxy.logs import ACCESS, access_line
 from proxy.metrics import Telemetry
+from proxy.paths import UnsafePath, needs_normalizing, normalize
 from proxy.summaries.stores.factory import make_store
 from proxy.summaries.summarizer import validate_summarization_config
 from proxy.transport import HttpxUpstream, make_transport, plain_httpx_client
@@ -71,6 +72,7 @@ class ProxyApp:
         ctx.response_headers.append((b"x-request-id", ctx.request_id.encode()))
         path: str = scope["path"]
         try:
+            path = _safe_path(scope)
             if path.startswith("/v1/"):
                 # The hot path sends straight to the server: every response it makes carries
                 # ctx.response_headers (the request id among them), no wrapper per message.
@@ -120,6 +122,24 @@ class ProxyApp:
                 "invalid_api_key",
             )
         ctx.authenticated = True
+
+
+def _safe_path(scope: Scope) -> str:
+    """Resolve dot segments and duplicate slashes before routing (proxy/paths.py).
+
+    The scope is rewritten so routing, logs and the forwarded URL all see the same path; a
+    path that leaves /v1 is a 400 and never reaches an upstream.
+    """
+    raw: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")
+    if not needs_normalizing(raw):
+        return str(scope["path"])
+    try:
+        safe = normalize(raw)
+    except UnsafePath as error:
+        raise ProxyError(400, str(error), "invalid_request_error", "invalid_path") from None
+    scope["path"] = safe.path
+    scope["raw_path"] = safe.raw
+    return safe.path
 
 
 def _calibrate(ctx: RequestContext) -> None:

@@ -132,6 +132,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from proxy.app import create_app
+    from proxy.http_protocol import FIELD_LIMIT_ENV
     from proxy.logs import configure_logging
 
     settings = load_settings(args.config)
@@ -149,7 +150,9 @@ def _serve(args: argparse.Namespace) -> int:
         "host": server.host,
         "port": server.port,
         "loop": "uvloop",
-        "http": "httptools",
+        # httptools with bounded headers (431 past server.max_header_bytes / _field_bytes)
+        "http": "proxy.http_protocol:BoundedHttpToolsProtocol",
+        "h11_max_incomplete_event_size": server.max_header_bytes,
         "lifespan": "on",
         "access_log": False,
         "log_config": None,
@@ -158,6 +161,7 @@ def _serve(args: argparse.Namespace) -> int:
         "timeout_keep_alive": 75,
         "backlog": 4096,
     }
+    os.environ[FIELD_LIMIT_ENV] = str(server.max_header_field_bytes)
     if server.workers > 1:
         # Workers import the app themselves, so they must find the same config file.
         if args.config:

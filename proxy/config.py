@@ -48,6 +48,10 @@ class ServerSettings(Strict):
     port: int = Field(8080, ge=1, le=65535)
     api_keys: list[SecretStr] = Field(default_factory=list)
     max_body_bytes: int = Field(32 * 1024 * 1024, gt=0)
+    # Request headers: the whole block (request line included) and any one header; 431 past
+    # either, answered by the HTTP protocol before anything is held in memory.
+    max_header_bytes: int = Field(64 * 1024, ge=1024)
+    max_header_field_bytes: int = Field(16 * 1024, ge=256)
     workers: int = Field(1, ge=1, le=64)
     # How long open streams may run on after a shutdown signal before they are cut.
     graceful_shutdown_seconds: int = Field(30, ge=0)

@@ -38,6 +38,12 @@ def test_paths_that_leave_the_api_are_refused(raw: bytes) -> None:
         (b"//v1/models", "/v1/models", b"/v1/models"),
         (b"/healthz", "/healthz", b"/healthz"),
         (b"/dashboard/../healthz", "/healthz", b"/healthz"),
+        (
+            b"/v1/models/meta-llama%2FLlama-3.1-8B",
+            "/v1/models/meta-llama/Llama-3.1-8B",
+            b"/v1/models/meta-llama%2FLlama-3.1-8B",
+        ),
+        (b"/v1/files/file%2Fabc", "/v1/files/file/abc", b"/v1/files/file%2Fabc"),
     ],
 )
 def test_safe_paths_are_normalised_keeping_their_encoding(

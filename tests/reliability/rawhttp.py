@@ -1,0 +1,71 @@
+"""HTTP/1.1 over a plain socket: requests exactly as written, for the attacks an HTTP client
+library would refuse to send (dot segments, oversized headers) or quietly fix (httpx resolves
+``..`` before sending)."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from dataclasses import dataclass
+
+import orjson
+
+
+@dataclass(frozen=True)
+class RawResponse:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> object:
+        return orjson.loads(self.body)
+
+
+def send_raw(port: int, request: bytes, *, timeout: float = 10.0) -> RawResponse | None:
+    """Send ``request`` and read the answer until the server closes or the body is complete.
+
+    ``None`` when the server closed without answering. Bounded: one connection, ``timeout``
+    seconds per read, at most 16 MiB read.
+    """
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        # the server may refuse and close while we are still writing
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            sock.sendall(request)
+        data = b""
+        while len(data) < 16 << 20:
+            try:
+                chunk = sock.recv(65536)
+            except (ConnectionResetError, TimeoutError):
+                break
+            if not chunk:
+                break
+            data += chunk
+            if _complete(data):
+                break
+    if not data:
+        return None
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return RawResponse(status, headers, body)
+
+
+def _complete(data: bytes) -> bool:
+    head, sep, body = data.partition(b"\r\n\r\n")
+    if not sep:
+        return False
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return len(body) >= int(value.strip())
+    return False
+
+
+def get(port: int, target: str, headers: dict[str, str] | None = None) -> RawResponse | None:
+    lines = [f"GET {target} HTTP/1.1", f"Host: 127.0.0.1:{port}", "Connection: close"]
+    lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
+    return send_raw(port, ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
