@@ -176,11 +176,20 @@ class Compactor:
                 tokenizer.count_message(message)
 
     def facts_for(self, model: str, context_window: int | None = None) -> ModelFacts:
-        """The catalog's facts for `model`, with `context_window` in place of its window."""
+        """The catalog's facts for `model`, with `context_window` in place of its window.
+
+        The default output reserve shrinks with the window, to at most a quarter of it: an
+        unknown local model learned to have 4,096 tokens would otherwise keep the default
+        4,096-token reserve, leaving no prompt budget (and no room for a summary).
+        """
         facts = self.catalog.facts_for(model)
         if context_window is None or context_window == facts.context_window:
             return facts
-        return replace(facts, context_window=context_window)
+        return replace(
+            facts,
+            context_window=context_window,
+            max_output_tokens=min(facts.max_output_tokens, max(1, context_window // 4)),
+        )
 
     def output_reserve(self, body: Mapping[str, Any], context_window: int | None = None) -> int:
         """The completion budget the request's prompt budget leaves room for."""

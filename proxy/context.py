@@ -49,7 +49,9 @@ class AppState:
 
             if self.client is None:
                 raise RuntimeError("the upstream client is not started (lifespan not run)")
-            self._flow = build_flow(self.settings, self.compactor, self.store, self.client)
+            self._flow = build_flow(
+                self.settings, self.compactor, self.store, self.client, self.windows
+            )
             if self.telemetry is not None and self._flow.summarizer is not None:
                 self.telemetry.watch_summarizer(self._flow.summarizer.stats)
         return self._flow

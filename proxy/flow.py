@@ -22,13 +22,14 @@ from typing import Any
 import httpx
 import orjson
 
-from proxy.compaction import CompactionResult, Mode
+from proxy.compaction import CompactionResult, Mode, ModelFacts
 from proxy.compactor import Compactor
 from proxy.config import Settings
 from proxy.summaries.checkpoints import Checkpoints, Lookup, namespace_for
 from proxy.summaries.flight import SummaryFlights
 from proxy.summaries.stores.base import CheckpointStore
 from proxy.summaries.summarizer import HttpSummarizer
+from proxy.windows import WindowBook
 
 log = logging.getLogger("compaction_proxy.flow")
 
@@ -164,14 +165,22 @@ def build_flow(
     compactor: Compactor,
     store: CheckpointStore | None,
     client: httpx.AsyncClient,
+    windows: WindowBook | None = None,
 ) -> CompactionFlow:
     summarizer = None
     if settings.summarization.enabled:
         catalog = compactor.catalog
+
+        def facts_for(model: str) -> ModelFacts:
+            # A window learned or published for the summarizer's model beats the catalog's
+            # guess: the summarizer cuts its transcript to fit it.
+            known = windows.known(model) if windows is not None else None
+            return compactor.facts_for(model, known)
+
         summarizer = HttpSummarizer.from_settings(
             settings,
             client,
-            facts_for=catalog.facts_for,
+            facts_for=facts_for,
             timeout=settings.summarization.timeout,
             tokenizer_for=lambda model: compactor.tokenizers.get(catalog.facts_for(model).encoding),
         )

@@ -5,8 +5,9 @@ one client could make the proxy hold a 32 MB header (and forward a 100 KB one). 
 to sit in the protocol: by the time the ASGI app sees ``scope["headers"]`` the memory is
 spent. Two limits, answered with 431 in OpenAI's error shape and the connection closed:
 
-- the whole header block (request line included), checked after each chunk is parsed, so a
-  connection never holds more than the limit plus one read;
+- the whole header block (request line included), checked after each read that leaves the
+  block unfinished, so a connection never holds more than the limit plus one read, and again
+  when the block is complete;
 - each header (name and value), checked as httptools completes it.
 
 uvicorn builds the protocol itself, so the limits reach it the ways that also work with several
@@ -80,6 +81,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._max_field = _field_limit()
         self._in_headers = True
         self._header_bytes = 0
+        self._headers_done = 0  # header blocks completed on this connection
         self._refused = False
 
     def on_message_begin(self) -> None:
@@ -92,8 +94,13 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
+        # A block that arrived in one read was never counted by data_received: measure it.
+        size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
+        if size > self._max_total:
+            raise _HeaderTooLarge
         self._in_headers = False
         self._header_bytes = 0
+        self._headers_done += 1
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
@@ -105,6 +112,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             return
         self._unset_keepalive_if_required()
         pending = self._in_headers
+        done_before = self._headers_done
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError as error:
@@ -122,7 +130,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             else:
                 self._unsupported_upgrade_warning()
             return
-        if pending and self._in_headers:
+        # Only a chunk that left a header block unfinished, and finished none, is all header
+        # bytes; a chunk that also carried a body (or a whole request) is not counted.
+        if pending and self._in_headers and self._headers_done == done_before:
             self._header_bytes += len(data)
             if self._header_bytes > self._max_total:
                 self._refuse()

@@ -192,6 +192,29 @@ class WindowBook:
             return Window(builtin, "builtin")
         return Window(self._default, "default")
 
+    def known(self, model: str) -> int | None:
+        """What this process already knows of `model`'s window, without waiting: the config's,
+        else the smallest learned or published one on any upstream.
+
+        For the summarizer, which sizes its own requests for the model it calls: an unknown
+        local model must not be asked to read a transcript cut for the default window.
+        """
+        configured = self.configured(model)
+        if configured is not None:
+            return configured
+        now = self._clock()
+        found = [
+            entry.tokens
+            for (_, name), entry in self._learned.items()
+            if name == model and entry.expires_at > now
+        ]
+        found += [
+            listing.windows[model]
+            for listing in self._listings.values()
+            if model in listing.windows
+        ]
+        return min(found) if found else None
+
     # ---------------------------------------------------------------- learned windows
 
     async def learned(self, upstream: str, model: str) -> int | None:

@@ -34,6 +34,8 @@ CHROMIUM_ARGS = [
 PROXY_KEY = "cp-dash-key-Hq93"
 UPSTREAM_KEY = "sk-upstream-secret-Pw17"
 MODEL = "gpt-4o"  # priced by the defaults: the page shows money saved
+LOCAL_MODEL = "local-llama-3"  # unknown to the proxy's table and config
+LOCAL_WINDOW = 4_096
 SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "dashboard.png"
 
 
@@ -90,6 +92,11 @@ def traffic(
         browser_upstream.reset()
         for steps in range(24, 30, 2):
             t.chat(agent_conversation(steps, topic="tokenizer"), model="gpt-4o-mini")
+        # A model the proxy does not know, served with a small window: one refusal, then a
+        # learned window (the page's windows table) and a compacted retry.
+        browser_upstream.control(model_context_windows={LOCAL_MODEL: LOCAL_WINDOW})
+        t.chat(agent_conversation(40, topic="local"), model=LOCAL_MODEL)
+        browser_upstream.reset()
         yield proxy, t
 
 
@@ -129,6 +136,18 @@ def test_the_page_shows_the_traffic_numbers(
     strategies = page.text_content("#strategies")
     for name in t.strategy_runs():
         assert name in strategies
+
+
+def test_the_windows_table_shows_a_learned_window(
+    page: Any, traffic: tuple[ProxyServer, Traffic]
+) -> None:
+    _, t = traffic
+    last = t.sent[-1]
+    assert last.status == 200 and last.headers.get("x-compaction-retry") == "1"
+    row = page.locator("#windows tr", has_text=LOCAL_MODEL)
+    assert row.count() == 1
+    text = row.text_content()
+    assert f"{LOCAL_WINDOW:,}" in text and "learned" in text
 
 
 def test_the_charts_are_drawn(page: Any) -> None:

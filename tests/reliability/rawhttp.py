@@ -16,16 +16,20 @@ class RawResponse:
     status: int
     headers: dict[str, str]
     body: bytes
+    rest: bytes = b""  # what followed the first response (pipelined answers)
 
     def json(self) -> object:
         return orjson.loads(self.body)
 
 
-def send_raw(port: int, request: bytes, *, timeout: float = 10.0) -> RawResponse | None:
+def send_raw(
+    port: int, request: bytes, *, timeout: float = 10.0, until_close: bool = False
+) -> RawResponse | None:
     """Send ``request`` and read the answer until the server closes or the body is complete.
 
     ``None`` when the server closed without answering. Bounded: one connection, ``timeout``
-    seconds per read, at most 16 MiB read.
+    seconds per read, at most 16 MiB read. ``until_close``: read every response the server
+    sends (pipelining) until it closes; the first one is returned, the raw rest in ``rest``.
     """
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
         # the server may refuse and close while we are still writing
@@ -40,18 +44,22 @@ def send_raw(port: int, request: bytes, *, timeout: float = 10.0) -> RawResponse
             if not chunk:
                 break
             data += chunk
-            if _complete(data):
+            if not until_close and _complete(data):
                 break
     if not data:
         return None
     head, _, body = data.partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
+    rest = b""
     status = int(lines[0].split()[1])
     headers = {}
     for line in lines[1:]:
         name, _, value = line.partition(":")
         headers[name.strip().lower()] = value.strip()
-    return RawResponse(status, headers, body)
+    length = headers.get("content-length")
+    if length is not None and length.isdigit():
+        body, rest = body[: int(length)], body[int(length) :]
+    return RawResponse(status, headers, body, rest)
 
 
 def _complete(data: bytes) -> bool:

@@ -92,3 +92,28 @@ def test_normal_headers_still_pass(proxy: ProxyServer, upstream: UpstreamServer)
     response = get(proxy.port, "/v1/models", {"X-Fine": "d" * 8_000})
     assert response is not None and response.status == 200
     assert upstream.last_request().headers["x-fine"] == "d" * 8_000
+
+
+def test_a_large_body_in_one_read_is_not_mistaken_for_headers(
+    proxy: ProxyServer, upstream: UpstreamServer
+) -> None:
+    # Headers, body and all in one write: only the header block counts against the limit.
+    body = b'{"model": "text-embedding-3-small", "input": "' + b"e" * 300_000 + b'"}'
+    head = (
+        f"POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    response = send_raw(proxy.port, head + body)
+    assert response is not None and response.status == 200, response
+    assert upstream.last_request("/v1/embeddings").body == body
+
+
+def test_pipelined_requests_on_one_connection_both_answer(
+    proxy: ProxyServer, upstream: UpstreamServer
+) -> None:
+    one = b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    two = b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    response = send_raw(proxy.port, one + two, until_close=True)
+    assert response is not None and response.status == 200
+    assert b"HTTP/1.1 200 " in response.body + response.rest  # the second answer followed
+    assert len(upstream.requests("/v1/models")) == 2

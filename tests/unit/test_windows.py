@@ -399,7 +399,10 @@ def test_the_checkpoint_namespace_follows_the_window() -> None:
         assert compactor.facts_for(UNKNOWN, 16_384).context_window == 16_384
         body = {"model": UNKNOWN, "messages": [], "max_tokens": 500}
         assert compactor.output_reserve(body, 16_384) == 500
-        assert compactor.output_reserve({"model": UNKNOWN}, 2_000) == 2_000
+        # without a request limit the default reserve shrinks with the window (a quarter)
+        assert compactor.output_reserve({"model": UNKNOWN}, 2_000) == 500
+        assert compactor.output_reserve({"model": UNKNOWN}, 4_096) == 1_024
+        assert compactor.output_reserve({"model": UNKNOWN}, 128_000) == 4_096
     finally:
         compactor.close()
 
