@@ -31,6 +31,7 @@ from proxy.errors import ProxyError
 from proxy.logs import ACCESS, access_line
 from proxy.metrics import Telemetry
 from proxy.paths import UnsafePath, needs_normalizing, normalize
+from proxy.summaries.stores import StoreBreaker
 from proxy.summaries.stores.factory import make_store
 from proxy.summaries.summarizer import validate_summarization_config
 from proxy.transport import HttpxUpstream, make_transport, plain_httpx_client
@@ -60,6 +61,8 @@ class ProxyApp:
         self.state.windows = WindowBook(settings, self.state.store, lambda: self.state.client)
         self.telemetry = Telemetry(settings, tokenizers=self.state.compactor.tokenizers)
         self.telemetry.watch_windows(self.state.windows)
+        if isinstance(self.state.store, StoreBreaker):
+            self.telemetry.watch_store(self.state.store)
         self.state.telemetry = self.telemetry
         self._api_keys = [k.get_secret_value().encode() for k in settings.server.api_keys]
         self.fastapi = _build_fastapi(self.state)

@@ -127,6 +127,9 @@ class StoreSettings(Strict):
     url: str | None = None
     ttl: str | int = "7d"
     max_entries: int = Field(10_000, gt=0)
+    # Seconds one request may spend inside store calls in all (lookups, locks, writes): a store
+    # that hangs costs a request this much at most, then the breaker marks it down.
+    request_budget: float = Field(2.0, gt=0, le=60)
 
     @field_validator("ttl")
     @classmethod

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from proxy.compaction.tokenizer_provider import TokenizerProvider
     from proxy.config import Settings
     from proxy.context import RequestContext
+    from proxy.summaries.stores import StoreBreaker
     from proxy.summaries.summarizer import SummarizerStats, SummaryCallRecord
     from proxy.windows import WindowBook
 
@@ -399,6 +400,54 @@ class _ContextWindows:
         )
 
 
+class _StoreHealth:
+    """The checkpoint store's breaker, read at scrape time: whether the store is up, how often
+    it was marked down, calls skipped while down, and foreign values found (and deleted)."""
+
+    def __init__(self, store: StoreBreaker) -> None:
+        self._store = store
+
+    def describe(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
+        return list(self._families())
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        store = self._store
+        up, opened, skipped, foreign = self._families()
+        label = [store.name]
+        up.add_metric(label, 1 if store.readiness().up else 0)
+        opened.add_metric(label, store.opened)
+        skipped.add_metric(label, store.skipped)
+        foreign.add_metric(label, store.foreign_values)
+        yield from (up, opened, skipped, foreign)
+
+    @staticmethod
+    def _families() -> tuple[
+        GaugeMetricFamily, CounterMetricFamily, CounterMetricFamily, CounterMetricFamily
+    ]:
+        return (
+            GaugeMetricFamily(
+                "compaction_proxy_store_up",
+                "1 while the checkpoint store answers, 0 while its breaker holds it down",
+                labels=["backend"],
+            ),
+            CounterMetricFamily(
+                "compaction_proxy_store_breaker_opened",
+                "Times the checkpoint store was marked down after a timeout or connection error",
+                labels=["backend"],
+            ),
+            CounterMetricFamily(
+                "compaction_proxy_store_calls_skipped",
+                "Store calls skipped at once because the store was marked down",
+                labels=["backend"],
+            ),
+            CounterMetricFamily(
+                "compaction_proxy_store_foreign_values",
+                "Stored values that were not checkpoints of this proxy: read as a miss, deleted",
+                labels=["backend"],
+            ),
+        )
+
+
 class PrometheusMetrics:
     """The metric families, in a registry of their own."""
 
@@ -563,6 +612,10 @@ class Telemetry:
         self._overflows: dict[str, int] = {}
 
     # -------------------------------------------------------------- feeding
+
+    def watch_store(self, store: StoreBreaker) -> None:
+        """Expose the checkpoint store's breaker (called once, when the app is built)."""
+        self.registry.register(_StoreHealth(store))
 
     def watch_windows(self, book: WindowBook) -> None:
         """Expose the learned and discovered windows (called once, when the app is built)."""

@@ -20,6 +20,7 @@ from proxy.context import RequestContext
 from proxy.errors import bad_request
 from proxy.metrics import last_user_text, summarizer_calls
 from proxy.overflow import Overflow, detect_overflow
+from proxy.summaries.stores import StoreBudget
 from proxy.upstream import upstream_headers
 from proxy.windows import MIN_LEARNED_WINDOW, SHRINK, Window, window_after_refusal
 
@@ -132,6 +133,16 @@ class _Attempt:
 
 
 async def chat_completions(
+    ctx: RequestContext, scope: Scope, receive: Receive, send: Send
+) -> Outcome:
+    # Every store call of the request (window read, lookup, summary flights, the checkpoint
+    # saved once the upstream answers, a learned window) shares one time budget: a store that
+    # hangs costs the request that much at most, however many calls it would have made.
+    with StoreBudget(ctx.state.settings.store.request_budget):
+        return await _chat_completions(ctx, scope, receive, send)
+
+
+async def _chat_completions(
     ctx: RequestContext, scope: Scope, receive: Receive, send: Send
 ) -> Outcome:
     state = ctx.state

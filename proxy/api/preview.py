@@ -23,9 +23,17 @@ from proxy.api.chat import (
 from proxy.asgi import Receive, Scope, Send, read_body, send_bytes
 from proxy.compaction import Mode
 from proxy.context import RequestContext
-from proxy.errors import ProxyError
+from proxy.errors import ProxyError, bad_request
+from proxy.summaries.stores import StoreBudget
 
 log = logging.getLogger("compaction_proxy.preview")
+
+MAX_NESTING = 128
+"""How deeply any top-level value of a previewed body may nest. The preview serializes the
+request (echoed in its answer, and re-serialized by the compaction flow) with orjson, which
+refuses past 254 levels: without this bound a hostile body 300 arrays deep in an unknown field
+or a tool schema got a bare 500 instead of a 400. The chat route needs no such bound: there a
+failed compaction forwards the client's bytes untouched."""
 
 
 async def preview(ctx: RequestContext, scope: Scope, receive: Receive, send: Send) -> None:
@@ -36,7 +44,10 @@ async def preview(ctx: RequestContext, scope: Scope, receive: Receive, send: Sen
     data = parse_chat_body(raw)
     ctx.model = data["model"]
     mode = compaction_mode(scope)
+    # `messages` is checked by validate_chat (more strictly, naming the message) when it runs.
+    check_nesting(data, skip="messages")
     if mode is None or not data["messages"]:
+        check_nesting(data)
         payload = {"changed": False, "request": data, "report": None}
         ctx.status = 200
         await send_bytes(send, 200, orjson.dumps(payload), ctx.response_headers)
@@ -46,18 +57,19 @@ async def preview(ctx: RequestContext, scope: Scope, receive: Receive, send: Sen
     # nothing is stored (a preview must not change what the next real request finds).
     run_mode = Mode.FORCE if mode is Mode.FORCE else Mode.NORMAL
     upstream = ctx.state.router.for_model(data["model"])
-    window = await effective_window(ctx, scope, upstream, data["model"])
     try:
-        flow = await ctx.state.flow.run(
-            data,
-            run_mode,
-            size_hint=len(raw),
-            credential=credential(scope),
-            authorization=None if ctx.authenticated else authorization(scope),
-            upstream_name=upstream.name,
-            persist=False,
-            context_window=window.tokens,
-        )
+        with StoreBudget(ctx.state.settings.store.request_budget):
+            window = await effective_window(ctx, scope, upstream, data["model"])
+            flow = await ctx.state.flow.run(
+                data,
+                run_mode,
+                size_hint=len(raw),
+                credential=credential(scope),
+                authorization=None if ctx.authenticated else authorization(scope),
+                upstream_name=upstream.name,
+                persist=False,
+                context_window=window.tokens,
+            )
     except Exception as exc:  # the preview has no original to fall back on: say what broke
         log.exception("preview: compaction failed")
         raise ProxyError(
@@ -81,3 +93,25 @@ async def preview(ctx: RequestContext, scope: Scope, receive: Receive, send: Sen
     ]
     ctx.status = 200
     await send_bytes(send, 200, orjson.dumps(payload), headers)
+
+
+def check_nesting(data: dict[str, object], skip: str | None = None) -> None:
+    """A 400 naming the first top-level key (but `skip`) whose value nests past
+    :data:`MAX_NESTING`."""
+    for key, value in data.items():
+        if key == skip:
+            continue
+        stack: list[tuple[object, int]] = [(value, 1)]
+        while stack:
+            item, level = stack.pop()
+            if level > MAX_NESTING:
+                raise bad_request(
+                    f"'{key}' is nested more than {MAX_NESTING} levels deep; the preview "
+                    "cannot show or compact it",
+                    param=key,
+                    code="invalid_value",
+                )
+            if isinstance(item, dict):
+                stack.extend((child, level + 1) for child in item.values())
+            elif isinstance(item, list):
+                stack.extend((child, level + 1) for child in item)

@@ -23,7 +23,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.compaction.canonical import canonical_bytes, digest
-from proxy.summaries.stores.base import Checkpoint, CheckpointStore, StoreUnavailable
+from proxy.summaries.stores.base import (
+    Checkpoint,
+    CheckpointStore,
+    StoreUnavailable,
+    check_messages,
+)
+from proxy.summaries.stores.breaker import StoreMarkedDown
 
 log = logging.getLogger("compaction_proxy.checkpoints")
 
@@ -108,8 +114,9 @@ class Checkpoints:
                 found = await self.store.find_longest(namespace, hashes)
             except StoreUnavailable as exc:
                 # Details (paths, hosts) go to the log; the client's header says only what.
+                # A store the breaker marked down was logged once, when it was marked.
                 error = f"checkpoint store unavailable ({self.store.name}); no checkpoint used"
-                log.warning("%s: %s", error, exc)
+                log.log(_level(exc), "%s: %s", error, exc)
         if found is None:
             return Lookup(list(messages), system_count, hashes, 0, None, error)
         covered, checkpoint = found  # 1-based: how many messages the checkpoint stands for
@@ -131,10 +138,20 @@ class Checkpoints:
         checkpoint = Checkpoint(
             messages=tuple(compacted[lookup.system_count :]), created_at=time.time(), meta=meta
         )
+        issue = check_messages(checkpoint.messages)
+        if issue is not None:
+            # Read back it would be a foreign value (deleted on sight): not worth the write.
+            log.warning("checkpoint not stored: %s", issue)
+            return None
         try:
             await self.store.put(namespace, lookup.hashes[-1], checkpoint, self.ttl_seconds)
         except StoreUnavailable as exc:
             error = f"checkpoint not stored ({self.store.name} unavailable)"
-            log.warning("%s: %s", error, exc)
+            log.log(_level(exc), "%s: %s", error, exc)
             return error
         return None
+
+
+def _level(exc: StoreUnavailable) -> int:
+    """A call skipped because the store is marked down is routine until it is up again."""
+    return logging.DEBUG if isinstance(exc, StoreMarkedDown) else logging.WARNING

@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 
 from proxy.config import ConfigError, StoreSettings
-from proxy.summaries.stores import MemoryStore, RedisStore, SqliteStore, make_store
+from proxy.summaries.stores import (
+    MemoryStore,
+    RedisStore,
+    SqliteStore,
+    StoreBreaker,
+    make_store,
+)
 
 
 async def test_each_backend(tmp_path: Path, redis_url: str) -> None:
@@ -16,9 +22,11 @@ async def test_each_backend(tmp_path: Path, redis_url: str) -> None:
         StoreSettings.model_validate({"backend": "sqlite", "path": str(tmp_path / "x" / "cp.db")})
     )
     redis_store = make_store(StoreSettings.model_validate({"backend": "redis", "url": redis_url}))
-    assert isinstance(memory, MemoryStore)
-    assert isinstance(sqlite, SqliteStore)
-    assert isinstance(redis_store, RedisStore)
+    # Every backend sits behind the circuit breaker (proxy/summaries/stores/breaker.py).
+    assert all(isinstance(s, StoreBreaker) for s in (memory, sqlite, redis_store))
+    assert isinstance(memory.inner, MemoryStore)
+    assert isinstance(sqlite.inner, SqliteStore)
+    assert isinstance(redis_store.inner, RedisStore)
     for store in (memory, sqlite, redis_store):
         await store.ping()
         await store.close()

@@ -1,21 +1,28 @@
-"""Builds the configured checkpoint store (``store.backend``)."""
+"""Builds the configured checkpoint store (``store.backend``), behind a circuit breaker."""
 
 from __future__ import annotations
 
 from proxy.config import ConfigError, StoreSettings
 
 from .base import CheckpointStore
+from .breaker import StoreBreaker
 from .memory import MemoryStore
 from .redis import RedisStore
 from .sqlite import SqliteStore
 
 
-def make_store(settings: StoreSettings) -> CheckpointStore:
-    """The store for ``settings``; nothing connects until first use.
+def make_store(settings: StoreSettings) -> StoreBreaker:
+    """The store for ``settings``, wrapped in a :class:`StoreBreaker` (every backend: a disk
+    or a Redis can fail alike); nothing connects until first use.
 
     ``ConfigError`` when the backend lacks what it needs (redis without ``url``), so a
     misconfiguration stops start-up instead of silently running without checkpoints.
     """
+    return StoreBreaker(make_backend(settings))
+
+
+def make_backend(settings: StoreSettings) -> CheckpointStore:
+    """The bare backend for ``settings`` (no breaker); see :func:`make_store`."""
     if settings.backend == "memory":
         return MemoryStore(settings.max_entries)
     if settings.backend == "sqlite":

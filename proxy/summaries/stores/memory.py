@@ -12,7 +12,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 
-from .base import Checkpoint, pick_longest, ttl_at_least_one
+from .base import Checkpoint, Foreign, log_foreign, pick_longest, ttl_at_least_one
 from .leases import LeaseTable
 
 
@@ -25,6 +25,8 @@ class MemoryStore:
         self._entries: OrderedDict[tuple[str, str], tuple[float, bytes]] = OrderedDict()
         self._max_entries = max(1, max_entries)
         self._leases = LeaseTable()
+        self.foreign_values = 0
+        """Foreign values met by lookups (and deleted); see :mod:`.base`."""
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -42,7 +44,10 @@ class MemoryStore:
                 del self._entries[(namespace, key)]
                 continue
             found[key] = entry[1]
-        hit = pick_longest(keys, found)
+        picked = pick_longest(keys, found)
+        if picked.foreign:
+            self._drop_foreign(namespace, picked.foreign)
+        hit = picked.hit
         if hit is not None:
             self._entries.move_to_end((namespace, keys[hit[0] - 1]))
         return hit
@@ -53,6 +58,17 @@ class MemoryStore:
         self._entries.move_to_end((namespace, key))
         while len(self._entries) > self._max_entries:
             self._entries.popitem(last=False)
+
+    async def delete(self, namespace: str, key: str) -> bool:
+        return self._entries.pop((namespace, key), None) is not None
+
+    def _drop_foreign(self, namespace: str, foreign: tuple[Foreign, ...]) -> None:
+        self.foreign_values += len(foreign)
+        log_foreign(self.name, namespace, foreign)
+        for item in foreign:
+            entry = self._entries.get((namespace, item.key))
+            if entry is not None and entry[1] == item.value:
+                del self._entries[(namespace, item.key)]
 
     async def ping(self) -> None:
         return None

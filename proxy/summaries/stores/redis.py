@@ -6,16 +6,18 @@
   whose lease expired never deletes the next holder's lock.
 * A Redis that is down or unreachable must not stall requests: connect and socket timeouts are
   short, redis-py's own retries are limited to one immediate retry (which reconnects a pooled
-  connection after a Redis restart), and every operation is also bounded by ``op_timeout``.
-  Any backend error becomes :class:`StoreUnavailable`.
+  connection after a Redis restart), and every operation is also bounded by ``op_timeout``
+  and by what is left of the request's store budget (:mod:`.deadline`). Any backend error
+  becomes :class:`StoreUnavailable`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from typing import Any, TypeVar
 
@@ -24,9 +26,19 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from .base import Checkpoint, StoreUnavailable, pick_longest, ttl_at_least_one
+from .base import (
+    Checkpoint,
+    Foreign,
+    StoreUnavailable,
+    log_foreign,
+    pick_longest,
+    ttl_at_least_one,
+)
+from .deadline import bounded
 
 T = TypeVar("T")
+
+log = logging.getLogger("compaction_proxy.stores")
 
 KEY_PREFIX = "cp:"
 LOCK_PREFIX = "lock:"
@@ -39,6 +51,18 @@ if redis.call('get', KEYS[1]) == ARGV[1] then
     return redis.call('del', KEYS[1])
 end
 return 0
+"""
+
+# Deletes each KEYS[i] only while it still holds ARGV[i]: a foreign value read by a lookup,
+# not a valid checkpoint another replica wrote under the same key since.
+_DELETE_IF_UNCHANGED_SCRIPT = """
+local deleted = 0
+for i, key in ipairs(KEYS) do
+    if redis.call('get', key) == ARGV[i] then
+        deleted = deleted + redis.call('del', key)
+    end
+end
+return deleted
 """
 
 
@@ -70,14 +94,17 @@ class RedisStore:
             health_check_interval=30,
         )
         self._client: aioredis.Redis = aioredis.Redis.from_pool(pool)  # owns the pool
+        self.foreign_values = 0
+        """Foreign values met by lookups (and deleted); see :mod:`.base`."""
 
     def _key(self, namespace: str, key: str) -> str:
         return f"{KEY_PREFIX}{namespace}:{key}"
 
-    async def _call(self, awaitable: Awaitable[T]) -> T:
+    async def _call(self, command: Callable[[], Awaitable[T]]) -> T:
+        """Runs ``command()`` (built only once the budget allows the call)."""
         try:
-            async with asyncio.timeout(self._op_timeout):
-                return await awaitable
+            async with bounded(self._op_timeout):
+                return await command()
         except (RedisError, OSError, TimeoutError) as exc:
             # The message never repeats the URL: it may carry a password.
             raise StoreUnavailable(f"redis store: {type(exc).__name__}") from exc
@@ -88,20 +115,42 @@ class RedisStore:
         if not keys:
             return None
         values: list[Any] = await self._call(
-            self._client.mget([self._key(namespace, k) for k in keys])
+            lambda: self._client.mget([self._key(namespace, k) for k in keys])
         )
         found = {key: value for key, value in zip(keys, values, strict=True) if value is not None}
-        return pick_longest(keys, found)
+        picked = pick_longest(keys, found)
+        if picked.foreign:
+            await self._drop_foreign(namespace, picked.foreign)
+        return picked.hit
+
+    async def _drop_foreign(self, namespace: str, foreign: tuple[Foreign, ...]) -> None:
+        self.foreign_values += len(foreign)
+        log_foreign(self.name, namespace, foreign)
+        # MGET answers bytes; anything else could not have come from Redis.
+        pairs = [(i.key, i.value) for i in foreign if isinstance(i.value, bytes | str)]
+        keys = [self._key(namespace, key) for key, _ in pairs]
+        values = [value for _, value in pairs]
+        try:
+            await self._call(
+                lambda: self._client.eval(_DELETE_IF_UNCHANGED_SCRIPT, len(keys), *keys, *values)
+            )
+        except StoreUnavailable as exc:  # the next lookup tries again
+            log.warning("foreign values not deleted: %s", exc)
 
     async def put(self, namespace: str, key: str, checkpoint: Checkpoint, ttl_seconds: int) -> None:
+        data = checkpoint.to_bytes()
         await self._call(
-            self._client.set(
-                self._key(namespace, key), checkpoint.to_bytes(), ex=ttl_at_least_one(ttl_seconds)
+            lambda: self._client.set(
+                self._key(namespace, key), data, ex=ttl_at_least_one(ttl_seconds)
             )
         )
 
+    async def delete(self, namespace: str, key: str) -> bool:
+        deleted = await self._call(lambda: self._client.delete(self._key(namespace, key)))
+        return bool(deleted)
+
     async def ping(self) -> None:
-        await self._call(self._client.ping())
+        await self._call(self._client.ping)
 
     def lock(
         self, name: str, ttl_seconds: float, wait_seconds: float
@@ -117,7 +166,7 @@ class RedisStore:
         ttl_ms = max(1, int(ttl_seconds * 1000))
 
         async def attempt() -> bool:
-            return bool(await self._call(self._client.set(key, token, nx=True, px=ttl_ms)))
+            return bool(await self._call(lambda: self._client.set(key, token, nx=True, px=ttl_ms)))
 
         deadline = time.monotonic() + max(wait_seconds, 0.0)
         delay = LOCK_POLL_SECONDS
@@ -131,7 +180,7 @@ class RedisStore:
         finally:
             if acquired:
                 with suppress(StoreUnavailable):  # the lock expires after its TTL
-                    await self._call(self._client.eval(_RELEASE_SCRIPT, 1, key, token))
+                    await self._call(lambda: self._client.eval(_RELEASE_SCRIPT, 1, key, token))
 
     async def close(self) -> None:
         with suppress(RedisError, OSError):

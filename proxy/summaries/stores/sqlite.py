@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import time
 import uuid
@@ -26,9 +27,20 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppres
 from pathlib import Path
 from typing import TypeVar
 
-from .base import Checkpoint, StoreUnavailable, pick_longest, ttl_at_least_one
+from .base import (
+    Checkpoint,
+    Foreign,
+    Picked,
+    StoreUnavailable,
+    log_foreign,
+    pick_longest,
+    ttl_at_least_one,
+)
+from .deadline import bounded
 
 T = TypeVar("T")
+
+log = logging.getLogger("compaction_proxy.stores")
 
 SQL_VARIABLES_PER_QUERY = 500
 """Keys per ``IN (...)`` list: under SQLite's oldest variable limit (999) with room to spare."""
@@ -71,6 +83,8 @@ class SqliteStore:
         self._conn: sqlite3.Connection | None = None
         self._reader: sqlite3.Connection | None = None
         self._closed = False
+        self.foreign_values = 0
+        """Foreign values met by lookups (and deleted); see :mod:`.base`."""
 
     # -------------------------------------------------------------- plumbing
 
@@ -82,9 +96,14 @@ class SqliteStore:
             return work(self._connection())
 
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, job)
+            # Bounded by the request's store budget, if any (the statement itself may still
+            # finish on the store's thread; the request does not wait for it).
+            async with bounded(None):
+                return await asyncio.get_running_loop().run_in_executor(self._executor, job)
         except (sqlite3.Error, OSError) as exc:
             raise StoreUnavailable(f"sqlite store {self.path}: {exc}") from exc
+        except TimeoutError as exc:
+            raise StoreUnavailable("sqlite store: the request's store time budget ran out") from exc
 
     def _connection(self) -> sqlite3.Connection:
         """The connection, opened on the store's thread at first use."""
@@ -110,7 +129,7 @@ class SqliteStore:
 
     # -------------------------------------------------------------- the protocol
 
-    def _inline_lookup(self, namespace: str, wanted: list[str]) -> dict[str, bytes] | None:
+    def _inline_lookup(self, namespace: str, wanted: list[str]) -> dict[str, object] | None:
         """A short lookup on the event loop's own read-only connection, or None to use the
         store's thread.
 
@@ -150,11 +169,11 @@ class SqliteStore:
         if len(wanted) <= INLINE_KEYS:
             inline = self._inline_lookup(namespace, wanted)
             if inline is not None:
-                return pick_longest(keys, inline)
+                return await self._hit(namespace, pick_longest(keys, inline))
 
-        def lookup(conn: sqlite3.Connection) -> dict[str, bytes]:
+        def lookup(conn: sqlite3.Connection) -> dict[str, object]:
             now = time.time()
-            found: dict[str, bytes] = {}
+            found: dict[str, object] = {}
             # One read transaction: every chunk sees the same snapshot.
             conn.execute("BEGIN")
             try:
@@ -171,7 +190,18 @@ class SqliteStore:
                 conn.execute("COMMIT")
             return found
 
-        return pick_longest(keys, await self._run(lookup))
+        return await self._hit(namespace, pick_longest(keys, await self._run(lookup)))
+
+    async def _hit(self, namespace: str, picked: Picked) -> tuple[int, Checkpoint] | None:
+        """The lookup's answer, once the foreign values it passed over are deleted."""
+        if picked.foreign:
+            self.foreign_values += len(picked.foreign)
+            log_foreign(self.name, namespace, picked.foreign)
+            try:
+                await self._run(lambda conn: _delete_foreign(conn, namespace, picked.foreign))
+            except StoreUnavailable as exc:  # the next lookup tries again
+                log.warning("foreign values not deleted: %s", exc)
+        return picked.hit
 
     async def put(self, namespace: str, key: str, checkpoint: Checkpoint, ttl_seconds: int) -> None:
         data = checkpoint.to_bytes()
@@ -189,6 +219,15 @@ class SqliteStore:
                 conn.execute("DELETE FROM checkpoints WHERE expires_at <= ?", (time.time(),))
 
         await self._run(write)
+
+    async def delete(self, namespace: str, key: str) -> bool:
+        def remove(conn: sqlite3.Connection) -> bool:
+            cursor = conn.execute(
+                "DELETE FROM checkpoints WHERE namespace = ? AND key = ?", (namespace, key)
+            )
+            return cursor.rowcount > 0
+
+        return await self._run(remove)
 
     async def purge_expired(self) -> int:
         """Deletes expired rows now; returns how many."""
@@ -258,3 +297,12 @@ class SqliteStore:
             await asyncio.get_running_loop().run_in_executor(self._executor, shut)
         finally:
             self._executor.shutdown(wait=False)
+
+
+def _delete_foreign(conn: sqlite3.Connection, namespace: str, foreign: Sequence[Foreign]) -> None:
+    """Deletes each foreign row only while it still holds the value that was read: a valid
+    checkpoint written under the same key meanwhile survives."""
+    conn.executemany(
+        "DELETE FROM checkpoints WHERE namespace = ? AND key = ? AND value = ?",
+        [(namespace, item.key, item.value) for item in foreign],
+    )
