@@ -22,7 +22,12 @@ Per-request behaviour is steered by request headers, which pass through the prox
   carrying its server-side send time as ``t=<unix ms>;`` so a test can compare send and receive;
 - ``X-Fake-Response-Bytes: N`` makes the catch-all route answer with N bytes of a fixed pattern;
   ``X-Fake-Chunks`` on the catch-all route streams N stamped SSE events (Responses-API style);
-- ``X-Fake-Tag: anything`` labels the events this request produces.
+- ``X-Fake-Tag: anything`` labels the events this request produces;
+- ``X-Fake-Cut-After: N`` breaks the reply off: a stream stops after N events, a JSON reply after
+  N bytes of its declared length, and the connection closes without a proper end (a
+  ``stream_cut`` event is recorded);
+- ``X-Fake-Body: html`` answers with an HTML page instead of JSON (status ``X-Fake-Status``,
+  default 200), as a misconfigured gateway or a captive portal would.
 
 A context window (``--context-window``, or ``context_window`` / ``model_context_windows``
 through ``POST /_control``) makes chat requests whose prompt plus ``max_tokens`` exceed it fail
@@ -68,6 +73,10 @@ ECHO_LIMIT = 200
 RESPONSE_PATTERN = b"0123456789abcdef"
 _O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
 _JSON = "application/json"
+HTML_PAGE = (
+    b"<!DOCTYPE html>\n<html><head><title>502 Bad Gateway</title></head>\n"
+    b"<body><h1>Bad Gateway</h1><p>The upstream is taking a nap.</p></body></html>\n"
+)
 
 
 # --------------------------------------------------------------------------- token counting
@@ -112,7 +121,7 @@ class TokenCounter:
         for message in messages:
             total += 3
             if not isinstance(message, dict):
-                total += self.text(orjson.dumps(message).decode())
+                total += self.text(_dumps_or_repr(message))
                 continue
             for key, value in message.items():
                 if value is None:
@@ -120,12 +129,21 @@ class TokenCounter:
                 if isinstance(value, str):
                     total += self.text(value)
                 else:
-                    total += self.text(orjson.dumps(value).decode())
+                    total += self.text(_dumps_or_repr(value))
                 if key == "name":
                     total += 1
         if tools:
-            total += self.text(orjson.dumps(tools).decode())
+            total += self.text(_dumps_or_repr(tools))
         return total
+
+
+def _dumps_or_repr(value: Any) -> str:
+    """JSON text to count; for what orjson refuses (nested past its depth limit, integers past
+    64 bits) the repr, so a hostile body costs the fake a rough count rather than a 500."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return repr(value)
 
 
 def _load_o200k() -> Callable[[str], list[int]] | None:
@@ -525,6 +543,11 @@ def _json(payload: Any, status: int = 200, request_id: str | None = None) -> Res
     return Response(orjson.dumps(payload), status_code=status, media_type=_JSON, headers=headers)
 
 
+def _cut_after(request: Request) -> int | None:
+    value = _header_number(request, "x-fake-cut-after")
+    return None if value is None else int(value)
+
+
 def _header_number(request: Request, name: str) -> float | None:
     raw = request.headers.get(name)
     if raw is None:
@@ -554,18 +577,49 @@ class HangResponse:
         self.fake.event("hang_abandoned", self.request)
 
 
+class CutResponse:
+    """Sends a response's headers and only the first ``cut`` bytes of its declared body, then
+    returns: uvicorn closes the connection ("returned without completing response"), which is
+    what a crashed or restarted upstream looks like from the other end."""
+
+    def __init__(self, fake: FakeUpstream, request: Request, response: Response, cut: int):
+        self.fake, self.request, self.response, self.cut = fake, request, response, cut
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = self.response
+        await send(
+            {
+                "type": "http.response.start",
+                "status": response.status_code,
+                "headers": response.raw_headers,
+            }
+        )
+        await send(
+            {"type": "http.response.body", "body": response.body[: self.cut], "more_body": True}
+        )
+        self.fake.event("stream_cut", self.request, bytes_sent=min(self.cut, len(response.body)))
+
+
 class EventStreamResponse:
     """Streams SSE events one ASGI send each, and notices a client that hangs up mid-stream.
 
     Starlette's StreamingResponse only learns of a disconnect on its next failed send under ASGI
     2.4, so the disconnect is watched concurrently here: the producer is cancelled at once (even
-    while sleeping between chunks) and a ``stream_cancelled`` event is recorded.
+    while sleeping between chunks) and a ``stream_cancelled`` event is recorded. With ``cut_after``
+    the stream stops after that many events without its end, and the connection is dropped.
     """
 
-    def __init__(self, fake: FakeUpstream, request: Request, events: AsyncIterator[bytes]):
+    def __init__(
+        self,
+        fake: FakeUpstream,
+        request: Request,
+        events: AsyncIterator[bytes],
+        cut_after: int | None = None,
+    ):
         self.fake, self.request, self.events = fake, request, events
         self.request_id = f"req_fake{fake.next_id()}".encode()
         self.sent = 0
+        self.cut_after = cut_after
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         producer = asyncio.ensure_future(self._produce(send))
@@ -593,6 +647,10 @@ class EventStreamResponse:
             }
         )
         async for event in self.events:
+            if self.cut_after is not None and self.sent >= self.cut_after:
+                # Returning mid-body makes uvicorn drop the connection: no final chunk.
+                self.fake.event("stream_cut", self.request, chunks_sent=self.sent)
+                return
             await send({"type": "http.response.body", "body": event, "more_body": True})
             self.sent += 1
         await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -694,6 +752,12 @@ def create_app(
         if delay:
             await asyncio.sleep(delay / 1000)
         status = _header_number(request, "x-fake-status")
+        if headers.get("x-fake-body") == "html":
+            return body, Response(
+                HTML_PAGE,
+                status_code=200 if status is None else int(status),
+                media_type="text/html",
+            )
         if status is not None:
             error = _status_error(int(status), headers.get("x-fake-error-message"))
             error.headers["x-request-id"] = f"req_fake{fake.next_id()}"
@@ -770,7 +834,7 @@ def create_app(
                 None if chunks is None else int(chunks),
                 chunk_delay / 1000,
             )
-            return EventStreamResponse(fake, request, events)
+            return EventStreamResponse(fake, request, events, _cut_after(request))
         message: dict[str, Any] = {
             "role": "assistant",
             "content": reply.content,
@@ -784,10 +848,12 @@ def create_app(
             "logprobs": None,
             "finish_reason": reply.finish_reason,
         }
-        return _json(
+        reply_json = _json(
             {**base, "object": "chat.completion", "choices": [choice], "usage": usage},
             request_id=f"req_{base['id']}",
         )
+        cut = _cut_after(request)
+        return reply_json if cut is None else CutResponse(fake, request, reply_json, cut)
 
     async def list_models(request: Request) -> Any:
         _, early = await prelude(request)
@@ -847,7 +913,9 @@ def create_app(
         if chunks is not None:
             delay = _header_number(request, "x-fake-chunk-delay-ms")
             delay = fake.settings.chunk_delay_ms if delay is None else delay
-            return EventStreamResponse(fake, request, _generic_events(int(chunks), delay / 1000))
+            return EventStreamResponse(
+                fake, request, _generic_events(int(chunks), delay / 1000), _cut_after(request)
+            )
         echoed = _json(
             {
                 "method": request.method,
