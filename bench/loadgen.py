@@ -3,8 +3,8 @@
 Why it exists: the benchmark must run with nothing but pip packages, and the c=1 overhead
 numbers need per-request timings (time to first body byte and total) that `hey` does not
 give at sub-millisecond resolution. It runs in its own process (the caller pins it with
-`taskset`). Honest limit: a single Python process tops out near ~1k RPS on one core (see
-research/perf.md), so use `hey` for throughput whenever it is installed.
+`taskset`). Honest limit: a single Python process tops out near ~1k RPS on one core, so use
+`hey` for throughput whenever it is installed.
 
 Several targets are measured in interleaved rounds (round 1: A, B, C; round 2: A, B, C; ...)
 so slow drift on a noisy machine hits every target alike. Warm-up requests are discarded.

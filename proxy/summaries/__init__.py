@@ -2,7 +2,8 @@
 guards (this package), and the checkpoint stores (:mod:`proxy.summaries.stores`).
 
 The compaction core sees only the ``Summarizer`` protocol and ``CheckpointStore``; everything
-here that talks HTTP, SQLite or Redis stays outside ``proxy.compaction`` (DESIGN §2).
+here that talks HTTP, SQLite or Redis stays outside ``proxy.compaction`` (docs/architecture.md,
+"Layers and what each may import").
 """
 
 from .contract import Summarizer, SummaryError, SummaryRequest

@@ -1,6 +1,7 @@
 """Guards that turn a stretch of chat messages into summarizer input, and the chunked fold.
 
-Summarizer calls fail in well-known ways when fed the raw conversation (research/peers.md §3):
+Summarizer calls fail in well-known ways when fed the raw conversation (peers' bug trackers are
+full of them):
 inlined images and base64 blobs blow the summary prompt up to millions of tokens, reasoning
 blocks make models refuse or return nothing, one pasted log is larger than the summarizer's
 whole window. So the summarizer never sees the client's dicts; it sees a plain-text transcript

@@ -1,4 +1,5 @@
-"""What a checkpoint is and what every checkpoint store promises (DESIGN §7).
+"""What a checkpoint is and what every checkpoint store promises (docs/architecture.md, "The
+store contract").
 
 A checkpoint is what the pipeline made of a prefix ``m_1..m_i`` of the non-system messages,
 stored under the prefix's chain hash ``h_i``. The edge asks once per request for the longest
