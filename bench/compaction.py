@@ -49,6 +49,7 @@ from proxy.compaction import (
     FactsOverride,
     ModelCatalog,
     TokenizerProvider,
+    CompactionRequest,
     build_pipeline,
     compact,
 )
@@ -185,12 +186,14 @@ def bench_ours(
 
     def run(provider: TokenizerProvider, messages: list[dict]) -> Any:
         return compact(
-            messages,
-            model=MODEL,
-            pipeline=pipeline,
-            tokenizer=provider,
-            facts=catalog,
-            tools=tool_defs,
+            CompactionRequest(
+                messages,
+                model=MODEL,
+                pipeline=pipeline,
+                tokenizer=provider,
+                facts=catalog,
+                tools=tool_defs,
+            )
         )
 
     cold, warm = Series(), Series()
@@ -534,21 +537,25 @@ def profile(out: Path) -> None:
                 provider = TokenizerProvider(loader)
                 if phase == "warm":
                     compact(
-                        msgs,
+                        CompactionRequest(
+                            msgs,
+                            model=MODEL,
+                            pipeline=pipeline,
+                            tokenizer=provider,
+                            facts=catalog,
+                            tools=tool_defs,
+                        )
+                    )
+                prof.enable()
+                compact(
+                    CompactionRequest(
+                        nxt if phase == "warm" else msgs,
                         model=MODEL,
                         pipeline=pipeline,
                         tokenizer=provider,
                         facts=catalog,
                         tools=tool_defs,
                     )
-                prof.enable()
-                compact(
-                    nxt if phase == "warm" else msgs,
-                    model=MODEL,
-                    pipeline=pipeline,
-                    tokenizer=provider,
-                    facts=catalog,
-                    tools=tool_defs,
                 )
                 prof.disable()
             buf.write(f"\n===== {window} window, {phase}, {len(msgs):,} messages, 5 calls =====\n")

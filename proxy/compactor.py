@@ -23,6 +23,7 @@ import orjson
 from proxy.compaction import (
     Calibration,
     CompactionReport,
+    CompactionRequest,
     CompactionResult,
     CompactionSettings,
     EncodingLoader,
@@ -156,14 +157,8 @@ class Compactor:
         if size_hint >= _INLINE_BYTES:
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(self._executor, self._prewarm, body)
-        model: str = body["model"]
-        _, pipeline = self.settings_for(model)
         result = await compact_async(
-            body["messages"],
-            model=model,
-            pipeline=pipeline,
-            summarizer=summarizer,
-            **self._arguments(body, mode, context_window),
+            self._request(body, mode, context_window), summarizer=summarizer
         )
         if self.debug:
             self._debug_log(body, result.report)
@@ -199,24 +194,24 @@ class Compactor:
             max_tokens=_int_or_none(body.get("max_tokens")),
         ).output_reserve
 
-    def _arguments(
+    def _request(
         self, body: Mapping[str, Any], mode: Mode, context_window: int | None = None
-    ) -> dict[str, Any]:
+    ) -> CompactionRequest:
+        model: str = body["model"]
         tools = body.get("tools") or body.get("functions")
-        return {
-            "tokenizer": self.tokenizers,
-            "facts": (
-                self.catalog
-                if context_window is None
-                else self.facts_for(body["model"], context_window)
-            ),
-            "tools": tools if isinstance(tools, list) else None,
-            "max_completion_tokens": _int_or_none(body.get("max_completion_tokens")),
-            "max_tokens": _int_or_none(body.get("max_tokens")),
-            "reserve_ratio": self.settings.summarization.reserve_ratio,
-            "calibration": self.calibration_for(body["model"]),
-            "mode": mode,
-        }
+        return CompactionRequest(
+            body["messages"],
+            model=model,
+            pipeline=self.settings_for(model)[1],
+            tokenizer=self.tokenizers,
+            facts=self.catalog if context_window is None else self.facts_for(model, context_window),
+            tools=tools if isinstance(tools, list) else None,
+            max_completion_tokens=_int_or_none(body.get("max_completion_tokens")),
+            max_tokens=_int_or_none(body.get("max_tokens")),
+            reserve_ratio=self.settings.summarization.reserve_ratio,
+            calibration=self.calibration_for(model),
+            mode=mode,
+        )
 
     def calibrate(self, model: str, reported: int, counted: int) -> None:
         """Learn how far our count is from the upstream's `usage.prompt_tokens` for `model`.
@@ -272,11 +267,7 @@ class Compactor:
     def run_sync(self, body: Mapping[str, Any], mode: Mode) -> CompactionResult:
         """The same pipeline without a summarizer (the CLI, offline): summarization is skipped
         and says so in the report; every other strategy runs as on the server."""
-        model: str = body["model"]
-        _, pipeline = self.settings_for(model)
-        result = compact(
-            body["messages"], model=model, pipeline=pipeline, **self._arguments(body, mode)
-        )
+        result = compact(self._request(body, mode))
         if self.debug:
             self._debug_log(body, result.report)
         return result

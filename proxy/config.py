@@ -32,6 +32,7 @@ from pydantic_settings import (
 )
 
 from proxy.compaction import CompactionSettings, FactsOverride, SummarizationSettings
+from proxy.compaction.settings import STRATEGY_NAMES
 
 CONFIG_ENV_VAR = "COMPACTION_PROXY_CONFIG"
 ENV_PREFIX = "COMPACTION_PROXY_"
@@ -175,7 +176,7 @@ class WindowSettings(Strict):
 
 class DashboardSettings(Strict):
     """`/dashboard`. `prices`: model name or glob -> USD per 1M input tokens, for the money
-    saved; they come before the built-in OpenAI list prices (proxy/metrics.py DEFAULT_PRICES).
+    saved; they come before the built-in OpenAI list prices (proxy/observability/prices.py).
     `show_content`: the recent-requests table may show the last user message (truncated)."""
 
     enabled: bool = True
@@ -357,10 +358,11 @@ def load_settings(
 
 
 def format_validation_error(exc: ValidationError, *, source: str) -> str:
+    """One line per problem, each naming the full key path: `models.gpt-4o.compaction.pipeline.0.
+    keep_last_tool_call_groups: Input should be greater than or equal to 0 (got -1)`."""
     lines = [f"invalid configuration ({source}):"]
     for error in exc.errors(include_url=False):
-        loc = ".".join(str(part) for part in error["loc"]) or "(top level)"
-        message = error["msg"]
+        loc, message = _key_path(error["loc"], error["msg"])
         if error["type"] == "extra_forbidden":
             allowed = _allowed_keys(error["loc"][:-1])
             if allowed:
@@ -378,6 +380,27 @@ def format_validation_error(exc: ValidationError, *, source: str) -> str:
         shown = _mask_if_secret(loc, value)
         lines.append(f"  {loc}: {message} (got {shown})")
     return "\n".join(lines)
+
+
+def _key_path(loc: tuple[int | str, ...], message: str) -> tuple[str, str]:
+    """The key path an error names, and its message.
+
+    pydantic puts a pipeline entry's `strategy` after its list index (`pipeline.0.truncation.
+    max_n`): not a key, so it is left out. A trigger's or target's own message starts with its
+    key path below the field (`trigger.tokens_exceed: expected an integer`): that joins the path.
+    """
+    parts: list[str] = []
+    previous: object = None
+    for part in loc:
+        if not (isinstance(previous, int) and part in STRATEGY_NAMES):
+            parts.append(str(part))
+        previous = part
+    message = message.removeprefix("Value error, ")
+    last = str(loc[-1]) if loc else ""
+    if parts and last and message.startswith((f"{last}.", f"{last}:")) and ": " in message:
+        own_path, message = message.split(": ", 1)
+        parts[-1] = own_path
+    return ".".join(parts) or "(top level)", message
 
 
 def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:

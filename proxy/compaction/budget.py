@@ -3,7 +3,7 @@
 The budget is what the prompt may use: ``window - output_reserve - reserve_ratio * window``.
 The output reserve is the request's ``max_completion_tokens`` (or ``max_tokens``), else the
 model's default output.  ``reserve_ratio`` is a safety margin for counting error, applied once
-(LibreChat subtracts it twice; see research/librechat.md section 1).
+(LibreChat subtracts it twice).
 
 Facts come from a built-in table, matched by exact name, then glob, then the longest name
 prefix that ends at a ``-`` (so dated variants such as ``gpt-4o-2024-08-06`` resolve, while

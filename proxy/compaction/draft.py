@@ -9,9 +9,9 @@ strategy can re-check its target after every step in O(1), and only new or chang
 ever counted.
 
 The draft enforces the invariants strategies must not break: system groups, the newest user message
-and the newest step (DESIGN invariants 1 and 4) are protected and any attempt to touch them raises
-:class:`ProtectedGroupError`; decisions are per whole group, so a tool call is never separated from
-its results (invariant 3).
+and the newest step (see "Groups and invariants" in docs/architecture.md) are protected and any
+attempt to touch them raises :class:`ProtectedGroupError`; decisions are per whole group, so a tool
+call is never separated from its results (invariant 3).
 
 :meth:`project` renders the output: original relative order, a replaced group's messages at the
 group's first position, inserted messages before their position.  :meth:`commit` re-bases the
@@ -397,7 +397,7 @@ class Draft:
         """Insert right after the newest user message: "progress so far" in an agent loop.
 
         The task stays first, then the summary of the steps already taken, then the recent
-        steps (DESIGN, agent loops).
+        steps (see "Agent loops" in docs/architecture.md).
         """
         self.insert(min(self.view.tail_start + 1, self.view.insert_limit), messages)
 

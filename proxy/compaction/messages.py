@@ -7,7 +7,7 @@ helpers.  None of them mutate their input.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypeAlias
 
 Message: TypeAlias = Mapping[str, Any]
@@ -98,3 +98,28 @@ def content_text(message: Message) -> str:
                     texts.append(text)
         return "\n".join(texts)
     return ""
+
+
+def last_user_text(messages: Sequence[object], limit: int = 500) -> str | None:
+    """The last user message's text, cut to ``limit`` characters with an ellipsis.
+
+    What the dashboard may show of a request (only when ``dashboard.show_content`` is on);
+    ``None`` when there is no user message or its content is not text.
+    """
+    for message in reversed(messages):
+        if not isinstance(message, Mapping) or message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if not isinstance(content, str | list):
+            return None
+        text = (
+            content
+            if isinstance(content, str)
+            else " ".join(
+                part["text"]
+                for part in content
+                if isinstance(part, Mapping) and isinstance(part.get("text"), str)
+            )
+        )
+        return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+    return None

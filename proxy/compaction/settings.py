@@ -1,18 +1,20 @@
 """Configuration models for the compaction core (pydantic v2).
 
-The lead's ``config.py`` embeds :class:`CompactionSettings` under ``compaction:`` and
-:class:`SummarizationSettings` under ``summarization:``.
+``proxy/config.py`` embeds :class:`CompactionSettings` under ``compaction:`` (and, per model,
+under ``models.<pattern>.compaction``) and :class:`SummarizationSettings` under
+``summarization:``; these models are the only validation there is.
 
 * ``compaction.pipeline`` is a list of entries discriminated by ``strategy`` with the Agent
   Framework's parameter names (snake_case).  Every entry takes an optional ``trigger`` and
   ``target`` in either form (``{tokens_exceed: 2000}`` or ``{type: token_ratio, value: 0.8}``,
   see :mod:`.triggers`) and ``minimum_preserved``.  All strategy names validate here even if
-  their implementation is not registered yet; building the pipeline reports that.
+  their implementation is not registered; building the pipeline reports that.
 * ``summarization`` is LibreChat's block with its own camelCase key names, defaults and
-  validation ranges (research/librechat.md sections 2 and 4), so a LibreChat user can paste
-  theirs.  ``softTrim`` and ``hardClear`` are honoured (LibreChat silently drops them).
+  validation ranges, so a LibreChat user can paste theirs.  ``softTrim`` and ``hardClear`` are
+  honoured (LibreChat silently drops them).
 
-Unknown keys are errors everywhere; pydantic's error ``loc`` names the key path.
+Unknown keys are errors everywhere; pydantic's error ``loc`` names the key path (the edge's
+``ConfigError`` turns it into ``models.gpt-4o.compaction.pipeline.0.keep: ...``).
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from .budget import FactsOverride
 from .triggers import Condition, parse_condition, parse_target
 
 
@@ -104,7 +105,7 @@ class ContextPruningParams(_CamelModel):
 
 
 SummaryPlacement = Literal["user", "system", "assistant"]
-"""The role a summary checkpoint is written with (DESIGN section 7.8)."""
+"""The role a summary checkpoint is written with (see "Checkpoints" in docs/architecture.md)."""
 
 
 class RetainRecentSettings(_CamelModel):
@@ -150,29 +151,21 @@ class StrategyEntryBase(_Model):
     minimum_preserved: int | None = Field(default=None, ge=0)
 
 
-class ContextPruningEntry(StrategyEntryBase):
+class _ContextPruningTag(StrategyEntryBase):
+    strategy: Literal["context_pruning"]
+
+
+class ContextPruningEntry(ContextPruningParams, _ContextPruningTag):
     """LibreChat-style pruning of old tool results (snake_case or camelCase keys).
 
+    The parameters are LibreChat's ``contextPruning`` block (:class:`ContextPruningParams`), so
+    the entry and ``summarization.contextPruning`` accept the same keys, defaults and ranges.
     ``enabled: false`` keeps the entry but never fires it (LibreChat's block pasted as is).
+    Like the other entries, it is written back with snake_case keys.
     """
 
-    model_config = ConfigDict(
-        extra="forbid",
-        frozen=True,
-        alias_generator=to_camel,
-        validate_by_name=True,
-        validate_by_alias=True,
-        arbitrary_types_allowed=True,
-    )
-
-    strategy: Literal["context_pruning"]
-    enabled: bool = True
-    keep_last_assistants: int = Field(default=3, ge=0, le=10)
-    soft_trim_ratio: float = Field(default=0.3, ge=0, le=1)
-    hard_clear_ratio: float = Field(default=0.5, ge=0, le=1)
-    min_prunable_tool_chars: int = Field(default=50_000, ge=0)
-    soft_trim: SoftTrimSettings = SoftTrimSettings()
-    hard_clear: HardClearSettings = HardClearSettings()
+    # the parameters' camelCase aliases and strict keys, but written back with snake_case keys
+    model_config = ConfigDict(serialize_by_alias=False)
 
 
 class ToolResultCompactionEntry(StrategyEntryBase):
@@ -368,18 +361,6 @@ class CompactionSettings(_Model):
     fallback_truncation: bool = True
     calibration: CalibrationSettings = CalibrationSettings()
     tokenizer: TokenizerSettings = TokenizerSettings()
-
-
-class ModelFactsSettings(_Model):
-    """One ``models:`` entry; unset fields keep the built-in (or default) facts."""
-
-    context_window: int | None = Field(default=None, gt=0)
-    max_output_tokens: int | None = Field(default=None, ge=0)
-    encoding: str | None = None
-
-    def to_override(self) -> FactsOverride:
-        """The core's override object."""
-        return FactsOverride(self.context_window, self.max_output_tokens, self.encoding)
 
 
 def entry_to_config(entry: BaseModel) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""The summarizer contract between the pure core and the edge (DESIGN sections 1 and 7).
+"""The summarizer contract between the pure core and the edge (see "Checkpoints" in
+docs/architecture.md).
 
 The core never talks to a model itself.  The summarization strategy hands a
 :class:`SummaryRequest` to whatever :class:`Summarizer` the edge passed to
@@ -18,10 +19,6 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 SummaryFailureReason = Literal["timeout", "error", "empty", "oversized", "not_shorter", "backoff"]
 """Why a summary was not produced (``SummaryError.reason``; also the report's ``failed``)."""
-
-FAILURE_REASONS: frozenset[str] = frozenset(
-    {"timeout", "error", "empty", "oversized", "not_shorter", "backoff"}
-)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,10 +18,11 @@ model sees them rendered as a TypeScript-like namespace inside the system prompt
 
     } // namespace functions
 
-We render that text ourselves and count it with the request's encoding, plus a small constant
-for the surrounding envelope.  It tracks the real cost within a few percent for flat schemas;
-deeply nested schemas are rendered recursively and may drift, which the calibration ratio
-(DESIGN section 4) absorbs.  Non-function tools (e.g. ``custom``) are counted as their JSON.
+We render that text ourselves and count it with the request's encoding, plus a small constant for
+the surrounding envelope.  It tracks the real cost within a few percent for flat schemas; deeply
+nested schemas are rendered recursively and may drift, which the calibration ratio (see "Budget and
+tokens" in docs/architecture.md) absorbs.  Non-function tools (e.g. ``custom``) are counted as their
+JSON.
 """
 
 from __future__ import annotations

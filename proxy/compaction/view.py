@@ -5,7 +5,7 @@ messages must live or die together (a tool call and every result answering it), 
 group belongs to and what each group costs in bytes and tokens.  The view holds the client's
 dicts by reference and never mutates them, so unknown fields survive by construction.
 
-Grouping rules (DESIGN section 3):
+Grouping rules (see "Groups and invariants" in docs/architecture.md):
 
 * ``system`` and ``developer`` messages: one ``system`` group each, turn ``None``.
 * ``user``: one group, starts a new turn (turns count from 1; groups before the first user
@@ -25,7 +25,7 @@ Grouping rules (DESIGN section 3):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -33,7 +33,10 @@ from .canonical import canonical_bytes
 from .messages import (
     SYSTEM_ROLES,
     Message,
+    has_tool_calls,
+    legacy_function_name,
     role_of,
+    tool_call_ids,
 )
 from .tokens import Tokenizer
 
@@ -51,6 +54,17 @@ class GroupKind(StrEnum):
 SUMMARY_PREFIX = "<summary>"
 """Default opening of a checkpoint message written by the proxy."""
 
+CHECKPOINT_NOTE = (
+    "You wrote the checkpoint above earlier in this conversation, when older messages were "
+    "condensed to keep the context small. Treat it as your own notes: carry on from where the "
+    "work stands, do not redo finished steps, and do not mention or reply to the checkpoint "
+    "itself."
+)
+"""What follows every summary the proxy writes, telling the model how to read it."""
+
+SUMMARY_SUFFIX = f"\n</summary>\n\n{CHECKPOINT_NOTE}"
+"""The exact end of a checkpoint the proxy wrote (see :meth:`SummaryMarker.is_ours`)."""
+
 
 @dataclass(frozen=True, slots=True)
 class SummaryMarker:
@@ -59,7 +73,7 @@ class SummaryMarker:
     The marker lives in the content (not in an extra dict key) because the projected messages
     go upstream as they are and an unknown key could be rejected there.  To keep a client's
     message from being mistaken for a checkpoint, only the roles listed here qualify and the
-    newest user message never does (DESIGN invariant 4 protects it).  System-role summaries
+    newest user message never does (it is protected).  System-role summaries
     are off by default: a client's system prompt that happens to start with the prefix must
     stay a system message (invariant 1); the summary placement ``system`` opts in.
     """
@@ -74,6 +88,17 @@ class SummaryMarker:
             isinstance(content, str)
             and content.startswith(self.prefix)
             and role_of(message) in self.roles
+        )
+
+    def is_ours(self, message: Message) -> bool:
+        """True only for a checkpoint in the proxy's exact wrapper (marker and closing note).
+
+        The marker alone could be a client's pasted text; the closing note makes it certain,
+        which matters where a wrong guess would break an invariant: the newest user message.
+        """
+        content = message.get("content")
+        return (
+            self.matches(message) and isinstance(content, str) and content.endswith(SUMMARY_SUFFIX)
         )
 
 
@@ -163,9 +188,9 @@ class ConversationView:
     def insert_limit(self) -> int:
         """The largest position :meth:`~.draft.Draft.insert` accepts (see the class docstring)."""
         if self.step is not None:
-            first = self.groups[self.step].first
-            if first > self.tail_start:
-                return first
+            # The step's first message after the task: a step whose call came before the task
+            # (a late result) still leaves room for "progress so far" right after the task.
+            return next(m for m in self.groups[self.step].members if m > self.tail_start)
         return self.tail_start
 
     def in_newest_turn(self, group: Group) -> bool:
@@ -248,25 +273,17 @@ def build_view(
             turn += 1
             kind, group_turn = user_kind, turn
         elif role == "assistant":
-            calls = message.get("tool_calls")
-            function_call = message.get("function_call")
-            is_function_call = type(function_call) is dict or isinstance(function_call, Mapping)
-            if (isinstance(calls, list) and calls) or is_function_call:
+            if has_tool_calls(message):
                 group = len(members)
                 members.append([index])
                 kinds.append(tool_kind)
                 turns.append(turn)
                 group_of[index] = group
-                if isinstance(calls, list):
-                    for call in calls:
-                        if type(call) is dict or isinstance(call, Mapping):
-                            call_id = call.get("id")
-                            if isinstance(call_id, str):
-                                pending_calls[call_id] = group
-                if is_function_call:
-                    name = function_call.get("name")  # type: ignore[union-attr]
-                    if isinstance(name, str):
-                        pending_functions.setdefault(name, []).append(group)
+                for call_id in tool_call_ids(message):
+                    pending_calls[call_id] = group
+                name = legacy_function_name(message)
+                if name is not None:
+                    pending_functions.setdefault(name, []).append(group)
                 continue
             kind, group_turn = text_kind, turn
         elif role == "tool" or role == "function":
@@ -372,18 +389,17 @@ def _measure(
 def _last_user_index(msgs: tuple[Message, ...], marker: SummaryMarker | None = None) -> int | None:
     """The newest user message, skipping the proxy's own user-role checkpoints.
 
-    A "progress so far" summary sits right after the task message in an agent loop, so the
-    newest user-role message can be ours; the task is the newest one that is not.  When every
-    user message carries the marker, the newest of them is the client's and counts.
+    A "progress so far" summary sits right after the task message in an agent loop, and with
+    no user message at all a summary is the only user-role message, so the newest user-role
+    message can be ours; the client's is the newest one that is not.  Only a checkpoint in the
+    proxy's exact wrapper is skipped: a client message that merely starts like one is still
+    the client's newest message, and stays protected.
     """
-    newest: int | None = None
     for index in range(len(msgs) - 1, -1, -1):
-        if msgs[index].get("role") == "user":
-            if marker is None or not marker.matches(msgs[index]):
-                return index
-            if newest is None:
-                newest = index
-    return newest
+        message = msgs[index]
+        if message.get("role") == "user" and (marker is None or not marker.is_ours(message)):
+            return index
+    return None
 
 
 def _answered_group(
@@ -408,8 +424,3 @@ def _tail_start(last_user: int | None, groups: tuple[Group, ...], size: int) -> 
         if group.kind is not GroupKind.SYSTEM:
             return group.first
     return size
-
-
-def group_messages(view: ConversationView, group: Group) -> list[Mapping[str, object]]:
-    """The messages of ``group`` in order (a convenience for strategies)."""
-    return [view.messages[i] for i in group.members]

@@ -6,13 +6,14 @@ from typing import Any
 
 from proxy.compaction import (
     CharacterEstimatorTokenizer,
+    CompactionRequest,
     CompactionResult,
     Mode,
     ModelFacts,
     Pipeline,
-    Strategy,
     compact,
 )
+from proxy.compaction.strategies import Strategy
 
 BIG = ModelFacts(context_window=1_000_000, max_output_tokens=0)
 
@@ -25,11 +26,13 @@ def run(
     mode: Mode = Mode.NORMAL,
 ) -> CompactionResult:
     return compact(
-        messages,
-        model="test",
-        pipeline=Pipeline((strategy,), fallback=False),
-        tokenizer=CharacterEstimatorTokenizer(),
-        facts=facts,
-        reserve_ratio=0,
-        mode=mode,
+        CompactionRequest(
+            messages,
+            model="test",
+            pipeline=Pipeline((strategy,), fallback=False),
+            tokenizer=CharacterEstimatorTokenizer(),
+            facts=facts,
+            reserve_ratio=0,
+            mode=mode,
+        )
     )

@@ -7,16 +7,17 @@ from typing import Any
 
 from proxy.compaction import (
     CharacterEstimatorTokenizer,
+    CompactionRequest,
     CompactionResult,
     Mode,
     ModelFacts,
     Pipeline,
-    Strategy,
     Summarizer,
     SummaryError,
     SummaryRequest,
     compact_async,
 )
+from proxy.compaction.strategies import Strategy
 
 BIG = ModelFacts(context_window=1_000_000, max_output_tokens=0)
 TOK = CharacterEstimatorTokenizer()
@@ -65,12 +66,14 @@ async def run_async(
 ) -> CompactionResult:
     chosen = strategies if isinstance(strategies, tuple) else (strategies,)
     return await compact_async(
-        messages,
-        model="test-model",
-        pipeline=Pipeline(chosen, fallback=fallback),
-        tokenizer=TOK,
-        facts=facts,
-        reserve_ratio=0,
-        mode=mode,
+        CompactionRequest(
+            messages,
+            model="test-model",
+            pipeline=Pipeline(chosen, fallback=fallback),
+            tokenizer=TOK,
+            facts=facts,
+            reserve_ratio=0,
+            mode=mode,
+        ),
         summarizer=summarizer,
     )

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.compaction import (
+from proxy.compaction import CompactionSettings, ModelFacts, build_pipeline
+from proxy.compaction.strategies import (
     ClearToolUsesStrategy,
-    CompactionSettings,
     ContextPruningStrategy,
-    ModelFacts,
     SelectiveToolCallsStrategy,
     SlidingWindowStrategy,
     ToolResultCompactionStrategy,
     TruncationStrategy,
-    build_pipeline,
 )
 from proxy.compaction.triggers import Always
 
@@ -129,8 +127,10 @@ def test_the_default_pipeline_fits_a_long_loop_and_is_idempotent() -> None:
 
 
 def run_pipeline(pipeline: Any, msgs: list[Msg], facts: ModelFacts) -> Any:
-    from proxy.compaction import CharacterEstimatorTokenizer, compact
+    from proxy.compaction import CharacterEstimatorTokenizer, CompactionRequest, compact
 
     return compact(
-        msgs, model="m", pipeline=pipeline, tokenizer=CharacterEstimatorTokenizer(), facts=facts
+        CompactionRequest(
+            msgs, model="m", pipeline=pipeline, tokenizer=CharacterEstimatorTokenizer(), facts=facts
+        )
     )

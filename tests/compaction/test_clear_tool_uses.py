@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from proxy.compaction import ClearToolUsesStrategy, pipeline_from_mapping
+from proxy.compaction import CompactionSettings, build_pipeline
+from proxy.compaction.strategies import ClearToolUsesStrategy
 from proxy.compaction.triggers import Always, TokensExceed
 
 from .helpers import Msg, a, call, s, tool, u
@@ -121,20 +122,22 @@ def test_the_newest_turn_is_never_cleared() -> None:
 
 def test_default_trigger_is_over_budget_and_entry_builds() -> None:
     assert not run(ClearToolUsesStrategy(keep=0), five_results()).changed
-    pipeline = pipeline_from_mapping(
-        {
-            "pipeline": [
-                {
-                    "strategy": "clear_tool_uses",
-                    "keep": 1,
-                    "exclude_tools": ["search"],
-                    "clear_at_least": 10,
-                    "clear_tool_inputs": True,
-                    "placeholder": "[x]",
-                    "trigger": {"tokens_exceed": 10},
-                }
-            ]
-        }
+    pipeline = build_pipeline(
+        CompactionSettings.model_validate(
+            {
+                "pipeline": [
+                    {
+                        "strategy": "clear_tool_uses",
+                        "keep": 1,
+                        "exclude_tools": ["search"],
+                        "clear_at_least": 10,
+                        "clear_tool_inputs": True,
+                        "placeholder": "[x]",
+                        "trigger": {"tokens_exceed": 10},
+                    }
+                ]
+            }
+        )
     )
     out = run(pipeline.strategies[0], five_results()).messages
     assert results(out)[:4] == [

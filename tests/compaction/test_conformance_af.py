@@ -34,16 +34,19 @@ afc = pytest.importorskip("agent_framework._compaction")
 
 from proxy.compaction import (  # noqa: E402
     CharacterEstimatorTokenizer,
+    CompactionRequest,
     ModelFacts,
     Pipeline,
+    build_view,
+    compact,
+)
+from proxy.compaction.strategies import (  # noqa: E402
     PipelineStrategy,
     SelectiveToolCallsStrategy,
     SlidingWindowStrategy,
     Strategy,
     ToolResultCompactionStrategy,
     TruncationStrategy,
-    build_view,
-    compact,
 )
 
 Msg = dict[str, Any]
@@ -110,12 +113,14 @@ def oracle(msgs: list[Msg], strategy: Any) -> list[str]:
 
 def ours(msgs: list[Msg], strategy: Strategy) -> list[str]:
     result = compact(
-        msgs,
-        model="m",
-        pipeline=Pipeline((strategy,), fallback=False),
-        tokenizer=CharacterEstimatorTokenizer(),
-        facts=ModelFacts(1_000_000, 0),
-        reserve_ratio=0,
+        CompactionRequest(
+            msgs,
+            model="m",
+            pipeline=Pipeline((strategy,), fallback=False),
+            tokenizer=CharacterEstimatorTokenizer(),
+            facts=ModelFacts(1_000_000, 0),
+            reserve_ratio=0,
+        )
     )
     return [m["label"] for m in result.messages]
 
@@ -317,12 +322,14 @@ def expected_items(msgs: list[Msg], items: list[Any], *, stats: bool = True) -> 
 
 def our_items(msgs: list[Msg], strategy: Strategy, tokenizer: Any = None) -> list[Any]:
     result = compact(
-        msgs,
-        model="m",
-        pipeline=Pipeline((strategy,), fallback=False),
-        tokenizer=tokenizer or CharacterEstimatorTokenizer(),
-        facts=ModelFacts(10**9, 0),
-        reserve_ratio=0,
+        CompactionRequest(
+            msgs,
+            model="m",
+            pipeline=Pipeline((strategy,), fallback=False),
+            tokenizer=tokenizer or CharacterEstimatorTokenizer(),
+            facts=ModelFacts(10**9, 0),
+            reserve_ratio=0,
+        )
     )
     return [m["label"] if "label" in m else m["content"] for m in result.messages]
 

@@ -6,14 +6,8 @@ from typing import Any
 
 import pytest
 
-from proxy.compaction import (
-    CompactionSettings,
-    ContextPruningStrategy,
-    ModelFacts,
-    SummarizationSettings,
-    build_pipeline,
-    pipeline_from_mapping,
-)
+from proxy.compaction import CompactionSettings, ModelFacts, SummarizationSettings, build_pipeline
+from proxy.compaction.strategies import ContextPruningStrategy
 from proxy.compaction.strategies.context_pruning import (
     assistant_protection_start,
     soft_trim,
@@ -286,24 +280,28 @@ def test_librechat_block_shapes_the_default_pipeline_entry() -> None:
 
 
 def test_pipeline_entry_accepts_camel_case_keys() -> None:
-    pipeline = pipeline_from_mapping(
-        {
-            "pipeline": [
-                {
-                    "strategy": "context_pruning",
-                    "trigger": "always",
-                    "keepLastAssistants": 0,
-                    "minPrunableToolChars": 100,
-                    "softTrim": {"maxChars": 50, "headChars": 10, "tailChars": 10},
-                    "hardClear": {"placeholder": "[cleared]"},
-                }
-            ]
-        }
+    pipeline = build_pipeline(
+        CompactionSettings.model_validate(
+            {
+                "pipeline": [
+                    {
+                        "strategy": "context_pruning",
+                        "trigger": "always",
+                        "keepLastAssistants": 0,
+                        "minPrunableToolChars": 100,
+                        "softTrim": {"maxChars": 50, "headChars": 10, "tailChars": 10},
+                        "hardClear": {"placeholder": "[cleared]"},
+                    }
+                ]
+            }
+        )
     )
     result = run(pipeline.strategies[0], twenty())
     assert result.messages[3]["content"] == "[cleared]"
-    off = pipeline_from_mapping(
-        {"pipeline": [{"strategy": "context_pruning", "enabled": False, "trigger": "always"}]}
+    off = build_pipeline(
+        CompactionSettings.model_validate(
+            {"pipeline": [{"strategy": "context_pruning", "enabled": False, "trigger": "always"}]}
+        )
     )
     assert not run(off.strategies[0], twenty()).changed
 

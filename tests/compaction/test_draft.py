@@ -2,15 +2,11 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.compaction import (
-    Budget,
-    CharacterEstimatorTokenizer,
-    Draft,
-    GroupKind,
-    GroupState,
-    ProtectedGroupError,
-    build_view,
-)
+from proxy.compaction import CharacterEstimatorTokenizer, build_view
+from proxy.compaction.budget import Budget
+from proxy.compaction.draft import Draft, GroupState, ProtectedGroupError
+from proxy.compaction.strategies.summarization import wrap_summary
+from proxy.compaction.view import GroupKind
 
 from .helpers import a, call, contents, s, tool, u
 
@@ -106,11 +102,24 @@ def test_older_steps_of_the_newest_turn_are_fair_game() -> None:
 
 
 def test_a_progress_summary_after_the_task_is_not_the_newest_user_message() -> None:
-    summary = u("<summary>\nsteps 1-40\n</summary>")
+    summary = u(wrap_summary("steps 1-40"))
     draft = make([s(), u("task"), summary, call("c1"), tool("c1"), call("c2"), tool("c2")])
     assert draft.view.tail_start == 1
     assert draft.view.groups[2].kind is GroupKind.SUMMARY
     assert [g.index for g in draft.removable()] == [2, 3]
+
+
+def test_a_client_message_that_only_looks_like_a_summary_stays_the_newest_user_message() -> None:
+    pasted = u("<summary>\nnotes I pasted\n</summary>")  # not the proxy's exact wrapper
+    draft = make([s(), u("task"), a("ok"), pasted, call("c1"), tool("c1")])
+    assert draft.view.tail_start == 3
+    assert draft.view.groups[3].kind is GroupKind.USER and draft.is_protected(3)
+
+
+def test_with_no_user_message_a_summary_is_never_taken_for_one() -> None:
+    draft = make([u(wrap_summary("old work")), call("c1"), tool("c1"), call("c2"), tool("c2")])
+    assert draft.view.groups[0].kind is GroupKind.SUMMARY
+    assert [g.index for g in draft.removable()] == [0, 1]  # the summary and the older step
 
 
 def test_trim_newest_only_cuts_tool_results() -> None:

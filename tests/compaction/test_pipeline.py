@@ -7,17 +7,17 @@ import pytest
 
 from proxy.compaction import (
     CharacterEstimatorTokenizer,
+    CompactionRequest,
     CompactionSettings,
     Mode,
     ModelCatalog,
     ModelFacts,
     Pipeline,
-    SlidingWindowStrategy,
     TokenizerProvider,
-    TruncationStrategy,
     build_pipeline,
     compact,
 )
+from proxy.compaction.strategies import SlidingWindowStrategy, TruncationStrategy
 from proxy.compaction.triggers import TokenRatio, TurnsExceed
 
 from .helpers import a, call, contents, s, tool, u
@@ -49,13 +49,15 @@ def run(
     mode: Mode = Mode.NORMAL,
 ):
     return compact(
-        messages,
-        model="m",
-        pipeline=pipeline,
-        tokenizer=TOK,
-        facts=facts,
-        reserve_ratio=0,
-        mode=mode,
+        CompactionRequest(
+            messages,
+            model="m",
+            pipeline=pipeline,
+            tokenizer=TOK,
+            facts=facts,
+            reserve_ratio=0,
+            mode=mode,
+        )
     )
 
 
@@ -169,8 +171,12 @@ def test_dry_run_computes_the_same_result() -> None:
 def test_tools_count_into_the_budget(o200k) -> None:
     msgs = conversation(2)
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
-    with_tools = compact(msgs, model="gpt-4o", pipeline=Pipeline(()), tokenizer=o200k, tools=tools)
-    without = compact(msgs, model="gpt-4o", pipeline=Pipeline(()), tokenizer=o200k)
+    with_tools = compact(
+        CompactionRequest(msgs, model="gpt-4o", pipeline=Pipeline(()), tokenizer=o200k, tools=tools)
+    )
+    without = compact(
+        CompactionRequest(msgs, model="gpt-4o", pipeline=Pipeline(()), tokenizer=o200k)
+    )
     assert with_tools.report.tokens_before == without.report.tokens_before + o200k.count_tools(
         tools
     )
@@ -179,12 +185,14 @@ def test_tools_count_into_the_budget(o200k) -> None:
 def test_provider_and_catalog_pick_encoding_and_window(provider: TokenizerProvider) -> None:
     msgs = conversation(1)
     result = compact(
-        msgs,
-        model="gpt-4-0613",
-        pipeline=Pipeline(()),
-        tokenizer=provider,
-        facts=ModelCatalog(),
-        max_tokens=1000,
+        CompactionRequest(
+            msgs,
+            model="gpt-4-0613",
+            pipeline=Pipeline(()),
+            tokenizer=provider,
+            facts=ModelCatalog(),
+            max_tokens=1000,
+        )
     )
     assert result.report.tokenizer == "cl100k_base"
     assert result.report.context_window == 8192
@@ -225,13 +233,15 @@ def test_calibration_changes_trigger_decisions() -> None:
     pipeline = Pipeline((TruncationStrategy(trigger=TokenRatio(0.8), target=TokenRatio(0.5)),))
     assert not run(msgs, pipeline, facts).changed
     calibrated = compact(
-        msgs,
-        model="m",
-        pipeline=pipeline,
-        tokenizer=TOK,
-        facts=facts,
-        reserve_ratio=0,
-        calibration=Calibration(1.25),
+        CompactionRequest(
+            msgs,
+            model="m",
+            pipeline=pipeline,
+            tokenizer=TOK,
+            facts=facts,
+            reserve_ratio=0,
+            calibration=Calibration(1.25),
+        )
     )
     assert calibrated.changed
     assert calibrated.report.calibration == 1.25
@@ -275,7 +285,7 @@ def test_last_resort_never_cuts_user_text() -> None:
 def test_token_budget_keeps_system_and_newest_turn_with_a_warning() -> None:
     # Agent Framework: [S*100, U*100] with budget 1 -> [U] (its strict fallback drops the
     # system message).  We never drop it (DESIGN invariant 1) and say so in the report.
-    from proxy.compaction.pipeline import PipelineStrategy
+    from proxy.compaction.strategies import PipelineStrategy
 
     msgs = [s("S" * 100), u("U" * 100)]
     budget = PipelineStrategy([TruncationStrategy()], token_budget=1)
@@ -359,8 +369,8 @@ def test_hysteresis_lets_later_strategies_finish_what_the_first_started() -> Non
     gated = dataclasses.replace(flat, hysteresis=True)
     common = {"model": "m", "tokenizer": tokenizer, "facts": facts, "reserve_ratio": 0}
     budget_tokens = 4_400
-    with_flat = compact(messages, pipeline=flat, **common)
-    with_gate = compact(messages, pipeline=gated, **common)
+    with_flat = compact(CompactionRequest(messages, pipeline=flat, **common))
+    with_gate = compact(CompactionRequest(messages, pipeline=gated, **common))
     assert with_flat.report.tokens_before >= 0.8 * budget_tokens
     assert with_flat.report.changed_by == ("sliding_window",)  # stopped just under 0.8
     assert with_flat.report.tokens_after > 0.5 * budget_tokens

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.compaction import SelectiveToolCallsStrategy
+from proxy.compaction.strategies import SelectiveToolCallsStrategy
 from proxy.compaction.triggers import HasToolCalls, TokensExceed
 
 from .helpers import a, call, contents, s, tool, u

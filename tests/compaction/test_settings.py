@@ -5,21 +5,15 @@ import logging
 import pytest
 from pydantic import ValidationError
 
-from proxy.compaction import (
-    CompactionConfigError,
-    CompactionSettings,
-    ModelFactsSettings,
+from proxy.compaction import CompactionSettings, SummarizationSettings, build_pipeline
+from proxy.compaction.factory import default_pipeline_entries
+from proxy.compaction.settings import STRATEGY_NAMES
+from proxy.compaction.strategies import (
     StrategyNotAvailable,
     StrategyRegistry,
-    SummarizationSettings,
     TruncationStrategy,
-    build_pipeline,
-    default_pipeline_entries,
     default_registry,
-    pipeline_from_mapping,
 )
-from proxy.compaction.budget import FactsOverride
-from proxy.compaction.settings import STRATEGY_NAMES
 from proxy.compaction.triggers import RemainingTokens, TokenRatio
 
 SEED = {
@@ -270,83 +264,61 @@ def test_explicit_pipeline_options() -> None:
     )
 
 
-def test_model_facts_settings() -> None:
-    entry = ModelFactsSettings.model_validate({"context_window": 1000})
-    assert entry.to_override() == FactsOverride(1000, None, None)
-    with pytest.raises(ValidationError):
-        ModelFactsSettings.model_validate({"context_window": 0})
-    with pytest.raises(ValidationError):
-        ModelFactsSettings.model_validate({"window": 10})
-
-
 # ---------------------------------------------------------------- per-model overrides
 
 
-@pytest.mark.parametrize(
-    ("raw", "path"),
-    [
-        (
-            {
-                "pipeline": [
-                    {"strategy": "tool_result_compaction", "keep_last_tool_call_groups": -1}
-                ]
-            },
-            "models.gpt-4o.compaction.pipeline.0.keep_last_tool_call_groups",
-        ),
-        (
-            {
-                "pipeline": [
-                    {
-                        "strategy": "pipeline",
-                        "strategies": [
-                            {"strategy": "context_pruning", "softTrim": {"maxChars": -1}}
-                        ],
-                    }
-                ]
-            },
-            "models.gpt-4o.compaction.pipeline.0.strategies.0.softTrim.maxChars",
-        ),
-        (
-            {
-                "pipeline": [
-                    {"strategy": "truncation"},
-                    {"strategy": "summarization", "target_count": 2, "retain_recent": {"turns": 1}},
-                ]
-            },
-            "models.gpt-4o.compaction.pipeline.1",
-        ),
-        (
-            {"pipeline": [{"strategy": "truncation", "trigger": {"tokens_exceed": "x"}}]},
-            "models.gpt-4o.compaction.pipeline.0.trigger.tokens_exceed",
-        ),
-        ({"bogus": 1}, "models.gpt-4o.compaction.bogus"),
-    ],
-)
-def test_model_override_errors_name_the_key_path(raw: dict[str, object], path: str) -> None:
-    with pytest.raises(CompactionConfigError) as info:
-        pipeline_from_mapping(raw, path="models.gpt-4o.compaction")
-    assert info.value.issues[0][0] == path
-    assert str(info.value).startswith(f"{path}: ")
-
-
 def test_model_override_builds_a_pipeline() -> None:
-    pipeline = pipeline_from_mapping(
+    """A `models.<pattern>.compaction` block is a whole `compaction` block (key-path errors: see
+    tests/unit/test_config.py, where start-up formats them)."""
+    override = CompactionSettings.model_validate(
         {
             "pipeline": [
                 {"strategy": "clear_tool_uses", "keep": 2},
                 {"strategy": "selective_tool_calls", "trigger": {"tokens_exceed": 10}},
             ],
             "fallback_truncation": False,
-        },
-        path="models.gpt-4o.compaction",
+        }
     )
+    pipeline = build_pipeline(override)
     assert [s.name for s in pipeline.strategies] == ["clear_tool_uses", "selective_tool_calls"]
     assert not pipeline.fallback
-    default = pipeline_from_mapping({}, {"contextPruning": {"enabled": False}})
+    summarization = SummarizationSettings.model_validate({"contextPruning": {"enabled": False}})
+    default = build_pipeline(CompactionSettings(), summarization)
     assert [s.name for s in default.strategies] == [
         "tool_result_compaction",
         "summarization",
         "truncation",
     ]
-    with pytest.raises(CompactionConfigError, match=r"^summarization\.reserveRatio: "):
-        pipeline_from_mapping({}, {"reserveRatio": 2})
+
+
+def test_context_pruning_entry_takes_the_librechat_block_as_is() -> None:
+    """The pipeline entry and `summarization.contextPruning` are one model: same keys, defaults
+    and ranges, written back with snake_case keys like every other entry."""
+    block = {
+        "enabled": False,
+        "keepLastAssistants": 2,
+        "softTrimRatio": 0.2,
+        "hardClearRatio": 0.4,
+        "minPrunableToolChars": 10,
+        "softTrim": {"maxChars": 100, "headChars": 10, "tailChars": 10},
+        "hardClear": {"enabled": False, "placeholder": "[x]"},
+    }
+    params = SummarizationSettings.model_validate({"contextPruning": block}).context_pruning
+    settings = CompactionSettings.model_validate(
+        {"pipeline": [{"strategy": "context_pruning", **block}]}
+    )
+    assert settings.pipeline is not None
+    entry = settings.pipeline[0]
+    assert {name: getattr(entry, name) for name in type(params).model_fields} == dict(params)
+    dumped = entry.model_dump(mode="json", exclude_none=True)
+    assert dumped["keep_last_assistants"] == 2 and dumped["strategy"] == "context_pruning"
+    with pytest.raises(ValidationError) as info:
+        CompactionSettings.model_validate(
+            {"pipeline": [{"strategy": "context_pruning", "keepLastAssistants": 11}]}
+        )
+    assert info.value.errors()[0]["loc"] == (
+        "pipeline",
+        0,
+        "context_pruning",
+        "keepLastAssistants",
+    )

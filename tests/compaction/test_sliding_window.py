@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.compaction import Mode, SlidingWindowStrategy
+from proxy.compaction import Mode
+from proxy.compaction.strategies import SlidingWindowStrategy
 from proxy.compaction.triggers import TokensExceed, TurnsExceed
 
 from .helpers import a, call, contents, s, tool, u

@@ -5,27 +5,28 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from proxy.compaction import (
+    CompactionRequest,
     CompactionSettings,
     ModelFacts,
     Pipeline,
-    PipelineStrategy,
-    StrategyContext,
     SummarizationSettings,
-    SummarizationStrategy,
     SummaryError,
-    TruncationStrategy,
     build_pipeline,
     build_view,
     compact,
-    compaction_settings_from_mapping,
-    run_strategy,
-    summarization_settings_from_mapping,
 )
 from proxy.compaction.budget import compute_budget
 from proxy.compaction.draft import Draft
-from proxy.compaction.factory import CompactionConfigError
+from proxy.compaction.strategies import (
+    PipelineStrategy,
+    StrategyContext,
+    SummarizationStrategy,
+    TruncationStrategy,
+)
+from proxy.compaction.strategies.composite import run_strategy
 from proxy.compaction.strategies.summarization import (
     CHECKPOINT_NOTE,
     unwrap_summary,
@@ -303,7 +304,7 @@ def test_system_role_summaries_are_recognised_only_when_configured() -> None:
     assert "system" in Pipeline((system,)).marker().roles
     nested = PipelineStrategy([TruncationStrategy(), system])
     assert "system" in Pipeline((nested,)).marker().roles
-    settings = summarization_settings_from_mapping({"placement": "system"})
+    settings = SummarizationSettings.model_validate({"placement": "system"})
     assert "system" in build_pipeline(CompactionSettings(), settings).marker().roles
     assert "system" not in build_pipeline(CompactionSettings()).marker().roles
 
@@ -410,12 +411,14 @@ async def test_without_a_summarizer_it_skips_with_a_note() -> None:
     for result in (
         await run_async((SummarizationStrategy(), TruncationStrategy()), msgs, None, facts=facts),
         compact(
-            msgs,
-            model="m",
-            pipeline=Pipeline((SummarizationStrategy(), TruncationStrategy()), fallback=False),
-            tokenizer=TOK,
-            facts=facts,
-            reserve_ratio=0,
+            CompactionRequest(
+                msgs,
+                model="m",
+                pipeline=Pipeline((SummarizationStrategy(), TruncationStrategy()), fallback=False),
+                tokenizer=TOK,
+                facts=facts,
+                reserve_ratio=0,
+            )
         ),
     ):
         summ, trunc = result.report.strategies
@@ -453,15 +456,12 @@ async def test_compacting_the_output_again_does_nothing() -> None:
 
 
 async def _compact(msgs: list[dict[str, Any]], pipeline: Pipeline, facts: ModelFacts, fake: Any):
-    from proxy.compaction import compact_async
+    from proxy.compaction import CompactionRequest, compact_async
 
     return await compact_async(
-        msgs,
-        model="m",
-        pipeline=pipeline,
-        tokenizer=TOK,
-        facts=facts,
-        reserve_ratio=0,
+        CompactionRequest(
+            msgs, model="m", pipeline=pipeline, tokenizer=TOK, facts=facts, reserve_ratio=0
+        ),
         summarizer=fake,
     )
 
@@ -484,10 +484,12 @@ async def test_default_pipeline_runs_summarization_before_truncation() -> None:
 
 def test_settings_placement_and_entries() -> None:
     assert SummarizationSettings().placement == "user"
-    assert summarization_settings_from_mapping({"placement": "assistant"}).placement == "assistant"
-    with pytest.raises(CompactionConfigError, match=r"^summarization\.placement: "):
-        summarization_settings_from_mapping({"placement": "tool"})
-    block = summarization_settings_from_mapping(
+    assistant = SummarizationSettings.model_validate({"placement": "assistant"})
+    assert assistant.placement == "assistant"
+    with pytest.raises(ValidationError) as info:
+        SummarizationSettings.model_validate({"placement": "tool"})
+    assert info.value.errors()[0]["loc"] == ("placement",)
+    block = SummarizationSettings.model_validate(
         {"retainRecent": {"turns": 3, "tokens": 900}, "placement": "assistant"}
     )
     (strategy,) = [
@@ -502,7 +504,7 @@ def test_settings_placement_and_entries() -> None:
     )
     assert strategy.trigger == TokenRatio(0.8) and strategy.target == TokenRatio(0.5)
     assert not strategy.by_groups
-    off = summarization_settings_from_mapping({"enabled": False})
+    off = SummarizationSettings.model_validate({"enabled": False})
     assert "summarization" not in [
         x.name for x in build_pipeline(CompactionSettings(), off).strategies
     ]
@@ -519,7 +521,7 @@ def test_settings_placement_and_entries() -> None:
     ],
 )
 def test_af_entry_parameters(entry: dict[str, Any], expected: tuple[Any, int]) -> None:
-    settings = compaction_settings_from_mapping(
+    settings = CompactionSettings.model_validate(
         {"pipeline": [{"strategy": "summarization", "minimum_preserved": 2, **entry}]}
     )
     (strategy,) = build_pipeline(settings).strategies
@@ -529,8 +531,8 @@ def test_af_entry_parameters(entry: dict[str, Any], expected: tuple[Any, int]) -
 
 
 def test_entry_rejects_both_shapes_and_bad_values() -> None:
-    with pytest.raises(CompactionConfigError, match="not both"):
-        compaction_settings_from_mapping(
+    with pytest.raises(ValidationError, match="not both"):
+        CompactionSettings.model_validate(
             {
                 "pipeline": [
                     {"strategy": "summarization", "target_count": 2, "retain_recent": {"turns": 1}}
@@ -538,8 +540,8 @@ def test_entry_rejects_both_shapes_and_bad_values() -> None:
             }
         )
     for bad in ({"placement": "tool"}, {"target_count": 0}, {"retain_recent": {"turns": 21}}):
-        with pytest.raises(CompactionConfigError):
-            compaction_settings_from_mapping({"pipeline": [{"strategy": "summarization", **bad}]})
+        with pytest.raises(ValidationError):
+            CompactionSettings.model_validate({"pipeline": [{"strategy": "summarization", **bad}]})
     with pytest.raises(ValueError):
         SummarizationStrategy(placement="tool")  # type: ignore[arg-type]
 

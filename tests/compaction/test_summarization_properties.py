@@ -15,16 +15,17 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from proxy.compaction import (
+    CompactionRequest,
     CompactionResult,
     CompactionSettings,
     Mode,
     ModelFacts,
     Pipeline,
     SummarizationSettings,
-    SummarizationStrategy,
     build_pipeline,
     compact_async,
 )
+from proxy.compaction.strategies import SummarizationStrategy
 
 from .summarizer_fakes import TOK, FakeSummarizer, failing
 from .test_properties import SYSTEM, check_invariants_phase2, rich_conversations
@@ -58,13 +59,15 @@ def pipelines(draw: st.DrawFn) -> Pipeline:
 def run(msgs: list[Msg], pipeline: Pipeline, window: int, summarizer: Any, mode: Mode) -> Any:
     async def go() -> CompactionResult:
         return await compact_async(
-            msgs,
-            model="m",
-            pipeline=pipeline,
-            tokenizer=TOK,
-            facts=ModelFacts(window, 0),
-            reserve_ratio=0,
-            mode=mode,
+            CompactionRequest(
+                msgs,
+                model="m",
+                pipeline=pipeline,
+                tokenizer=TOK,
+                facts=ModelFacts(window, 0),
+                reserve_ratio=0,
+                mode=mode,
+            ),
             summarizer=summarizer,
         )
 
@@ -125,11 +128,13 @@ def test_default_pipeline_with_a_summarizer_keeps_the_invariants(
     # 6. deterministic
     again = run(msgs, pipeline, window, FakeSummarizer(), mode)
     assert orjson.dumps(again.messages) == orjson.dumps(result.messages)
-    # 7. idempotent
+    # 7. idempotent.  Not after a failed summary: the failed strategy changed nothing and later
+    # ones did, so a second run may give it different (now foldable) input.  The edge never
+    # stores a compaction with a failure and backs off, so that second run never happens there.
     second_fake = FakeSummarizer()
     second = run(result.messages, pipeline, window, second_fake, mode)
-    assert not second.changed, (second.report.to_dict(), result.report.to_dict())
-    if not result.report.failures:  # a not_shorter stretch is asked again (the edge backs off)
+    if not result.report.failures:
+        assert not second.changed, (second.report.to_dict(), result.report.to_dict())
         assert second_fake.calls == []
     # 8. under budget whenever possible, else a warning
     report = result.report

@@ -13,12 +13,11 @@ import tiktoken.load
 from proxy.compaction import (
     CharacterEstimatorTokenizer,
     EncodingLoader,
-    EncodingUnavailable,
     ImagePricing,
     TiktokenTokenizer,
     TokenizerProvider,
 )
-from proxy.compaction.encodings import BLOB_URL, cache_key
+from proxy.compaction.encodings import BLOB_URL, EncodingUnavailable, cache_key
 from proxy.compaction.images import image_size, image_size_from_url
 from proxy.compaction.tool_schema import render_functions
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.compaction import Mode, ToolResultCompactionStrategy
+from proxy.compaction import Mode
+from proxy.compaction.strategies import ToolResultCompactionStrategy
 from proxy.compaction.strategies.tool_result_compaction import summary_text
 from proxy.compaction.triggers import TokensExceed
 

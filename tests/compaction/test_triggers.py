@@ -2,15 +2,16 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.compaction import ConditionError, Metrics, parse_condition, parse_target
 from proxy.compaction.triggers import (
     AllOf,
     Always,
     AnyOf,
+    ConditionError,
     GroupsExceed,
     HasToolCalls,
     MessagesExceed,
     MessagesToRefine,
+    Metrics,
     Never,
     OverBudget,
     RemainingTokens,
@@ -18,6 +19,8 @@ from proxy.compaction.triggers import (
     TokensBelow,
     TokensExceed,
     TurnsExceed,
+    parse_condition,
+    parse_target,
 )
 
 

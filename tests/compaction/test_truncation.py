@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.compaction import CharacterEstimatorTokenizer, TruncationStrategy
+from proxy.compaction import CharacterEstimatorTokenizer
+from proxy.compaction.strategies import TruncationStrategy
 from proxy.compaction.triggers import GroupsExceed, TokensExceed
 
 from .helpers import a, call, contents, s, tool, u

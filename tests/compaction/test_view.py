@@ -2,8 +2,9 @@ from __future__ import annotations
 
 import copy
 
-from proxy.compaction import CharacterEstimatorTokenizer, GroupKind, SummaryMarker, build_view
+from proxy.compaction import CharacterEstimatorTokenizer, build_view
 from proxy.compaction.canonical import canonical_bytes
+from proxy.compaction.view import GroupKind, SummaryMarker
 
 from .helpers import a, call, dev, fcall, fresult, s, tool, u
 

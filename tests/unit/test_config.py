@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from proxy.compaction import FactsOverride
 from proxy.config import (
     CONFIG_ENV_VAR,
     ConfigError,
@@ -390,6 +391,65 @@ class TestValidationErrors:
         with pytest.raises(ConfigError) as info:
             load_settings(path, environ={})
         assert "not UTF-8" in str(info.value)
+
+
+# --- compaction blocks -----------------------------------------------------------------------
+
+
+class TestCompactionErrors:
+    """The `compaction` and `summarization` blocks (top level and per model) are validated by the
+    core's models at start-up; every error names the full key path the user wrote."""
+
+    @pytest.mark.parametrize(
+        ("text", "path"),
+        [
+            (
+                "pipeline: [{strategy: tool_result_compaction, keep_last_tool_call_groups: -1}]",
+                "models.gpt-4o.compaction.pipeline.0.keep_last_tool_call_groups",
+            ),
+            (
+                "pipeline: [{strategy: pipeline, strategies: "
+                "[{strategy: context_pruning, softTrim: {maxChars: -1}}]}]",
+                "models.gpt-4o.compaction.pipeline.0.strategies.0.softTrim.maxChars",
+            ),
+            (
+                "pipeline: [{strategy: truncation}, "
+                "{strategy: summarization, target_count: 2, retain_recent: {turns: 1}}]",
+                "models.gpt-4o.compaction.pipeline.1",
+            ),
+            (
+                "pipeline: [{strategy: truncation, trigger: {tokens_exceed: x}}]",
+                "models.gpt-4o.compaction.pipeline.0.trigger.tokens_exceed",
+            ),
+            ("bogus: 1", "models.gpt-4o.compaction.bogus"),
+        ],
+    )
+    def test_model_override_errors_name_the_key_path(
+        self, write_config: WriteConfig, text: str, path: str
+    ) -> None:
+        message = load_error(write_config, f"models:\n  gpt-4o:\n    compaction: {{{text}}}\n")
+        assert message.splitlines()[1].startswith(f"  {path}: "), message
+
+    def test_messages_read_as_the_problem(self, write_config: WriteConfig) -> None:
+        text = "compaction: {pipeline: [{strategy: sliding_window}]}\n"
+        line = load_error(write_config, text).splitlines()[1]
+        assert line.startswith("  compaction.pipeline.0: sliding_window needs keep_last_groups")
+        assert "Value error" not in line
+
+    def test_summarization_errors_name_the_camel_case_key(self, write_config: WriteConfig) -> None:
+        message = load_error(write_config, "summarization: {reserveRatio: 2, placement: tool}\n")
+        assert "  summarization.reserveRatio: " in message
+        assert "  summarization.placement: " in message
+
+    def test_model_facts(self, write_config: WriteConfig) -> None:
+        text = "models: {gpt-4o: {context_window: 1000}, 'gpt-5*': {encoding: cl100k_base}}\n"
+        models = load_settings(write_config(text), environ={}).models
+        assert models["gpt-4o"].facts_override() == FactsOverride(1000, None, None)
+        assert models["gpt-5*"].facts_override() == FactsOverride(None, None, "cl100k_base")
+        message = load_error(write_config, "models: {gpt-4o: {context_window: 0}}\n")
+        assert "  models.gpt-4o.context_window: " in message
+        message = load_error(write_config, "models: {gpt-4o: {window: 10}}\n")
+        assert "  models.gpt-4o.window: unknown key" in message
 
 
 # --- durations --------------------------------------------------------------------------------

@@ -1,16 +1,17 @@
 """Helpers the tool-output strategies share: which messages of a group are answered results,
-the tool name behind a result, the newest-N selections, and text of a result's content.
+the tool name behind a result, the newest-N selections, and the text of a result's content.
 
 Everything reads the draft's *current* messages (``draft.message(i)``) and never mutates them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeGuard
 
 from ..draft import Draft
-from ..messages import Message, legacy_function_name, role_of, tool_call_names
+from ..messages import legacy_function_name, role_of, tool_call_ids, tool_call_names
 from ..view import Group, GroupKind
 
 
@@ -33,7 +34,7 @@ def answered_results(draft: Draft, group: Group) -> list[ToolResult]:
 
     Orphans the view attached to the group (a result whose id no call of the group declared,
     or a second answer to an already answered id) are not listed: they stay exactly as the
-    client sent them (DESIGN section 3).
+    client sent them (see "Groups and invariants" in docs/architecture.md).
     """
     if group.kind is not GroupKind.TOOL_CALL:
         return []
@@ -46,7 +47,7 @@ def answered_results(draft: Draft, group: Group) -> list[ToolResult]:
         if role == "assistant":
             for call_id, name in tool_call_names(message).items():
                 pending[call_id] = (index, name)
-            for call_id in _ids_without_names(message):
+            for call_id in tool_call_ids(message):
                 pending.setdefault(call_id, (index, ""))
             function = legacy_function_name(message)
             if function is not None:
@@ -62,16 +63,6 @@ def answered_results(draft: Draft, group: Group) -> list[ToolResult]:
                 call_index = pending_functions[function_name].pop()
                 out.append(ToolResult(index, call_index, None, function_name))
     return out
-
-
-def _ids_without_names(message: Message) -> list[str]:
-    calls = message.get("tool_calls")
-    ids: list[str] = []
-    if isinstance(calls, list):
-        for call in calls:
-            if isinstance(call, Mapping) and isinstance(call.get("id"), str):
-                ids.append(call["id"])
-    return ids
 
 
 def kept_tool_call_groups(draft: Draft) -> list[Group]:
@@ -95,10 +86,36 @@ def newest_non_system(draft: Draft, count: int) -> frozenset[int]:
     )
 
 
-def is_text_part(part: object) -> bool:
+def is_text_part(part: object) -> TypeGuard[Mapping[str, Any]]:
     """True for a ``{"type": "text", "text": "..."}`` content part."""
     return (
         isinstance(part, Mapping)
         and part.get("type") == "text"
         and isinstance(part.get("text"), str)
     )
+
+
+def joined_text(parts: Sequence[object]) -> str:
+    """The text of the text parts of ``parts``, joined by newlines (other parts skipped)."""
+    return "\n".join(part["text"] for part in parts if is_text_part(part))
+
+
+def all_text(content: object) -> str | None:
+    """The text of a content that is all text: a string, or text parts only (joined by
+    newlines); ``None`` for anything else (images, an empty list, no content)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and content and all(is_text_part(p) for p in content):
+        return joined_text(content)
+    return None
+
+
+def text_part_like(parts: Sequence[object], text: str) -> dict[str, Any]:
+    """A text part holding ``text`` with the extra keys of the last text part of ``parts``."""
+    last = next((p for p in reversed(parts) if is_text_part(p)), None)
+    extra = (
+        {k: v for k, v in last.items() if k not in ("type", "text")}
+        if isinstance(last, Mapping)
+        else {}
+    )
+    return {"type": "text", "text": text, **extra}

@@ -8,7 +8,7 @@ documents.  The pipeline checks the trigger; :meth:`Strategy.apply` does the wor
 user message and the newest step, and decisions are per whole group, so a strategy cannot break the
 invariants even by mistake; it should still skip protected groups (``draft.removable()`` does).
 
-Writing a new strategy (phase 2 recipe):
+Writing a new strategy:
 
 1. Subclass :class:`Strategy`, set ``name`` (the config's ``strategy:`` value), override
    :meth:`default_trigger` / :meth:`default_target` if the strategy has a natural condition
@@ -42,7 +42,8 @@ class StrategyContext:
     """Per-run settings every strategy may consult.
 
     ``force``: treat every trigger as fired; a strategy without an explicit target then
-    compacts down to its floor (DESIGN section 8, ``X-Compaction: force``).
+    compacts down to its floor (``X-Compaction: force``, see "Controlling it per request" in
+    the README).
     ``summarizer``: the edge's summarizer (:func:`~proxy.compaction.pipeline.compact_async`);
     ``None`` in the synchronous :func:`~proxy.compaction.pipeline.compact` and whenever none is
     available, and the summarization strategy then skips.
@@ -75,6 +76,9 @@ class Strategy(ABC):
     """Base class of all compaction strategies (see the module docstring)."""
 
     name: ClassVar[str] = "strategy"
+    position_aged: ClassVar[bool] = False
+    """True for a strategy whose decisions depend on where a message sits in the array (so a
+    later drop can make it act again); the pipeline re-runs it on the final array."""
 
     def __init__(
         self,

@@ -1,6 +1,6 @@
 """Clear tool uses: Anthropic's ``clear_tool_uses_20250919`` context edit, client-side.
 
-Semantics (research/peers.md section 1; LangChain's ``ClearToolUsesEdit`` mirrors it):
+Semantics (Anthropic's documented context edit; LangChain's ``ClearToolUsesEdit`` mirrors it):
 
 * ``keep`` (default 3): the newest N answered tool results (by position, cleared or excluded
   ones included) are never cleared;
@@ -24,7 +24,8 @@ prefix for many turns); a configured target stops it earlier, but never before
 Idempotence: a result that already holds the placeholder (and, with ``clear_tool_inputs``,
 whose call already has ``"{}"`` arguments) needs no edit and frees nothing, so a second run
 plans nothing.  A step that would not free any token (a result shorter than the
-placeholder) is skipped.  Results of the newest step (DESIGN invariant 4), orphans and system
+placeholder) is skipped.  Results of the newest step (an invariant, see "Groups and invariants"
+in docs/architecture.md), orphans and system
 messages are never touched.  ``minimum_preserved`` (default 0) protects the newest N
 non-system groups.
 """

@@ -1,7 +1,6 @@
 """Context pruning: soft-trim, then hard-clear, large tool results by their age.
 
-LibreChat (``@librechat/agents`` ``contextPruning.ts``, research/librechat.md section 2)
-semantics:
+LibreChat (``@librechat/agents`` ``contextPruning.ts``) semantics:
 
 * **Age by position**: ``age = (N - i) / N`` over the message array (system messages
   included); the oldest message has age 1.0, the newest 1/N.
@@ -32,14 +31,14 @@ trigger fires (default ``over_budget``; in the default pipeline the pipeline's `
 0.8``), and it walks the candidates oldest first, re-checking its target before each edit
 (default: no target, i.e. prune every eligible result once triggered -- LibreChat's shape; the
 default pipeline compacts towards ``token_ratio: 0.5``).  The hysteresis between the trigger and
-the target, and later the checkpoints (DESIGN section 7), keep the prefix stable between
-compactions.
+the target, and later the checkpoints (see "Checkpoints" in docs/architecture.md), keep the
+prefix stable between compactions.
 
-Idempotence (DESIGN invariant 7).  A result that already carries the placeholder, or the
-soft-trim marker, is recognised: a cleared result is left alone; a trimmed one is never trimmed
-again and can only be hard-cleared (its original length, read back from the marker, decides
-whether it is still a candidate).  Ages only depend on positions, which pruning does not
-change, so a second run over the output finds nothing left to do.
+Idempotence (one of the invariants in "Groups and invariants", docs/architecture.md).  A result that
+already carries the placeholder, or the soft-trim marker, is recognised: a cleared result is left
+alone; a trimmed one is never trimmed again and can only be hard-cleared (its original length, read
+back from the marker, decides whether it is still a candidate).  Ages only depend on positions,
+which pruning does not change, so a second run over the output finds nothing left to do.
 
 Deliberate differences from LibreChat:
 
@@ -50,7 +49,7 @@ Deliberate differences from LibreChat:
   loop;
 * ``keepLastAssistants: 0`` protects no assistant step (LibreChat still protects the newest
   run, because it marks a message before counting runs); the newest user message and the
-  newest step are always protected anyway (DESIGN invariant 4);
+  newest step are always protected anyway (see "Groups and invariants" in docs/architecture.md);
 * system/developer messages are never edited wherever they are, and orphan results (answering
   no call) are left exactly as sent;
 * lengths and slices count Unicode code points (JavaScript counts UTF-16 code units), so a
@@ -65,14 +64,20 @@ Deliberate differences from LibreChat:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from typing import Any
 
 from ..draft import Draft
 from ..messages import Message, role_of
 from ..triggers import Always, Condition
 from ..view import GroupKind
-from ._tools import answered_results, is_text_part, newest_non_system
+from ._tools import (
+    all_text,
+    answered_results,
+    is_text_part,
+    joined_text,
+    newest_non_system,
+    text_part_like,
+)
 from .base import Strategy, StrategyContext, StrategyOutcome
 
 DEFAULT_PLACEHOLDER = "[Old tool result content cleared]"
@@ -122,6 +127,7 @@ class ContextPruningStrategy(Strategy):
     """LibreChat's soft-trim / hard-clear of old tool results (see the module docstring)."""
 
     name = "context_pruning"
+    position_aged = True
 
     def __init__(
         self,
@@ -202,12 +208,12 @@ class ContextPruningStrategy(Strategy):
     def pruned(self, message: Message, age: float) -> Message | None:
         """The pruned form of ``message`` at ``age``, or ``None`` when it stays as it is."""
         content = message.get("content")
-        if isinstance(content, str):
-            return self._prune_text(message, content, age, None)
+        text = all_text(content)
+        if text is not None:
+            parts = content if isinstance(content, list) else None
+            return self._prune_text(message, text, age, parts)
         if not isinstance(content, list):
             return None
-        if all(is_text_part(part) for part in content):
-            return self._prune_text(message, "\n".join(p["text"] for p in content), age, content)
         return self._prune_mixed(message, content, age)
 
     def _prune_text(
@@ -230,12 +236,12 @@ class ContextPruningStrategy(Strategy):
             if len(trimmed) < length:
                 return {
                     **message,
-                    "content": trimmed if parts is None else [_text_part(parts, trimmed)],
+                    "content": trimmed if parts is None else [text_part_like(parts, trimmed)],
                 }
         return None
 
     def _prune_mixed(self, message: Message, parts: list[Any], age: float) -> Message | None:
-        text = "\n".join(p["text"] for p in parts if is_text_part(p))
+        text = joined_text(parts)
         if trimmed_original_length(text) is not None or age < self.soft_trim_ratio:
             return None
         length = len(text)
@@ -251,7 +257,7 @@ class ContextPruningStrategy(Strategy):
             if not is_text_part(part):
                 new_parts.append(part)
             elif not placed:
-                new_parts.append(_text_part(text_parts, trimmed))
+                new_parts.append(text_part_like(text_parts, trimmed))
                 placed = True
         return {**message, "content": new_parts}
 
@@ -277,14 +283,3 @@ class ContextPruningStrategy(Strategy):
         if cleared:
             notes.append(f"hard-cleared {cleared} tool result(s)")
         return StrategyOutcome(changed=bool(cleared or trimmed), notes=tuple(notes))
-
-
-def _text_part(parts: list[Any], text: str) -> dict[str, Any]:
-    """A text part holding ``text`` with the extra keys of the last text part of ``parts``."""
-    last = next((p for p in reversed(parts) if is_text_part(p)), None)
-    extra = (
-        {k: v for k, v in last.items() if k not in ("type", "text")}
-        if isinstance(last, Mapping)
-        else {}
-    )
-    return {"type": "text", "text": text, **extra}

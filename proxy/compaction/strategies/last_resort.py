@@ -1,6 +1,7 @@
 """The last resort: soft-trim a tool result that alone keeps the request over budget.
 
-An agent's newest step is protected (DESIGN invariant 4): the model must read what the tool
+An agent's newest step is protected (see "Groups and invariants" in docs/architecture.md): the
+model must read what the tool
 just returned.  But when that result is a 200k-token log, forwarding it whole only earns the
 upstream's refusal, and the agent's session ends there.  So, once everything else that may go
 has gone (the fallback truncation ran and nothing is left to drop) and the request still does
@@ -16,13 +17,12 @@ Idempotent: the trimmed request fits, so a second run finds nothing over budget.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
 from ..draft import Draft
 from ..messages import Message
 from ..view import GroupKind
-from ._tools import answered_results, is_text_part
+from ._tools import all_text, answered_results, text_part_like
 from .base import Strategy, StrategyContext, StrategyOutcome
 from .context_pruning import soft_trim, trimmed_original_length
 
@@ -67,16 +67,6 @@ class OversizedResultTrim(Strategy):
         )
 
 
-def _text_of(message: Message) -> str | None:
-    """The result's text when it is all text (a string, or text parts only)."""
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list) and content and all(is_text_part(p) for p in content):
-        return "\n".join(p["text"] for p in content)
-    return None
-
-
 def _largest_result(draft: Draft, tried: set[int]) -> int | None:
     """The kept tool result with the most tokens that can still be trimmed.
 
@@ -90,7 +80,7 @@ def _largest_result(draft: Draft, tried: set[int]) -> int | None:
             index = result.index
             if index in tried:
                 continue
-            text = _text_of(draft.message(index))
+            text = all_text(draft.message(index).get("content"))
             if text is None or len(text) <= MIN_KEPT_CHARS:
                 continue
             tokens = draft.message_stats(index).token_count
@@ -102,7 +92,7 @@ def _largest_result(draft: Draft, tried: set[int]) -> int | None:
 def _trim_to_fit(draft: Draft, index: int) -> bool:
     """Cut message ``index`` just enough to fit the budget (or to the minimum); True if cut."""
     original = draft.message(index)
-    text = _text_of(original)
+    text = all_text(original.get("content"))
     if text is None:
         return False
     if trimmed_original_length(text) is not None:
@@ -132,11 +122,5 @@ def _with_text(message: Message, text: str) -> dict[str, Any]:
     """``message`` with ``text`` as its content, every other field kept."""
     content = message.get("content")
     if isinstance(content, list):
-        last = content[-1]
-        extra = (
-            {k: v for k, v in last.items() if k not in ("type", "text")}
-            if isinstance(last, Mapping)
-            else {}
-        )
-        return {**message, "content": [{"type": "text", "text": text, **extra}]}
+        return {**message, "content": [text_part_like(content, text)]}
     return {**message, "content": text}

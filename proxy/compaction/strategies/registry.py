@@ -2,7 +2,7 @@
 
 Every strategy name validates in :mod:`..settings`; only registered names can be built.  A
 configured pipeline naming an unregistered strategy fails at start-up with
-:class:`StrategyNotAvailable`, never silently.  Phase 2 adds builders here (in
+:class:`StrategyNotAvailable`, never silently.  A new strategy's builder goes here (in
 :func:`register_builtin_strategies`) or on a registry instance::
 
     registry = default_registry()
@@ -31,6 +31,7 @@ from ..settings import (
 from ..triggers import Never
 from .base import Strategy
 from .clear_tool_uses import ClearToolUsesStrategy
+from .composite import PipelineStrategy
 from .context_pruning import ContextPruningStrategy
 from .selective_tool_calls import SelectiveToolCallsStrategy
 from .sliding_window import SlidingWindowStrategy
@@ -199,8 +200,6 @@ def build_summarization(entry: SummarizationEntry, ctx: BuildContext) -> Strateg
 
 def build_pipeline_entry(entry: PipelineEntry, ctx: BuildContext) -> Strategy:
     """Builder for a nested ``strategy: pipeline`` (optionally a token-budget composition)."""
-    from ..pipeline import PipelineStrategy
-
     return PipelineStrategy(
         [ctx.registry.build(child) for child in entry.strategies],
         stop_when=entry.stop_when,

@@ -1,4 +1,5 @@
-"""Summarization: fold older history into one summary checkpoint (DESIGN sections 6 and 7).
+"""Summarization: fold older history into one summary checkpoint (see "Strategies" and
+"Checkpoints" in docs/architecture.md).
 
 The strategy picks a stretch of old history, asks the edge's
 :class:`~proxy.compaction.summarizer.Summarizer` for a summary of it (one call per compaction
@@ -19,7 +20,7 @@ Selection has two shapes.
   whole turns cannot help): a step counts as a turn.  The newest ``retain_turns`` steps (at
   least one, fewer while they exceed ``retain_tokens``) stay verbatim; everything older,
   earlier turns included, is folded into one summary placed right after the task message
-  ("progress so far"; DESIGN, agent loops).  The task message is never folded.
+  ("progress so far"; see "Agent loops" in docs/architecture.md).  The task message is never folded.
 * **Groups** (the Agent Framework's ``SummarizationStrategy``, chosen by giving
   ``target_count``; ``threshold`` defaults to 0 here and to 2 in a config entry, as in the
   Agent Framework): fires when the non-system messages exceed ``target_count + threshold``,
@@ -32,15 +33,18 @@ Selection has two shapes.
   Framework folds ``u2`` too, here ``u2`` stays.  A summary of steps after the newest user
   message goes right after it.
 
-In both shapes a cut is only made where no kept group straddles it (a result that arrives
-after a later user message belongs to its call's group): the cut moves to the nearest earlier
-clean boundary instead.  ``minimum_preserved`` keeps the newest N non-system groups out of the
-stretch.  Mid-conversation system/developer messages are never folded; they stay in place and
-are not sent to the summarizer.  Nothing happens (and the summarizer is not called) when the
-stretch holds nothing but an earlier summary, or, in the turn shape, when it holds neither a
-user message nor an earlier summary: only assistant/tool messages from before the first user
-message (a greeting, or what a truncation left of an older turn), which are not worth a call and
-would otherwise be folded again on the next run after a forced compaction.
+In the turn shape a cut is only made where no kept group straddles it (a result that arrives after a
+later user message belongs to its call's group): the cut moves to the nearest earlier clean boundary
+instead, so kept turns stay verbatim.  The group shape folds whole groups, a late result together
+with its call, so any group boundary is a cut (the newest user message and the newest step are never
+folded); folding such a group also keeps the output a fixpoint when a later strategy would collapse
+it.  ``minimum_preserved`` keeps the newest N non-system groups out of the stretch.
+Mid-conversation system/developer messages are never folded; they stay in place and are not sent to
+the summarizer.  Nothing happens (and the summarizer is not called) when the stretch holds nothing
+but an earlier summary, or, in the turn shape, when it holds neither a user message nor an earlier
+summary: only assistant/tool messages from before the first user message (a greeting, or what a
+truncation left of an older turn), which are not worth a call and would otherwise be folded again on
+the next run after a forced compaction.
 
 Rolling update: a summary checkpoint inside the stretch (a ``summary`` group of the view) is
 not sent as a message; its text, taken out of the wrapper, becomes the request's
@@ -57,7 +61,7 @@ with the note "summarizer not available" and never fakes a summary.
 
 Placement (``user``, the default; ``assistant``; ``system``) only sets the role; the content
 and its wrapper are the same.  ``system`` gives summarized user and tool text system
-authority, so it is used only when the operator configures it (DESIGN section 7.8); the
+authority, so it is used only when the operator configures it; the
 pipeline's summary marker then recognises system-role checkpoints too
 (:func:`~proxy.compaction.pipeline.summary_marker_for`).
 
@@ -77,21 +81,15 @@ from ..draft import Draft
 from ..messages import Message
 from ..summarizer import SummaryError, SummaryRequest
 from ..triggers import Condition
-from ..view import SUMMARY_PREFIX, Group, GroupKind
+from ..view import CHECKPOINT_NOTE as CHECKPOINT_NOTE  # re-exported: the wrapper's closing note
+from ..view import SUMMARY_PREFIX, SUMMARY_SUFFIX, Group, GroupKind
 from .base import Strategy, StrategyContext, StrategyOutcome
 
 Placement = Literal["user", "system", "assistant"]
 PLACEMENTS: tuple[str, ...] = get_args(Placement)
 
 SUMMARY_OPEN = SUMMARY_PREFIX + "\n"
-SUMMARY_CLOSE = "\n</summary>"
-CHECKPOINT_NOTE = (
-    "You wrote the checkpoint above earlier in this conversation, when older messages were "
-    "condensed to keep the context small. Treat it as your own notes: carry on from where the "
-    "work stands, do not redo finished steps, and do not mention or reply to the checkpoint "
-    "itself."
-)
-_EXACT_SUFFIX = f"{SUMMARY_CLOSE}\n\n{CHECKPOINT_NOTE}"
+_EXACT_SUFFIX = SUMMARY_SUFFIX
 _TURN_ANCHORS = frozenset({GroupKind.USER, GroupKind.SUMMARY})
 _ERROR_DETAIL_CHARS = 200
 
@@ -199,7 +197,11 @@ class SummarizationStrategy(Strategy):
         for group in groups:
             if group.first > limit:
                 break
-            if reach < group.first and draft.is_kept(group) and is_boundary(group):
+            # The group shape folds whole groups, a late result with its call, so any group
+            # boundary is a cut; the turn shape keeps whole turns verbatim, so it cuts only
+            # where no earlier group reaches past the boundary.
+            clean = self.by_groups or reach < group.first
+            if clean and draft.is_kept(group) and is_boundary(group):
                 candidates.append(group)
             reach = max(reach, group.last)
         if not candidates:

@@ -19,7 +19,8 @@ The summary is an ordinary, valid OpenAI assistant message (``content`` a string
 ``tool_calls``), so it forms an ``assistant_text`` group and is never collapsed again: a
 second run changes nothing (idempotent).
 
-Our additions (DESIGN sections 5 and 6): a trigger, a target and a ``minimum_preserved``
+Our additions (see "Triggers and targets" in docs/architecture.md): a trigger, a target and a
+``minimum_preserved``
 floor.  By default the strategy behaves like the Agent Framework's: it fires always and
 collapses everything but the newest N groups (``trigger``/``target`` default to ``always``).
 With a configured trigger and no target it collapses oldest first until the trigger no longer
@@ -29,7 +30,8 @@ untouched.
 
 Deliberate differences from the Agent Framework (see also the conformance test):
 
-* the newest step is never collapsed (DESIGN invariant 4), even with
+* the newest step is never collapsed (see "Groups and invariants" in docs/architecture.md), even
+  with
   ``keep_last_tool_call_groups: 0``; the Agent Framework collapses any tool-call group except
   the newest N;
 * the summary message is a plain assistant message without the Agent Framework's

@@ -7,11 +7,13 @@ when the metric (calibrated prompt tokens, or messages including system ones) ex
 ``preserve_first_user_group`` is set, and the newest ``minimum_preserved`` non-system groups
 are never dropped (default 1: the Agent Framework's "minimum retained group").
 
-Without ``max_n`` the trigger/target form applies (DESIGN section 5); the default trigger is "over
-budget".  Divergences from the Agent Framework, because DESIGN's invariants win: ``preserve_system``
-must stay true, and the newest user message and the newest step are never dropped (older steps of
-the running turn are), so e.g. ``preserve_first_user_group`` over ``[S, task, a1, u2, a2]`` with
-``max_n=3, compact_to=2`` yields ``[S, task, u2, a2]`` where the Agent Framework drops ``u2``.
+Without ``max_n`` the trigger/target form applies (see "Triggers and targets" in
+docs/architecture.md); the default trigger is "over budget".  Divergences from the Agent Framework,
+because our invariants win (see "Groups and invariants" in docs/architecture.md):
+``preserve_system`` must stay true, and the newest user message and the newest step are never
+dropped (older steps of the running turn are), so e.g.  ``preserve_first_user_group`` over ``[S,
+task, a1, u2, a2]`` with ``max_n=3, compact_to=2`` yields ``[S, task, u2, a2]`` where the Agent
+Framework drops ``u2``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Literal
 from ..draft import Draft
 from ..triggers import Condition, MessagesExceed, TokensExceed
 from ..view import GroupKind
+from ._tools import newest_non_system
 from .base import Strategy, StrategyContext, StrategyOutcome
 
 Metric = Literal["tokens", "messages"]
@@ -46,8 +49,8 @@ class TruncationStrategy(Strategy):
         super().__init__(trigger=trigger, target=target, minimum_preserved=minimum_preserved)
         if not preserve_system:
             raise ValueError(
-                "truncation never removes system messages (DESIGN invariant 1); "
-                "preserve_system must be true"
+                'truncation never removes system messages (invariant 1, see "Groups and '
+                'invariants" in docs/architecture.md); preserve_system must be true'
             )
         if max_n is not None and max_n <= 0:
             raise ValueError("max_n must be > 0")
@@ -77,7 +80,7 @@ class TruncationStrategy(Strategy):
         return None
 
     def apply(self, draft: Draft, ctx: StrategyContext) -> StrategyOutcome:
-        floor = _newest_non_system(draft, self.minimum_preserved)
+        floor = newest_non_system(draft, self.minimum_preserved)
         first_user = None
         if self.preserve_first_user_group:
             first_user = next((g.index for g in draft.groups if g.kind is GroupKind.USER), None)
@@ -92,16 +95,3 @@ class TruncationStrategy(Strategy):
         return StrategyOutcome(
             changed=dropped > 0, notes=(f"dropped {dropped} group(s)",) if dropped else ()
         )
-
-
-def _newest_non_system(draft: Draft, count: int) -> frozenset[int]:
-    """Indices of the newest ``count`` kept non-system groups (the floor)."""
-    if count <= 0:
-        return frozenset()
-    chosen: list[int] = []
-    for group in reversed(draft.groups):
-        if group.kind is not GroupKind.SYSTEM and draft.is_kept(group):
-            chosen.append(group.index)
-            if len(chosen) == count:
-                break
-    return frozenset(chosen)

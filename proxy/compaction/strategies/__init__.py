@@ -1,0 +1,34 @@
+"""The compaction strategies, the interface they implement and the registry that builds them.
+
+See :mod:`.base` for writing a new strategy and "Strategies" in docs/architecture.md for what
+each one does and where it deliberately differs from the Agent Framework and LibreChat.
+"""
+
+from .base import Strategy, StrategyContext, StrategyOutcome
+from .clear_tool_uses import ClearToolUsesStrategy
+from .composite import FallbackTruncation, PipelineStrategy
+from .context_pruning import ContextPruningStrategy
+from .registry import StrategyNotAvailable, StrategyRegistry, default_registry
+from .selective_tool_calls import SelectiveToolCallsStrategy
+from .sliding_window import SlidingWindowStrategy
+from .summarization import SummarizationStrategy
+from .tool_result_compaction import ToolResultCompactionStrategy
+from .truncation import TruncationStrategy
+
+__all__ = [
+    "ClearToolUsesStrategy",
+    "ContextPruningStrategy",
+    "FallbackTruncation",
+    "PipelineStrategy",
+    "SelectiveToolCallsStrategy",
+    "SlidingWindowStrategy",
+    "Strategy",
+    "StrategyContext",
+    "StrategyNotAvailable",
+    "StrategyOutcome",
+    "StrategyRegistry",
+    "SummarizationStrategy",
+    "ToolResultCompactionStrategy",
+    "TruncationStrategy",
+    "default_registry",
+]
