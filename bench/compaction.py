@@ -44,12 +44,12 @@ from typing import Any
 
 from bench.conversations import conversation, next_turn, stats, tools
 from proxy.compaction import (
+    CompactionRequest,
     CompactionSettings,
     EncodingLoader,
     FactsOverride,
     ModelCatalog,
     TokenizerProvider,
-    CompactionRequest,
     build_pipeline,
     compact,
 )
