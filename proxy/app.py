@@ -29,7 +29,7 @@ from proxy.config import Settings, load_settings
 from proxy.context import AppState, RequestContext
 from proxy.errors import ProxyError
 from proxy.logs import ACCESS, access_line
-from proxy.metrics import Telemetry
+from proxy.observability.telemetry import Telemetry
 from proxy.paths import UnsafePath, needs_normalizing, normalize
 from proxy.summaries.stores import StoreBreaker
 from proxy.summaries.stores.factory import make_store

@@ -15,8 +15,9 @@ if TYPE_CHECKING:
     from proxy.compactor import Compactor
     from proxy.config import Settings
     from proxy.flow import CompactionFlow
-    from proxy.metrics import Telemetry
+    from proxy.observability.telemetry import Telemetry
     from proxy.summaries.stores.base import CheckpointStore
+    from proxy.summaries.summarizer import SummaryCalls
     from proxy.transport import UpstreamTransport
     from proxy.upstream import Router
     from proxy.windows import WindowBook
@@ -89,9 +90,11 @@ class RequestContext:
     response_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     report: CompactionReport | None = None
     checkpoint: str | None = None
-    # For metrics and the dashboard (proxy/metrics.py):
+    # For metrics and the dashboard (proxy/observability/, which reads these fields through
+    # its FinishedRequest protocol rather than importing this class):
     compaction_seconds: float | None = None
-    summarizer_calls: list[str] | None = None  # outcomes of this request's summarizer calls
+    # This request's summarizer HTTP calls; the chat route creates it and hands it to the flow.
+    summarizer_calls: SummaryCalls | None = None
     upstream_seconds: float | None = None  # to the upstream's response headers
     upstream_prompt_tokens: int | None = None  # usage.prompt_tokens of the upstream's reply
     content: str | None = None  # last user message, only when dashboard.show_content

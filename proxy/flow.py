@@ -28,7 +28,7 @@ from proxy.config import Settings
 from proxy.summaries.checkpoints import Checkpoints, Lookup, namespace_for
 from proxy.summaries.flight import SummaryFlights
 from proxy.summaries.stores.base import CheckpointStore
-from proxy.summaries.summarizer import HttpSummarizer
+from proxy.summaries.summarizer import HttpSummarizer, SummaryCalls
 from proxy.windows import WindowBook
 
 log = logging.getLogger("compaction_proxy.flow")
@@ -89,17 +89,20 @@ class CompactionFlow:
         upstream_name: str,
         persist: bool = True,
         context_window: int | None = None,
+        calls: SummaryCalls | None = None,
     ) -> FlowResult:
         """`credential` names the tenant (hashed into the namespace); `authorization` is what
         the summarizer may send upstream (None when the client authenticated to the proxy).
         `context_window`: the window to budget for, when not the catalog's (proxy/windows.py);
-        it is part of the checkpoint namespace."""
+        it is part of the checkpoint namespace. `calls`: the request's log of summarizer HTTP
+        calls (the request's telemetry counts them when it ends); None: counted as they happen.
+        """
         model: str = data["model"]
         namespace = self.namespace(model, credential, context_window)
         lookup = await self._lookup(namespace, data["messages"])
         warnings = [lookup.store_error] if lookup.store_error else []
         effective = {**data, "messages": lookup.messages} if lookup.hit else data
-        summarizer = self._summarizer_for(model, namespace, authorization, upstream_name)
+        summarizer = self._summarizer_for(model, namespace, authorization, upstream_name, calls)
         result = await self.compactor.run(
             effective,
             mode,
@@ -138,7 +141,12 @@ class CompactionFlow:
         return await self.checkpoints.lookup(namespace, messages)
 
     def _summarizer_for(
-        self, model: str, namespace: str, authorization: str | None, upstream_name: str
+        self,
+        model: str,
+        namespace: str,
+        authorization: str | None,
+        upstream_name: str,
+        calls: SummaryCalls | None,
     ) -> Any:
         if self.summarizer is None:
             return None
@@ -147,7 +155,8 @@ class CompactionFlow:
         # another provider must use that provider's own key (an upstream `api_key`).
         if target.name != upstream_name:
             authorization = None
-        return self.flights.bind(self.summarizer.bind(authorization=authorization), namespace)
+        bound = self.summarizer.bind(authorization=authorization, calls=calls)
+        return self.flights.bind(bound, namespace)
 
 
 def _meta(result: CompactionResult, model: str) -> dict[str, Any]:

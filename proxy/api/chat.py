@@ -15,12 +15,13 @@ from proxy.api.forward import Outcome, forward, send_held
 from proxy.api.passthrough import upstream_url
 from proxy.asgi import Receive, Scope, Send, header, read_body
 from proxy.compaction import CompactionResult, Mode, validate_messages
+from proxy.compaction.messages import last_user_text
 from proxy.config import UpstreamSettings
 from proxy.context import RequestContext
 from proxy.errors import bad_request
-from proxy.metrics import last_user_text, summarizer_calls
 from proxy.overflow import Overflow, detect_overflow
 from proxy.summaries.stores import StoreBudget
+from proxy.summaries.summarizer import SummaryCalls
 from proxy.upstream import upstream_headers
 from proxy.windows import MIN_LEARNED_WINDOW, SHRINK, Window, window_after_refusal
 
@@ -349,11 +350,11 @@ async def _compact(
     A failure inside compaction must never fail a request that would have succeeded without
     the proxy: it is logged, reported in a warning header, and the original goes upstream.
     """
-    # The summarizer's calls during this flow are noted on the request (proxy/metrics.py).
+    # The summarizer's calls are noted on the request (one log for all its attempts), and
+    # telemetry reconciles them with the report when the request ends.
     calls = ctx.summarizer_calls
     if calls is None:
-        calls = ctx.summarizer_calls = []
-    token = summarizer_calls.set(calls)
+        calls = ctx.summarizer_calls = SummaryCalls()
     started = time.perf_counter()
     try:
         flow = await ctx.state.flow.run(
@@ -366,6 +367,7 @@ async def _compact(
             # A forced compaction is a one-off: it must not become the sticky prefix.
             persist=mode is Mode.NORMAL,
             context_window=None if window is None else window.tokens,
+            calls=calls,
         )
     except Exception:
         log.exception("compaction failed; forwarding the original request")
@@ -373,7 +375,6 @@ async def _compact(
         return _Attempt(raw, None, None, window, headers=[failed])
     finally:
         ctx.compaction_seconds = (ctx.compaction_seconds or 0.0) + (time.perf_counter() - started)
-        summarizer_calls.reset(token)
     headers = report_headers(flow.result, mode)
     headers.append((b"x-compaction-checkpoint", flow.checkpoint.encode()))
     for warning in flow.warnings:

@@ -13,10 +13,10 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
+from proxy.api.usage import UsageProbe
 from proxy.asgi import Receive, Scope, Send, send_error
 from proxy.config import UpstreamSettings
 from proxy.errors import ProxyError
-from proxy.metrics import UsageProbe
 from proxy.overflow import MAX_ERROR_BODY
 from proxy.transport import TRANSPORT_ERRORS, Body, UpstreamReply, UpstreamTransport
 from proxy.upstream import classify_error, response_headers

@@ -1,4 +1,5 @@
-"""GET /metrics: Prometheus text exposition of this app's own registry (proxy/metrics.py).
+"""GET /metrics: Prometheus text exposition of this app's own registry
+(proxy/observability/prometheus.py).
 
 Open like /healthz: it carries counts, latencies and (capped) model names, never a key or
 message content, and scrapers expect it without credentials.
@@ -9,7 +10,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from proxy.metrics import CONTENT_TYPE
+from proxy.observability.prometheus import CONTENT_TYPE
 
 router = APIRouter()
 

@@ -100,12 +100,34 @@ def validate_summarization_config(settings: Settings) -> None:
 
 @dataclass(frozen=True, slots=True)
 class SummaryCallRecord:
-    """One summarizer HTTP call, for metrics: ``outcome`` is ``ok`` or a failure reason."""
+    """One summarizer HTTP call, for metrics: ``outcome`` is ``ok`` or a failure reason.
+
+    ``per_request``: the outcome also went to the :class:`SummaryCalls` of the request the call
+    was made for, and that request counts it when it ends (reconciled with its report); a
+    listener must then not count it a second time. False: no request keeps the call, so it is
+    counted as it happens.
+    """
 
     upstream: str
     model: str
     outcome: str
     seconds: float
+    per_request: bool = False
+
+
+@dataclass(slots=True)
+class SummaryCalls:
+    """The outcomes of the summarizer HTTP calls made for one request, in order.
+
+    The edge creates one per request and hands it to the flow, which binds it to that request's
+    summarizer (:meth:`HttpSummarizer.bind`). Telemetry reads it when the request ends, because
+    only then can the calls be reconciled with the report's failures: a back-off never reaches
+    the HTTP summarizer, and an ``ok`` call whose summary the pipeline then rejects
+    (``not_shorter``) must count once, under that reason. Explicit rather than a context
+    variable, so what a request made is visible where it is created and where it is read.
+    """
+
+    outcomes: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -178,6 +200,7 @@ class HttpSummarizer:
             settings.parameters, settings.max_summary_tokens, limit_param
         )
         self._authorization: str | None = None
+        self._calls: SummaryCalls | None = None
 
     @classmethod
     def from_settings(
@@ -200,10 +223,17 @@ class HttpSummarizer:
         """The upstream that writes summaries for a request to ``request_model``."""
         return self._provider or self._router.for_model(request_model)
 
-    def bind(self, *, authorization: str | None) -> HttpSummarizer:
-        """A per-request instance carrying the caller's ``Authorization`` header value."""
+    def bind(
+        self, *, authorization: str | None, calls: SummaryCalls | None = None
+    ) -> HttpSummarizer:
+        """A per-request instance carrying the caller's ``Authorization`` header value.
+
+        ``calls``: the request's log, which gets the outcome of every HTTP call this instance
+        makes (the shared :attr:`stats` still records each one).
+        """
         bound = copy.copy(self)
         bound._authorization = authorization
+        bound._calls = calls
         return bound
 
     async def summarize(self, request: SummaryRequest) -> str:
@@ -253,8 +283,17 @@ class HttpSummarizer:
             outcome = exc.reason
             raise
         finally:
+            calls = self._calls
+            if calls is not None:
+                calls.outcomes.append(outcome)
             self.stats.record(
-                SummaryCallRecord(upstream.name, model, outcome, time.monotonic() - started)
+                SummaryCallRecord(
+                    upstream.name,
+                    model,
+                    outcome,
+                    time.monotonic() - started,
+                    per_request=calls is not None,
+                )
             )
 
     async def _post(

@@ -1,22 +1,34 @@
-"""The pieces of proxy/metrics.py on their own: usage probe, prices, label cap, reconciliation."""
+"""The pieces of observability on their own: usage probe, prices, label cap, reconciliation.
+
+The usage probe lives beside the forwarder (proxy/api/usage.py); the rest in
+proxy/observability/.
+"""
 
 from __future__ import annotations
 
 import json
 
+import httpx
 import orjson
 import pytest
 
-from proxy.compaction.report import CompactionReport, StrategyReport
-from proxy.config import Settings
+from proxy.api.usage import UsageProbe
+from proxy.compaction.messages import last_user_text
+from proxy.compaction.report import CompactionReport, StrategyFailure, StrategyReport
+from proxy.compaction.settings import SummarizationSettings
+from proxy.config import Settings, UpstreamSettings
 from proxy.context import AppState, RequestContext
-from proxy.metrics import (
-    LabelCap,
-    Prices,
-    Telemetry,
-    UsageProbe,
-    last_user_text,
-    route_of,
+from proxy.observability.dashboard import RecentRow
+from proxy.observability.labels import LabelCap, route_of
+from proxy.observability.outcomes import final_outcomes
+from proxy.observability.prices import Prices
+from proxy.observability.telemetry import Telemetry
+from proxy.summaries.contract import SummaryError, SummaryRequest
+from proxy.summaries.summarizer import (
+    HttpSummarizer,
+    SummarizerStats,
+    SummaryCallRecord,
+    SummaryCalls,
 )
 from tests.observability.traffic import parse_metrics, value
 
@@ -160,7 +172,7 @@ def _ctx(telemetry: Telemetry, report: CompactionReport, calls: list[str]) -> Re
     state.telemetry = telemetry
     ctx = RequestContext(state=state, request_id="r1")
     ctx.model, ctx.upstream, ctx.status = "gpt-4o", "openai", 200
-    ctx.report, ctx.checkpoint, ctx.summarizer_calls = report, "none", calls
+    ctx.report, ctx.checkpoint, ctx.summarizer_calls = report, "none", SummaryCalls(calls)
     ctx.compaction_seconds = 0.01
     return ctx
 
@@ -219,3 +231,95 @@ def test_registries_are_per_app() -> None:
 def test_a_broken_request_context_never_raises() -> None:
     telemetry = Telemetry(Settings())
     telemetry.record_request(object(), "GET", "/v1/models")  # type: ignore[arg-type]
+
+
+def test_final_outcomes_on_their_own() -> None:
+    def failures(*reasons: str) -> list[StrategyFailure]:
+        return [StrategyFailure("summarization", r, "") for r in reasons]
+
+    assert final_outcomes(["ok", "ok"], failures("not_shorter")) == ["ok", "not_shorter"]
+    assert final_outcomes(["error"], failures("error", "backoff")) == ["error", "backoff"]
+    assert final_outcomes([], ()) == []
+
+
+def _summary_totals(telemetry: Telemetry) -> dict[str, float]:
+    samples = parse_metrics(telemetry.exposition().decode())
+    return {
+        dict(k)["outcome"]: v
+        for k, v in samples.get("compaction_proxy_summarizer_calls_total", {}).items()
+    }
+
+
+def test_calls_a_request_keeps_wait_for_it_others_count_at_once() -> None:
+    telemetry = Telemetry(Settings())
+    stats = SummarizerStats()
+    telemetry.watch_summarizer(stats)
+    stats.record(SummaryCallRecord("openai", "m", "timeout", 0.2))  # no request keeps it
+    stats.record(SummaryCallRecord("openai", "m", "ok", 0.3, per_request=True))
+    assert _summary_totals(telemetry) == {"timeout": 1}
+    samples = parse_metrics(telemetry.exposition().decode())
+    assert value(samples, "compaction_proxy_summarizer_latency_seconds_count") == 2
+    telemetry.record_request(_ctx(telemetry, _report(), ["ok"]), "POST", "/v1/chat/completions")
+    assert _summary_totals(telemetry) == {"timeout": 1, "ok": 1}
+    assert telemetry.snapshot()["summarizer"]["outcomes"] == {"timeout": 1, "ok": 1}
+
+
+async def test_a_bound_summarizer_logs_its_calls_on_the_request() -> None:
+    replies = iter([200, 503, 200])
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        status = next(replies)
+        if status != 200:
+            return httpx.Response(status)
+        message = {"role": "assistant", "content": "## Goal\nX"}
+        return httpx.Response(200, json={"choices": [{"message": message}]})
+
+    upstream = UpstreamSettings.model_validate(
+        {"name": "openai", "base_url": "https://api.openai.test/v1", "models": ["gpt-*"]}
+    )
+    records: list[SummaryCallRecord] = []
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        shared = HttpSummarizer(SummarizationSettings.model_validate({}), [upstream], client)
+        shared.stats.listeners.append(records.append)
+        calls = SummaryCalls()
+        bound = shared.bind(authorization=None, calls=calls)
+        request = SummaryRequest(({"role": "user", "content": "fix it"},), None, "gpt-4o")
+        await bound.summarize(request)
+        with pytest.raises(SummaryError):
+            await bound.summarize(request)
+        await shared.summarize(request)  # not bound to a request: nothing logged
+    assert calls.outcomes == ["ok", "error"]
+    assert [(r.outcome, r.per_request) for r in records] == [
+        ("ok", True),
+        ("error", True),
+        ("ok", False),
+    ]
+
+
+def test_recent_row_as_json() -> None:
+    row = RecentRow(
+        "r1", 1.0, "GET", "/v1/models", "passthrough", None, "openai", 200, 12.345,
+        0.0123456, None, False, 0, 0, None, (), "none", [], None, None,
+    )  # fmt: skip
+    assert row.to_json() == {
+        "id": "r1",
+        "t": 1.0,
+        "method": "GET",
+        "path": "/v1/models",
+        "route": "passthrough",
+        "model": None,
+        "upstream": "openai",
+        "status": 200,
+        "latency_ms": 12.3,
+        "upstream_ms": 12.3,
+        "compaction_ms": None,
+        "tokens_before": None,
+        "tokens_after": None,
+        "usd_saved": None,
+        "strategies": [],
+        "checkpoint": None,
+        "summarizer_failures": [],
+        "upstream_prompt_tokens": None,
+    }
+    row.content = "hi"
+    assert row.to_json()["content"] == "hi"

@@ -1,0 +1,18 @@
+"""Observability: the Prometheus families and the in-process data behind the dashboard.
+
+Everything is fed from one place, :meth:`.telemetry.Telemetry.record_request`, called once per
+request where the access log is written, from what the request left on its context. The
+modules, one job each:
+
+* :mod:`.telemetry`: the per-request recording (the one entry point), feeding both sinks;
+* :mod:`.prometheus`: the metric families and the collectors read at scrape time;
+* :mod:`.dashboard`: the dashboard's aggregates and the JSON it polls;
+* :mod:`.outcomes`: a request's summarizer calls reconciled with its report;
+* :mod:`.labels`: label values (the route, the capped model name);
+* :mod:`.prices`: USD per 1M input tokens, for the money saved;
+* :mod:`.content`: the dashboard's content preview (to move into the core's message module).
+
+The forwarding path (chat and pass-through) imports nothing from here but :mod:`.content`
+(for now), and the compaction core nothing at all: observability depends on the proxy, never
+the reverse. This file imports nothing, so importing one module does not load Prometheus.
+"""
