@@ -3,8 +3,8 @@
 One non-streaming ``POST {base_url}/chat/completions`` per transcript chunk (see
 :mod:`.transcript`), with our prompts as the system message, ``summarization.parameters``
 merged into the body and ``maxSummaryTokens`` as the output limit. Anything short of a usable
-summary is a :class:`SummaryError` with a machine-readable reason, because DESIGN §7.7 wants a
-failed summary to make the pipeline move on, never to become a checkpoint:
+summary is a :class:`SummaryError` with a machine-readable reason, because a failed summary must
+make the pipeline move on, never become a checkpoint:
 
 * ``timeout``: the call took longer than ``timeout`` seconds (the whole call, not one phase);
 * ``error``: transport failure, non-2xx status, a body that is not a chat completion;
