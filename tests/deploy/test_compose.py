@@ -20,6 +20,7 @@ import yaml
 
 from proxy.config import Settings, load_settings
 from proxy.summaries.stores.factory import make_store
+from proxy.summaries.stores.breaker import StoreBreaker
 from proxy.summaries.stores.redis import RedisStore
 from tests.deploy.files import (
     COMPOSE,
@@ -107,7 +108,8 @@ def test_compose_environment_loads_with_the_example_config(
     settings = load_settings(CONFIG_EXAMPLE, environ={"OPENAI_API_KEY": ""})
     assert settings.store.backend == "redis"
     assert settings.server.host == "0.0.0.0"
-    assert isinstance(make_store(settings.store), RedisStore)  # built, not connected
+    store = make_store(settings.store)  # built, not connected
+    assert isinstance(store, StoreBreaker) and isinstance(store.inner, RedisStore)
 
 
 def test_named_volumes_are_declared_and_used(spec: dict[str, Any], redis_name: str) -> None:
