@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from proxy.config import Settings, load_settings
-from proxy.summaries.stores.factory import make_store
 from proxy.summaries.stores.breaker import StoreBreaker
+from proxy.summaries.stores.factory import make_store
 from proxy.summaries.stores.redis import RedisStore
 from tests.deploy.files import (
     COMPOSE,
