@@ -14,6 +14,7 @@ import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import httpx
 from fastapi import FastAPI
 
 from proxy import __version__
@@ -22,19 +23,23 @@ from proxy.api.chat import chat_completions
 from proxy.api.forward import Outcome
 from proxy.api.passthrough import passthrough
 from proxy.api.preview import preview
-from proxy.asgi import ClientGone, Receive, Scope, Send, header, send_error
+from proxy.asgi import ClientGone, Message, Receive, Scope, Send, header, send_error
 from proxy.auth import key_matches, presented_key
-from proxy.compactor import Compactor
 from proxy.config import Settings, load_settings
 from proxy.context import AppState, RequestContext
+from proxy.engine import Compactor, build_flow
 from proxy.errors import ProxyError
 from proxy.logs import ACCESS, access_line
 from proxy.observability.telemetry import Telemetry
 from proxy.paths import UnsafePath, needs_normalizing, normalize
-from proxy.summaries.stores import StoreBreaker
 from proxy.summaries.stores.factory import make_store
 from proxy.summaries.summarizer import validate_summarization_config
-from proxy.transport import HttpxUpstream, make_transport, plain_httpx_client
+from proxy.transport import (
+    HttpxUpstream,
+    UpstreamTransport,
+    make_transport,
+    plain_httpx_client,
+)
 from proxy.upstream import Router
 from proxy.windows import WindowBook
 
@@ -49,21 +54,11 @@ _REQUEST_ID = re.compile(rb"^[A-Za-z0-9._:\-]{1,128}$")
 class ProxyApp:
     """Root ASGI callable: request ids, inbound auth, dispatch, one access-log line."""
 
-    def __init__(self, settings: Settings) -> None:
-        if settings.summarization.enabled:
-            validate_summarization_config(settings)
-        self.state = AppState(
-            settings=settings,
-            router=Router(settings.upstreams),
-            compactor=Compactor(settings),
-            store=make_store(settings.store),
-        )
-        self.state.windows = WindowBook(settings, self.state.store, lambda: self.state.client)
-        self.telemetry = Telemetry(settings, tokenizers=self.state.compactor.tokenizers)
-        self.telemetry.watch_windows(self.state.windows)
-        if isinstance(self.state.store, StoreBreaker):
-            self.telemetry.watch_store(self.state.store)
-        self.state.telemetry = self.telemetry
+    def __init__(self, settings: Settings, edge: AppState | None = None) -> None:
+        """`edge`: what `build_edge` made for `settings`; None: built here (in-process tests
+        build it themselves, around a client of their own)."""
+        self.state = edge if edge is not None else build_edge(settings)
+        self.telemetry = self.state.telemetry
         self._api_keys = [k.get_secret_value().encode() for k in settings.server.api_keys]
         self.fastapi = _build_fastapi(self.state)
 
@@ -156,7 +151,7 @@ def _calibrate(ctx: RequestContext) -> None:
 def _with_request_id(ctx: RequestContext, send: Send) -> Send:
     """For FastAPI's routes: add the request id to the response and note the status."""
 
-    async def wrapped(message: dict) -> None:  # type: ignore[type-arg]
+    async def wrapped(message: Message) -> None:
         if message["type"] == "http.response.start":
             ctx.status = message["status"]
             message["headers"] = [*message["headers"], *ctx.response_headers]
@@ -213,13 +208,6 @@ def _report_fields(ctx: RequestContext) -> dict[str, object]:
 def _build_fastapi(state: AppState) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        server = state.settings.server
-        state.client = plain_httpx_client(server)
-        state.transport = (
-            HttpxUpstream(state.client)
-            if server.upstream_transport == "httpx"
-            else make_transport(server)
-        )
         state.compactor.warm_up()
         log.info(
             "ready",
@@ -232,12 +220,10 @@ def _build_fastapi(state: AppState) -> FastAPI:
             yield
         finally:
             state.shutting_down = True
-            if state.windows is not None:
-                await state.windows.close()
+            await state.windows.close()
             await state.transport.aclose()
             await state.client.aclose()
-            if state.store is not None:
-                await state.store.close()
+            await state.store.close()
             state.compactor.close()
 
     app = FastAPI(
@@ -254,6 +240,53 @@ def _build_fastapi(state: AppState) -> FastAPI:
     if state.settings.dashboard.enabled:
         app.include_router(dashboard.router)
     return app
+
+
+def build_edge(
+    settings: Settings,
+    *,
+    client: httpx.AsyncClient | None = None,
+    transport: UpstreamTransport | None = None,
+) -> AppState:
+    """The whole edge, built in one place; the lifespan only warms it up and closes it.
+
+    Nothing here connects anywhere: the store, the published windows and the aiohttp session
+    connect on first use, inside the server's event loop. `client` is the httpx client for the
+    proxy's own calls (the summarizer, published windows), `transport` what forwarding uses;
+    None: a plain client (proxy/transport.py) and the configured `server.upstream_transport`.
+    """
+    if settings.summarization.enabled:
+        validate_summarization_config(settings)
+    server = settings.server
+    compactor = Compactor(settings)
+    store = make_store(settings.store)
+    if client is None:
+        client = plain_httpx_client(server)
+    if transport is None:
+        transport = (
+            HttpxUpstream(client)
+            if server.upstream_transport == "httpx"
+            else make_transport(server)
+        )
+    proxy_client = client
+    windows = WindowBook(settings, store, lambda: proxy_client)
+    flow = build_flow(settings, compactor, store, client, windows)
+    telemetry = Telemetry(settings, tokenizers=compactor.tokenizers)
+    telemetry.watch_windows(windows)
+    telemetry.watch_store(store)
+    if flow.summarizer is not None:
+        telemetry.watch_summarizer(flow.summarizer.stats)
+    return AppState(
+        settings=settings,
+        router=Router(settings.upstreams),
+        compactor=compactor,
+        store=store,
+        client=client,
+        transport=transport,
+        windows=windows,
+        flow=flow,
+        telemetry=telemetry,
+    )
 
 
 def create_app(settings: Settings | None = None) -> ProxyApp:

@@ -90,7 +90,7 @@ def _compact(args: argparse.Namespace) -> int:
     import orjson
 
     from proxy.compaction import Mode, build_view
-    from proxy.compactor import Compactor
+    from proxy.engine.compactor import Compactor
     from proxy.report_text import render
 
     settings = load_settings(args.config)

@@ -6,15 +6,12 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from proxy.transport import HttpxUpstream
-
 if TYPE_CHECKING:
     import httpx
 
     from proxy.compaction import CompactionReport
-    from proxy.compactor import Compactor
     from proxy.config import Settings
-    from proxy.flow import CompactionFlow
+    from proxy.engine import CompactionFlow, Compactor
     from proxy.observability.telemetry import Telemetry
     from proxy.summaries.stores.base import CheckpointStore
     from proxy.summaries.summarizer import SummaryCalls
@@ -25,51 +22,28 @@ if TYPE_CHECKING:
 
 @dataclass(slots=True)
 class AppState:
-    """What every request shares: settings, the router and the one upstream client."""
+    """What every request shares; a plain holder of what `proxy.app.build_edge` built."""
 
     settings: Settings
     router: Router
     compactor: Compactor
-    store: CheckpointStore | None = None
-    # httpx client for the proxy's own calls (the summarizer); cookie-less, no default headers.
-    client: httpx.AsyncClient | None = None
-    # What forwarding uses; built in the lifespan (tests may hand in `client` alone).
-    transport: UpstreamTransport | None = None
+    store: CheckpointStore
+    # httpx client for the proxy's own calls (the summarizer, published windows); cookie-less,
+    # no default headers.
+    client: httpx.AsyncClient
+    # What forwarding uses (proxy/transport.py).
+    transport: UpstreamTransport
+    # Learned and discovered context windows (proxy/windows.py).
+    windows: WindowBook
+    # Checkpoint, pipeline, checkpoint again: one request's compaction (proxy/engine/flow.py).
+    flow: CompactionFlow
+    # Prometheus metrics and the dashboard's data; one per app.
+    telemetry: Telemetry
     shutting_down: bool = False
-    # Prometheus metrics and the dashboard's data; ProxyApp makes one per app.
-    telemetry: Telemetry | None = None
-    # Learned and discovered context windows (proxy/windows.py); None: the catalog's only.
-    windows: WindowBook | None = None
-    _flow: CompactionFlow | None = None
-
-    @property
-    def flow(self) -> CompactionFlow:
-        """Built on first use: the summarizer needs the httpx client of the lifespan."""
-        if self._flow is None:
-            from proxy.flow import build_flow
-
-            if self.client is None:
-                raise RuntimeError("the upstream client is not started (lifespan not run)")
-            self._flow = build_flow(
-                self.settings, self.compactor, self.store, self.client, self.windows
-            )
-            if self.telemetry is not None and self._flow.summarizer is not None:
-                self.telemetry.watch_summarizer(self._flow.summarizer.stats)
-        return self._flow
-
-    @property
-    def upstream(self) -> UpstreamTransport:
-        if self.transport is None:
-            if self.client is None:
-                raise RuntimeError("the upstream client is not started (lifespan not run)")
-            self.transport = HttpxUpstream(self.client)
-        return self.transport
 
     @property
     def ready(self) -> bool:
-        if self.shutting_down or self.client is None or self.client.is_closed:
-            return False
-        return self.transport is None or not self.transport.closed
+        return not (self.shutting_down or self.client.is_closed or self.transport.closed)
 
 
 @dataclass(slots=True)

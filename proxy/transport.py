@@ -37,7 +37,9 @@ TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
 
 class UpstreamReply(Protocol):
     status: int
-    raw_headers: Sequence[tuple[bytes, bytes]]
+
+    @property
+    def raw_headers(self) -> Sequence[tuple[bytes, bytes]]: ...
 
     def header(self, name: str) -> str | None: ...
 
@@ -75,7 +77,8 @@ class _AiohttpReply:
         self.raw_headers = response.raw_headers
 
     def header(self, name: str) -> str | None:
-        return self._response.headers.get(name)
+        value: str | None = self._response.headers.get(name)
+        return value
 
     async def chunks(self) -> AsyncIterator[bytes]:
         async for chunk in self._response.content.iter_any():
@@ -166,7 +169,8 @@ class _HttpxReply:
         self.raw_headers = response.headers.raw
 
     def header(self, name: str) -> str | None:
-        return self._response.headers.get(name)
+        value: str | None = self._response.headers.get(name)
+        return value
 
     async def chunks(self) -> AsyncIterator[bytes]:
         async for chunk in self._response.aiter_raw():

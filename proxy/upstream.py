@@ -1,4 +1,4 @@
-"""Routing by model, the one shared upstream client, header rules and error mapping.
+"""Routing by model, upstream URLs, header rules and error mapping.
 
 The proxy's promise is that pointing an SDK at it changes nothing but the base URL, so this
 module is conservative: it forwards what it does not understand and only removes what HTTP
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import aiohttp
 import httpx
 
+from proxy.asgi import Scope
 from proxy.config import UpstreamSettings
 
 # RFC 9110 §7.6.1, plus headers a proxy must recompute itself.
@@ -99,6 +100,17 @@ def upstream_headers(
     if upstream.api_key is not None:
         out.append(("authorization", f"Bearer {upstream.api_key.get_secret_value()}"))
     return out
+
+
+def upstream_url(upstream: UpstreamSettings, scope: Scope) -> str:
+    """The upstream URL for a /v1/... path: base_url already ends in /v1 (or its equivalent)."""
+    path: str = scope.get("raw_path", b"").decode("latin-1").split("?", 1)[0] or scope["path"]
+    suffix = path[len("/v1") :] if path.startswith("/v1") else path
+    query: bytes = scope.get("query_string", b"")
+    url = upstream.url + suffix
+    if query:
+        url += "?" + query.decode("latin-1")
+    return url
 
 
 def response_headers(

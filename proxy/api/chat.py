@@ -9,104 +9,28 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from proxy.api.forward import Outcome, forward, send_held
-from proxy.api.passthrough import upstream_url
-from proxy.asgi import Receive, Scope, Send, header, read_body
-from proxy.compaction import CompactionResult, Mode, validate_messages
+from proxy.api.requests import (
+    authorization,
+    compaction_mode,
+    credential,
+    effective_window,
+    header_safe,
+    parse_chat_body,
+    report_headers,
+    validate_chat,
+)
+from proxy.asgi import Receive, Scope, Send, read_body
+from proxy.compaction import CompactionResult, Mode
 from proxy.compaction.messages import last_user_text
-from proxy.config import UpstreamSettings
 from proxy.context import RequestContext
-from proxy.errors import bad_request
 from proxy.overflow import Overflow, detect_overflow
 from proxy.summaries.stores import StoreBudget
 from proxy.summaries.summarizer import SummaryCalls
-from proxy.upstream import upstream_headers
+from proxy.upstream import upstream_headers, upstream_url
 from proxy.windows import MIN_LEARNED_WINDOW, SHRINK, Window, window_after_refusal
 
 log = logging.getLogger("compaction_proxy.chat")
-
-_MODES = {b"off": None, b"dry-run": Mode.DRY_RUN, b"force": Mode.FORCE, b"on": Mode.NORMAL}
-
-
-def parse_chat_body(raw: bytes) -> dict[str, Any]:
-    """The request as a dict, or a 400 that says exactly what is wrong with it."""
-    if not raw.strip():
-        raise bad_request("the request body is empty; expected a JSON object", code="invalid_json")
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise bad_request(
-            f"the request body is not valid JSON: {exc}", code="invalid_json"
-        ) from None
-    if not isinstance(data, dict):
-        raise bad_request(
-            f"the request body must be a JSON object, not {type(data).__name__}",
-            code="invalid_json",
-        )
-    if "messages" not in data:
-        raise bad_request(
-            "'messages' is required", param="messages", code="missing_required_parameter"
-        )
-    if not isinstance(data["messages"], list):
-        raise bad_request(
-            f"'messages' must be an array, not {type(data['messages']).__name__}",
-            param="messages",
-            code="invalid_type",
-        )
-    model = data.get("model")
-    if not isinstance(model, str):
-        raise bad_request(
-            "'model' is required and must be a string"
-            if model is None
-            else f"'model' must be a string, not {type(model).__name__}",
-            param="model",
-            code="missing_required_parameter" if model is None else "invalid_type",
-        )
-    return data
-
-
-def compaction_mode(scope: Scope) -> Mode | None:
-    """The `X-Compaction` header: off | dry-run | force (absent: normal). None means off."""
-    raw = header(scope, b"x-compaction")
-    if raw is None:
-        return Mode.NORMAL
-    value = raw.strip().lower()
-    if value not in _MODES:
-        raise bad_request(
-            f"X-Compaction must be one of off, dry-run, force (got {raw.decode('latin-1')!r})",
-            param="X-Compaction",
-            code="invalid_header",
-        )
-    return _MODES[value]
-
-
-def validate_chat(data: dict[str, Any]) -> None:
-    issue = validate_messages(data["messages"])
-    if issue is not None:
-        raise bad_request(issue.message, param=issue.param, code="invalid_messages")
-
-
-def report_headers(result: CompactionResult, mode: Mode) -> list[tuple[bytes, bytes]]:
-    report = result.report
-    strategies = ",".join(report.changed_by) or "none"
-    headers = [
-        (b"x-compaction-tokens-before", str(report.tokens_before).encode()),
-        (b"x-compaction-tokens-after", str(report.tokens_after).encode()),
-        (b"x-compaction-strategies", strategies.encode()),
-    ]
-    if mode is Mode.DRY_RUN:
-        headers.append((b"x-compaction-dry-run", b"true"))
-    for warning in report.warnings:
-        headers.append((b"x-compaction-warning", _header_safe(warning)))
-    return headers
-
-
-def _header_safe(text: str) -> bytes:
-    cleaned = " ".join(text.split())
-    return cleaned[:500].encode("ascii", "replace")
-
 
 # Statuses an overflow refusal comes with (vLLM, llama.cpp, OpenAI: 400; TGI: 422; some
 # gateways: 413). Only these replies are held back and read; every other one streams through.
@@ -178,7 +102,7 @@ async def _chat_completions(
     retries = 0
     while True:
         outcome = await forward(
-            state.upstream,
+            state.transport,
             upstream,
             scope,
             receive,
@@ -221,26 +145,8 @@ async def _chat_completions(
         del ctx.response_headers[mark:]
         retry.adopt(ctx)
         ctx.response_headers.append((b"x-compaction-retry", str(retries).encode()))
-        ctx.response_headers.append((b"x-compaction-warning", _header_safe(_retry_note(overflow))))
+        ctx.response_headers.append((b"x-compaction-warning", header_safe(_retry_note(overflow))))
         ctx.compaction_retries = retries
-
-
-async def effective_window(
-    ctx: RequestContext, scope: Scope, upstream: UpstreamSettings, model: str
-) -> Window:
-    """The window to budget `model` for (proxy/windows.py).
-
-    Never fails the request: a problem here means budgeting with the catalog's window.
-    """
-    book = ctx.state.windows
-    if book is not None:
-        try:
-            return await book.window_for(
-                upstream, model, None if ctx.authenticated else authorization(scope)
-            )
-        except Exception:
-            log.exception("window lookup failed; using the catalog's window")
-    return Window(ctx.state.compactor.catalog.facts_for(model).context_window, "default")
 
 
 async def _after_refusal(
@@ -290,9 +196,8 @@ async def _after_refusal(
     )
     if learned is None:
         return None
-    book = state.windows
-    if book is not None and (overflow.window is not None or learned < used):
-        await book.learn(ctx.upstream or "", model, learned)
+    if overflow.window is not None or learned < used:
+        await state.windows.learn(ctx.upstream or "", model, learned)
     if retries >= MAX_RETRIES:
         return None
     if overflow.window is not None and learned >= used:
@@ -378,7 +283,7 @@ async def _compact(
     headers = report_headers(flow.result, mode)
     headers.append((b"x-compaction-checkpoint", flow.checkpoint.encode()))
     for warning in flow.warnings:
-        headers.append((b"x-compaction-warning", _header_safe(warning)))
+        headers.append((b"x-compaction-warning", header_safe(warning)))
     return _Attempt(
         raw if flow.body is None else flow.body,
         flow.save,
@@ -387,15 +292,3 @@ async def _compact(
         flow.checkpoint,
         headers,
     )
-
-
-def credential(scope: Scope) -> str | None:
-    """Who is asking, for the checkpoint namespace: the key the client presented (to the
-    proxy or, passed through, to the upstream). Hashed before it is used anywhere."""
-    value = header(scope, b"authorization") or header(scope, b"x-api-key")
-    return value.decode("latin-1") if value else None
-
-
-def authorization(scope: Scope) -> str | None:
-    value = header(scope, b"authorization")
-    return value.decode("latin-1") if value else None

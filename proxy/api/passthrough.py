@@ -22,10 +22,9 @@ from proxy.asgi import (
     read_body,
     too_large,
 )
-from proxy.config import UpstreamSettings
 from proxy.context import RequestContext
 from proxy.errors import ProxyError
-from proxy.upstream import upstream_headers
+from proxy.upstream import upstream_headers, upstream_url
 
 _PEEK_LIMIT = 256 * 1024
 
@@ -37,17 +36,6 @@ def _peek_model(raw: bytes) -> str | None:
         return None
     model = data.get("model") if isinstance(data, dict) else None
     return model if isinstance(model, str) else None
-
-
-def upstream_url(upstream: UpstreamSettings, scope: Scope) -> str:
-    """The upstream URL for a /v1/... path: base_url already ends in /v1 (or its equivalent)."""
-    path: str = scope.get("raw_path", b"").decode("latin-1").split("?", 1)[0] or scope["path"]
-    suffix = path[len("/v1") :] if path.startswith("/v1") else path
-    query: bytes = scope.get("query_string", b"")
-    url = upstream.url + suffix
-    if query:
-        url += "?" + query.decode("latin-1")
-    return url
 
 
 async def passthrough(ctx: RequestContext, scope: Scope, receive: Receive, send: Send) -> Outcome:
@@ -70,7 +58,7 @@ async def passthrough(ctx: RequestContext, scope: Scope, receive: Receive, send:
         upstream = state.router.for_model(_peek_model(raw))
         ctx.upstream = upstream.name
         return await forward(
-            state.upstream,
+            state.transport,
             upstream,
             scope,
             receive,
@@ -118,7 +106,7 @@ async def passthrough(ctx: RequestContext, scope: Scope, receive: Receive, send:
         content = b""
         streamed.done.set()
     return await forward(
-        state.upstream,
+        state.transport,
         upstream,
         scope,
         receive,

@@ -11,7 +11,7 @@ import logging
 
 import orjson
 
-from proxy.api.chat import (
+from proxy.api.requests import (
     authorization,
     compaction_mode,
     credential,

@@ -89,11 +89,9 @@ class SummaryFlights:
         self._max_tracked = max_tracked
         self._inflight: dict[str, asyncio.Future[str]] = {}
         self._failures: OrderedDict[str, _Failures] = OrderedDict()
-        self.calls = 0
-        self.shared = 0
 
-    def bind(self, inner: Summarizer, namespace: str) -> Summarizer:
-        return _Guarded(self, inner, namespace)
+    def bind(self, inner: Summarizer, namespace: str) -> GuardedSummarizer:
+        return GuardedSummarizer(self, inner, namespace)
 
     # -- back-off --------------------------------------------------------------------------
 
@@ -138,8 +136,12 @@ class SummaryFlights:
             log.warning("summary result not shared: checkpoint store unavailable")
 
 
-class _Guarded:
-    """A request's summarizer: single-flight and back-off around the real one."""
+class GuardedSummarizer:
+    """A request's summarizer: single-flight and back-off around the real one.
+
+    A :class:`~proxy.compaction.summarizer.Summarizer` for the core, plus :meth:`reject` for
+    the flow, which alone knows when the pipeline refused what it got.
+    """
 
     def __init__(self, flights: SummaryFlights, inner: Summarizer, namespace: str) -> None:
         self._flights = flights
@@ -166,7 +168,6 @@ class _Guarded:
         key = summary_key(self._namespace, request)
         pending = flights._inflight.get(key)
         if pending is not None:
-            flights.shared += 1
             return await asyncio.shield(pending)
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         flights._inflight[key] = future
@@ -200,7 +201,6 @@ class _Guarded:
         flights = self._flights
         cached = await flights.stored_result(key)
         if cached is not None:
-            flights.shared += 1
             return cached
         store = flights.store
         if store is None:
@@ -213,7 +213,6 @@ class _Guarded:
                 # that timed out is no reason to fail, only to call ourselves.
                 cached = await flights.stored_result(key)
                 if cached is not None:
-                    flights.shared += 1
                     return cached
                 text = await self._call(key, request)
                 return text
@@ -221,7 +220,6 @@ class _Guarded:
             return text if text is not None else await self._call(key, request)
 
     async def _call(self, key: str, request: SummaryRequest) -> str:
-        self._flights.calls += 1
         text = await self._inner.summarize(request)
         await self._flights.store_result(key, text)
         return text

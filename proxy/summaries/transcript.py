@@ -33,7 +33,6 @@ import orjson
 from .contract import SummaryError
 from .prompts import PromptSet, user_message
 
-REASONING_FIELDS = frozenset({"reasoning_content", "reasoning", "thinking"})
 REASONING_PART_TYPES = frozenset({"thinking", "reasoning", "redacted_thinking"})
 TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
 

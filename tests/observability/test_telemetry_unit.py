@@ -168,8 +168,18 @@ def _report(*failures: str, changed: tuple[str, ...] = ()) -> CompactionReport:
 
 
 def _ctx(telemetry: Telemetry, report: CompactionReport, calls: list[str]) -> RequestContext:
-    state = AppState(settings=Settings(), router=None, compactor=None)  # type: ignore[arg-type]
-    state.telemetry = telemetry
+    # Telemetry reads only the request's own fields: the rest of the edge is not built.
+    state = AppState(
+        settings=Settings(),
+        router=None,  # type: ignore[arg-type]
+        compactor=None,  # type: ignore[arg-type]
+        store=None,  # type: ignore[arg-type]
+        client=None,  # type: ignore[arg-type]
+        transport=None,  # type: ignore[arg-type]
+        windows=None,  # type: ignore[arg-type]
+        flow=None,  # type: ignore[arg-type]
+        telemetry=telemetry,
+    )
     ctx = RequestContext(state=state, request_id="r1")
     ctx.model, ctx.upstream, ctx.status = "gpt-4o", "openai", 200
     ctx.report, ctx.checkpoint, ctx.summarizer_calls = report, "none", SummaryCalls(calls)

@@ -19,8 +19,9 @@ import orjson
 import pytest
 import respx
 
-from proxy.app import ProxyApp
+from proxy.app import ProxyApp, build_edge
 from proxy.config import Settings
+from proxy.transport import HttpxUpstream
 
 OPENAI = "http://openai.test/v1"
 LOCAL = "http://local.test/v1"
@@ -69,15 +70,21 @@ class _RespxTransport(httpx.AsyncBaseTransport):
         return response
 
 
+def in_process(config: Settings, client: httpx.AsyncClient) -> ProxyApp:
+    """The app built by the production factory around `client` (respx as the upstream), which
+    carries the forwarded traffic as well as the proxy's own calls."""
+    edge = build_edge(config, client=client, transport=HttpxUpstream(client))
+    return ProxyApp(config, edge)
+
+
 @pytest.fixture
 async def make() -> AsyncIterator[Callable[..., Harness]]:
     clients: list[httpx.AsyncClient] = []
 
     def build(**server: Any) -> Harness:
-        app = ProxyApp(settings(**server))
         mock = respx.MockRouter(assert_all_called=False, assert_all_mocked=True)
         client = httpx.AsyncClient(transport=_RespxTransport(mock))
-        app.state.client = client
+        app = in_process(settings(**server), client)
         clients.append(client)
         return Harness(app, mock, client)
 
@@ -744,7 +751,8 @@ async def test_client_disconnect_during_request_body(h: Harness) -> None:
 
 async def test_lifespan_creates_and_closes_client() -> None:
     app = ProxyApp(settings(upstream_transport="httpx"))
-    assert app.state.client is None
+    client = app.state.client
+    assert not client.is_closed
     inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
     outbox: list[dict[str, Any]] = []
 
@@ -758,8 +766,7 @@ async def test_lifespan_creates_and_closes_client() -> None:
     while not outbox:
         await asyncio.sleep(0)
     assert outbox[0]["type"] == "lifespan.startup.complete"
-    client = app.state.client
-    assert client is not None and not client.is_closed
+    assert not client.is_closed
     assert app.state.ready
     await inbox.put({"type": "lifespan.shutdown"})
     await asyncio.wait_for(task, 5)

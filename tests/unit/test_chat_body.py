@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import orjson
 import pytest
 
-from proxy.api.chat import parse_chat_body
+from proxy.api.requests import parse_chat_body
 from proxy.errors import ProxyError, bad_request, error_body
 
 

@@ -20,7 +20,7 @@ import respx
 from proxy.app import ProxyApp
 from proxy.cli import main
 from proxy.config import Settings
-from tests.unit.test_app import _RespxTransport
+from tests.unit.test_app import _RespxTransport, in_process
 
 UPSTREAM = "http://up.test/v1"
 SECRET_WORD = "zebra-marmalade"
@@ -83,9 +83,8 @@ async def proxy() -> AsyncIterator[Proxy]:
         upstreams=[{"name": "up", "base_url": UPSTREAM}],
         models={"small-model": {"context_window": 4000, "max_output_tokens": 500}},
     )
-    app = ProxyApp(settings)
     mock = respx.MockRouter(assert_all_called=False)
-    app.state.client = httpx.AsyncClient(transport=_RespxTransport(mock))
+    app = in_process(settings, httpx.AsyncClient(transport=_RespxTransport(mock)))
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy")
     yield Proxy(app, mock, client)
     await client.aclose()
@@ -261,7 +260,7 @@ def test_calibration_from_upstream_usage_moves_the_trigger(tmp_path: Path) -> No
     """An upstream that counts twice what tiktoken says (a non-OpenAI model behind an
     OpenAI-compatible API): once learnt, a request at ~55% of the raw budget is compacted."""
     from proxy.compaction import Mode
-    from proxy.compactor import Compactor
+    from proxy.engine.compactor import Compactor
 
     settings = Settings(
         upstreams=[{"name": "up", "base_url": UPSTREAM}],
@@ -296,7 +295,7 @@ def test_missing_encodings_are_fetched_in_the_background(
 
     import tiktoken
 
-    from proxy.compactor import Compactor
+    from proxy.engine.compactor import Compactor
 
     cache = tmp_path / "tiktoken-cache"
     cache.mkdir()

@@ -16,8 +16,8 @@ import httpx
 import orjson
 import pytest
 
-from proxy.compactor import Compactor
 from proxy.config import Settings, UpstreamSettings
+from proxy.engine.compactor import Compactor
 from proxy.overflow import Overflow
 from proxy.summaries.stores.base import Checkpoint, StoreUnavailable
 from proxy.summaries.stores.memory import MemoryStore

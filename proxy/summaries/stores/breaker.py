@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Literal, NoReturn, TypeVar
 
@@ -240,15 +240,8 @@ class StoreBreaker:
     async def ping(self) -> None:
         await self._guard(self.inner.ping)
 
-    def lock(
-        self, name: str, ttl_seconds: float, wait_seconds: float
-    ) -> AbstractAsyncContextManager[bool]:
-        return self._lock(name, ttl_seconds, wait_seconds)
-
     @asynccontextmanager
-    async def _lock(
-        self, name: str, ttl_seconds: float, wait_seconds: float
-    ) -> AsyncIterator[bool]:
+    async def lock(self, name: str, ttl_seconds: float, wait_seconds: float) -> AsyncIterator[bool]:
         # Only taking the lock is judged: the body's exceptions are the caller's, and the
         # backend's release never raises.
         async with AsyncExitStack() as stack:

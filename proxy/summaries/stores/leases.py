@@ -1,8 +1,9 @@
-"""In-process single-flight leases for the stores that live in one process (memory).
+"""Single-flight leases: in process for the memory store, polled for the shared ones.
 
 A lease is a lock with an owner token and an expiry: a holder that hangs loses it after its
-TTL, like the Redis lock, so a stuck summarizer call cannot block a prefix forever. Waiters
-wake on release and otherwise re-check at the expiry, never busy-poll.
+TTL, like the Redis lock, so a stuck summarizer call cannot block a prefix forever. In one
+process waiters wake on release and otherwise re-check at the expiry, never busy-poll; the
+stores shared across replicas (SQLite, Redis) poll with a growing delay (:func:`polled_lock`).
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
+
+from .base import StoreUnavailable
 
 
 class LeaseTable:
@@ -58,3 +61,34 @@ class LeaseTable:
         finally:
             if token is not None:
                 self._release(name, token)
+
+
+@asynccontextmanager
+async def polled_lock(
+    acquire: Callable[[], Awaitable[bool]],
+    release: Callable[[], Awaitable[object]],
+    wait_seconds: float,
+    *,
+    poll_seconds: float,
+    poll_max_seconds: float,
+) -> AsyncIterator[bool]:
+    """A store's lock (``CheckpointStore.lock``) from its two atomic steps.
+
+    ``acquire`` is retried, with a delay doubling from ``poll_seconds`` up to
+    ``poll_max_seconds``, until it succeeds or ``wait_seconds`` passed; True when acquired.
+    ``release`` runs only for a lock this caller holds, and a store that fails it is ignored:
+    the lock expires after its TTL.
+    """
+    deadline = time.monotonic() + max(wait_seconds, 0.0)
+    delay = poll_seconds
+    acquired = await acquire()
+    while not acquired and time.monotonic() < deadline:
+        await asyncio.sleep(min(delay, max(deadline - time.monotonic(), 0.0)))
+        delay = min(delay * 2, poll_max_seconds)
+        acquired = await acquire()
+    try:
+        yield acquired
+    finally:
+        if acquired:
+            with suppress(StoreUnavailable):
+                await release()

@@ -13,12 +13,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, suppress
 from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
@@ -35,6 +33,7 @@ from .base import (
     ttl_at_least_one,
 )
 from .deadline import bounded
+from .leases import polled_lock
 
 T = TypeVar("T")
 
@@ -155,32 +154,23 @@ class RedisStore:
     def lock(
         self, name: str, ttl_seconds: float, wait_seconds: float
     ) -> AbstractAsyncContextManager[bool]:
-        return self._lock(name, ttl_seconds, wait_seconds)
-
-    @asynccontextmanager
-    async def _lock(
-        self, name: str, ttl_seconds: float, wait_seconds: float
-    ) -> AsyncIterator[bool]:
         key = LOCK_PREFIX + name
         token = uuid.uuid4().hex
         ttl_ms = max(1, int(ttl_seconds * 1000))
 
-        async def attempt() -> bool:
+        async def acquire() -> bool:
             return bool(await self._call(lambda: self._client.set(key, token, nx=True, px=ttl_ms)))
 
-        deadline = time.monotonic() + max(wait_seconds, 0.0)
-        delay = LOCK_POLL_SECONDS
-        acquired = await attempt()
-        while not acquired and time.monotonic() < deadline:
-            await asyncio.sleep(min(delay, max(deadline - time.monotonic(), 0.0)))
-            delay = min(delay * 2, LOCK_POLL_MAX_SECONDS)
-            acquired = await attempt()
-        try:
-            yield acquired
-        finally:
-            if acquired:
-                with suppress(StoreUnavailable):  # the lock expires after its TTL
-                    await self._call(lambda: self._client.eval(_RELEASE_SCRIPT, 1, key, token))
+        async def release() -> object:
+            return await self._call(lambda: self._client.eval(_RELEASE_SCRIPT, 1, key, token))
+
+        return polled_lock(
+            acquire,
+            release,
+            wait_seconds,
+            poll_seconds=LOCK_POLL_SECONDS,
+            poll_max_seconds=LOCK_POLL_MAX_SECONDS,
+        )
 
     async def close(self) -> None:
         with suppress(RedisError, OSError):

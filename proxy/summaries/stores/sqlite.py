@@ -21,9 +21,9 @@ import logging
 import sqlite3
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TypeVar
 
@@ -37,6 +37,7 @@ from .base import (
     ttl_at_least_one,
 )
 from .deadline import bounded
+from .leases import polled_lock
 
 T = TypeVar("T")
 
@@ -245,12 +246,6 @@ class SqliteStore:
     def lock(
         self, name: str, ttl_seconds: float, wait_seconds: float
     ) -> AbstractAsyncContextManager[bool]:
-        return self._lock(name, ttl_seconds, wait_seconds)
-
-    @asynccontextmanager
-    async def _lock(
-        self, name: str, ttl_seconds: float, wait_seconds: float
-    ) -> AsyncIterator[bool]:
         token = uuid.uuid4().hex
 
         def acquire(conn: sqlite3.Connection) -> bool:
@@ -266,19 +261,13 @@ class SqliteStore:
         def release(conn: sqlite3.Connection) -> None:
             conn.execute("DELETE FROM locks WHERE name = ? AND token = ?", (name, token))
 
-        deadline = time.monotonic() + max(wait_seconds, 0.0)
-        delay = LOCK_POLL_SECONDS
-        acquired = await self._run(acquire)
-        while not acquired and time.monotonic() < deadline:
-            await asyncio.sleep(min(delay, max(deadline - time.monotonic(), 0.0)))
-            delay = min(delay * 2, LOCK_POLL_MAX_SECONDS)
-            acquired = await self._run(acquire)
-        try:
-            yield acquired
-        finally:
-            if acquired:
-                with suppress(StoreUnavailable):  # the row expires on its own
-                    await self._run(release)
+        return polled_lock(
+            lambda: self._run(acquire),
+            lambda: self._run(release),
+            wait_seconds,
+            poll_seconds=LOCK_POLL_SECONDS,
+            poll_max_seconds=LOCK_POLL_MAX_SECONDS,
+        )
 
     async def close(self) -> None:
         if self._closed:

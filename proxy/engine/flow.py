@@ -17,16 +17,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import orjson
 
 from proxy.compaction import CompactionResult, Mode, ModelFacts
-from proxy.compactor import Compactor
 from proxy.config import Settings
+from proxy.engine.compactor import Compactor
 from proxy.summaries.checkpoints import Checkpoints, Lookup, namespace_for
-from proxy.summaries.flight import SummaryFlights
+from proxy.summaries.flight import GuardedSummarizer, SummaryFlights
 from proxy.summaries.stores.base import CheckpointStore
 from proxy.summaries.summarizer import HttpSummarizer, SummaryCalls
 from proxy.windows import WindowBook
@@ -126,9 +126,9 @@ class CompactionFlow:
 
             async def save() -> str | None:
                 assert checkpoints is not None
-                return await checkpoints.save(
-                    namespace, lookup, result.messages, _meta(result, model)
-                )
+                # The core hands back the client's own dicts (typed as read-only mappings).
+                messages = cast("list[dict[str, Any]]", result.messages)
+                return await checkpoints.save(namespace, lookup, messages, _meta(result, model))
 
             return FlowResult(body, result, "new", warnings, save)
         if lookup.hit:
@@ -147,7 +147,7 @@ class CompactionFlow:
         authorization: str | None,
         upstream_name: str,
         calls: SummaryCalls | None,
-    ) -> Any:
+    ) -> GuardedSummarizer | None:
         if self.summarizer is None:
             return None
         target = self.summarizer.upstream_for(model)
