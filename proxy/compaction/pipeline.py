@@ -233,7 +233,8 @@ async def compact_async(
     # Settle: a strategy that ages messages by their position saw the array before later
     # strategies dropped groups from it; where its trigger still fires on the final array,
     # run it once more there, so the output is a fixpoint (compacting it again changes nothing).
-    for strategy in _position_aged(pipeline.strategies):
+    # Nothing changed: it already saw the final array.
+    for strategy in _position_aged(pipeline.strategies) if draft.changed else ():
         if strategy.should_run(draft, ctx):
             settled = await run_strategy_async(strategy, draft, ctx)
             if settled.changed:
