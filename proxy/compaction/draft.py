@@ -355,8 +355,16 @@ class Draft:
         pairing ids survive.
         """
         group = self._require_editable(self.view.group_of[index], "edit")
+        self._apply_edit(group, index, message)
+        self._mark(
+            structural=_grouping_key(message, self.summary_marker)
+            != _grouping_key(self.view.messages[index], self.summary_marker)
+        )
+
+    def _apply_edit(self, group: Group, index: int, message: Message) -> None:
+        """Record ``message`` as the new form of message ``index`` and update the totals."""
         old = self._edits.get(index)
-        old_tokens = old[1].token_count if old else self.view.stats[index].token_count
+        old_tokens = old[1].token_count if old else self._view.stats[index].token_count
         stats = self.measure(message)
         self._edits[index] = (message, stats)
         delta = stats.token_count - old_tokens
@@ -364,10 +372,6 @@ class Draft:
         self._message_tokens += delta
         if old is None:
             self._counters = _bump(self._counters, messages_edited=1)
-        self._mark(
-            structural=_grouping_key(message, self.summary_marker)
-            != _grouping_key(self.view.messages[index], self.summary_marker)
-        )
 
     def insert(self, position: int, messages: Sequence[Message]) -> None:
         """Insert synthetic messages before message ``position`` (``len`` = at the end).
@@ -417,15 +421,7 @@ class Draft:
             raise ProtectedGroupError(
                 f"cannot trim a message of a {self._state[group.index]} group"
             )
-        old = self._edits.get(index)
-        old_tokens = old[1].token_count if old else self._view.stats[index].token_count
-        stats = self.measure(message)
-        self._edits[index] = (message, stats)
-        delta = stats.token_count - old_tokens
-        self._group_tokens[group.index] += delta
-        self._message_tokens += delta
-        if old is None:
-            self._counters = _bump(self._counters, messages_edited=1)
+        self._apply_edit(group, index, message)
         self._mark(structural=False)
 
     # ------------------------------------------------------------------ output
