@@ -115,6 +115,12 @@ class RetainRecentSettings(_CamelModel):
     tokens: int | None = Field(default=None, gt=0)
 
 
+ReusePrefix = Literal["auto", "always", "never"]
+"""``summarization.reusePrefix``: ``auto`` reuses the request's prefix when the summarizer is
+the request's own upstream and model and the stretch holds no binary content; ``always``
+whenever the prefix fits the summarizer's window; ``never``: the plain-text transcript."""
+
+
 class SummarizationSettings(_CamelModel):
     """LibreChat's ``summarization`` block (camelCase keys, LibreChat's defaults).
 
@@ -138,6 +144,9 @@ class SummarizationSettings(_CamelModel):
     # Our addition: seconds one summarizer call may take before the request falls back.
     timeout: float = Field(default=60.0, gt=0, le=600)
     context_pruning: ContextPruningParams = ContextPruningParams()
+    # Our addition: send the summary call as the forwarded request's own prefix (its messages
+    # and tools, byte for byte) plus one instruction, so the upstream's prompt cache serves it.
+    reuse_prefix: ReusePrefix = "auto"
 
 
 # ------------------------------------------------------------------ pipeline entries

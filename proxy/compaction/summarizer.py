@@ -32,11 +32,19 @@ class SummaryRequest:
     merged with ``messages`` by the update prompt), without its ``<summary>`` wrapper; ``None``
     for a first summary.
     ``model``: the chat request's model (the default summarizer model).
+    ``prefix``: the chat request's messages exactly as it carries them (the same dicts, the
+    system messages included), from its start to the stretch's last message inclusive, so a
+    summarizer can send them as they are and hit the upstream's prompt cache (stretch messages
+    an earlier strategy made up may follow in their current form); ``None``: not available
+    (the edge may find it itself).  ``tools``: the request's ``tools``, as sent;
+    ``None``: not available or none.
     """
 
     messages: tuple[dict[str, Any], ...]
     previous_summary: str | None
     model: str
+    prefix: tuple[dict[str, Any], ...] | None = None
+    tools: tuple[dict[str, Any], ...] | None = None
 
 
 class SummaryError(Exception):

@@ -27,6 +27,7 @@ from proxy.config import Settings
 from proxy.engine.compactor import Compactor
 from proxy.summaries.checkpoints import Checkpoints, Lookup, namespace_for
 from proxy.summaries.flight import GuardedSummarizer, SummaryFlights
+from proxy.summaries.prefix import ForwardedRequest
 from proxy.summaries.stores.base import CheckpointStore
 from proxy.summaries.summarizer import HttpSummarizer, SummaryCalls
 from proxy.windows import WindowBook
@@ -102,7 +103,9 @@ class CompactionFlow:
         lookup = await self._lookup(namespace, data["messages"])
         warnings = [lookup.store_error] if lookup.store_error else []
         effective = {**data, "messages": lookup.messages} if lookup.hit else data
-        summarizer = self._summarizer_for(model, namespace, authorization, upstream_name, calls)
+        summarizer = self._summarizer_for(
+            model, namespace, authorization, upstream_name, calls, effective
+        )
         result = await self.compactor.run(
             effective,
             mode,
@@ -147,6 +150,7 @@ class CompactionFlow:
         authorization: str | None,
         upstream_name: str,
         calls: SummaryCalls | None,
+        body: dict[str, Any],
     ) -> GuardedSummarizer | None:
         if self.summarizer is None:
             return None
@@ -155,7 +159,13 @@ class CompactionFlow:
         # another provider must use that provider's own key (an upstream `api_key`).
         if target.name != upstream_name:
             authorization = None
-        bound = self.summarizer.bind(authorization=authorization, calls=calls)
+        # The request as it goes upstream (the checkpoint view on a hit): a summary call built
+        # on its prefix is served from the upstream's prompt cache (proxy/summaries/prefix.py).
+        bound = self.summarizer.bind(
+            authorization=authorization,
+            calls=calls,
+            request=ForwardedRequest.from_body(body, upstream_name),
+        )
         return self.flights.bind(bound, namespace)
 
 

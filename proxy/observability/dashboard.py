@@ -131,6 +131,9 @@ class _Totals:
     checkpoints: dict[str, int] = field(default_factory=lambda: {"hit": 0, "new": 0, "none": 0})
     summarizer: dict[str, int] = field(default_factory=dict)
     summarizer_failures: int = 0
+    summarizer_cached_tokens: int = 0
+    summarizer_prefix_calls: int = 0
+    summarizer_http_calls: int = 0
 
 
 class Dashboard:
@@ -234,6 +237,15 @@ class Dashboard:
             if outcome != "ok":
                 totals.summarizer_failures += 1
 
+    def count_summarizer_call(self, form: str, cached_tokens: int) -> None:
+        """One summarizer HTTP call: its form (``prefix`` or ``transcript``) and the prompt
+        tokens the upstream served from its cache."""
+        totals = self._totals
+        totals.summarizer_http_calls += 1
+        totals.summarizer_cached_tokens += cached_tokens
+        if form == "prefix":
+            totals.summarizer_prefix_calls += 1
+
     def _count_second(self, now: float) -> None:
         second = int(now)
         slot = second % 60
@@ -317,6 +329,9 @@ class Dashboard:
             "summarizer": {
                 "outcomes": dict(totals.summarizer),
                 "failures": totals.summarizer_failures,
+                "calls": totals.summarizer_http_calls,
+                "prefix_calls": totals.summarizer_prefix_calls,
+                "cached_tokens": totals.summarizer_cached_tokens,
                 "recent_failures": list(reversed(self._failures)),
             },
             "models": models,

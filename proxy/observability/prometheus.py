@@ -140,6 +140,12 @@ class PrometheusMetrics:
             "Summarizer calls whose outcome was not ok",
             registry=r,
         )
+        self.summarizer_cached_tokens = Counter(
+            "compaction_proxy_summarizer_cached_tokens",
+            "Prompt tokens of summarizer calls the upstream served from its prompt cache "
+            "(usage.prompt_tokens_details.cached_tokens)",
+            registry=r,
+        )
         self.summarizer_latency = Histogram(
             "compaction_proxy_summarizer_latency_seconds",
             "Duration of one summarizer HTTP call",

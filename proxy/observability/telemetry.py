@@ -124,6 +124,9 @@ class Telemetry:
 
     def _on_summarizer_call(self, record: SummaryCallRecord) -> None:
         self.metrics.summarizer_latency.observe(record.seconds)
+        if record.cached_tokens:
+            self.metrics.summarizer_cached_tokens.inc(record.cached_tokens)
+        self.dashboard.count_summarizer_call(record.form, record.cached_tokens)
         if not record.per_request:
             # No request keeps this call (its SummaryCalls would): count it now.
             self._count_summaries([record.outcome], ())

@@ -13,6 +13,11 @@ make the pipeline move on, never become a checkpoint:
   reasoning tokens, or our own count when usage is absent) or was cut (``finish_reason:
   length``): a truncated checkpoint silently loses its last sections.
 
+The call's form: by default, when the summarizer is the request's own upstream and model, the
+forwarded request's own prefix plus one instruction, so the upstream's prompt cache serves the
+conversation (:mod:`.prefix`, ``summarization.reusePrefix``); otherwise, or when that prefix
+holds binary content or does not fit, the plain-text transcript.
+
 Which upstream: ``summarization.provider`` names one (case-insensitively; LibreChat configs say
 ``openAI``), else the request's own upstream. Which model: ``summarization.model``, else the
 request's. Credentials: the upstream's own ``api_key`` when it has one, else the caller's
@@ -24,6 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +46,7 @@ from proxy.config import ConfigError, Settings, UpstreamSettings
 from proxy.upstream import Router
 
 from .contract import SummaryError, SummaryRequest
+from .prefix import ForwardedRequest, fits, has_binary, instruction, place_stretch, tool_choice_for
 from .prompts import PromptSet
 from .transcript import SummarizerWindow, TranscriptOptions, fold, plan_chunks, render_blocks
 
@@ -51,6 +59,8 @@ MAX_CHUNKS = 16
 
 LimitParam = Literal["max_completion_tokens", "max_tokens"]
 _RESERVED_PARAMETERS = frozenset({"model", "messages", "stream", "n"})
+
+log = logging.getLogger("compaction_proxy.summaries")
 
 
 # ------------------------------------------------------------------ configuration
@@ -113,6 +123,10 @@ class SummaryCallRecord:
     outcome: str
     seconds: float
     per_request: bool = False
+    cached_tokens: int = 0
+    """``usage.prompt_tokens_details.cached_tokens`` of the reply (0: none or not reported)."""
+    form: str = "transcript"
+    """``prefix`` (the request's own prefix plus an instruction) or ``transcript``."""
 
 
 @dataclass(slots=True)
@@ -135,22 +149,34 @@ class SummarizerStats:
     """Counts and total latency per (upstream, model, outcome); the edge exports them.
 
     ``listeners`` are called with every record as it happens (e.g. a Prometheus histogram).
+    ``cached_tokens``: prompt tokens the upstream served from its cache, per (upstream, model);
+    ``forms``: calls per form (``prefix``, ``transcript``).
     """
 
     calls: dict[tuple[str, str, str], int] = field(default_factory=dict)
     seconds: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    cached_tokens: dict[tuple[str, str], int] = field(default_factory=dict)
+    forms: dict[str, int] = field(default_factory=dict)
     listeners: list[Callable[[SummaryCallRecord], None]] = field(default_factory=list)
 
     def record(self, record: SummaryCallRecord) -> None:
         key = (record.upstream, record.model, record.outcome)
         self.calls[key] = self.calls.get(key, 0) + 1
         self.seconds[key] = self.seconds.get(key, 0.0) + record.seconds
+        if record.cached_tokens:
+            where = (record.upstream, record.model)
+            self.cached_tokens[where] = self.cached_tokens.get(where, 0) + record.cached_tokens
+        self.forms[record.form] = self.forms.get(record.form, 0) + 1
         for listener in self.listeners:
             listener(record)
 
     def count(self, outcome: str) -> int:
         """Calls with ``outcome`` over every upstream and model."""
         return sum(n for (_, _, o), n in self.calls.items() if o == outcome)
+
+    def total_cached_tokens(self) -> int:
+        """Cached prompt tokens over every upstream and model."""
+        return sum(self.cached_tokens.values())
 
 
 # ------------------------------------------------------------------ the summarizer
@@ -201,6 +227,7 @@ class HttpSummarizer:
         )
         self._authorization: str | None = None
         self._calls: SummaryCalls | None = None
+        self._request: ForwardedRequest | None = None
 
     @classmethod
     def from_settings(
@@ -224,17 +251,70 @@ class HttpSummarizer:
         return self._provider or self._router.for_model(request_model)
 
     def bind(
-        self, *, authorization: str | None, calls: SummaryCalls | None = None
+        self,
+        *,
+        authorization: str | None,
+        calls: SummaryCalls | None = None,
+        request: ForwardedRequest | None = None,
     ) -> HttpSummarizer:
         """A per-request instance carrying the caller's ``Authorization`` header value.
 
         ``calls``: the request's log, which gets the outcome of every HTTP call this instance
-        makes (the shared :attr:`stats` still records each one).
+        makes (the shared :attr:`stats` still records each one). ``request``: the chat
+        request's messages and tools as they go upstream, from which a :class:`SummaryRequest`
+        without a ``prefix`` gets one (:mod:`.prefix`).
         """
         bound = copy.copy(self)
         bound._authorization = authorization
         bound._calls = calls
+        bound._request = request
         return bound
+
+    def _with_prefix(self, request: SummaryRequest) -> SummaryRequest:
+        """``request`` with the prefix and tools of the bound chat request, when it lacks them
+        and the stretch can be placed in that request."""
+        context = self._request
+        if request.prefix is not None or context is None:
+            return request
+        prefix = place_stretch(context.messages, request.messages)
+        if prefix is None:
+            return request
+        tools = tuple(context.tools) if context.tools else None
+        return dataclasses.replace(request, prefix=tuple(prefix), tools=request.tools or tools)
+
+    def _same_upstream_and_model(self, request_model: str, upstream: UpstreamSettings) -> bool:
+        if self.model_for(request_model) != request_model:
+            return False
+        context = self._request
+        own = context.upstream if context is not None and context.upstream else None
+        if own is None:
+            own = self._router.for_model(request_model).name
+        return upstream.name == own
+
+    def _prefix_messages(
+        self,
+        request: SummaryRequest,
+        upstream: UpstreamSettings,
+        window: SummarizerWindow,
+        tokenizer: Tokenizer,
+    ) -> list[dict[str, Any]] | None:
+        """The prefix-form messages for ``request``, or ``None`` for the transcript form."""
+        mode = self._settings.reuse_prefix
+        if mode == "never":
+            return None
+        request = self._with_prefix(request)
+        prefix = request.prefix
+        if not prefix:
+            return None
+        if mode == "auto" and (
+            not self._same_upstream_and_model(request.model, upstream) or has_binary(prefix)
+        ):
+            return None
+        final = instruction(self.prompts, request.previous_summary)
+        if not fits(prefix, request.tools, final, window, tokenizer):
+            log.info("summary call: the request's prefix does not fit the summarizer's window")
+            return None
+        return [*prefix, {"role": "user", "content": final}]
 
     async def summarize(self, request: SummaryRequest) -> str:
         """The summary of ``request``'s stretch folded into its previous summary, if any."""
@@ -246,8 +326,24 @@ class HttpSummarizer:
             limit = min(
                 DEFAULT_MAX_SUMMARY_TOKENS, facts.max_output_tokens or DEFAULT_MAX_SUMMARY_TOKENS
             )
-        count = self._tokenizer_for(model).count_text
+        tokenizer = self._tokenizer_for(model)
+        count = tokenizer.count_text
         window = SummarizerWindow(facts.context_window, limit)
+        messages = self._prefix_messages(request, upstream, window, tokenizer)
+        if messages is not None:
+            extra: dict[str, Any] = {}
+            context = self._request
+            tools = request.tools or (context.tools if context is not None else None)
+            if tools:
+                extra["tools"] = tools
+                choice = tool_choice_for(context.tool_choice if context is not None else None)
+                if choice is not None:
+                    extra["tool_choice"] = choice
+            if context is not None and context.functions:
+                extra["functions"] = context.functions
+            return await self._complete(
+                upstream, model, limit, messages, count, extra=extra, form="prefix"
+            )
         blocks = render_blocks(request.messages, self._transcript)
         chunks = plan_chunks(blocks, request.previous_summary, self.prompts, window, count)
         if len(chunks) > self._max_chunks:
@@ -258,7 +354,8 @@ class HttpSummarizer:
             )
 
         async def call(system: str, user: str) -> str:
-            return await self._complete(upstream, model, limit, system, user, count)
+            messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+            return await self._complete(upstream, model, limit, messages, count)
 
         return await fold(chunks, request.previous_summary, self.prompts, call)
 
@@ -269,14 +366,17 @@ class HttpSummarizer:
         upstream: UpstreamSettings,
         model: str,
         limit: int,
-        system: str,
-        user: str,
+        messages: list[dict[str, Any]],
         count: Callable[[str], int],
+        *,
+        extra: Mapping[str, Any] | None = None,
+        form: str = "transcript",
     ) -> str:
         started = time.monotonic()
         outcome = "error"
+        usage: dict[str, int] = {}
         try:
-            text = await self._post(upstream, model, limit, system, user, count)
+            text = await self._post(upstream, model, limit, messages, count, extra or {}, usage)
             outcome = "ok"
             return text
         except SummaryError as exc:
@@ -293,6 +393,8 @@ class HttpSummarizer:
                     outcome,
                     time.monotonic() - started,
                     per_request=calls is not None,
+                    cached_tokens=usage.get("cached_tokens", 0),
+                    form=form,
                 )
             )
 
@@ -301,19 +403,14 @@ class HttpSummarizer:
         upstream: UpstreamSettings,
         model: str,
         limit: int,
-        system: str,
-        user: str,
+        messages: list[dict[str, Any]],
         count: Callable[[str], int],
+        extra: Mapping[str, Any],
+        usage: dict[str, int],
     ) -> str:
         body: dict[str, Any] = dict(self._parameters)
-        body.update(
-            model=model,
-            stream=False,
-            messages=[
-                {"role": "system", "content": system},
-                {"role": "user", "content": user},
-            ],
-        )
+        body.update(model=model, stream=False, messages=messages)
+        body.update(extra)
         body[self._limit_param] = limit
         headers = {"content-type": "application/json", "accept": "application/json"}
         credential = self._credential(upstream)
@@ -341,7 +438,7 @@ class HttpSummarizer:
                 "error",
                 f"{where} ({model}): HTTP {response.status_code}{_error_code(response.content)}",
             )
-        return _read_completion(response.content, where, model, limit, count)
+        return _read_completion(response.content, where, model, limit, count, usage)
 
     def _credential(self, upstream: UpstreamSettings) -> str | None:
         if upstream.api_key is not None:
@@ -392,7 +489,12 @@ def _error_code(content: bytes) -> str:
 
 
 def _read_completion(
-    content: bytes, where: str, model: str, limit: int, count: Callable[[str], int]
+    content: bytes,
+    where: str,
+    model: str,
+    limit: int,
+    count: Callable[[str], int],
+    usage: dict[str, int] | None = None,
 ) -> str:
     try:
         data = orjson.loads(content)
@@ -402,6 +504,9 @@ def _read_completion(
         raise SummaryError(
             "error", f"{where} ({model}): the response is not a chat completion"
         ) from exc
+    cached = _cached_tokens(data.get("usage") if isinstance(data, dict) else None)
+    if usage is not None and cached:
+        usage["cached_tokens"] = cached
     text = strip_echoed_wrapper(
         _message_text(message.get("content") if isinstance(message, dict) else None)
     )
@@ -446,6 +551,15 @@ def _completion_tokens(usage: object) -> int | None:
     details = usage.get("completion_tokens_details")
     reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
     return total - reasoning if isinstance(reasoning, int) else total
+
+
+def _cached_tokens(usage: object) -> int:
+    """``usage.prompt_tokens_details.cached_tokens`` (0 when absent or malformed)."""
+    if not isinstance(usage, dict):
+        return 0
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return cached if isinstance(cached, int) and not isinstance(cached, bool) and cached > 0 else 0
 
 
 def strip_echoed_wrapper(text: str) -> str:

@@ -6,6 +6,10 @@ arrive, disconnects propagated, hop-by-hop headers dropped. The same app is the 
 upstream, so the chat hot path stays small: one orjson parse, a cached token count, one dump,
 no logging.
 
+Chat replies report ``usage.prompt_tokens_details.cached_tokens`` from a simple prompt cache
+(:class:`PrefixCache`): the leading messages (and tools) an earlier prompt started with count as
+cached, so a test can see a summary call that reuses the request's prefix hit the cache.
+
 Run it on its own::
 
     python -m tests.fakes.upstream --host 127.0.0.1 --port 8001 [--context-window 8192]
@@ -55,7 +59,7 @@ import re
 import struct
 import tempfile
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -264,11 +268,27 @@ def echo_responder(request: ChatRequest) -> ChatReply:
 FACT = re.compile(r"FACT-[A-Za-z0-9]+")
 
 
-def is_summarizer_call(payload: dict[str, Any]) -> bool:
-    """The proxy's summarizer frames the conversation in <conversation> tags."""
+SUMMARIZER_PREFIX_MARKER = "[compaction-proxy: checkpoint request]"
+"""First line of the instruction ending a prefix-form summary call (proxy/summaries/prefix.py;
+not imported, so the fake stays independent of the proxy)."""
+
+
+def is_prefix_summarizer_call(payload: dict[str, Any]) -> bool:
+    """The cache-aligned form: the chat request's own prefix, then our instruction."""
     messages = payload.get("messages")
-    return isinstance(messages, list) and any(
-        "<conversation>" in message_text(m) for m in messages if _role(m) == "user"
+    if not isinstance(messages, list) or not messages:
+        return False
+    last = messages[-1]
+    return _role(last) == "user" and message_text(last).startswith(SUMMARIZER_PREFIX_MARKER)
+
+
+def is_summarizer_call(payload: dict[str, Any]) -> bool:
+    """The proxy's summarizer frames the conversation in <conversation> tags (transcript form)
+    or ends the request's own prefix with its marked instruction (prefix form)."""
+    messages = payload.get("messages")
+    return isinstance(messages, list) and (
+        is_prefix_summarizer_call(payload)
+        or any("<conversation>" in message_text(m) for m in messages if _role(m) == "user")
     )
 
 
@@ -281,7 +301,12 @@ def summarizer_responder(request: ChatRequest) -> ChatReply | None:
     """
     if not is_summarizer_call(request.body):
         return None
-    text = "\n".join(message_text(m) for m in request.messages if _role(m) == "user")
+    # The transcript form carries everything in its user message; the prefix form carries the
+    # conversation as itself, every role (system messages hold no facts in the tests).
+    roles = ("user",) if not is_prefix_summarizer_call(request.body) else None
+    text = "\n".join(
+        message_text(m) for m in request.messages if roles is None or _role(m) in roles
+    )
     facts = list(dict.fromkeys(FACT.findall(text)))
     summary = "## Goal\nFinish the agent task.\n\n## Critical Context\n" + "\n".join(
         f"- {fact}" for fact in facts
@@ -359,6 +384,49 @@ class RecordedRequest:
         }
 
 
+class PrefixCache:
+    """A prompt cache like OpenAI's, simplified: a prompt that starts with messages (and tools)
+    an earlier prompt started with has those leading messages "cached".
+
+    Keys chain the canonical JSON of the tools and each leading message, so one lookup per
+    message finds the longest prefix seen before. Bounded: the oldest keys go first.
+    """
+
+    LIMIT = 200_000
+
+    def __init__(self) -> None:
+        self._seen: OrderedDict[bytes, None] = OrderedDict()
+
+    def keys(self, messages: Sequence[Any], tools: Any) -> list[bytes]:
+        digest = hashlib.blake2b(orjson.dumps(tools, option=orjson.OPT_SORT_KEYS), digest_size=16)
+        keys = []
+        for message in messages:
+            digest.update(orjson.dumps(message, option=orjson.OPT_SORT_KEYS))
+            keys.append(digest.copy().digest())
+        return keys
+
+    def hit(self, messages: Sequence[Any], tools: Any) -> int:
+        """How many leading messages were seen before; remembers this prompt's prefixes.
+
+        A prompt orjson cannot serialise (nested past its depth limit) is simply not cached:
+        a hostile body must get the upstream's ordinary answer, not a 500 from the fake.
+        """
+        try:
+            keys = self.keys(messages, tools)
+        except (TypeError, orjson.JSONEncodeError):
+            return 0
+        found = 0
+        for index, key in enumerate(keys):
+            if key in self._seen:
+                found = index + 1
+        for key in keys:
+            self._seen[key] = None
+            self._seen.move_to_end(key)
+        while len(self._seen) > self.LIMIT:
+            self._seen.popitem(last=False)
+        return found
+
+
 class FakeUpstream:
     """Settings, recorded requests and events of one server, plus the responder chain."""
 
@@ -369,6 +437,7 @@ class FakeUpstream:
         self.requests: deque[RecordedRequest] = deque(maxlen=max_recorded)
         self.events: deque[dict[str, Any]] = deque(maxlen=max_recorded)
         self.counter = TokenCounter()
+        self.prompt_cache = PrefixCache()
         self._ids = itertools.count(1)
 
     def next_id(self) -> int:
@@ -667,7 +736,7 @@ def _split(text: str, size: int = 16) -> list[str]:
 async def _chat_events(
     base: dict[str, Any],
     reply: ChatReply,
-    usage: dict[str, int],
+    usage: dict[str, Any],
     include_usage: bool,
     timed_chunks: int | None,
     chunk_delay: float,
@@ -807,10 +876,18 @@ def create_app(
             completion_tokens = fake.counter.text(reply.content or "") + sum(
                 fake.counter.text(c["function"]["arguments"]) for c in reply.tool_calls
             )
-        usage = {
+        cached_messages = fake.prompt_cache.hit(payload["messages"], payload.get("tools"))
+        # The cached part's count, without the reply priming the whole prompt adds once.
+        cached_tokens = (
+            fake.counter.messages(payload["messages"][:cached_messages], payload.get("tools")) - 3
+            if cached_messages
+            else 0
+        )
+        usage: dict[str, Any] = {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": max(0, cached_tokens)},
         }
         base = {
             "id": f"chatcmpl-fake{fake.next_id()}",
@@ -989,6 +1066,7 @@ def apply_control(fake: FakeUpstream, changes: Any) -> None:
         raise TypeError("expected a JSON object")
     if changes.get("reset"):
         fake.settings = Settings(**asdict(fake.initial))
+        fake.prompt_cache = PrefixCache()  # a reset server has seen no prompt
     known = {f.name for f in fields(Settings)}
     unknown = set(changes) - known - {"reset"}
     if unknown:

@@ -322,3 +322,25 @@ def test_windows_unpublished_by_default(upstream: UpstreamServer) -> None:
     listing = upstream.client.get("/v1/models")
     assert parse_models_listing(listing.content) == {}
     assert upstream.client.post("/_control", json={"publish_windows": "tgi"}).status_code == 400
+
+
+def test_a_prompt_that_extends_an_earlier_one_reports_cached_tokens(
+    direct: openai.OpenAI, upstream: UpstreamServer
+) -> None:
+    upstream.reset()
+    first: list[Any] = [
+        {"role": "system", "content": "You are terse. " * 50},
+        {"role": "user", "content": "hello fake"},
+    ]
+    cold = direct.chat.completions.create(model="gpt-4o", messages=first)
+    assert cold.usage is not None and cold.usage.prompt_tokens_details is not None
+    assert cold.usage.prompt_tokens_details.cached_tokens == 0
+    longer = [*first, {"role": "assistant", "content": "hi"}, {"role": "user", "content": "more"}]
+    warm = direct.chat.completions.create(model="gpt-4o", messages=longer)
+    assert warm.usage is not None and warm.usage.prompt_tokens_details is not None
+    cached = warm.usage.prompt_tokens_details.cached_tokens
+    assert cached is not None and 0 < cached < warm.usage.prompt_tokens
+    # other tools: another prefix
+    other = direct.chat.completions.create(model="gpt-4o", messages=longer, tools=TOOLS)  # type: ignore[arg-type]
+    assert other.usage is not None and other.usage.prompt_tokens_details is not None
+    assert other.usage.prompt_tokens_details.cached_tokens == 0

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.fakes.upstream import SUMMARIZER_PREFIX_MARKER
 from tests.support.agent_session import (
     CHAT,
     TOOLS,
@@ -22,6 +23,7 @@ from tests.support.agent_session import (
     assert_valid_pairing,
     count_summarizer_calls,
     forwarded_requests,
+    is_summarizer_text,
     run_session,
 )
 from tests.support.redis_server import RedisServer, free_port
@@ -197,7 +199,7 @@ def test_another_credential_never_reuses_a_checkpoint(
     keys = [
         r.headers.get("authorization")
         for r in small_upstream.requests(CHAT)
-        if "<conversation>" in (r.text or "")
+        if is_summarizer_text(r.text)
     ]
     assert keys == ["Bearer sk-alice", "Bearer sk-bob"]
 
@@ -397,3 +399,55 @@ def test_one_summary_has_one_time_budget_whatever_it_waits_for(
     assert raw.status_code == 200
     assert "timeout" in raw.headers["x-compaction-warning"]
     assert time.monotonic() - started < 4.5, "the request did not wait out the slow summarizer"
+
+
+# --------------------------------------------------------------------------- prefix reuse
+
+
+def _metric(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+def test_a_summary_call_reuses_the_requests_prefix_and_hits_the_cache(
+    small_upstream: UpstreamServer, proxy_factory: Any, tmp_path: Path
+) -> None:
+    """The default (`reusePrefix: auto`, the request's own upstream and model): the summary
+    call is the forwarded request's own prefix plus our instruction, so the upstream's prompt
+    cache serves it; the fake reports the cached tokens and they reach /metrics."""
+    proxy = proxy_factory(
+        checkpoint_config(small_upstream, {"backend": "sqlite", "path": str(tmp_path / "cp.db")})
+    )
+    client = proxy.openai_client()
+    messages = conversation_over_budget("Q")
+    # Earlier in the session, below the trigger: forwarded as sent, the upstream has read it.
+    early = messages[:8]
+    raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=early, tools=TOOLS)
+    assert raw.headers.get("x-compaction-checkpoint", "none") == "none"
+    raw = client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=messages, tools=TOOLS
+    )
+    assert raw.headers["x-compaction-checkpoint"] == "new"
+    summaries = [r for r in small_upstream.requests(CHAT) if is_summarizer_text(r.text)]
+    assert len(summaries) == 1
+    body = summaries[0].json()
+    sent = body["messages"]
+    assert sent[-1]["role"] == "user"
+    assert sent[-1]["content"].startswith(SUMMARIZER_PREFIX_MARKER)
+    assert "<conversation>\n[" not in sent[-1]["content"], "not the transcript form"
+    assert body["tools"] == TOOLS
+    # The request's own messages, as the client sent them, up to the stretch's end.
+    assert len(sent) - 1 > len(early)
+    assert sent[: len(early)] == early
+    placed = [m for m in sent[:-1] if m in messages]
+    assert placed == messages[: len(placed)]
+    # The fake's prompt cache recognised the early request's prefix.
+    with proxy.http_client() as http:
+        metrics = http.get("/metrics").text
+        dashboard = http.get("/dashboard/data").json()
+    cached = _metric(metrics, "compaction_proxy_summarizer_cached_tokens_total")
+    assert cached > 1_000
+    assert dashboard["summarizer"]["cached_tokens"] == cached
+    assert dashboard["summarizer"]["prefix_calls"] == 1

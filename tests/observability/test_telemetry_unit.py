@@ -333,3 +333,17 @@ def test_recent_row_as_json() -> None:
     }
     row.content = "hi"
     assert row.to_json()["content"] == "hi"
+
+
+def test_cached_summarizer_tokens_reach_metrics_and_dashboard() -> None:
+    telemetry = Telemetry(Settings())
+    stats = SummarizerStats()
+    telemetry.watch_summarizer(stats)
+    stats.record(SummaryCallRecord("openai", "m", "ok", 0.3, cached_tokens=1200, form="prefix"))
+    stats.record(SummaryCallRecord("openai", "m", "ok", 0.2))
+    samples = parse_metrics(telemetry.exposition().decode())
+    assert value(samples, "compaction_proxy_summarizer_cached_tokens_total") == 1200
+    summarizer = telemetry.snapshot()["summarizer"]
+    assert summarizer["cached_tokens"] == 1200
+    assert summarizer["prefix_calls"] == 1 and summarizer["calls"] == 2
+    assert stats.total_cached_tokens() == 1200 and stats.forms == {"prefix": 1, "transcript": 1}

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 
 from tests.support.agent_session import TOOLS as AGENT_TOOLS
+from tests.support.agent_session import is_summarizer_text
 
 CHAT = "/v1/chat/completions"
 AGENT_MODEL = "agent-model"
@@ -155,7 +156,11 @@ def _sse_prompt_tokens(text: str) -> int | None:
 
 def summarizer_calls(recorded: list[Any]) -> int:
     """Summarizer calls among the requests an upstream received (the fake frames them)."""
-    return sum(1 for r in recorded if r.path == CHAT and b"<conversation>" in r.body)
+    return sum(
+        1
+        for r in recorded
+        if r.path == CHAT and is_summarizer_text(r.body.decode("utf-8", "replace"))
+    )
 
 
 def parse_metrics(text: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:

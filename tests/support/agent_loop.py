@@ -15,7 +15,7 @@ from typing import Any
 
 import openai
 
-from tests.support.agent_session import CHAT, TOOLS, tool_output
+from tests.support.agent_session import CHAT, TOOLS, is_summarizer_text, tool_output
 from tests.support.servers import UpstreamServer
 
 SYSTEM = {"role": "system", "content": "You are a careful coding agent. Use the tools."}
@@ -95,8 +95,8 @@ def run_loop(
         completion = raw.parse()
         recorded = upstream.requests(CHAT)
         upstream.clear()  # keeps each fetch small: the loop's bodies reach ~100 KB
-        summaries = [r for r in recorded if "<conversation>" in (r.text or "")]
-        forwarded = [r.json() for r in recorded if "<conversation>" not in (r.text or "")]
+        summaries = [r for r in recorded if is_summarizer_text(r.text)]
+        forwarded = [r.json() for r in recorded if not is_summarizer_text(r.text)]
         assert len(forwarded) == 1, f"step {index}: {len(forwarded)} forwarded requests"
         report.steps.append(
             LoopStep(

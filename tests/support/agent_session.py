@@ -15,6 +15,7 @@ from typing import Any
 
 import openai
 
+from tests.fakes.upstream import SUMMARIZER_PREFIX_MARKER
 from tests.support.servers import UpstreamServer
 
 CHAT = "/v1/chat/completions"
@@ -92,12 +93,20 @@ def tool_output(step: int, call: int, size: int) -> str:
     return header + body[:size]
 
 
+def is_summarizer_text(text: str | None) -> bool:
+    """A summarizer call, in either form: the transcript in <conversation> tags, or the chat
+    request's own prefix ending in the marked instruction (proxy/summaries/prefix.py)."""
+    if not text:
+        return False
+    return "<conversation>" in text or SUMMARIZER_PREFIX_MARKER in text
+
+
 def count_summarizer_calls(upstream: UpstreamServer) -> int:
-    return sum(1 for r in upstream.requests(CHAT) if "<conversation>" in (r.text or ""))
+    return sum(1 for r in upstream.requests(CHAT) if is_summarizer_text(r.text))
 
 
 def forwarded_requests(upstream: UpstreamServer) -> list[dict[str, Any]]:
-    return [r.json() for r in upstream.requests(CHAT) if "<conversation>" not in (r.text or "")]
+    return [r.json() for r in upstream.requests(CHAT) if not is_summarizer_text(r.text)]
 
 
 def run_session(
