@@ -136,15 +136,7 @@ async def forward(
             # client; the transport reports that as a connection failure, which it is not.
             if streamed is not None and streamed.error is not None:
                 raise streamed.error from None
-            failure = classify_error(exc, upstream)
-            log.warning("upstream request failed: %s", failure.message)
-            outcome.status = failure.status
-            await send_error(
-                send,
-                ProxyError(failure.status, failure.message, "upstream_error", failure.code),
-                extra_headers,
-            )
-            outcome.completed = True
+            await _send_failure(send, outcome, exc, upstream, extra_headers, "request failed")
             return outcome
 
         outcome.upstream_seconds = time.perf_counter() - started
@@ -161,15 +153,9 @@ async def forward(
             try:
                 prefix, complete = await _read_bounded(chunks)
             except TRANSPORT_ERRORS as exc:
-                failure = classify_error(exc, upstream)
-                log.warning("upstream error reply broke: %s", failure.message)
-                outcome.status = failure.status
-                await send_error(
-                    send,
-                    ProxyError(failure.status, failure.message, "upstream_error", failure.code),
-                    extra_headers,
+                await _send_failure(
+                    send, outcome, exc, upstream, extra_headers, "error reply broke"
                 )
-                outcome.completed = True
                 return outcome
             if complete:
                 outcome.held = HeldReply(
@@ -264,3 +250,23 @@ async def _close_quietly(reply: UpstreamReply) -> None:
         await reply.close()
     except Exception:  # closing a broken stream may raise; nothing is left to tell anyone
         log.debug("error while closing upstream response", exc_info=True)
+
+
+async def _send_failure(
+    send: Send,
+    outcome: Outcome,
+    exc: BaseException,
+    upstream: UpstreamSettings,
+    extra_headers: list[tuple[bytes, bytes]] | None,
+    what: str,
+) -> None:
+    """Answer a transport failure before any byte went out: 502/504 in OpenAI's shape."""
+    failure = classify_error(exc, upstream)
+    log.warning("upstream %s: %s", what, failure.message)
+    outcome.status = failure.status
+    await send_error(
+        send,
+        ProxyError(failure.status, failure.message, "upstream_error", failure.code),
+        extra_headers,
+    )
+    outcome.completed = True

@@ -22,6 +22,7 @@ from proxy.api.requests import (
 )
 from proxy.asgi import Receive, Scope, Send, read_body, send_bytes
 from proxy.compaction import Mode
+from proxy.compaction.validation import nesting_issue
 from proxy.context import RequestContext
 from proxy.errors import ProxyError, bad_request
 from proxy.summaries.stores import StoreBudget
@@ -97,21 +98,14 @@ async def preview(ctx: RequestContext, scope: Scope, receive: Receive, send: Sen
 
 def check_nesting(data: dict[str, object], skip: str | None = None) -> None:
     """A 400 naming the first top-level key (but `skip`) whose value nests past
-    :data:`MAX_NESTING`."""
+    :data:`MAX_NESTING`: orjson cannot write it back, so the preview could not show it."""
     for key, value in data.items():
         if key == skip:
             continue
-        stack: list[tuple[object, int]] = [(value, 1)]
-        while stack:
-            item, level = stack.pop()
-            if level > MAX_NESTING:
-                raise bad_request(
-                    f"'{key}' is nested more than {MAX_NESTING} levels deep; the preview "
-                    "cannot show or compact it",
-                    param=key,
-                    code="invalid_value",
-                )
-            if isinstance(item, dict):
-                stack.extend((child, level + 1) for child in item.values())
-            elif isinstance(item, list):
-                stack.extend((child, level + 1) for child in item)
+        issue = nesting_issue(value, key, limit=MAX_NESTING)
+        if issue is not None:
+            raise bad_request(
+                f"{issue.message}; the preview cannot show or compact it",
+                param=key,
+                code="invalid_value",
+            )

@@ -91,7 +91,7 @@ def _check_message(message: object, path: str) -> ValidationIssue | None:
                 )
     for key, value in message.items():
         if key != "content" and isinstance(value, list | Mapping):
-            issue = _check_depth(value, f"{path}.{key}", 2)
+            issue = nesting_issue(value, f"{path}.{key}", depth=2)
             if issue is not None:
                 return issue
     return None
@@ -116,19 +116,22 @@ def _check_parts(parts: list[object], path: str) -> ValidationIssue | None:
             return ValidationIssue(
                 f"{part_path}: a text part needs a string 'text'", f"{part_path}.text"
             )
-        issue = _check_depth(part, part_path, 3)
+        issue = nesting_issue(part, part_path, depth=3)
         if issue is not None:
             return issue
     return None
 
 
-def _check_depth(value: object, path: str, depth: int) -> ValidationIssue | None:
-    """A 400 when ``value`` (found at ``depth``) nests past :data:`MAX_DEPTH`; no recursion."""
+def nesting_issue(
+    value: object, path: str, *, depth: int = 1, limit: int = MAX_DEPTH
+) -> ValidationIssue | None:
+    """An issue when ``value`` (found at ``depth``) nests past ``limit``; no recursion, so a
+    hostile body cannot exhaust the stack either."""
     stack: list[tuple[object, int]] = [(value, depth)]
     while stack:
         item, level = stack.pop()
-        if level > MAX_DEPTH:
-            return ValidationIssue(f"{path} is nested more than {MAX_DEPTH} levels deep", path)
+        if level > limit:
+            return ValidationIssue(f"{path} is nested more than {limit} levels deep", path)
         if isinstance(item, Mapping):
             stack.extend((child, level + 1) for child in item.values())
         elif isinstance(item, list):
