@@ -269,7 +269,7 @@ def build_edge(
             else make_transport(server)
         )
     proxy_client = client
-    windows = WindowBook(settings, store, lambda: proxy_client)
+    windows = WindowBook(settings, store, lambda: proxy_client, catalog=compactor.catalog)
     flow = build_flow(settings, compactor, store, client, windows)
     telemetry = Telemetry(settings, tokenizers=compactor.tokenizers)
     telemetry.watch_windows(windows)

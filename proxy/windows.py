@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from proxy.compaction import FactsOverride, ModelCatalog
+from proxy.compaction import ModelCatalog
 from proxy.published_windows import parse_models_listing
 from proxy.summaries.stores.base import Checkpoint, CheckpointStore, StoreUnavailable
 
@@ -133,6 +133,7 @@ class WindowBook:
         store: CheckpointStore | None,
         client: Callable[[], httpx.AsyncClient | None],
         *,
+        catalog: ModelCatalog | None = None,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -142,17 +143,10 @@ class WindowBook:
         self._clock = clock
         self._monotonic = monotonic
         self._default = settings.default_context_window
-        tokenizer = settings.compaction.tokenizer
-        # Two catalogs that answer 0 for "not known": one sees only the `models:` entries'
-        # windows (same matching as the compactor's catalog), the other only the built-ins.
-        self._configured = ModelCatalog(
-            {p: FactsOverride(context_window=m.context_window) for p, m in settings.models.items()},
-            default_context_window=0,
-            default_encoding=tokenizer.default_encoding,
-            builtins={},
-        )
-        self._builtin = ModelCatalog(
-            default_context_window=0, default_encoding=tokenizer.default_encoding
+        # The compactor's catalog (same matching); tests may leave it to be built here.
+        self._catalog = catalog or ModelCatalog(
+            {p: m.facts_override() for p, m in settings.models.items()},
+            default_context_window=settings.default_context_window,
         )
         self._learned: dict[tuple[str, str], _Learned] = {}
         self._store_misses: dict[tuple[str, str], float] = {}
@@ -164,10 +158,11 @@ class WindowBook:
 
     def configured(self, model: str) -> int | None:
         """The `models:` entry's `context_window` for `model`, if one sets it."""
-        return self._configured.facts_for(model).context_window or None
+        return self._catalog.known_windows(model)[0]
 
     def builtin(self, model: str) -> int | None:
-        return self._builtin.facts_for(model).context_window or None
+        """The built-in table's window for `model`, if it knows the model."""
+        return self._catalog.known_windows(model)[1]
 
     async def window_for(
         self, upstream: UpstreamSettings, model: str, authorization: str | None

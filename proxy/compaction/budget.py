@@ -130,6 +130,7 @@ class ModelCatalog:
         self._overrides = dict(overrides or {})
         self._builtins = builtins
         self._memo: dict[str, ModelFacts] = {}
+        self._known: dict[str, tuple[int | None, int | None]] = {}
         self._default = ModelFacts(
             default_context_window, default_max_output_tokens, default_encoding
         )
@@ -148,10 +149,33 @@ class ModelCatalog:
             self._memo[model] = facts
         return facts
 
+    def known_windows(self, model: str) -> tuple[int | None, int | None]:
+        """Where ``model``'s window is actually known: (an override's, the built-in table's).
+
+        ``None`` where that source says nothing, so a caller can tell a known window from the
+        default guess and put other sources (a window learned from the upstream) in between.
+        Memoized like :meth:`facts_for`.
+        """
+        cached = self._known.get(model)
+        if cached is not None:
+            return cached
+        names = _names(model)
+        configured: int | None = None
+        for name in names:
+            override = self._find_override(name)
+            if override is not None:
+                configured = override.context_window or None
+                break
+        builtin = next(
+            (facts.context_window for n in names if (facts := _lookup(n, self._builtins))),
+            None,
+        )
+        if len(self._known) < 4096:
+            self._known[model] = (configured, builtin)
+        return configured, builtin
+
     def _resolve(self, model: str) -> ModelFacts:
-        names = [model]
-        if "/" in model:
-            names.append(model.rsplit("/", 1)[-1])
+        names = _names(model)
         base: ModelFacts | None = None
         for name in names:
             base = _lookup(name, self._builtins)
@@ -174,6 +198,11 @@ class ModelCatalog:
             if _is_glob(pattern) and fnmatchcase(model, pattern):
                 return candidate
         return None
+
+
+def _names(model: str) -> list[str]:
+    """The names ``model`` is looked up by: as given, then without a provider prefix."""
+    return [model, model.rsplit("/", 1)[-1]] if "/" in model else [model]
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,3 +92,18 @@ def test_calibration_is_bounded() -> None:
     assert Calibration.observed(0, 1000).effective == 1.0
     with pytest.raises(ValueError):
         Calibration(1.0, minimum=2.0, maximum=1.0)
+
+
+def test_known_windows_tell_a_known_window_from_the_default_guess() -> None:
+    catalog = ModelCatalog(
+        {
+            "local-*": FactsOverride(context_window=16_384),
+            "gpt-4o": FactsOverride(max_output_tokens=1_000),  # no window of its own
+        },
+        default_context_window=99_999,
+    )
+    assert catalog.known_windows("local-llama") == (16_384, None)
+    assert catalog.known_windows("gpt-4o") == (None, 128_000)
+    assert catalog.known_windows("openai/gpt-4o-2024-08-06") == (None, 128_000)
+    assert catalog.known_windows("mystery-model") == (None, None)
+    assert catalog.facts_for("mystery-model").context_window == 99_999  # the guess
