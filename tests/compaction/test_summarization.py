@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from proxy.compaction import (
     CompactionRequest,
     CompactionSettings,
+    Mode,
     ModelFacts,
     Pipeline,
     SummarizationSettings,
@@ -647,3 +648,97 @@ async def test_the_group_shape_may_cut_inside_the_newest_turn() -> None:
         wrap_summary("progress"),
     ]
     assert result.messages[3:] == msgs[8:]
+
+
+# ------------------------------------------------------------------ stopping at the target
+# Issue 11, item 3: a fold stops as soon as the estimated result (kept part + one checkpoint of
+# ``summary_estimate`` tokens) reaches the target; ``retain_turns`` is the minimum kept.
+
+
+def targeted(retain_turns: int) -> SummarizationStrategy:
+    """The default pipeline's trigger and target (fire at 0.8 of the budget, fold towards 0.5)."""
+    return SummarizationStrategy(
+        retain_turns=retain_turns, trigger=TokenRatio(0.8), target=TokenRatio(0.5)
+    )
+
+
+def chat(turns: int) -> list[dict[str, Any]]:
+    msgs = [s()]
+    for n in range(turns):
+        msgs += [U(f"u{n}"), A(f"a{n}")]
+    return msgs
+
+
+def estimated(strategy: SummarizationStrategy, folded: list[Any], kept: list[Any]) -> int:
+    """The strategy's estimate of the prompt after folding ``folded`` and keeping ``kept``."""
+    checkpoint_tokens = TOK.count_message(strategy.summary_message(""))
+    text = strategy.summary_estimate(sum(TOK.count_message(m) for m in folded))
+    return TOK.count_messages(kept) + checkpoint_tokens + text
+
+
+async def test_many_turns_fold_only_the_oldest_ones_down_to_the_target() -> None:
+    msgs = chat(20)  # 41 messages filling 0.9 of the budget; the target is 0.5
+    facts = facts_for(msgs, 0.9)
+    strategy = targeted(2)
+    fake = FakeSummarizer("the gist")
+    result = await run_async(strategy, msgs, fake, facts=facts)
+    assert result.changed
+    (request,) = fake.calls
+    folded = len(request.messages)
+    assert list(request.messages) == msgs[1 : 1 + folded]  # the oldest turns, whole
+    assert folded % 2 == 0 and 0 < folded < 40 - 4
+    out = result.messages
+    assert out[0] is msgs[0] and is_summary(out[1])
+    kept = out[2:]
+    assert len(kept) > 4  # more than retainRecent's two turns stay verbatim
+    assert all(x is y for x, y in zip(kept, msgs[1 + folded :], strict=True))
+    assert result.report.tokens_after <= 0.5 * result.report.budget
+    # The least folding cut: folding one turn fewer would not reach the target by the estimate.
+    budget = result.report.budget
+    assert estimated(strategy, msgs[1 : 1 + folded], [msgs[0], *kept]) <= 0.5 * budget
+    assert estimated(strategy, msgs[1 : folded - 1], [msgs[0], *msgs[folded - 1 :]]) > 0.5 * budget
+    # idempotent: the output is under the target, so the trigger does not fire again
+    again = FakeSummarizer()
+    assert not (await run_async(strategy, out, again, facts=facts)).changed
+    assert again.calls == []
+
+
+async def test_without_a_reachable_target_the_fold_goes_as_far_as_retention_allows() -> None:
+    # The newest turn alone holds more than the target: no cut reaches it, so everything
+    # before the retained turns is folded, as before.
+    msgs = [*chat(6), U("big " + "b" * 4000), A("reply")]
+    facts = facts_for(msgs, 0.9)
+    fake = FakeSummarizer("the gist")
+    result = await run_async(targeted(1), msgs, fake, facts=facts)
+    assert list(fake.calls[0].messages) == msgs[1:-2]
+    assert result.messages[2:] == msgs[-2:]
+
+
+async def test_force_folds_as_far_as_retention_allows() -> None:
+    msgs = chat(20)
+    facts = facts_for(msgs, 0.9)
+    fake = FakeSummarizer("the gist")
+    strategy = targeted(2)
+    await run_async(strategy, msgs, fake, facts=facts, mode=Mode.FORCE)
+    assert list(fake.calls[0].messages) == msgs[1:-4]
+
+
+async def test_a_long_agent_loop_folds_only_its_oldest_steps() -> None:
+    msgs = loop(30)  # 62 messages, one task and 30 steps
+    facts = facts_for(msgs, 0.9)
+    strategy = targeted(2)
+    fake = FakeSummarizer("progress so far")
+    result = await run_async(strategy, msgs, fake, facts=facts)
+    (request,) = fake.calls
+    folded = len(request.messages)
+    assert list(request.messages) == msgs[2 : 2 + folded]  # the oldest steps, whole
+    assert folded % 2 == 0 and 0 < folded < 60 - 4
+    out = result.messages
+    assert out[0] is msgs[0] and out[1] is msgs[1]  # the task stays first
+    assert out[2] == {"role": "user", "content": wrap_summary("progress so far")}
+    kept = out[3:]
+    assert len(kept) > 4  # more than the two retained steps
+    assert all(x is y for x, y in zip(kept, msgs[2 + folded :], strict=True))
+    assert result.report.tokens_after <= 0.5 * result.report.budget
+    again = FakeSummarizer()
+    assert not (await run_async(strategy, out, again, facts=facts)).changed

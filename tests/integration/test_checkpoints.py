@@ -138,7 +138,10 @@ def test_between_compactions_each_request_extends_the_previous_one(
         if after.checkpoint == "new":
             continue  # a compaction event: the prefix is allowed to change here, once
         assert after.forwarded[: len(before.forwarded)] == before.forwarded, after.index
-    assert session.stable_share() >= 0.95
+    # Summarization folds only down to the target (0.5 of the budget), so an event follows every
+    # 0.3 of the budget of growth: 9 events in 160 requests of this session (6 when every event
+    # folded all but the retained turns), a share of 94.3% (was 96.2%).
+    assert session.stable_share() >= 0.93
 
 
 def test_what_the_summarizer_saw_survives_rolling_updates(session: SessionReport) -> None:

@@ -9,18 +9,21 @@ event), and replaces the stretch with one message placed right after the system 
 
 Selection has two shapes.
 
-* **Turns** (LibreChat's ``retainRecent``, the default): keep the last ``retain_turns``
-  user-led turns (default 2) verbatim and fold everything between the system block and the
-  start of the first kept turn.  Cuts are made only at turn boundaries (a user message), so a
-  tool call is never separated from its results.  ``retain_tokens`` caps the kept tail: while
-  the kept turns exceed it, one turn fewer is kept, but never fewer than the newest turn.
-  ``retain_turns=0`` folds everything except the newest turn (LibreChat: "summarize
-  everything", with the newest turn always kept).
+* **Turns** (LibreChat's ``retainRecent``, the default): keep at least the last
+  ``retain_turns`` user-led turns (default 2) verbatim and fold the oldest turns, as far as
+  needed to reach the target ("Stopping at the target" below) and at most everything between
+  the system block and the start of the first retained turn.  Cuts are made only at turn
+  boundaries (a user message), so a tool call is never separated from its results.
+  ``retain_tokens`` caps the retained tail: while the retained turns exceed it, one turn fewer
+  is retained, but never fewer than the newest turn.  ``retain_turns=0`` may fold everything
+  except the newest turn (LibreChat: "summarize everything", with the newest turn always kept).
 * **Steps** (an agent loop: the newest turn holds more than ``retain_turns`` steps, so keeping
   whole turns cannot help): a step counts as a turn.  The newest ``retain_turns`` steps (at
-  least one, fewer while they exceed ``retain_tokens``) stay verbatim; everything older,
-  earlier turns included, is folded into one summary placed right after the task message
-  ("progress so far"; see "Agent loops" in docs/architecture.md).  The task message is never folded.
+  least one, fewer while they exceed ``retain_tokens``) stay verbatim; the oldest steps, earlier
+  turns first, are folded (as far as the target needs, at most everything older) into one
+  summary placed right after the task message ("progress so far"; see "Agent loops" in
+  docs/architecture.md), or after the system block when only earlier turns are folded.  The
+  task message is never folded.
 * **Groups** (the Agent Framework's ``SummarizationStrategy``, chosen by giving
   ``target_count``; ``threshold`` defaults to 0 here and to 2 in a config entry, as in the
   Agent Framework): fires when the non-system messages exceed ``target_count + threshold``,
@@ -67,20 +70,34 @@ pipeline's summary marker then recognises system-role checkpoints too
 
 Triggers and targets: the trigger is the configured one (the default pipeline's
 ``token_ratio: 0.8``; ``over_budget`` when none is configured; the message count rule in the
-group shape).  The stretch is fixed by the selection, not by the target: one summarizer call
-folds everything the selection allows, which is also what keeps the result idempotent -- on
-the output the stretch holds only the new summary, so nothing happens again.
+group shape).  One summarizer call per compaction event.
+
+Stopping at the target (turn and step shapes): ``retain_turns``/``retain_tokens`` give the
+*minimum* kept, not the maximum.  Of the cuts the selection allows (turn boundaries; in an agent
+loop, step boundaries), the one folding least is chosen among those where the estimated result
+-- everything kept plus one checkpoint -- no longer fires the strategy's target
+(:meth:`~.base.Strategy.effective_target`; the default pipeline's ``token_ratio: 0.5``).  The
+checkpoint is estimated as the empty wrapper plus :meth:`SummarizationStrategy.summary_estimate`:
+``summary_ratio`` (0.2) of the folded tokens, at least ``summary_floor_tokens`` (64), at most
+``summary_cap_tokens`` (2048, half the summarizer's default ``maxSummaryTokens``, which the core
+does not know).  When no cut reaches the target, or in force mode, or without a context (the
+bare :meth:`SummarizationStrategy.select`), the fold goes as far as the minimum retention allows.
+The output is then under the target, so the trigger does not fire on it again (idempotence);
+the prefix stays stable because the checkpoint, not the cut, is reused on later requests.  The
+group shape keeps the Agent Framework's semantics (``target_count``) and ignores the target.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Literal, cast, get_args
 
-from ..draft import Draft
+from ..draft import Draft, GroupState
 from ..messages import Message
 from ..summarizer import SummaryError, SummaryRequest
-from ..triggers import Condition
+from ..triggers import Condition, Metrics
 from ..view import CHECKPOINT_NOTE as CHECKPOINT_NOTE  # re-exported: the wrapper's closing note
 from ..view import SUMMARY_PREFIX, SUMMARY_SUFFIX, Group, GroupKind
 from .base import Strategy, StrategyContext, StrategyOutcome
@@ -92,6 +109,13 @@ SUMMARY_OPEN = SUMMARY_PREFIX + "\n"
 _EXACT_SUFFIX = SUMMARY_SUFFIX
 _TURN_ANCHORS = frozenset({GroupKind.USER, GroupKind.SUMMARY})
 _ERROR_DETAIL_CHARS = 200
+DEFAULT_SUMMARY_RATIO = 0.2
+"""Estimated summary size as a share of the tokens folded (see "Stopping at the target")."""
+DEFAULT_SUMMARY_CAP_TOKENS = 2048
+"""Upper end of the estimated summary text, in tokens (half the summarizer's default
+``maxSummaryTokens``; the core does not know the configured one)."""
+DEFAULT_SUMMARY_FLOOR_TOKENS = 64
+"""Lower end of the estimated summary text: a small stretch still costs a sentence or two."""
 
 
 def wrap_summary(text: str) -> str:
@@ -131,6 +155,9 @@ class SummarizationStrategy(Strategy):
         trigger: Condition | None = None,
         target: Condition | None = None,
         minimum_preserved: int = 0,
+        summary_ratio: float = DEFAULT_SUMMARY_RATIO,
+        summary_cap_tokens: int = DEFAULT_SUMMARY_CAP_TOKENS,
+        summary_floor_tokens: int = DEFAULT_SUMMARY_FLOOR_TOKENS,
     ) -> None:
         super().__init__(trigger=trigger, target=target, minimum_preserved=minimum_preserved)
         if retain_turns < 0:
@@ -143,11 +170,18 @@ class SummarizationStrategy(Strategy):
             raise ValueError("threshold must be >= 0")
         if placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}")
+        if not 0 < summary_ratio < 1:
+            raise ValueError("summary_ratio must be > 0 and < 1")
+        if summary_floor_tokens < 0 or summary_cap_tokens < summary_floor_tokens:
+            raise ValueError("summary estimate: need 0 <= floor <= cap")
         self.retain_turns = retain_turns
         self.retain_tokens = retain_tokens
         self.target_count = target_count
         self.threshold = threshold or 0
         self.placement: Placement = placement
+        self.summary_ratio = summary_ratio
+        self.summary_cap_tokens = summary_cap_tokens
+        self.summary_floor_tokens = summary_floor_tokens
 
     # ------------------------------------------------------------------ configuration
     @property
@@ -171,18 +205,21 @@ class SummarizationStrategy(Strategy):
         return {"role": self.placement, "content": wrap_summary(text)}
 
     # ------------------------------------------------------------------ selection
-    def select(self, draft: Draft) -> list[Group]:
+    def select(self, draft: Draft, ctx: StrategyContext | None = None) -> list[Group]:
         """The groups to fold, oldest first (empty: nothing to summarize).
 
-        One pass over the groups; see the module docstring for the rules.
+        One pass over the groups; see the module docstring for the rules.  With ``ctx`` (and
+        not forced) the turn and step shapes stop at the target ("Stopping at the target");
+        without it they fold as far as the minimum retention allows.
         """
         groups = draft.groups
         view = draft.view
         non_system = [g for g in groups if g.kind is not GroupKind.SYSTEM and draft.is_kept(g)]
         if not non_system:
             return []
+        stop = None if ctx is None or ctx.force or self.by_groups else _TargetStop(self, draft, ctx)
         if not self.by_groups:
-            in_turn = self._select_in_turn(draft, non_system)
+            in_turn = self._select_in_turn(draft, non_system, stop)
             if in_turn is not None:
                 return in_turn
         # The group shape may cut inside the newest turn, up to its newest step.
@@ -206,9 +243,19 @@ class SummarizationStrategy(Strategy):
             reach = max(reach, group.last)
         if not candidates:
             return []
-        cut = self._cut(draft, candidates, non_system)
-        if cut is None:
+        position = self._cut(draft, candidates, non_system)
+        if position is None:
             return []
+        if stop is not None:
+            # The least folding cut (oldest first) that reaches the target, if any.
+            for earlier in candidates[:position]:
+                folded = self._fold_before(draft, non_system, earlier)
+                if folded and stop.reached(folded):
+                    return folded
+        return self._fold_before(draft, non_system, candidates[position])
+
+    def _fold_before(self, draft: Draft, non_system: list[Group], cut: Group) -> list[Group]:
+        """What a cut at ``cut`` folds (empty when it is not worth a summarizer call)."""
         folded = [g for g in non_system if g.index < cut.index and not draft.is_protected(g)]
         if all(g.kind is GroupKind.SUMMARY for g in folded):
             return []  # only an earlier summary (or nothing) before the cut
@@ -216,14 +263,17 @@ class SummarizationStrategy(Strategy):
             return []  # only what precedes the first turn (e.g. the rest of a truncated turn)
         return folded
 
-    def _select_in_turn(self, draft: Draft, non_system: list[Group]) -> list[Group] | None:
+    def _select_in_turn(
+        self, draft: Draft, non_system: list[Group], stop: _TargetStop | None = None
+    ) -> list[Group] | None:
         """The agent-loop selection, or ``None`` when the newest turn is short.
 
         When the newest turn holds more steps than ``retain_turns``, keeping whole turns
         cannot help (the newest turn is the conversation), so a step counts as a turn: the
         newest ``retain_turns`` steps (at least the newest one, fewer while they exceed
-        ``retain_tokens``) stay verbatim, and everything older -- earlier turns, an earlier
-        summary, the older steps of this turn -- is folded into one summary placed right
+        ``retain_tokens``) stay verbatim, and what is older -- earlier turns, an earlier
+        summary, the older steps of this turn -- is folded, oldest first and with ``stop`` only
+        up to the first step boundary that reaches the target, into one summary placed right
         after the task message.  The task (the newest user message) itself is never folded.
         """
         view = draft.view
@@ -241,13 +291,18 @@ class SummarizationStrategy(Strategy):
             floor = non_system[-self.minimum_preserved :]
             if floor[0].first < kept[0].first:
                 kept = [g for g in steps if g.first >= floor[0].first] or kept
-        cut = kept[0].first
-        folded = [g for g in non_system if g.first < cut and not draft.is_protected(g)]
-        if all(g.kind is GroupKind.SUMMARY for g in folded):
-            return []  # only an earlier summary (or nothing) before the kept steps
-        return folded
+        if stop is not None:
+            # The least folding step boundary (oldest first) that reaches the target, if any;
+            # the first step's boundary folds only what precedes the task's turn.
+            for earlier in steps[: steps.index(kept[0])]:
+                folded = _fold_steps_before(draft, non_system, earlier.first)
+                if folded and stop.reached(folded):
+                    return folded
+        return _fold_steps_before(draft, non_system, kept[0].first)
 
-    def _cut(self, draft: Draft, candidates: list[Group], non_system: list[Group]) -> Group | None:
+    def _cut(self, draft: Draft, candidates: list[Group], non_system: list[Group]) -> int | None:
+        """Position in ``candidates`` of the cut the minimum retention allows (the most folding
+        one)."""
         if self.target_count is not None:
             kept = 0
             wanted = non_system[0].first
@@ -256,7 +311,7 @@ class SummarizationStrategy(Strategy):
                 if kept >= self.target_count:
                     wanted = group.first
                     break
-            return _last_at_or_before(candidates, wanted)
+            return _position_at_or_before(candidates, wanted)
         retain = max(1, self.retain_turns)
         users = [g for g in draft.groups if g.kind is GroupKind.USER]
         if not users:
@@ -269,18 +324,25 @@ class SummarizationStrategy(Strategy):
             tail = _tail_tokens(draft, candidates)
             while position + 1 < len(candidates) and tail[position] > self.retain_tokens:
                 position += 1
-        return candidates[position]
+        return position
+
+    def summary_estimate(self, folded_tokens: int) -> int:
+        """Estimated tokens of the summary text for a stretch of ``folded_tokens`` (without the
+        wrapper): ``summary_ratio`` of the stretch, at least ``summary_floor_tokens``, at most
+        ``summary_cap_tokens``."""
+        share = math.ceil(folded_tokens * self.summary_ratio)
+        return min(self.summary_cap_tokens, max(self.summary_floor_tokens, share))
 
     # ------------------------------------------------------------------ running
     def apply(self, draft: Draft, ctx: StrategyContext) -> StrategyOutcome:
         """Synchronous stand-in: there is no summarizer to await, so nothing is folded."""
-        folded = self.select(draft)
+        folded = self.select(draft, ctx)
         if not folded:
             return _nothing()
         return _unavailable(folded)
 
     async def apply_async(self, draft: Draft, ctx: StrategyContext) -> StrategyOutcome:
-        folded = self.select(draft)
+        folded = self.select(draft, ctx)
         if not folded:
             return _nothing()
         summarizer = ctx.summarizer
@@ -351,6 +413,59 @@ class SummarizationStrategy(Strategy):
         )
 
 
+class _TargetStop:
+    """Whether folding a stretch would bring the draft to the strategy's target.
+
+    The draft after the fold is projected without touching it: the stretch's tokens, messages,
+    groups, tool-call groups and whole turns leave, one checkpoint (the empty wrapper plus
+    :meth:`SummarizationStrategy.summary_estimate`) arrives.  The target is reached when it no
+    longer fires on that projection.  ``overflow_messages`` is projected as "all of them", so
+    an over-budget ``messages_to_refine`` target counts as not reached (fold further).
+    """
+
+    def __init__(self, strategy: SummarizationStrategy, draft: Draft, ctx: StrategyContext) -> None:
+        self.strategy = strategy
+        self.draft = draft
+        self.target = strategy.effective_target(ctx)
+        self.base = draft.metrics()
+        self.overhead = draft.measure(strategy.summary_message("")).token_count
+        self.turn_live: dict[int, int] = {}
+        for group in draft.groups:
+            if group.turn and draft.state(group) is not GroupState.DROPPED:
+                self.turn_live[group.turn] = self.turn_live.get(group.turn, 0) + 1
+
+    def reached(self, folded: Sequence[Group]) -> bool:
+        draft = self.draft
+        base = self.base
+        folded_tokens = sum(draft.group_tokens(g) for g in folded)
+        added = self.overhead + self.strategy.summary_estimate(folded_tokens)
+        per_turn: dict[int, int] = {}
+        for group in folded:
+            if group.turn:
+                per_turn[group.turn] = per_turn.get(group.turn, 0) + 1
+        gone_turns = sum(1 for t, n in per_turn.items() if n >= self.turn_live.get(t, 0))
+        remaining = base.messages
+        projected: Metrics = replace(
+            base,
+            tokens=draft.calibration.apply(draft.prompt_tokens - folded_tokens + added),
+            messages=base.messages - sum(g.message_count for g in folded) + 1,
+            groups=base.groups - len(folded) + 1,
+            turns=base.turns - gone_turns,
+            tool_call_groups=base.tool_call_groups
+            - sum(1 for g in folded if g.kind is GroupKind.TOOL_CALL),
+            overflow_messages=lambda: remaining,
+        )
+        return not self.target.fires(projected)
+
+
+def _fold_steps_before(draft: Draft, non_system: list[Group], cut: int) -> list[Group]:
+    """What a step-shape cut at message ``cut`` folds (the task is protected, so never)."""
+    folded = [g for g in non_system if g.first < cut and not draft.is_protected(g)]
+    if all(g.kind is GroupKind.SUMMARY for g in folded):
+        return []  # only an earlier summary (or nothing) before the kept steps
+    return folded
+
+
 def _is_turn_boundary(group: Group) -> bool:
     return group.kind is GroupKind.USER
 
@@ -366,11 +481,6 @@ def _position_at_or_before(candidates: Sequence[Group], position: int) -> int | 
             break
         found = index
     return found
-
-
-def _last_at_or_before(candidates: Sequence[Group], position: int) -> Group | None:
-    found = _position_at_or_before(candidates, position)
-    return None if found is None else candidates[found]
 
 
 def _tail_tokens(draft: Draft, candidates: Sequence[Group]) -> list[int]:
