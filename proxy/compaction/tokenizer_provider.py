@@ -3,15 +3,18 @@
 The edge asks for the tokenizer of a model's encoding on every request.  When the encoding
 file cannot be found offline we must not fail the request: the provider hands out the
 character estimator instead, logs ONE warning per missing encoding, and counts the degraded
-requests so the edge can publish a metric.
+requests so the edge can publish a metric.  The builtin encodings ship with the install, so
+in practice only an encoding named in the config that no file provides is estimated; the
+state per encoding (:meth:`TokenizerProvider.states`) feeds ``/readyz`` and a gauge.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterable
 
-from .encodings import EncodingLoader, EncodingUnavailable
+from .encodings import BUNDLED_ENCODINGS, BUNDLED_PACKAGE, EncodingLoader, EncodingUnavailable
 from .images import ImagePricing
 from .tokens import CharacterEstimatorTokenizer, TiktokenTokenizer, Tokenizer
 
@@ -47,6 +50,24 @@ class TokenizerProvider:
         """Encodings that fell back to the estimator."""
         return frozenset(self._missing)
 
+    def states(self) -> dict[str, bool]:
+        """Every encoding asked for so far -> whether it is estimated (True) or exact.
+
+        Bounded: encodings come from the configuration (the models' facts and the default),
+        never from a request's content.
+        """
+        with self._lock:
+            return {name: name in self._missing for name in self._tokenizers}
+
+    def prepare(self, encodings: Iterable[str]) -> None:
+        """Build the tokenizers of ``encodings`` now (start-up): the first request then does
+        not pay for loading a file, and a missing file is reported before traffic arrives.
+        Not counted as estimator use: no request was counted."""
+        for encoding in encodings:
+            with self._lock:
+                if encoding not in self._tokenizers:
+                    self._tokenizers[encoding] = self._build(encoding)
+
     def get(self, encoding: str) -> Tokenizer:
         """The tokenizer for ``encoding`` (the estimator if its file is unavailable)."""
         with self._lock:
@@ -67,11 +88,22 @@ class TokenizerProvider:
             )
         except EncodingUnavailable as exc:
             self._missing.add(encoding)
+            if encoding in BUNDLED_ENCODINGS:
+                hint = (
+                    f"the {BUNDLED_PACKAGE} package ships this file: the install is broken, "
+                    "reinstall compaction-proxy"
+                )
+            else:
+                hint = (
+                    "put its .tiktoken file in compaction.tokenizer.encodings_dir, or name a "
+                    f"builtin encoding ({', '.join(BUNDLED_ENCODINGS)})"
+                )
             logger.warning(
                 "tiktoken encoding %r unavailable offline (%s); counting with the "
-                "4-characters-a-token estimator. Searched: %s",
+                "4-characters-a-token estimator; %s. Searched: %s",
                 encoding,
                 exc,
+                hint,
                 ", ".join(str(d) for d in self.loader.search_dirs()),
             )
             return CharacterEstimatorTokenizer(

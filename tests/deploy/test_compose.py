@@ -1,8 +1,9 @@
 """compose.yaml: parsed with PyYAML (always), and validated by the compose CLI.
 
 The CLI check needs `docker compose` (v2 plugin) or `docker-compose` (Debian package
-`docker-compose`); neither needs a Docker engine for `config`. CI installs the package; when
-neither exists the test FAILS with that instruction rather than skipping.
+`docker-compose`, installed by scripts/test-deps); neither needs a Docker engine for `config`.
+When neither exists the test FAILS saying how to install one rather than skipping
+(tests/support/programs.py).
 """
 
 from __future__ import annotations
@@ -34,12 +35,7 @@ from tests.deploy.files import (
     env_mapping,
     healthcheck_python,
 )
-
-INSTALL_HINT = (
-    "compose.yaml cannot be validated: neither `docker compose` nor `docker-compose` is "
-    "installed. Install the Debian package: apt-get update && apt-get install -y docker-compose "
-    "(.ci/run must do this; no Docker engine is needed for `config`)."
-)
+from tests.support import programs
 
 
 @pytest.fixture(scope="module")
@@ -138,16 +134,21 @@ def test_config_is_mounted_read_only_where_the_image_reads_it(proxy: dict[str, A
     assert env.get("COMPACTION_PROXY_CONFIG", config_path) == config_path
 
 
-def test_keys_come_from_env_file_and_environment(proxy: dict[str, Any]) -> None:
-    env_files = proxy["env_file"]
-    env_files = [env_files] if isinstance(env_files, str) else env_files
-    assert ".env" in env_files
+def test_keys_come_from_the_environment_without_an_env_file(proxy: dict[str, Any]) -> None:
+    # No env_file: compose would refuse to start without the file ("Couldn't find env file").
+    assert "env_file" not in proxy
     env = env_mapping(proxy["environment"])
     assert env["OPENAI_API_KEY"] == "${OPENAI_API_KEY:-}", "interpolated, empty when unset"
     example = ENV_EXAMPLE.read_text(encoding="utf-8")
     assert re.search(r"(?m)^OPENAI_API_KEY=$", example), ".env.example: an empty OPENAI_API_KEY="
     # Optional proxy keys are documented, commented out (an empty value would not parse).
     assert re.search(r"(?m)^# COMPACTION_PROXY_SERVER__API_KEYS=\[", example)
+    # Every variable .env.example offers reaches the container: interpolated, or passed by
+    # name (no value: taken from the shell or .env, left out when unset, never set empty).
+    offered = set(re.findall(r"(?m)^#? ?([A-Z][A-Z0-9_]+)=", example))
+    assert offered and offered <= set(env), f"not passed by compose.yaml: {offered - set(env)}"
+    for name in offered - {"OPENAI_API_KEY"}:
+        assert env[name] is None, f"{name}: pass it by name, so unset stays unset"
     # The mounted config reads the same variable.
     assert "${OPENAI_API_KEY:-}" in CONFIG_EXAMPLE.read_text(encoding="utf-8")
 
@@ -203,34 +204,22 @@ def test_sidecar_example_points_the_app_at_the_proxy(proxy: dict[str, Any]) -> N
 # ----------------------------------------------------------------------------- the compose CLI
 
 
-def _compose_cli() -> list[str] | None:
-    docker = shutil.which("docker")
-    if docker:
-        probe = subprocess.run(
-            [docker, "compose", "version"], capture_output=True, text=True, check=False
-        )
-        if probe.returncode == 0:
-            return [docker, "compose"]
-    legacy = shutil.which("docker-compose")
-    return [legacy] if legacy else None
-
-
-def test_compose_cli_validates_and_resolves_the_file(tmp_path: Path) -> None:
-    cli = _compose_cli()
-    if cli is None:
-        pytest.fail(INSTALL_HINT)
-    # A copy of the project as a user has it after `cp .env.example .env` and editing the key.
+def _project(tmp_path: Path, *, dotenv: str | None) -> Path:
+    """A copy of what a user has next to compose.yaml, with or without a .env file."""
     for name in ("compose.yaml", "Dockerfile", "config.example.yaml", ".env.example"):
         shutil.copy(REPO_ROOT / name, tmp_path / name)
-    env_text = ENV_EXAMPLE.read_text(encoding="utf-8").replace(
-        "OPENAI_API_KEY=\n", "OPENAI_API_KEY=sk-from-dotenv-4242\n"
-    )
-    (tmp_path / ".env").write_text(env_text, encoding="utf-8")
-    clean_env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)}
+    if dotenv is not None:
+        (tmp_path / ".env").write_text(dotenv, encoding="utf-8")
+    return tmp_path
+
+
+def _compose_config(project: Path, **environ: str) -> dict[str, Any]:
+    """`<compose> config` in ``project`` with only PATH, HOME and ``environ`` set."""
+    cli = programs.compose()
     result = subprocess.run(
         [*cli, "config"],
-        cwd=tmp_path,
-        env=clean_env,
+        cwd=project,
+        env={"PATH": os.environ.get("PATH", ""), "HOME": str(project), **environ},
         capture_output=True,
         text=True,
         timeout=120,
@@ -238,10 +227,24 @@ def test_compose_cli_validates_and_resolves_the_file(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, f"{' '.join(cli)} config failed:\n{result.stderr}"
     resolved = yaml.safe_load(result.stdout)
+    assert isinstance(resolved, dict)
+    return resolved
+
+
+def test_compose_cli_validates_and_resolves_the_file_with_a_dotenv(tmp_path: Path) -> None:
+    # As a user has it after `cp .env.example .env` and editing the key and one option.
+    env_text = ENV_EXAMPLE.read_text(encoding="utf-8").replace(
+        "OPENAI_API_KEY=\n", "OPENAI_API_KEY=sk-from-dotenv-4242\n"
+    )
+    env_text = env_text.replace(
+        "# COMPACTION_PROXY_SERVER__LOG_LEVEL=debug", "COMPACTION_PROXY_SERVER__LOG_LEVEL=debug"
+    )
+    resolved = _compose_config(_project(tmp_path, dotenv=env_text))
     service = resolved["services"][PROXY_SERVICE]
     env = env_mapping(service["environment"])
-    # .env reaches the container, both through env_file and the ${...} interpolation.
+    # .env reaches the container, both through the ${...} interpolation and by name.
     assert env["OPENAI_API_KEY"] == "sk-from-dotenv-4242"
+    assert env["COMPACTION_PROXY_SERVER__LOG_LEVEL"] == "debug"
     assert env["COMPACTION_PROXY_STORE__BACKEND"] == "redis"
     assert service["depends_on"]["redis"]["condition"] == "service_healthy"
     config_path = dockerfile().final.env()["COMPACTION_PROXY_CONFIG"]
@@ -250,21 +253,19 @@ def test_compose_cli_validates_and_resolves_the_file(tmp_path: Path) -> None:
     assert config_path in targets
 
 
-def test_compose_cli_without_dotenv_names_the_missing_file(tmp_path: Path) -> None:
-    """Without .env the CLI refuses (the quick start's `cp .env.example .env` step)."""
-    cli = _compose_cli()
-    if cli is None:
-        pytest.fail(INSTALL_HINT)
-    for name in ("compose.yaml", "Dockerfile", "config.example.yaml"):
-        shutil.copy(REPO_ROOT / name, tmp_path / name)
-    result = subprocess.run(
-        [*cli, "config"],
-        cwd=tmp_path,
-        env={"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+def test_compose_cli_needs_no_dotenv_the_key_comes_from_the_shell(tmp_path: Path) -> None:
+    """No .env at all (compose used to refuse: "Couldn't find env file"); the key exported in
+    the shell reaches the container, unset options stay unset (never empty strings)."""
+    project = _project(tmp_path, dotenv=None)
+    resolved = _compose_config(
+        project, OPENAI_API_KEY="sk-from-shell-5151", COMPACTION_PROXY_STORE__TTL="3d"
     )
-    assert result.returncode != 0
-    assert ".env" in result.stderr, result.stderr
+    env = env_mapping(resolved["services"][PROXY_SERVICE]["environment"])
+    assert env["OPENAI_API_KEY"] == "sk-from-shell-5151"
+    assert env["COMPACTION_PROXY_STORE__TTL"] == "3d"
+    assert env.get("COMPACTION_PROXY_SERVER__API_KEYS") is None, env
+    assert not (project / ".env").exists()
+
+    bare = _compose_config(project)
+    env = env_mapping(bare["services"][PROXY_SERVICE]["environment"])
+    assert env["OPENAI_API_KEY"] == "", "no key anywhere: empty, clients' keys pass through"

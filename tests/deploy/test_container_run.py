@@ -2,9 +2,10 @@
 
 The proxy runs here exactly as the container would start it: the Dockerfile's ENTRYPOINT + CMD,
 its ENV (paths inside the image mapped to the test's files: the volume to a temporary
-directory, the baked config to config.example.yaml, the baked encodings to the test encodings),
-its WORKDIR. Then the Dockerfile's own HEALTHCHECK command must fail before the server is up and
-pass once it is, the store must land on the volume, and SIGTERM must end the process cleanly.
+directory, the baked config to config.example.yaml; tiktoken's cache an empty directory, as in
+the image, where the encodings come with the installed packages), its WORKDIR. Then the
+Dockerfile's own HEALTHCHECK command must fail before the server is up and pass once it is, the
+store must land on the volume, and SIGTERM must end the process cleanly.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pytest
 import yaml
 
 from tests.deploy.files import CONFIG_EXAMPLE, REPO_ROOT, Dockerfile, Instruction, dockerfile
-from tests.support.processes import child_env, free_port, tiktoken_cache_dir
+from tests.support.processes import child_env, free_port
 
 STARTUP_TIMEOUT = 60.0
 SHUTDOWN_TIMEOUT = 20.0
@@ -32,7 +33,7 @@ def _volume(df: Dockerfile) -> str:
     return (volume.exec_form() or volume.args.split())[0]
 
 
-def _map_paths(df: Dockerfile, volume_dir: Path) -> dict[str, str]:
+def _map_paths(df: Dockerfile, volume_dir: Path, empty_dir: Path) -> dict[str, str]:
     """The image's ENV with its in-image paths mapped onto this machine."""
     env = dict(df.final.env())
     env.pop("PATH")
@@ -41,9 +42,11 @@ def _map_paths(df: Dockerfile, volume_dir: Path) -> dict[str, str]:
     for key, value in env.items():
         if value == volume or value.startswith(volume + "/"):
             env[key] = str(volume_dir) + value[len(volume) :]
-    # The image ships config.example.yaml at $COMPACTION_PROXY_CONFIG and bakes the encodings.
+    # The image ships config.example.yaml at $COMPACTION_PROXY_CONFIG. It has no tiktoken cache:
+    # the tests' own (child_env) is replaced by an empty one, so only the package can serve.
     env["COMPACTION_PROXY_CONFIG"] = str(CONFIG_EXAMPLE)
-    env["TIKTOKEN_CACHE_DIR"] = tiktoken_cache_dir()
+    env["TIKTOKEN_CACHE_DIR"] = str(empty_dir)
+    env["TMPDIR"] = str(empty_dir)
     return env
 
 
@@ -103,8 +106,12 @@ def test_serve_healthcheck_store_and_graceful_stop(tmp_path: Path) -> None:
     df = dockerfile()
     volume_dir = tmp_path / "volume"
     volume_dir.mkdir()
+    empty_dir = tmp_path / "no-tiktoken-cache"
+    empty_dir.mkdir()
     port = free_port()
-    env = _container_env({**_map_paths(df, volume_dir), "COMPACTION_PROXY_SERVER__PORT": str(port)})
+    env = _container_env(
+        {**_map_paths(df, volume_dir, empty_dir), "COMPACTION_PROXY_SERVER__PORT": str(port)}
+    )
     workdir = df.final.all("WORKDIR")[-1].args
     cwd = volume_dir if workdir == _volume(df) else tmp_path
 
@@ -128,6 +135,12 @@ def test_serve_healthcheck_store_and_graceful_stop(tmp_path: Path) -> None:
         with httpx.Client(trust_env=False, timeout=5) as client:
             ready = client.get(f"http://127.0.0.1:{port}/readyz")
         assert ready.status_code == 200, ready.text
+        # The image's encodings: exact counts with no cache directory and no download.
+        assert ready.json()["checks"]["tokenizer"] == "ok", ready.text
+        with httpx.Client(trust_env=False, timeout=5) as client:
+            metrics = client.get(f"http://127.0.0.1:{port}/metrics").text
+        for name in ("o200k_base", "cl100k_base"):
+            assert f'compaction_proxy_tokenizer_estimated{{encoding="{name}"}} 0.0' in metrics
         store = Path(env["COMPACTION_PROXY_STORE__PATH"])
         assert store.is_relative_to(volume_dir) and store.exists(), sorted(volume_dir.rglob("*"))
 
@@ -144,5 +157,7 @@ def test_serve_healthcheck_store_and_graceful_stop(tmp_path: Path) -> None:
     assert code in (0, -signal.SIGTERM), f"unexpected exit status {code}:\n{output}"
     assert "Application shutdown complete" in output, output
     assert "Traceback" not in output, output
-    # The encodings were found where TIKTOKEN_CACHE_DIR points: no estimator fallback.
+    # The encodings were found in the installed package: no estimator, no download, no warning.
     assert "unavailable offline" not in output, output
+    assert "warning" not in output.lower(), output
+    assert list(empty_dir.iterdir()) == [], "nothing was written to a tiktoken cache"

