@@ -4,11 +4,19 @@ It lives beside the forwarder because it runs inside its relay loop, once per ch
 upstream's own count of the prompt is what calibrates the proxy's token counts, and the only
 moment to read it without holding anything back is while the bytes go by. The forwarder
 reports the figure in its outcome; telemetry and calibration read it from there.
+
+Compressed replies are read too. The OpenAI SDKs send ``Accept-Encoding: gzip, deflate`` and
+the proxy relays bodies undecoded, so an upstream that compresses (OpenAI's JSON replies, any
+server behind a compressing gateway) would otherwise never calibrate anything. The other way
+out, asking the upstream for ``identity``, would send the client several times the bytes it
+asked for; decompressing here costs microseconds per reply (``bench/usage_probe.py``,
+docs/observability.md).
 """
 
 from __future__ import annotations
 
 import re
+import zlib
 from typing import Any
 
 import orjson
@@ -16,37 +24,61 @@ import orjson
 __all__ = ["UsageProbe"]
 
 _JSON_LIMIT = 1 << 20
+"""Largest JSON body (decompressed) that is kept and parsed; larger replies are not read."""
 _SSE_TAIL = 4096
-_PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
+"""Bytes of a stream kept: its usage chunk is the last event before ``[DONE]``."""
+_SSE_INFLATE_LIMIT = 256 << 20
+"""Decompressed bytes of a stream after which the probe gives up (a runaway or a bomb)."""
+_INFLATE_STEP = 1 << 16
+"""Largest piece one decompress call may produce, so one small chunk cannot allocate much."""
+# Chat completions count the prompt in `prompt_tokens`, the Responses API in `input_tokens`.
+_PROMPT_TOKENS = re.compile(rb'"(?:prompt|input)_tokens"\s*:\s*(\d+)')
+
+# zlib's window bits: 16 + MAX_WBITS reads a gzip stream; 32 + MAX_WBITS reads zlib or gzip,
+# whichever the header says (HTTP's "deflate" is zlib-wrapped, though some servers send gzip).
+_WBITS = {
+    "gzip": 16 + zlib.MAX_WBITS,
+    "x-gzip": 16 + zlib.MAX_WBITS,
+    "deflate": 32 + zlib.MAX_WBITS,
+}
 
 
 class UsageProbe:
     """Reads ``usage.prompt_tokens`` from an upstream reply as it is relayed.
 
     It sees each chunk after it was sent to the client and never changes or holds one back:
-    a JSON body (uncompressed, at most 1 MiB) is kept until the end and parsed once; an SSE
-    stream keeps only its last 4 KiB, where the usage chunk is.
+    a JSON body (at most 1 MiB once decompressed) is kept until the end and parsed once; an
+    SSE stream keeps only its last 4 KiB (decompressed), where the usage chunk is. A gzip or
+    deflate body is decompressed on the side: a JSON body once at the end, a stream chunk by
+    chunk (a compressed stream cannot be read from its middle).
     """
 
-    __slots__ = ("_parts", "_size", "_sse", "_tail")
+    __slots__ = ("_inflate", "_parts", "_size", "_sse", "_tail", "_wbits")
 
-    def __init__(self, sse: bool) -> None:
+    def __init__(self, sse: bool, wbits: int | None = None) -> None:
         self._sse = sse
+        self._wbits = wbits
         self._parts: list[bytes] | None = None if sse else []
         self._size = 0
         self._tail = b""
+        self._inflate: Any = zlib.decompressobj(wbits) if sse and wbits is not None else None
 
     @classmethod
     def start(
         cls, content_type: str, content_encoding: str | None, content_length: str | None
     ) -> UsageProbe | None:
         """A probe for a reply with these headers, or None when it cannot be read cheaply
-        (compressed, too long, or neither JSON nor SSE)."""
-        if content_encoding and content_encoding.strip().lower() != "identity":
-            return None
+        (an encoding other than gzip or deflate, too long, or neither JSON nor SSE)."""
+        wbits: int | None = None
+        if content_encoding:
+            coding = content_encoding.strip().lower()
+            if coding != "identity":
+                wbits = _WBITS.get(coding)
+                if wbits is None:
+                    return None  # br, zstd, or several codings stacked: not worth reading
         media = content_type.split(";", 1)[0].strip().lower()
         if media == "text/event-stream":
-            return cls(sse=True)
+            return cls(sse=True, wbits=wbits)
         if media == "application/json":
             if content_length is not None:
                 try:
@@ -54,25 +86,53 @@ class UsageProbe:
                         return None
                 except ValueError:
                     return None
-            return cls(sse=False)
+            return cls(sse=False, wbits=wbits)
         return None
 
     def feed(self, chunk: bytes) -> None:
         """One chunk, after it went to the client."""
         if self._sse:
-            if len(chunk) >= _SSE_TAIL:
-                self._tail = chunk[-_SSE_TAIL:]
+            if self._inflate is not None:
+                self._feed_compressed_stream(chunk)
             else:
-                self._tail = (self._tail + chunk)[-_SSE_TAIL:]
+                self._keep_tail(chunk)
             return
         parts = self._parts
         if parts is None:
             return
+        # A compressed body is kept compressed (it is smaller) and bounded by the same limit.
         self._size += len(chunk)
         if self._size > _JSON_LIMIT:
             self._parts = None
         else:
             parts.append(chunk)
+
+    def _keep_tail(self, data: bytes) -> None:
+        if len(data) >= _SSE_TAIL:
+            self._tail = data[-_SSE_TAIL:]
+        else:
+            self._tail = (self._tail + data)[-_SSE_TAIL:]
+
+    def _feed_compressed_stream(self, chunk: bytes) -> None:
+        inflate = self._inflate
+        data = chunk
+        try:
+            while data:
+                out = inflate.decompress(data, _INFLATE_STEP)
+                self._size += len(out)
+                if self._size > _SSE_INFLATE_LIMIT:
+                    self._give_up()
+                    return
+                if out:
+                    self._keep_tail(out)
+                data = inflate.unconsumed_tail
+        except zlib.error:
+            self._give_up()
+
+    def _give_up(self) -> None:
+        self._inflate = None
+        self._sse = False  # from now on feed() keeps nothing and prompt_tokens() is None
+        self._parts = None
 
     def prompt_tokens(self) -> int | None:
         """The reply's prompt tokens, once the whole body went by; None when it had none."""
@@ -81,9 +141,24 @@ class UsageProbe:
                 return _sse_prompt_tokens(self._tail)
             if self._parts is None:
                 return None
-            return _usage_prompt_tokens(orjson.loads(b"".join(self._parts)))
-        except (orjson.JSONDecodeError, ValueError):
+            body = b"".join(self._parts)
+            if self._wbits is not None:
+                inflated = _inflate_bounded(body, self._wbits)
+                if inflated is None:
+                    return None
+                body = inflated
+            return _usage_prompt_tokens(orjson.loads(body))
+        except (orjson.JSONDecodeError, ValueError, zlib.error):
             return None
+
+
+def _inflate_bounded(data: bytes, wbits: int) -> bytes | None:
+    """``data`` decompressed, or None when it is not a whole stream or exceeds the limit."""
+    inflate = zlib.decompressobj(wbits)
+    out = inflate.decompress(data, _JSON_LIMIT + 1)
+    if len(out) > _JSON_LIMIT or inflate.unconsumed_tail or not inflate.eof:
+        return None
+    return out
 
 
 def _usage_prompt_tokens(payload: Any) -> int | None:
@@ -91,8 +166,12 @@ def _usage_prompt_tokens(payload: Any) -> int | None:
         return None
     usage = payload.get("usage")
     if not isinstance(usage, dict):
-        return None
-    tokens = usage.get("prompt_tokens")
+        # A Responses stream's last event carries the whole response, its usage inside.
+        response = payload.get("response")
+        usage = response.get("usage") if isinstance(response, dict) else None
+        if not isinstance(usage, dict):
+            return None
+    tokens = usage.get("prompt_tokens", usage.get("input_tokens"))
     if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0:
         return tokens
     return None

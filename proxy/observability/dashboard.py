@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from proxy import __version__
-from proxy.observability.labels import ROUTE_CHAT
+from proxy.observability.labels import ROUTE_CHAT, ROUTE_RESPONSES
 
 if TYPE_CHECKING:
     from proxy.compaction.report import StrategyFailure
@@ -41,7 +41,10 @@ class RecentRow:
 
     ``model`` is the capped label value; ``tokens_before``/``tokens_after`` are 0 and
     ``checkpoint`` is not shown unless ``reported`` (the request had a compaction report);
-    ``content`` is None unless ``dashboard.show_content``.
+    ``content`` is None unless ``dashboard.show_content``. ``tokens_before`` is what the
+    client sent (on a checkpoint hit too), ``tokens_after`` what went upstream: on a dry run
+    that is the original again (it saved nothing), and ``dry_run_after`` is what compaction
+    would have forwarded.
     """
 
     request_id: str
@@ -64,6 +67,9 @@ class RecentRow:
     summarizer_failures: list[str]
     upstream_prompt_tokens: int | None
     content: str | None
+    dry_run: bool = False
+    dry_run_after: int | None = None
+    api: str | None = None  # chat | responses for a compacted API's request
 
     def to_json(self) -> dict[str, Any]:
         """The row as the dashboard's script reads it."""
@@ -91,7 +97,12 @@ class RecentRow:
             "checkpoint": self.checkpoint if reported else None,
             "summarizer_failures": self.summarizer_failures,
             "upstream_prompt_tokens": self.upstream_prompt_tokens,
+            "dry_run": self.dry_run,
         }
+        if self.dry_run and reported:
+            row["dry_run_after"] = self.dry_run_after
+        if self.api is not None:
+            row["api"] = self.api
         if self.content is not None:
             row["content"] = self.content
         return row
@@ -103,8 +114,10 @@ class _ModelTotals:
     tokens_before: int = 0
     tokens_after: int = 0
     usd_saved: float = 0.0
-    ratio_sum: float = 0.0
-    ratio_n: int = 0
+    # The calibration column: Σ usage.prompt_tokens over Σ our count of the same forwarded
+    # requests, so a large request weighs more than a "hi" (proxy/engine/calibration.py).
+    usage_tokens: int = 0
+    counted_tokens: int = 0
 
 
 @dataclass(slots=True)
@@ -120,6 +133,7 @@ class _Minute:
 class _Totals:
     requests: int = 0
     chat_requests: int = 0
+    responses_requests: int = 0
     errors: int = 0
     compacted: int = 0
     tokens_before: int = 0
@@ -127,6 +141,8 @@ class _Totals:
     usd_saved: float = 0.0
     usd_before: float = 0.0
     unpriced_tokens_saved: int = 0
+    dry_runs: int = 0
+    dry_run_would_save: int = 0  # shown apart: a dry run forwarded the original
     strategies: dict[str, int] = field(default_factory=dict)
     checkpoints: dict[str, int] = field(default_factory=lambda: {"hit": 0, "new": 0, "none": 0})
     summarizer: dict[str, int] = field(default_factory=dict)
@@ -161,15 +177,15 @@ class Dashboard:
         row: RecentRow,
         *,
         usd_before: float | None,
-        ratio: float | None,
         failures: Iterable[StrategyFailure],
         overflow: str | None,
     ) -> None:
         """One request (not a health check, scrape or dashboard read: those are not shown).
 
-        ``usd_before``: what the prompt would have cost uncompacted; ``ratio``: the upstream's
-        prompt tokens over ours; ``failures``: the report's strategy failures; ``overflow``:
-        the outcome of an overflow refusal, if there was one.
+        ``usd_before``: what the prompt would have cost uncompacted; ``failures``: the
+        report's strategy failures; ``overflow``: the outcome of an overflow refusal, if there
+        was one. A checkpoint hit counts as a compaction (``row.strategies`` names it); a dry
+        run saved nothing (its row forwards what it got) and is tallied apart.
         """
         totals = self._totals
         before = row.tokens_before
@@ -177,6 +193,8 @@ class Dashboard:
         error = row.status >= 400
         if row.route == ROUTE_CHAT:
             totals.chat_requests += 1
+        elif row.route == ROUTE_RESPONSES:
+            totals.responses_requests += 1
         if overflow is not None:
             self._overflows[overflow] = self._overflows.get(overflow, 0) + 1
         if row.reported:
@@ -192,6 +210,10 @@ class Dashboard:
                 totals.strategies[name] = totals.strategies.get(name, 0) + 1
             if row.strategies:
                 totals.compacted += 1
+            if row.dry_run:
+                totals.dry_runs += 1
+                if row.dry_run_after is not None and row.dry_run_after < before:
+                    totals.dry_run_would_save += before - row.dry_run_after
             checkpoint = row.checkpoint or "none"
             totals.checkpoints[checkpoint] = totals.checkpoints.get(checkpoint, 0) + 1
             totals.tokens_before += before
@@ -214,9 +236,9 @@ class Dashboard:
             per.tokens_before += before
             per.tokens_after += after
             per.usd_saved += row.usd_saved or 0.0
-            if ratio is not None:
-                per.ratio_sum += ratio
-                per.ratio_n += 1
+            if row.upstream_prompt_tokens and row.reported and after > 0:
+                per.usage_tokens += row.upstream_prompt_tokens
+                per.counted_tokens += after
         self._recent.append(row)
         for failure in failures:
             self._failures.append(
@@ -300,7 +322,9 @@ class Dashboard:
                 "tokens_saved": per.tokens_before - per.tokens_after,
                 "usd_saved": round(per.usd_saved, 6),
                 "usd_per_million": self.prices.per_million(name),
-                "calibration": round(per.ratio_sum / per.ratio_n, 4) if per.ratio_n else None,
+                "calibration": round(per.usage_tokens / per.counted_tokens, 4)
+                if per.counted_tokens
+                else None,
             }
             for name, per in self._by_model.items()
         ]
@@ -313,6 +337,7 @@ class Dashboard:
             "totals": {
                 "requests": totals.requests,
                 "chat_requests": totals.chat_requests,
+                "responses_requests": totals.responses_requests,
                 "errors": totals.errors,
                 "compacted": totals.compacted,
                 "tokens_before": totals.tokens_before,
@@ -321,6 +346,8 @@ class Dashboard:
                 "usd_saved": round(totals.usd_saved, 6),
                 "usd_before": round(totals.usd_before, 6),
                 "unpriced_tokens_saved": totals.unpriced_tokens_saved,
+                "dry_runs": totals.dry_runs,
+                "dry_run_would_save": totals.dry_run_would_save,
             },
             "requests_last_minute": self.requests_last_minute(now),
             "minutes": minutes,

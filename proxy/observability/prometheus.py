@@ -21,12 +21,14 @@ from proxy import __version__
 
 if TYPE_CHECKING:
     from proxy.compaction.tokenizer_provider import TokenizerProvider
+    from proxy.summaries.prepare import PreparedStats
     from proxy.summaries.stores import StoreBreaker
     from proxy.windows import WindowBook
 
 __all__ = [
     "CONTENT_TYPE",
     "ContextWindows",
+    "PreparedSummaries",
     "PrometheusMetrics",
     "StoreHealth",
     "TokenizerFallback",
@@ -100,7 +102,8 @@ class PrometheusMetrics:
         )
         self.tokens_before = Histogram(
             "compaction_proxy_prompt_tokens_before",
-            "Prompt tokens of a chat request before compaction (the proxy's count)",
+            "Prompt tokens of a chat request as the client sent it, on a checkpoint hit too "
+            "(the proxy's count)",
             buckets=TOKEN_BUCKETS,
             registry=r,
         )
@@ -112,12 +115,21 @@ class PrometheusMetrics:
         )
         self.tokens_saved = Counter(
             "compaction_proxy_tokens_saved",
-            "Prompt tokens removed by compaction (before minus after)",
+            "Prompt tokens removed by compaction (before minus after), checkpoint hits "
+            "included, dry runs not",
+            registry=r,
+        )
+        self.api_prompt_tokens = Counter(
+            "compaction_proxy_api_prompt_tokens",
+            "Prompt tokens of compacted requests per API (api=chat: chat completions, "
+            "api=responses: the Responses API), stage=before as the client sent them, "
+            "stage=after as forwarded (the proxy's count; the other token families sum both)",
+            ["api", "stage"],
             registry=r,
         )
         self.strategy_runs = Counter(
             "compaction_proxy_strategy_runs",
-            "Strategies that changed a forwarded request",
+            "Strategies that changed a forwarded request (checkpoint: a checkpoint hit)",
             ["strategy"],
             registry=r,
         )
@@ -144,6 +156,13 @@ class PrometheusMetrics:
             "compaction_proxy_summarizer_cached_tokens",
             "Prompt tokens of summarizer calls the upstream served from its prompt cache "
             "(usage.prompt_tokens_details.cached_tokens)",
+            registry=r,
+        )
+        self.prepared_age = Histogram(
+            "compaction_proxy_prepared_summary_age_seconds",
+            "How long a summary prepared ahead of its trigger waited before a compaction "
+            "used it (summarization.prepare)",
+            buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600),
             registry=r,
         )
         self.summarizer_latency = Histogram(
@@ -178,16 +197,31 @@ class PrometheusMetrics:
 
 
 class TokenizerFallback:
-    """``compaction_proxy_tokenizer_fallback_total``, read from the provider at scrape time."""
+    """``compaction_proxy_tokenizer_fallback_total`` and ``compaction_proxy_tokenizer_estimated``
+    (1 per encoding counted by the estimator, 0 per exact one), read from the provider at
+    scrape time: the gauge says which encoding to fix, the counter how many counts it cost."""
 
     def __init__(self, tokenizers: TokenizerProvider) -> None:
         self._tokenizers = tokenizers
 
-    def describe(self) -> Iterable[CounterMetricFamily]:
-        return [self._family(0)]
+    def describe(self) -> Iterable[CounterMetricFamily | GaugeMetricFamily]:
+        return [self._family(0), self._estimated()]
 
-    def collect(self) -> Iterator[CounterMetricFamily]:
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         yield self._family(self._tokenizers.fallback_uses)
+        estimated = self._estimated()
+        for encoding, is_estimated in sorted(self._tokenizers.states().items()):
+            estimated.add_metric([encoding], 1 if is_estimated else 0)
+        yield estimated
+
+    @staticmethod
+    def _estimated() -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            "compaction_proxy_tokenizer_estimated",
+            "1 when an encoding in use is counted with the 4-characters-a-token estimator "
+            "(no verified file for it), 0 when counts are exact",
+            labels=["encoding"],
+        )
 
     @staticmethod
     def _family(value: int) -> CounterMetricFamily:
@@ -195,6 +229,45 @@ class TokenizerFallback:
             "compaction_proxy_tokenizer_fallback",
             "Token counts made with the 4-characters-a-token estimator because a tiktoken "
             "encoding was unavailable",
+            value=value,
+        )
+
+
+class PreparedSummaries:
+    """``compaction_proxy_prepared_summaries_total`` by outcome (made, used, wasted: expired
+    unused, failed, dropped: cancelled for a newer job) and the jobs in flight, read from the
+    :class:`~proxy.summaries.prepare.PreparedStats` at scrape time."""
+
+    OUTCOMES = ("made", "used", "wasted", "failed", "dropped")
+
+    def __init__(self, stats: PreparedStats) -> None:
+        self._stats = stats
+
+    def describe(self) -> Iterable[CounterMetricFamily | GaugeMetricFamily]:
+        return [self._counter(), self._gauge(0)]
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        counter = self._counter()
+        for outcome in self.OUTCOMES:
+            counter.add_metric([outcome], getattr(self._stats, outcome))
+        yield counter
+        yield self._gauge(self._stats.in_flight)
+
+    @staticmethod
+    def _counter() -> CounterMetricFamily:
+        return CounterMetricFamily(
+            "compaction_proxy_prepared_summaries",
+            "Summaries prepared in the background ahead of their trigger, by outcome: made, "
+            "used (a compaction continued from one), wasted (expired unused), failed, dropped "
+            "(cancelled for a newer job)",
+            labels=["outcome"],
+        )
+
+    @staticmethod
+    def _gauge(value: int) -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            "compaction_proxy_prepared_summaries_in_flight",
+            "Background summaries being made now in this process",
             value=value,
         )
 

@@ -22,11 +22,12 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from proxy.observability.dashboard import Dashboard, RecentRow
-from proxy.observability.labels import ROUTE_CHAT, ROUTE_OTHER, LabelCap, route_of
+from proxy.observability.labels import COMPACTED_ROUTES, ROUTE_OTHER, LabelCap, route_of
 from proxy.observability.outcomes import final_outcomes
 from proxy.observability.prices import Prices
 from proxy.observability.prometheus import (
     ContextWindows,
+    PreparedSummaries,
     PrometheusMetrics,
     StoreHealth,
     TokenizerFallback,
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from proxy.compaction.report import StrategyFailure
     from proxy.compaction.tokenizer_provider import TokenizerProvider
     from proxy.config import Settings
+    from proxy.summaries.prepare import PreparedStats
     from proxy.summaries.stores import StoreBreaker
     from proxy.summaries.summarizer import SummarizerStats, SummaryCallRecord, SummaryCalls
     from proxy.windows import WindowBook
@@ -44,6 +46,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("compaction_proxy.metrics")  # the name operators already filter on
 
 __all__ = ["FinishedRequest", "Telemetry"]
+
+_DRY_RUNS = frozenset({"dry-run", "dry-run-local"})
+"""Report modes that forwarded the client's original (``X-Compaction: dry-run``)."""
 
 
 class FinishedRequest(Protocol):
@@ -118,6 +123,15 @@ class Telemetry:
         self.dashboard.windows = book
         self.registry.register(ContextWindows(book))
 
+    def watch_preparer(self, stats: PreparedStats) -> None:
+        """Expose the background summaries (called once, when the app is built)."""
+        self.registry.register(PreparedSummaries(stats))
+        stats.listeners.append(self._on_prepared)
+
+    def _on_prepared(self, outcome: str, age: float | None) -> None:
+        if outcome == "used" and age is not None:
+            self.metrics.prepared_age.observe(max(age, 0.0))
+
     def watch_summarizer(self, stats: SummarizerStats) -> None:
         """Time the summarizer's HTTP calls (called once, when the flow is built)."""
         stats.listeners.append(self._on_summarizer_call)
@@ -156,19 +170,19 @@ class Telemetry:
                     ctx.upstream
                 )
             latency.observe(ctx.upstream_seconds)
-        report = ctx.report if route == ROUTE_CHAT else None
+        api = COMPACTED_ROUTES.get(route)  # chat | responses: the compacted APIs
+        report = ctx.report if api is not None else None
         overflow = ctx.overflow_outcome
         if overflow is not None:
             m.overflow_retries.labels(ctx.upstream or "unknown", overflow).inc()
         before = after = 0
         usd_saved: float | None = None
         usd_before: float | None = None
-        ratio: float | None = None
         strategies: tuple[str, ...] = ()
         failures: tuple[StrategyFailure, ...] = ()
         failed: list[str] = []
         model = self._models(ctx.model) if ctx.model else None
-        if route == ROUTE_CHAT:
+        if api is not None:
             if ctx.compaction_seconds is not None:
                 m.compaction_seconds.observe(ctx.compaction_seconds)
             if report is not None:
@@ -176,6 +190,7 @@ class Telemetry:
             calls = ctx.summarizer_calls
             outcomes = self._count_summaries(calls.outcomes if calls is not None else (), failures)
             failed = [o for o in outcomes if o != "ok"]
+        dry_run = report is not None and report.mode in _DRY_RUNS
         if report is not None:
             before, after, strategies = _forwarded(report)
             m.tokens_before.observe(before)
@@ -188,9 +203,10 @@ class Telemetry:
             for name in strategies:
                 m.strategy_runs.labels(name).inc()
             m.checkpoint_lookups.labels(ctx.checkpoint or "none").inc()
+            m.api_prompt_tokens.labels(api, "before").inc(before)
+            m.api_prompt_tokens.labels(api, "after").inc(after)
             if ctx.upstream_prompt_tokens and after > 0:
-                ratio = ctx.upstream_prompt_tokens / after
-                m.calibration.labels(model or "unknown").observe(ratio)
+                m.calibration.labels(model or "unknown").observe(ctx.upstream_prompt_tokens / after)
         row = RecentRow(
             ctx.request_id,
             self._clock(),
@@ -212,10 +228,11 @@ class Telemetry:
             failed,
             ctx.upstream_prompt_tokens,
             ctx.content if self.show_content else None,
+            dry_run,
+            report.tokens_after if dry_run and report is not None else None,
+            api=api,
         )
-        self.dashboard.add(
-            row, usd_before=usd_before, ratio=ratio, failures=failures, overflow=overflow
-        )
+        self.dashboard.add(row, usd_before=usd_before, failures=failures, overflow=overflow)
 
     def _count_summaries(
         self, calls: Sequence[str], failures: Iterable[StrategyFailure]
@@ -248,8 +265,11 @@ class Telemetry:
 def _forwarded(report: CompactionReport) -> tuple[int, int, tuple[str, ...]]:
     """Tokens before, tokens forwarded and the strategies that changed what was forwarded.
 
-    A dry run forwards the original: nothing was saved and no strategy changed anything.
+    ``tokens_before`` is what the client sent, on a checkpoint hit too: the report names the
+    hit as its first step, ``checkpoint`` (proxy/engine/hit_report.py), so a hit counts as a
+    compaction, its saving in ``tokens_saved_total`` and on the dashboard. A dry run forwards
+    the original: nothing was saved and no strategy changed anything.
     """
-    if report.mode == "dry-run":
+    if report.mode in _DRY_RUNS:
         return report.tokens_before, report.tokens_before, ()
     return report.tokens_before, report.tokens_after, report.changed_by

@@ -36,6 +36,10 @@ log = logging.getLogger("compaction_proxy.checkpoints")
 Message = dict[str, Any]
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 NAMESPACE_VERSION = "cp1"
+FOLDED_TOKENS = "folded_tokens"
+"""Meta key: how many tokens fewer a checkpoint's messages have than the client messages they
+stand for, so a hit can report the client's count without counting them (proxy/engine/
+hit_report.py)."""
 
 
 def leading_system_count(messages: Sequence[Message]) -> int:
@@ -95,6 +99,17 @@ class Lookup:
     def hit(self) -> bool:
         return self.checkpoint is not None
 
+    @property
+    def folded_tokens(self) -> int | None:
+        """The checkpoint's :data:`FOLDED_TOKENS`; None on a miss or when it has none (it was
+        stored before the figure existed, or its meta is not ours)."""
+        if self.checkpoint is None:
+            return None
+        value = self.checkpoint.meta.get(FOLDED_TOKENS)
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 1 << 40:
+            return value
+        return None
+
 
 class Checkpoints:
     """Finds and stores checkpoints; a store failure degrades to "no checkpoint"."""
@@ -123,8 +138,40 @@ class Checkpoints:
         effective = [*messages[:system_count], *checkpoint.messages, *rest[covered:]]
         return Lookup(effective, system_count, hashes, covered, checkpoint, error)
 
+    async def find_in(self, namespace: str, lookup: Lookup) -> Lookup | None:
+        """The longest checkpoint for ``lookup``'s request in another ``namespace`` (prepared
+        summaries, :mod:`proxy.summaries.prepare`), reusing its chain: the chain starts from
+        the request's own namespace, so the keys are the same request's in both.
+
+        ``None`` on a miss or a store failure (logged): a missing prepared summary only means
+        the request summarizes as it would without one.
+        """
+        if not lookup.hashes:
+            return None
+        try:
+            found = await self.store.find_longest(namespace, lookup.hashes)
+        except StoreUnavailable as exc:
+            log.log(_level(exc), "prepared checkpoint lookup failed: %s", exc)
+            return None
+        if found is None or found[0] <= lookup.covered:
+            return None
+        covered, checkpoint = found
+        # `lookup.messages` is the system block, the ordinary checkpoint (if any) standing for
+        # the first `lookup.covered` client messages, then the client's messages verbatim.
+        system = lookup.system_count
+        stand_in = len(lookup.checkpoint.messages) if lookup.checkpoint is not None else 0
+        tail = lookup.messages[system + stand_in + (covered - lookup.covered) :]
+        effective = [*lookup.messages[:system], *checkpoint.messages, *tail]
+        return Lookup(effective, system, lookup.hashes, covered, checkpoint)
+
     async def save(
-        self, namespace: str, lookup: Lookup, compacted: Sequence[Message], meta: dict[str, Any]
+        self,
+        namespace: str,
+        lookup: Lookup,
+        compacted: Sequence[Message],
+        meta: dict[str, Any],
+        *,
+        ttl_seconds: int | None = None,
     ) -> str | None:
         """Store the compacted form of the whole request under its last chain hash.
 
@@ -144,7 +191,8 @@ class Checkpoints:
             log.warning("checkpoint not stored: %s", issue)
             return None
         try:
-            await self.store.put(namespace, lookup.hashes[-1], checkpoint, self.ttl_seconds)
+            ttl = self.ttl_seconds if ttl_seconds is None else ttl_seconds
+            await self.store.put(namespace, lookup.hashes[-1], checkpoint, ttl)
         except StoreUnavailable as exc:
             error = f"checkpoint not stored ({self.store.name} unavailable)"
             log.log(_level(exc), "%s: %s", error, exc)

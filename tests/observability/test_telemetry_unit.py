@@ -7,6 +7,7 @@ proxy/observability/.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import httpx
 import orjson
@@ -48,8 +49,11 @@ def test_probe_reads_json_usage() -> None:
     assert probe.prompt_tokens() == 1234
 
 
-def test_probe_skips_compressed_large_and_other_bodies() -> None:
-    assert UsageProbe.start("application/json", "gzip", None) is None
+def test_probe_skips_unreadable_encodings_large_and_other_bodies() -> None:
+    # gzip and deflate are read (tests/observability/test_usage_probe_compressed.py).
+    assert UsageProbe.start("application/json", "br", None) is None
+    assert UsageProbe.start("text/event-stream", "zstd", None) is None
+    assert UsageProbe.start("application/json", "gzip, br", None) is None
     assert UsageProbe.start("application/json", None, str(2 << 20)) is None
     assert UsageProbe.start("text/plain", None, None) is None
     probe = UsageProbe.start("application/json; charset=utf-8", "identity", None)
@@ -330,6 +334,7 @@ def test_recent_row_as_json() -> None:
         "checkpoint": None,
         "summarizer_failures": [],
         "upstream_prompt_tokens": None,
+        "dry_run": False,
     }
     row.content = "hi"
     assert row.to_json()["content"] == "hi"
@@ -347,3 +352,67 @@ def test_cached_summarizer_tokens_reach_metrics_and_dashboard() -> None:
     assert summarizer["cached_tokens"] == 1200
     assert summarizer["prefix_calls"] == 1 and summarizer["calls"] == 2
     assert stats.total_cached_tokens() == 1200 and stats.forms == {"prefix": 1, "transcript": 1}
+
+
+# ------------------------------------------------------------------ hits and dry runs
+
+
+def _hit_report() -> CompactionReport:
+    """What the flow reports on a checkpoint hit (proxy/engine/hit_report.py): the client
+    sent 110,000 tokens, the checkpoint view was 1,008, and nothing else ran."""
+    step = StrategyReport("checkpoint", True, True, 110_000, 1_008, messages_affected=400)
+    idle = StrategyReport("summarization", False, False, 1_008, 1_008, skipped="trigger")
+    return replace(_report(), tokens_before=110_000, tokens_after=1_008, strategies=(step, idle))
+
+
+def test_a_checkpoint_hit_counts_as_a_compaction_and_a_saving() -> None:
+    telemetry = Telemetry(Settings(), clock=lambda: 1_800_000_000.0)
+    ctx = _ctx(telemetry, _hit_report(), [])
+    ctx.checkpoint = "hit"
+    telemetry.record_request(ctx, "POST", "/v1/chat/completions")
+    samples = parse_metrics(telemetry.exposition().decode())
+    assert value(samples, "compaction_proxy_tokens_saved_total") == 108_992
+    assert value(samples, "compaction_proxy_strategy_runs_total", strategy="checkpoint") == 1
+    assert value(samples, "compaction_proxy_checkpoint_lookups_total", result="hit") == 1
+    data = telemetry.snapshot()
+    totals = data["totals"]
+    assert totals["compacted"] == 1 and totals["tokens_saved"] == 108_992
+    assert totals["usd_saved"] == pytest.approx(108_992 * 2.5 / 1e6)  # gpt-4o
+    assert data["strategies"] == {"checkpoint": 1}
+    row = data["recent"][0]
+    assert row["tokens_before"] == 110_000 and row["tokens_after"] == 1_008
+    assert row["strategies"] == ["checkpoint"] and row["dry_run"] is False
+
+
+def test_a_dry_run_is_marked_and_saves_nothing() -> None:
+    telemetry = Telemetry(Settings(), clock=lambda: 1_800_000_000.0)
+    dry = replace(_report(changed=("truncation",)), mode="dry-run")
+    telemetry.record_request(_ctx(telemetry, dry, []), "POST", "/v1/chat/completions")
+    real = _report(changed=("truncation",))
+    telemetry.record_request(_ctx(telemetry, real, []), "POST", "/v1/chat/completions")
+    samples = parse_metrics(telemetry.exposition().decode())
+    assert value(samples, "compaction_proxy_tokens_saved_total") == 1_000_000  # the real one
+    assert value(samples, "compaction_proxy_strategy_runs_total", strategy="truncation") == 1
+    data = telemetry.snapshot()
+    totals = data["totals"]
+    assert totals["tokens_saved"] == 1_000_000 and totals["compacted"] == 1
+    assert totals["dry_runs"] == 1 and totals["dry_run_would_save"] == 1_000_000
+    assert totals["usd_saved"] == pytest.approx(2.5)
+    dry_row, real_row = data["recent"][1], data["recent"][0]
+    assert dry_row["dry_run"] is True and dry_row["dry_run_after"] == 1_000_000
+    assert dry_row["tokens_before"] == dry_row["tokens_after"] == 2_000_000  # forwarded as is
+    assert dry_row["strategies"] == [] and dry_row["usd_saved"] is None
+    assert real_row["dry_run"] is False and "dry_run_after" not in real_row
+
+
+def test_the_calibration_column_is_weighted_by_tokens() -> None:
+    """A 100k-token request at 1.5 and a 10-token one at 0.7: the column says ~1.5, not 1.1."""
+    telemetry = Telemetry(Settings())
+    big = replace(_report(), tokens_before=100_000, tokens_after=100_000, strategies=())
+    small = replace(_report(), tokens_before=10, tokens_after=10, strategies=())
+    for report, usage in ((big, 150_000), (small, 7)):
+        ctx = _ctx(telemetry, report, [])
+        ctx.upstream_prompt_tokens = usage
+        telemetry.record_request(ctx, "POST", "/v1/chat/completions")
+    (model,) = telemetry.snapshot()["models"]
+    assert model["calibration"] == pytest.approx(150_007 / 100_010, abs=1e-4)

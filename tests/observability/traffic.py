@@ -85,6 +85,10 @@ class Sent:
     def checkpoint(self) -> str | None:
         return self.headers.get("x-compaction-checkpoint")
 
+    @property
+    def dry_run(self) -> bool:
+        return self.headers.get("x-compaction-dry-run") == "true"
+
 
 @dataclass
 class Traffic:
@@ -135,10 +139,11 @@ class Traffic:
         return [s for s in self.chats() if s.before is not None]
 
     def tokens_saved(self) -> int:
-        return sum(s.before - s.after for s in self.reported())  # type: ignore[operator]
+        """What the headers say was saved; a dry run forwarded the original and saved nothing."""
+        return sum(s.before - s.after for s in self.reported() if not s.dry_run)  # type: ignore[operator]
 
     def strategy_runs(self) -> Counter[str]:
-        return Counter(name for s in self.reported() for name in s.strategies)
+        return Counter(name for s in self.reported() if not s.dry_run for name in s.strategies)
 
     def checkpoints(self) -> Counter[str]:
         return Counter(s.checkpoint for s in self.reported() if s.checkpoint)
