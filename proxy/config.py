@@ -82,11 +82,22 @@ class Timeouts(Strict):
 
 
 class UpstreamSettings(Strict):
+    """`keyless`: the upstream needs no credential (a local server). Behind `server.api_keys`
+    an upstream without `api_key` gets no Authorization header at all, which is refused at
+    start-up unless it says `keyless: true` (proxy/preflight.py)."""
+
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
     base_url: AnyHttpUrl
     api_key: SecretStr | None = None
+    keyless: bool = False
     models: list[str] = Field(default_factory=lambda: ["*"])
     timeouts: Timeouts = Field(default_factory=Timeouts)
+
+    @model_validator(mode="after")
+    def _key_or_keyless(self) -> UpstreamSettings:
+        if self.keyless and self.api_key is not None:
+            raise ValueError("set api_key or keyless: true, not both")
+        return self
 
     @field_validator("api_key", mode="before")
     @classmethod
@@ -355,6 +366,29 @@ def load_settings(
             f"environment override for {field} is not valid JSON (lists and mappings are "
             f"given as JSON, e.g. {ENV_PREFIX}SERVER__API_KEYS='[\"key\"]')"
         ) from None
+
+
+def override_server(
+    settings: Settings, overrides: Mapping[str, Any], flags: Mapping[str, str]
+) -> Settings:
+    """`settings` with command-line values for `server` keys, validated like the file's.
+
+    `model_copy(update=...)` alone validates nothing: `serve --port 99999` used to start on a
+    random port. `flags` names the option each key came from, for the error message.
+    """
+    if not overrides:
+        return settings
+    try:
+        server = ServerSettings.model_validate({**settings.server.model_dump(), **overrides})
+    except ValidationError as exc:
+        lines = ["invalid command line:"]
+        for error in exc.errors(include_url=False):
+            key = str(error["loc"][0]) if error["loc"] else ""
+            where = flags.get(key, f"server.{key}")
+            message = str(error["msg"]).removeprefix("Value error, ")
+            lines.append(f"  {where}: {message} (got {error.get('input')!r})")
+        raise ConfigError("\n".join(lines)) from None
+    return settings.model_copy(update={"server": server})
 
 
 def format_validation_error(exc: ValidationError, *, source: str) -> str:

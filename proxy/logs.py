@@ -7,7 +7,7 @@ content cannot reach the log through this module.
 from __future__ import annotations
 
 import logging
-import sys
+import logging.config
 import time
 from typing import Any
 
@@ -63,18 +63,48 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(entry, default=str).decode()
 
 
+def logging_config(level: str = "info") -> dict[str, Any]:
+    """The whole logging set-up as a `logging.config.dictConfig` mapping.
+
+    A mapping rather than calls, because uvicorn's worker processes are spawned, not forked:
+    handed to `uvicorn.run(log_config=...)`, every worker applies the same set-up, where
+    calls made in the parent would leave workers with no handler at all.
+
+    `COMPACTION_DEBUG=true` turns on the per-request decision log by itself: its logger gets
+    its own DEBUG level, so it does not also need `server.log_level: debug` (which would make
+    every other logger verbose too).
+    """
+    # Imported here: the compactor owns the switch and the logger, and pulls in the core.
+    from proxy.engine.compactor import debug_enabled
+    from proxy.engine.compactor import log as decisions
+
+    loggers: dict[str, dict[str, Any]] = {
+        "uvicorn": {"handlers": [], "propagate": True},
+        "uvicorn.error": {"handlers": [], "propagate": True},
+        # Our access line replaces uvicorn's, which would print paths with query strings.
+        "uvicorn.access": {"handlers": [], "propagate": False, "level": "CRITICAL"},
+        # httpx logs every request URL at INFO, query string (and any key in it) included.
+        "httpx": {"level": "WARNING"},
+        "httpcore": {"level": "WARNING"},
+    }
+    if debug_enabled():
+        loggers[decisions.name] = {"level": "DEBUG"}
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"json": {"()": f"{__name__}.JsonFormatter"}},
+        "handlers": {
+            "stderr": {
+                "class": "logging.StreamHandler",
+                "formatter": "json",
+                "stream": "ext://sys.stderr",
+            }
+        },
+        "root": {"level": level.upper(), "handlers": ["stderr"]},
+        "loggers": loggers,
+    }
+
+
 def configure_logging(level: str = "info") -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    for name in ("uvicorn", "uvicorn.error"):
-        logger = logging.getLogger(name)
-        logger.handlers[:] = []
-        logger.propagate = True
-    # httpx logs every request URL at INFO, query string (and any key in it) included.
-    for name in ("httpx", "httpcore"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    # Our access line replaces uvicorn's, which would print paths with query strings.
-    logging.getLogger("uvicorn.access").disabled = True
+    """JSON lines on stderr for this process (see :func:`logging_config`)."""
+    logging.config.dictConfig(logging_config(level))

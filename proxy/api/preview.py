@@ -1,13 +1,17 @@
 """POST /v1/compaction/preview: what the proxy would forward, and why; nothing goes upstream.
 
 It takes a chat-completions body exactly as the client would send it, so a user can paste a
-failing request and see the compacted messages and the report. `X-Compaction: force` runs the
-pipeline as if every trigger fired; `off` shows the request untouched.
+failing request and see the compacted messages and the report. A Responses body (``input``, no
+``messages``) is previewed the same way: its items are compacted on the same core
+(proxy/responses/) and the answer shows the ``input`` that would be forwarded.
+`X-Compaction: force` runs the pipeline as if every trigger fired; `off` shows the request
+untouched.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import orjson
 
@@ -25,6 +29,7 @@ from proxy.compaction import Mode
 from proxy.compaction.validation import nesting_issue
 from proxy.context import RequestContext
 from proxy.errors import ProxyError, bad_request
+from proxy.responses import Lifted, is_responses_body, lift, lower, server_state, validate_request
 from proxy.summaries.stores import StoreBudget
 
 log = logging.getLogger("compaction_proxy.preview")
@@ -42,14 +47,21 @@ async def preview(ctx: RequestContext, scope: Scope, receive: Receive, send: Sen
         raise ProxyError(405, "use POST with a chat-completions body", code="method_not_allowed")
     raw = await read_body(scope, receive, ctx.state.settings.server.max_body_bytes)
     ctx.bytes_in = len(raw)
-    data = parse_chat_body(raw)
+    body = responses_body(raw)
+    lifted = None if body is None else lift_for_preview(body)
+    data = parse_chat_body(raw) if body is None else _chat_view(body, lifted)
     ctx.model = data["model"]
     mode = compaction_mode(scope)
     # `messages` is checked by validate_chat (more strictly, naming the message) when it runs.
     check_nesting(data, skip="messages")
+    if body is not None:
+        check_nesting(body, skip="input")  # echoed in the answer (`input` was validated)
     if mode is None or not data["messages"]:
-        check_nesting(data)
-        payload = {"changed": False, "request": data, "report": None}
+        check_nesting(data if body is None else body)
+        payload = {"changed": False, "request": data if body is None else body, "report": None}
+        held_by = None if body is None else server_state(body)
+        if held_by is not None:
+            payload["skipped"] = f"{held_by}: server-side history the proxy cannot see"
         ctx.status = 200
         await send_bytes(send, 200, orjson.dumps(payload), ctx.response_headers)
         return
@@ -70,6 +82,8 @@ async def preview(ctx: RequestContext, scope: Scope, receive: Receive, send: Sen
                 upstream_name=upstream.name,
                 persist=False,
                 context_window=window.tokens,
+                # `dry-run-local`: what compaction would do without calling the summarizer.
+                summarize=mode is not Mode.DRY_RUN_LOCAL,
             )
     except Exception as exc:  # the preview has no original to fall back on: say what broke
         log.exception("preview: compaction failed")
@@ -79,13 +93,27 @@ async def preview(ctx: RequestContext, scope: Scope, receive: Receive, send: Sen
     result = flow.result
     ctx.report = result.report
     ctx.checkpoint = flow.checkpoint
-    request = orjson.loads(flow.body) if flow.body is not None else data
+    warnings = list(flow.warnings)
+    if body is None or lifted is None:
+        request = orjson.loads(flow.body) if flow.body is not None else data
+    elif flow.body is None:
+        request = body
+    else:
+        try:
+            lowered = lower(lifted, result.messages)
+        except Exception:
+            log.exception("preview: mapping the compacted input back failed")
+            raise ProxyError(
+                500, "compaction failed: LowerError", "server_error", "compaction_failed"
+            ) from None
+        request = {**body, "input": lowered.items}
+        warnings.extend(lowered.notes)
     payload = {
         "changed": flow.body is not None,
         "checkpoint": flow.checkpoint,
         "request": request,
         "report": result.report.to_dict(),
-        "warnings": flow.warnings,
+        "warnings": warnings,
     }
     headers = [
         *ctx.response_headers,
@@ -109,3 +137,37 @@ def check_nesting(data: dict[str, object], skip: str | None = None) -> None:
                 param=key,
                 code="invalid_value",
             )
+
+
+def responses_body(raw: bytes) -> dict[str, Any] | None:
+    """The body when it is a Responses request (``input`` and no ``messages``), else None
+    (a chat body, or one the chat parser then refuses with its own 400)."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return data if isinstance(data, dict) and is_responses_body(data) else None
+
+
+def lift_for_preview(body: dict[str, Any]) -> Lifted | None:
+    """The chat-shaped view of a Responses body, or None when there is nothing the proxy
+    could compact (server-side history); a 400 for what the route would refuse too."""
+    if not isinstance(body.get("model"), str):
+        raise bad_request(
+            "'model' is required and must be a string",
+            param="model",
+            code="missing_required_parameter",
+        )
+    if server_state(body) is not None:
+        return None
+    issue = validate_request(body)
+    if issue is not None:
+        raise bad_request(issue.message, param=issue.param, code="invalid_input")
+    return lift(body)
+
+
+def _chat_view(body: dict[str, Any], lifted: Lifted | None) -> dict[str, Any]:
+    """What the chat path of the preview reads: model, messages (none: nothing to do)."""
+    if lifted is None:
+        return {"model": body["model"], "messages": []}
+    return lifted.chat_body(body)

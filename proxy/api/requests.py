@@ -17,7 +17,13 @@ from proxy.windows import Window
 
 log = logging.getLogger("compaction_proxy.chat")
 
-_MODES = {b"off": None, b"dry-run": Mode.DRY_RUN, b"force": Mode.FORCE, b"on": Mode.NORMAL}
+_MODES = {
+    b"off": None,
+    b"dry-run": Mode.DRY_RUN,
+    b"dry-run-local": Mode.DRY_RUN_LOCAL,
+    b"force": Mode.FORCE,
+    b"on": Mode.NORMAL,
+}
 
 
 def parse_chat_body(raw: bytes) -> dict[str, Any]:
@@ -58,14 +64,16 @@ def parse_chat_body(raw: bytes) -> dict[str, Any]:
 
 
 def compaction_mode(scope: Scope) -> Mode | None:
-    """The `X-Compaction` header: off | dry-run | force (absent: normal). None means off."""
+    """The `X-Compaction` header: off | dry-run | dry-run-local | force (absent: normal).
+    None means off."""
     raw = header(scope, b"x-compaction")
     if raw is None:
         return Mode.NORMAL
     value = raw.strip().lower()
     if value not in _MODES:
         raise bad_request(
-            f"X-Compaction must be one of off, dry-run, force (got {raw.decode('latin-1')!r})",
+            "X-Compaction must be one of off, dry-run, dry-run-local, force "
+            f"(got {raw.decode('latin-1')!r})",
             param="X-Compaction",
             code="invalid_header",
         )
@@ -86,7 +94,7 @@ def report_headers(result: CompactionResult, mode: Mode) -> list[tuple[bytes, by
         (b"x-compaction-tokens-after", str(report.tokens_after).encode()),
         (b"x-compaction-strategies", strategies.encode()),
     ]
-    if mode is Mode.DRY_RUN:
+    if mode in (Mode.DRY_RUN, Mode.DRY_RUN_LOCAL):
         headers.append((b"x-compaction-dry-run", b"true"))
     for warning in report.warnings:
         headers.append((b"x-compaction-warning", header_safe(warning)))

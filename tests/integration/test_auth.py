@@ -195,9 +195,9 @@ def test_keys_never_logged(
 def test_inbound_key_not_forwarded_without_upstream_key(
     proxy_factory: Any, upstream: UpstreamServer
 ) -> None:
-    proxy: ProxyServer = proxy_factory(
-        proxy_config(upstream_entry(upstream), api_keys=INBOUND_KEYS)
-    )
+    # `keyless: true`: an upstream that needs no key is allowed behind inbound keys.
+    keyless = {**upstream_entry(upstream), "keyless": True}
+    proxy: ProxyServer = proxy_factory(proxy_config(keyless, api_keys=INBOUND_KEYS))
     with proxy.http_client() as client:
         assert_openai_error(client.post(CHAT_PATH, json=CHAT), 401)
         ok = client.post(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import textwrap
@@ -41,7 +42,10 @@ def check_config(
 def valid_config() -> dict[str, Any]:
     return proxy_config(
         upstream_entry("http://127.0.0.1:9/v1", name="main", api_key=UPSTREAM_SECRET),
-        upstream_entry("http://127.0.0.1:10/v1", name="other", models=["claude-*"]),
+        {
+            **upstream_entry("http://127.0.0.1:10/v1", name="other", models=["claude-*"]),
+            "keyless": True,
+        },
         api_keys=INBOUND_SECRETS,
         max_body_bytes=1_000_000,
     )
@@ -57,6 +61,7 @@ def test_check_config_prints_effective_config_masked(tmp_path: Path) -> None:
     assert main["name"] == "main" and main["api_key"] == "***"
     assert main["base_url"].startswith("http://127.0.0.1:9/v1")
     assert other["models"] == ["claude-*"]
+    assert other["keyless"] is True and other["api_key"] is None
     # Defaults are filled in: the effective config, not an echo of the file.
     assert set(main["timeouts"]) >= {"connect", "read", "write", "pool"}
     for secret in [UPSTREAM_SECRET, *INBOUND_SECRETS]:
@@ -221,3 +226,104 @@ def test_serve_interpolates_environment(proxy_factory: Any, upstream: UpstreamSe
     with proxy.http_client() as client:
         client.get("/v1/models").raise_for_status()
     assert upstream.last_request("/v1/models").headers["authorization"] == "Bearer sk-i-1"
+
+
+# --- what a valid-looking file would trip on at run time ------------------------------------
+
+
+def test_check_config_refuses_an_unknown_encoding(tmp_path: Path) -> None:
+    config = _with("models", {"gpt-4o": {"encoding": "o200k_bsae"}})
+    result = check_config(write_config(tmp_path / "enc.yaml", config))
+    assert result.returncode == 2, result.stdout
+    assert result.stdout == ""
+    assert "models.gpt-4o.encoding: unknown encoding 'o200k_bsae'" in result.stderr
+    assert "did you mean 'o200k_base'?" in result.stderr
+    for known in ("o200k_base", "cl100k_base", "p50k_base", "r50k_base"):
+        assert known in result.stderr
+
+
+def _serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`serve` as a subprocess that is expected to refuse to start (and so to exit at once)."""
+    return run_python_module("proxy", "serve", *args, env=env, timeout=60)
+
+
+def test_serve_refuses_a_port_flag_out_of_range(tmp_path: Path) -> None:
+    path = write_config(tmp_path / "ok.yaml", valid_config())
+    result = _serve("--config", str(path), "--host", "127.0.0.1", "--port", "99999")
+    assert result.returncode == 2
+    assert "--port: Input should be less than or equal to 65535 (got 99999)" in result.stderr
+    assert "Uvicorn running" not in result.stdout + result.stderr
+
+
+def test_serve_refuses_the_memory_store_with_several_workers(tmp_path: Path) -> None:
+    path = write_config(tmp_path / "mem.yaml", {**valid_config(), "store": {"backend": "memory"}})
+    args = ("--config", str(path), "--host", "127.0.0.1", "--port", str(free_port()))
+    result = _serve(*args, "--workers", "2")
+    assert result.returncode == 2
+    assert "store.backend: memory" in result.stderr and "server.workers: 2" in result.stderr
+
+
+def test_serve_refuses_inbound_keys_with_an_upstream_that_has_no_key(tmp_path: Path) -> None:
+    config = proxy_config(upstream_entry("http://127.0.0.1:9/v1"), api_keys=INBOUND_SECRETS)
+    path = write_config(tmp_path / "keys.yaml", config)
+    result = _serve("--config", str(path), "--host", "127.0.0.1", "--port", str(free_port()))
+    assert result.returncode == 2
+    assert "upstreams.0.api_key: required while server.api_keys is set" in result.stderr
+    for secret in INBOUND_SECRETS:
+        assert secret not in result.stdout + result.stderr
+
+
+# --- COMPACTION_DEBUG ------------------------------------------------------------------------
+
+
+def _decisions(lines: list[str]) -> list[dict[str, Any]]:
+    parsed = [json.loads(line) for line in lines if line.startswith("{")]
+    return [entry for entry in parsed if entry.get("msg") == "compaction decision"]
+
+
+@pytest.mark.parametrize(
+    ("debug", "workers"),
+    [(True, 1), (False, 1), (True, 2)],
+    ids=["debug", "no-debug", "debug-two-workers"],
+)
+def test_compaction_debug_alone_shows_the_decisions(
+    proxy_factory: Any, upstream: UpstreamServer, tmp_path: Path, debug: bool, workers: int
+) -> None:
+    # Two workers: uvicorn spawns them, so each must set up the same JSON logging itself.
+    config = proxy_config(
+        upstream_entry(upstream),
+        models={"gpt-4o": {"context_window": 2_000, "max_output_tokens": 200}},
+        summarization={"enabled": False},
+        store={"path": str(tmp_path / "checkpoints.db")},
+    )
+    config["server"]["workers"] = workers
+    assert config["server"].get("log_level") is None  # the default, info: not debug
+    env = {"COMPACTION_DEBUG": "true"} if debug else {}
+    proxy: ProxyServer = proxy_factory(config, env=env)
+    secret = "plum-zeppelin-4471"
+    messages = [{"role": "system", "content": "Be brief."}]
+    for turn in range(12):
+        messages += [
+            {"role": "user", "content": f"{secret} question {turn} " + "word " * 120},
+            {"role": "assistant", "content": f"answer {turn}"},
+        ]
+    messages.append({"role": "user", "content": "newest question"})
+    offset = proxy.log_size()
+    with proxy.http_client() as client:
+        response = client.post(CHAT_PATH, json={"model": "gpt-4o", "messages": messages})
+    assert response.status_code == 200, response.text
+    assert response.headers["x-compaction-strategies"] != "none"
+    lines = proxy.log_lines_since(offset)
+    decisions = _decisions(lines)
+    if not debug:
+        assert decisions == []
+        return
+    assert len(decisions) == 1, lines
+    decision = decisions[0]
+    assert decision["level"] == "debug"
+    assert decision["report"]["budget"]["context_window"] == 2_000
+    assert decision["report"]["tokens_after"] < decision["report"]["tokens_before"]
+    assert len(decision["groups"]) == len(messages)
+    assert all(isinstance(group["tokens"], int) for group in decision["groups"])
+    text = "\n".join(lines)
+    assert secret not in text and "newest question" not in text

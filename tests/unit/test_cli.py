@@ -201,3 +201,50 @@ def test_serve_invalid_config_exits_2(
     assert main(["--config", str(write_config("upstreams: []\n"))]) == 2
     assert uvicorn_calls == []
     assert "upstreams" in capsys.readouterr().err
+
+
+def test_serve_validates_flag_overrides(
+    write_config: WriteConfig,
+    uvicorn_calls: list[tuple[Any, dict[str, Any]]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["serve", "-c", str(write_config(CONFIG)), "--port", "99999"]) == 2
+    assert uvicorn_calls == []
+    err = capsys.readouterr().err
+    assert "--port: Input should be less than or equal to 65535 (got 99999)" in err
+
+
+def test_serve_runs_the_start_up_checks_after_the_flags(
+    write_config: WriteConfig,
+    uvicorn_calls: list[tuple[Any, dict[str, Any]]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # One worker in the file is fine for the memory store; --workers 2 is what breaks it.
+    path = write_config("store: {backend: memory}\n")
+    assert main(["serve", "-c", str(path)]) == 0
+    assert main(["serve", "-c", str(path), "--workers", "2"]) == 2
+    assert len(uvicorn_calls) == 1
+    assert "store.backend: memory" in capsys.readouterr().err
+
+
+def test_serve_hands_uvicorn_the_logging_set_up_for_every_worker(
+    write_config: WriteConfig,
+    uvicorn_calls: list[tuple[Any, dict[str, Any]]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COMPACTION_DEBUG", "true")
+    assert main(["serve", "-c", str(write_config(CONFIG)), "--workers", "2"]) == 0
+    config = uvicorn_calls[0][1]["log_config"]
+    assert config["root"]["level"] == "INFO"
+    assert config["disable_existing_loggers"] is False
+    assert config["loggers"]["compaction_proxy.compaction"] == {"level": "DEBUG"}
+
+
+def test_logging_config_leaves_the_decision_log_alone_without_the_switch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from proxy.logs import logging_config
+
+    monkeypatch.delenv("COMPACTION_DEBUG", raising=False)
+    assert "compaction_proxy.compaction" not in logging_config("warning")["loggers"]
+    assert logging_config("warning")["root"]["level"] == "WARNING"
