@@ -13,6 +13,13 @@ request's unchanged (what keeps an upstream prompt cache warm).
 
     python -m bench.session [--mode turns|loop] [--requests 300] [--no-summarizer]
                             [--out bench/results/session.md]
+
+`--latency`: the agent loop on a 16k window, timed, with a summarizer that takes
+`--summarizer-delay-ms` (2 s), a model that takes 250 ms and a tool that takes 250 ms, run with
+and without `summarization.prepare`: how much longer the compaction turns take than ordinary
+ones (p50 and max), and the summarizer calls per event.
+
+    python -m bench.session --latency [--requests 60] [--out bench/results/session-prepare.md]
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from tests.support.servers import (
     upstream_entry,
     write_config,
 )
+from tests.support.timed_loop import Session, drive
 
 
 @dataclass(frozen=True)
@@ -113,6 +121,93 @@ def run(args: argparse.Namespace, shape: Shape, work: Path) -> Figures:
         upstream.stop()
 
 
+LATENCY_WINDOW = 16_000
+LATENCY_MODEL = "agent-16k"
+MODEL_DELAY_MS = 250
+THINK_SECONDS = 0.25
+
+
+def timed(work: Path, requests: int, summarizer_delay_ms: int, prepare: bool) -> Session:
+    upstream = UpstreamServer(work / "upstream.log", context_window=LATENCY_WINDOW).start()
+    config = proxy_config(
+        upstream_entry(upstream),
+        models={LATENCY_MODEL: {"context_window": LATENCY_WINDOW, "max_output_tokens": 2_000}},
+        store={"backend": "sqlite", "path": str(work / "checkpoints.db")},
+        summarization={
+            "enabled": True,
+            "maxSummaryTokens": 600,
+            "retainRecent": {"turns": 2},
+            "timeout": 30,
+            "prepare": {"type": "token_ratio", "value": 0.6} if prepare else False,
+        },
+    )
+    proxy = ProxyServer(write_config(work / "proxy.yaml", config), work / "proxy.log").start()
+    try:
+        upstream.control(summarizer_delay_ms=summarizer_delay_ms, delay_ms=MODEL_DELAY_MS)
+        client = proxy.openai_client()
+        return drive(
+            [client],
+            upstream,
+            model=LATENCY_MODEL,
+            steps=requests,
+            think_seconds=THINK_SECONDS,
+            settle_seconds=summarizer_delay_ms / 1000 + 3,
+        )
+    finally:
+        proxy.stop()
+        upstream.stop()
+
+
+def _ms(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return 1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+
+
+def latency_report(args: argparse.Namespace) -> str:
+    rows = []
+    p50_gap: dict[bool, float] = {}
+    for prepare in (False, True):
+        work = Path(tempfile.mkdtemp(prefix="session-latency-"))
+        session = timed(work, args.requests, args.summarizer_delay_ms, prepare)
+        events = [s.seconds for s in session.events]
+        ordinary = [s.seconds for s in session.ordinary]
+        p50_gap[prepare] = _ms(events, 0.5) - _ms(ordinary, 0.5)
+        rows.append(
+            f"| {'on (0.6)' if prepare else 'off'} | {len(session.steps)} | {len(events)} | "
+            f"{session.summarizer_calls} | {_ms(ordinary, 0.5):.0f} | {_ms(ordinary, 1.0):.0f} | "
+            f"{_ms(events, 0.5):.0f} | {_ms(events, 1.0):.0f} | {p50_gap[prepare]:+.0f} | "
+            f"{sum(1 for s in session.events if s.prepared == 'ready')} | "
+            f"{session.stable_share():.1%} |"
+        )
+    met = abs(p50_gap[True]) <= 5
+    command = (
+        f"python -m bench.session --latency --requests {args.requests} "
+        f"--summarizer-delay-ms {args.summarizer_delay_ms}"
+    )
+    lines = [
+        "# Compaction-turn latency with and without prepared summaries",
+        "",
+        f"- Date: {datetime.date.today().isoformat()}, {platform.processor() or platform.machine()}",
+        f"- Command: `{command}`",
+        f"- Agent loop (one task, one tool step per request), window {LATENCY_WINDOW:,} tokens, "
+        f"summarizer {args.summarizer_delay_ms} ms, model {MODEL_DELAY_MS} ms per reply, "
+        f"tool {THINK_SECONDS * 1000:.0f} ms between requests; real processes, SQLite.",
+        "- Times are the client's wall time per request (model time included); the compaction "
+        "turn is the request answered with `X-Compaction-Checkpoint: new`.",
+        "",
+        "| prepare | requests | compaction turns | summarizer calls | ordinary p50 ms | "
+        "ordinary max ms | compaction p50 ms | compaction max ms | compaction - ordinary p50 ms "
+        "| turns that used a prepared summary | prefix stable |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+        f"Target (issue: compaction turns within 5 ms of ordinary turns at p50 when a prepared "
+        f"summary exists): {'met' if met else 'not met'} ({p50_gap[True]:+.0f} ms with prepare, "
+        f"{p50_gap[False]:+.0f} ms without).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=sorted(SHAPES), default="turns")
@@ -121,7 +216,16 @@ def main() -> None:
     parser.add_argument("--turn-every", type=int, default=4, help="turns mode only")
     parser.add_argument("--no-summarizer", action="store_true")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--latency", action="store_true", help="prepare on/off, timed")
+    parser.add_argument("--summarizer-delay-ms", type=int, default=2_000)
     args = parser.parse_args()
+    if args.latency:
+        text = latency_report(args)
+        print(text)
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(text, encoding="utf-8")
+        return
     shape = SHAPES[args.mode]
     figures = run(args, shape, Path(tempfile.mkdtemp(prefix="session-bench-")))
 

@@ -23,6 +23,7 @@ from proxy.api.chat import chat_completions
 from proxy.api.forward import Outcome
 from proxy.api.passthrough import passthrough
 from proxy.api.preview import preview
+from proxy.api.responses import responses
 from proxy.asgi import ClientGone, Message, Receive, Scope, Send, header, send_error
 from proxy.auth import key_matches, presented_key
 from proxy.config import Settings, load_settings
@@ -104,6 +105,8 @@ class ProxyApp:
     ) -> Outcome:
         if scope["path"] == "/v1/chat/completions" and scope["method"] == "POST":
             return await chat_completions(ctx, scope, receive, send)
+        if scope["path"] == "/v1/responses" and scope["method"] == "POST":
+            return await responses(ctx, scope, receive, send)
         return await passthrough(ctx, scope, receive, send)
 
     def _authenticate(self, ctx: RequestContext, scope: Scope) -> None:
@@ -221,6 +224,7 @@ def _build_fastapi(state: AppState) -> FastAPI:
         finally:
             state.shutting_down = True
             await state.windows.close()
+            await state.flow.preparer.close()
             await state.transport.aclose()
             await state.client.aclose()
             await state.store.close()
@@ -276,6 +280,8 @@ def build_edge(
     telemetry.watch_store(store)
     if flow.summarizer is not None:
         telemetry.watch_summarizer(flow.summarizer.stats)
+        if flow.preparer.enabled:
+            telemetry.watch_preparer(flow.preparer.stats)
     return AppState(
         settings=settings,
         router=Router(settings.upstreams),

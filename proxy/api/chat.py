@@ -282,6 +282,8 @@ async def _compact(
         ctx.compaction_seconds = (ctx.compaction_seconds or 0.0) + (time.perf_counter() - started)
     headers = report_headers(flow.result, mode)
     headers.append((b"x-compaction-checkpoint", flow.checkpoint.encode()))
+    if ctx.state.flow.preparer.enabled:
+        headers.append((b"x-compaction-prepared", flow.prepared.encode()))
     for warning in flow.warnings:
         headers.append((b"x-compaction-warning", header_safe(warning)))
     return _Attempt(

@@ -33,6 +33,7 @@ from .pipeline import (
     Pipeline,
     compact,
     compact_async,
+    firing_point,
 )
 from .report import CompactionReport, StrategyReport
 from .settings import CompactionSettings, SummarizationSettings
@@ -70,5 +71,6 @@ __all__ = [
     "compact",
     "compact_async",
     "compute_budget",
+    "firing_point",
     "validate_messages",
 ]

@@ -245,15 +245,23 @@ class Calibration:
     tiktoken miscounts non-OpenAI models served behind OpenAI-compatible APIs; the edge
     measures the ratio from ``usage.prompt_tokens`` and passes it in.  It is clamped to
     ``[minimum, maximum]`` so one odd response cannot make compaction wild.
+
+    ``offset``: tokens added after the ratio.  Background preparation compacts a conversation
+    *before* it reaches its trigger, as if the growth still to come were already there, so the
+    prepared result lands at the target by the time it is used (see "Prepared summaries" in
+    docs/architecture.md).  Zero for every ordinary request.
     """
 
     ratio: float = 1.0
     minimum: float = 0.5
     maximum: float = 2.0
+    offset: int = 0
 
     def __post_init__(self) -> None:
         if not 0 < self.minimum <= self.maximum:
             raise ValueError("calibration bounds must satisfy 0 < minimum <= maximum")
+        if self.offset < 0:
+            raise ValueError("calibration offset must be >= 0")
 
     @property
     def effective(self) -> float:
@@ -262,7 +270,7 @@ class Calibration:
 
     def apply(self, tokens: int) -> int:
         """Calibrated count for trigger decisions (rounded up, to err on the safe side)."""
-        return math.ceil(tokens * self.effective - 1e-9)
+        return math.ceil(tokens * self.effective - 1e-9) + self.offset
 
     @classmethod
     def observed(

@@ -56,7 +56,7 @@ from .strategies.last_resort import OversizedResultTrim
 from .summarizer import Summarizer
 from .tokenizer_provider import TokenizerProvider
 from .tokens import Tokenizer
-from .triggers import Condition, OverBudget
+from .triggers import Condition, Metrics, OverBudget, firing_tokens
 from .view import DEFAULT_SUMMARY_MARKER, SummaryMarker, build_view
 
 
@@ -65,11 +65,14 @@ class Mode(StrEnum):
 
     ``off`` is handled by the edge (it does not call :func:`compact`).  ``dry-run`` computes
     exactly what ``normal`` would; the caller forwards the original and shows the result.
+    ``dry-run-local`` is a dry run that must not reach the network: the edge runs it as
+    ``dry-run`` without a summarizer, so summarization is reported as skipped.
     """
 
     NORMAL = "normal"
     FORCE = "force"
     DRY_RUN = "dry-run"
+    DRY_RUN_LOCAL = "dry-run-local"
 
 
 def summary_marker_for(strategies: Sequence[Strategy]) -> SummaryMarker:
@@ -144,6 +147,9 @@ class CompactionResult:
     messages: list[Message]
     changed: bool
     report: CompactionReport
+    metrics: Metrics | None = None
+    """The input's metrics (calibrated tokens, budget, counts) before any strategy ran: what
+    the edge checks its own conditions against (``summarization.prepare``)."""
 
 
 @dataclass(frozen=True)
@@ -217,6 +223,7 @@ async def compact_async(
         summary_marker=marker,
     )
     tokens_before = draft.prompt_tokens
+    metrics_before = draft.metrics()
     ctx = StrategyContext(force=request.mode is Mode.FORCE, summarizer=summarizer, model=model)
 
     reports = await run_sequence_async(
@@ -282,8 +289,36 @@ async def compact_async(
         last_resort=last_resort,
     )
     return CompactionResult(
-        messages=out if changed else list(request.messages), changed=changed, report=report
+        messages=out if changed else list(request.messages),
+        changed=changed,
+        report=report,
+        metrics=metrics_before,
     )
+
+
+def firing_point(pipeline: Pipeline, metrics: Metrics) -> int | None:
+    """The calibrated token count at which some strategy of ``pipeline`` (or its fallback)
+    starts to fire as the conversation grows, other metrics as in ``metrics``; ``None`` when
+    growth alone would not make anything fire (within four budgets).
+
+    A strategy whose trigger already fires on ``metrics`` is left out: it ran and found
+    nothing to do, so growth is not what it waits for.  A nested pipeline that is already open
+    (its plain form fires ``always``) fires where its first child does.
+    """
+    ceiling = max(metrics.tokens, metrics.budget) * 4 + 1
+    points = [_strategy_point(s, metrics, ceiling) for s in pipeline.strategies]
+    if pipeline.fallback:
+        points.append(firing_tokens(OverBudget(), metrics, ceiling))
+    found = [p for p in points if p is not None]
+    return min(found) if found else None
+
+
+def _strategy_point(strategy: Strategy, metrics: Metrics, ceiling: int) -> int | None:
+    if isinstance(strategy, PipelineStrategy) and strategy.trigger.fires(metrics):
+        # The entry is open (its plain form's ``always``): its children decide.
+        inner = (_strategy_point(s, metrics, ceiling) for s in strategy.strategies)
+        return min((p for p in inner if p is not None), default=None)
+    return firing_tokens(strategy.trigger, metrics, ceiling)
 
 
 def _position_aged(strategies: Sequence[Strategy]) -> list[Strategy]:

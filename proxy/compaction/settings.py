@@ -31,7 +31,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from .triggers import Condition, parse_condition, parse_target
+from .triggers import Condition, TokenRatio, parse_condition, parse_target
 
 
 def _trigger(value: object) -> Condition:
@@ -49,6 +49,28 @@ def _dump(condition: Condition) -> object:
 TriggerField = Annotated[Condition, PlainValidator(_trigger), PlainSerializer(_dump)]
 """A trigger in either config form, parsed into a :class:`~.triggers.Condition`."""
 TargetField = Annotated[Condition, PlainValidator(_target), PlainSerializer(_dump)]
+
+
+def _prepare(value: object) -> Condition | None:
+    if value is False or value is None:
+        return None
+    return parse_condition(value, path="prepare")
+
+
+def _dump_prepare(condition: Condition | None) -> object:
+    """In the block's own (LibreChat) form where it has one: ``{type, value}``."""
+    if condition is None:
+        return False
+    config = condition.to_config()
+    if isinstance(config, dict) and len(config) == 1:
+        ((kind, value),) = config.items()
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return {"type": kind, "value": value}
+    return config
+
+
+PrepareField = Annotated[Condition | None, PlainValidator(_prepare), PlainSerializer(_dump_prepare)]
+"""``summarization.prepare``: a trigger in either form, or ``false`` (off)."""
 """A target (continue while it fires); ``tokens_below`` is rejected."""
 
 
@@ -121,6 +143,12 @@ the request's own upstream and model and the stretch holds no binary content; ``
 whenever the prefix fits the summarizer's window; ``never``: the plain-text transcript."""
 
 
+DryRunSummaries = Literal["call", "skip"]
+"""``summarization.dryRun``: ``call`` lets a dry run call the summarizer (its summary is shared
+with the real request that follows); ``skip`` keeps every dry run off the network, as the
+``dry-run-local`` header value does for one request."""
+
+
 class SummarizationSettings(_CamelModel):
     """LibreChat's ``summarization`` block (camelCase keys, LibreChat's defaults).
 
@@ -147,6 +175,17 @@ class SummarizationSettings(_CamelModel):
     # Our addition: send the summary call as the forwarded request's own prefix (its messages
     # and tools, byte for byte) plus one instruction, so the upstream's prompt cache serves it.
     reuse_prefix: ReusePrefix = "auto"
+    # Our addition: a second, lower threshold. A request that crosses it goes upstream as it
+    # is while the summary its trigger will need is made in the background; when the trigger
+    # fires, that prepared summary is used and the request does not wait. ``false``: off.
+    prepare: PrepareField = TokenRatio(0.6)
+    # Unused prepared summaries expire after this long (a conversation that stopped growing).
+    prepare_ttl: int = Field(default=1800, ge=10, le=86_400)
+    # Background summaries in flight per process; the oldest is dropped for a new one.
+    prepare_max_in_flight: int = Field(default=4, ge=1, le=256)
+    # Our addition: whether `X-Compaction: dry-run` may call the summarizer (a paid call whose
+    # summary the real request then reuses) or must stay off the network like `dry-run-local`.
+    dry_run: DryRunSummaries = "call"
 
 
 # ------------------------------------------------------------------ pipeline entries

@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 def _no_overflow() -> int:
@@ -246,6 +246,29 @@ class AnyOf(Condition):
 
     def to_config(self) -> object:
         return {"any": [c.to_config() for c in self.conditions]}
+
+
+def firing_tokens(condition: Condition, metrics: Metrics, ceiling: int) -> int | None:
+    """The smallest token count above ``metrics.tokens`` (up to ``ceiling``) at which
+    ``condition`` starts to fire, every other metric as it is; ``None`` when it already fires
+    or does not fire by ``ceiling``.
+
+    Used to prepare a summary ahead of time: how far a growing conversation is from its
+    trigger.  Token conditions only grow into firing (``tokens_below`` fires now or never), so
+    a bisection over the count is exact for them and for their ``all``/``any`` combinations.
+    """
+    if condition.fires(metrics) or ceiling <= metrics.tokens:
+        return None
+    if not condition.fires(replace(metrics, tokens=ceiling)):
+        return None
+    low, high = metrics.tokens, ceiling  # fires at high, not at low
+    while high - low > 1:
+        middle = (low + high) // 2
+        if condition.fires(replace(metrics, tokens=middle)):
+            high = middle
+        else:
+            low = middle
+    return high
 
 
 # ---------------------------------------------------------------------------- parsing

@@ -41,12 +41,18 @@ from proxy.compaction import (
     compute_budget,
 )
 from proxy.config import Settings
+from proxy.engine.calibration import CalibrationBook
 
 log = logging.getLogger("compaction_proxy.compaction")
 
 # Requests smaller than this are compacted inline: a thread hop costs more than counting them.
 _INLINE_BYTES = 64 * 1024
 _BUILTIN_ENCODINGS = ("o200k_base", "cl100k_base")
+
+
+# Summarization settings that change when or how a summary is made, not what it says: a
+# changed value must not orphan every stored checkpoint.
+_NOT_SHAPING = {"timeout", "dry_run", "prepare", "prepare_ttl", "prepare_max_in_flight"}
 
 
 def debug_enabled() -> bool:
@@ -84,19 +90,22 @@ class Compactor:
         ]
         self._pipeline_cache: dict[str, tuple[CompactionSettings, Pipeline]] = {}
         self._fingerprints: dict[tuple[str, int | None], str] = {}
-        self._calibration: dict[str, float] = {}
+        self._calibration = CalibrationBook()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compaction")
         self.debug = debug_enabled()
 
     def warm_up(self) -> threading.Thread | None:
-        """Load the common encodings now, so the first request does not pay ~0.5 s for it.
+        """Load the builtin and every configured encoding now, so the first request does not
+        pay ~0.5 s for it and `/readyz` reports a missing one before traffic arrives.
 
-        Encodings not found on disk are fetched by tiktoken on a daemon thread (when
+        The builtin encodings ship with the install (proxy/compaction/encodings.py). Other
+        encodings not found on disk are fetched by tiktoken on a daemon thread (when
         `compaction.tokenizer.download` allows): requests never wait for the network, they
         count with the estimator until the files arrive. Returns that thread, if any.
         """
-        for encoding in {*_BUILTIN_ENCODINGS, self.settings.compaction.tokenizer.default_encoding}:
-            self.tokenizers.get(encoding)
+        configured = {m.encoding for m in self.settings.models.values() if m.encoding}
+        default = self.settings.compaction.tokenizer.default_encoding
+        self.tokenizers.prepare(sorted({*_BUILTIN_ENCODINGS, default, *configured}))
         missing = sorted(self.tokenizers.missing_encodings)
         if not missing or not self.settings.compaction.tokenizer.download:
             return None
@@ -144,6 +153,7 @@ class Compactor:
         size_hint: int,
         summarizer: Summarizer | None = None,
         context_window: int | None = None,
+        anticipate: int = 0,
     ) -> CompactionResult:
         """Compact a validated chat body.
 
@@ -153,12 +163,15 @@ class Compactor:
 
         `context_window`: the window to budget for when the edge knows better than the
         catalog (a window learned from a refusal or published by the upstream).
+
+        `anticipate`: tokens of growth to compact for as if they were already there (a
+        summary prepared ahead of its trigger, proxy/summaries/prepare.py); 0 otherwise.
         """
         if size_hint >= _INLINE_BYTES:
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(self._executor, self._prewarm, body)
         result = await compact_async(
-            self._request(body, mode, context_window), summarizer=summarizer
+            self._request(body, mode, context_window, anticipate), summarizer=summarizer
         )
         if self.debug:
             self._debug_log(body, result.report)
@@ -195,7 +208,11 @@ class Compactor:
         ).output_reserve
 
     def _request(
-        self, body: Mapping[str, Any], mode: Mode, context_window: int | None = None
+        self,
+        body: Mapping[str, Any],
+        mode: Mode,
+        context_window: int | None = None,
+        anticipate: int = 0,
     ) -> CompactionRequest:
         model: str = body["model"]
         tools = body.get("tools") or body.get("functions")
@@ -209,7 +226,7 @@ class Compactor:
             max_completion_tokens=_int_or_none(body.get("max_completion_tokens")),
             max_tokens=_int_or_none(body.get("max_tokens")),
             reserve_ratio=self.settings.summarization.reserve_ratio,
-            calibration=self.calibration_for(model),
+            calibration=replace(self.calibration_for(model), offset=anticipate),
             mode=mode,
         )
 
@@ -217,24 +234,21 @@ class Compactor:
         """Learn how far our count is from the upstream's `usage.prompt_tokens` for `model`.
 
         tiktoken miscounts models that are not OpenAI's behind OpenAI-compatible APIs; the
-        triggers then compare the calibrated count. A moving average of bounded ratios: one odd
-        response cannot make compaction wild, a consistent offset is learnt in a few requests.
+        triggers then compare the calibrated count. Weighted by request size, small requests
+        ignored (proxy/engine/calibration.py): the ratio that matters is that of requests
+        near the budget, and one odd response cannot make compaction wild.
         """
         bounds = self.settings.compaction.calibration
-        if not bounds.enabled or reported <= 0 or counted <= 0:
+        if not bounds.enabled:
             return
-        ratio = min(bounds.max_ratio, max(bounds.min_ratio, reported / counted))
-        previous = self._calibration.get(model)
-        if previous is None and len(self._calibration) >= 1024:
-            return
-        self._calibration[model] = (
-            ratio if previous is None else previous + 0.2 * (ratio - previous)
+        self._calibration.observe(
+            model, reported, counted, minimum=bounds.min_ratio, maximum=bounds.max_ratio
         )
 
     def calibration_for(self, model: str) -> Calibration:
         bounds = self.settings.compaction.calibration
         return Calibration(
-            ratio=self._calibration.get(model, 1.0),
+            ratio=self._calibration.ratio(model),
             minimum=bounds.min_ratio,
             maximum=bounds.max_ratio,
         )
@@ -254,7 +268,7 @@ class Compactor:
         payload = orjson.dumps(
             [
                 compaction.model_dump(mode="json"),
-                self.settings.summarization.model_dump(mode="json"),
+                self.settings.summarization.model_dump(mode="json", exclude=_NOT_SHAPING),
                 [facts.context_window, facts.max_output_tokens, facts.encoding],
             ],
             option=orjson.OPT_SORT_KEYS,

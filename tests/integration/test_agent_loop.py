@@ -102,8 +102,11 @@ def test_the_summarizer_is_called_once_per_event_and_carries_the_facts(
         return
     summarized = [s for s in report.events if "summarization" in s.strategies.split(",")]
     assert summarized, "the summarizer was never used in the loop"
-    assert report.summarizer_calls == len(summarized)
-    assert all(s.summarizer_calls == 0 for s in report.steps if s.checkpoint != "new")
+    # Summaries are prepared in the background (summarization.prepare, on by default), so a
+    # call lands before its event or during it (this loop's steps take no time, so an event can
+    # wait for the job still running); one per event, plus at most one prepared for an event
+    # the loop ended before. tests/integration/test_prepare.py times a realistic loop.
+    assert len(summarized) <= report.summarizer_calls <= len(summarized) + 1
     last = report.steps[-1].forwarded
     # "progress so far" sits right after the task, and there is only one summary
     summaries = [i for i, m in enumerate(last) if str(m.get("content")).startswith("<summary>")]

@@ -123,8 +123,9 @@ def test_every_request_of_a_long_agent_session_succeeds_under_budget(
 def test_summarizer_calls_equal_compaction_events_not_requests(session: SessionReport) -> None:
     events = session.compaction_events
     assert events >= 3, "the session must compact several times to test rolling updates"
-    assert session.summarizer_calls <= events
-    assert session.summarizer_calls >= 1
+    # At most one call per event, plus one summary prepared in the background for the event
+    # after the session's last request (summarization.prepare).
+    assert 1 <= session.summarizer_calls <= events + 1
     assert events < len(session.steps) / 5
     hits = sum(1 for s in session.steps if s.checkpoint == "hit")
     assert hits > len(session.steps) / 2

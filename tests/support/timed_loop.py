@@ -1,0 +1,110 @@
+"""An agent loop driven request by request with wall-clock timings: the model takes a while
+to answer and the agent a while to run its tool, as real ones do.
+
+Used by `tests/integration/test_prepare.py` and `bench/session.py --latency`: whether the
+request on which compaction happens waits for the summarizer (summarization.prepare).
+Summarizer calls are collected from the upstream's recordings, whoever made them and whenever
+(background calls land between requests).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import openai
+
+from tests.support.agent_loop import SYSTEM, TASK, LoopReport, add_step
+from tests.support.agent_session import CHAT, TOOLS, is_summarizer_text
+from tests.support.servers import UpstreamServer
+
+
+@dataclass
+class Step:
+    index: int
+    seconds: float
+    forwarded: list[dict[str, Any]]
+    checkpoint: str
+    prepared: str
+    warnings: list[str]
+
+
+@dataclass
+class Session:
+    steps: list[Step] = field(default_factory=list)
+    summarizer_calls: int = 0
+    summaries: list[str] = field(default_factory=list)
+    facts_shown: list[str] = field(default_factory=list)
+
+    @property
+    def events(self) -> list[Step]:
+        return [s for s in self.steps if s.checkpoint == "new"]
+
+    @property
+    def ordinary(self) -> list[Step]:
+        return [s for s in self.steps if s.checkpoint != "new"]
+
+    def stable_share(self) -> float:
+        flags = [
+            after.forwarded[: len(before.forwarded)] == before.forwarded
+            for before, after in zip(self.steps, self.steps[1:], strict=False)
+        ]
+        return sum(flags) / len(flags)
+
+
+def drive(
+    clients: list[openai.OpenAI],
+    upstream: UpstreamServer,
+    *,
+    model: str,
+    steps: int,
+    think_seconds: float,
+    settle_seconds: float,
+) -> Session:
+    """One agent loop; request i goes to clients[i % len(clients)] (replicas behind a
+    balancer). Summarizer calls are collected from the upstream's recordings, whoever made
+    them and whenever (background calls land between requests)."""
+    session = Session()
+    report = LoopReport(facts_shown=["FACT-TASK"])
+    conversation: list[dict[str, Any]] = [SYSTEM, TASK]
+    upstream.clear()
+    for index in range(steps):
+        client = clients[index % len(clients)]
+        started = time.perf_counter()
+        raw = client.chat.completions.with_raw_response.create(
+            model=model, messages=conversation, tools=TOOLS
+        )
+        seconds = time.perf_counter() - started
+        raw.parse()
+        recorded = upstream.requests(CHAT)
+        upstream.clear()
+        forwarded = [r.json() for r in recorded if not is_summarizer_text(r.text)]
+        summaries = [r for r in recorded if is_summarizer_text(r.text)]
+        session.summarizer_calls += len(summaries)
+        session.summaries.extend(r.text or "" for r in summaries)
+        assert len(forwarded) == 1, f"step {index}: {len(forwarded)} forwarded requests"
+        session.steps.append(
+            Step(
+                index=index,
+                seconds=seconds,
+                forwarded=forwarded[0]["messages"],
+                checkpoint=raw.headers.get("x-compaction-checkpoint", ""),
+                prepared=raw.headers.get("x-compaction-prepared", ""),
+                warnings=raw.headers.get_list("x-compaction-warning"),
+            )
+        )
+        add_step(conversation, index, report)
+        time.sleep(think_seconds)
+    # A summary still being made when the session ends lands after its last request.
+    deadline = time.monotonic() + settle_seconds
+    while time.monotonic() < deadline and session.steps[-1].prepared == "pending":
+        late = [r for r in upstream.requests(CHAT) if is_summarizer_text(r.text)]
+        if late:
+            break
+        time.sleep(0.1)
+    session.summarizer_calls += sum(
+        1 for r in upstream.requests(CHAT) if is_summarizer_text(r.text)
+    )
+    session.facts_shown = report.facts_shown
+    return session
