@@ -1,7 +1,8 @@
 """Every /v1 path the proxy does not compact: relayed both ways without buffering.
 
-Models, embeddings, the Responses API, files, audio: the request body streams upstream as the
-client sends it (bounded by `server.max_body_bytes`) and the answer streams back.
+Models, embeddings, files, audio, the Responses API's routes other than `POST /v1/responses`
+(proxy/api/responses.py): the request body streams upstream as the client sends it (bounded
+by `server.max_body_bytes`) and the answer streams back.
 """
 
 from __future__ import annotations
