@@ -159,7 +159,9 @@ def _compact(args: argparse.Namespace) -> int:
     mode = Mode.FORCE if args.force else Mode.NORMAL
     try:
         result, notes = asyncio.run(
-            _run_flow(settings, compactor, body, mode, len(raw), not args.no_summarize)
+            _run_flow(
+                settings, compactor, body, mode, len(raw), not args.no_summarize, responses is None
+            )
         )
     finally:
         compactor.close()
@@ -214,6 +216,7 @@ async def _run_flow(
     mode: Mode,
     size_hint: int,
     summarize: bool,
+    summary_prefix: bool = True,
 ) -> tuple[CompactionResult, list[str]]:
     """One request's compaction by the server's own flow, without a checkpoint store.
 
@@ -257,6 +260,7 @@ async def _run_flow(
             upstream_name=upstream.name,
             persist=False,
             summarize=summarize,
+            summary_prefix=summary_prefix,  # False for a Responses body, as its route does
         )
     if summarize and summarizer is not None:
         for (name, called, outcome), count in sorted(summarizer.stats.calls.items()):

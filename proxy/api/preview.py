@@ -84,6 +84,7 @@ async def preview(ctx: RequestContext, scope: Scope, receive: Receive, send: Sen
                 context_window=window.tokens,
                 # `dry-run-local`: what compaction would do without calling the summarizer.
                 summarize=mode is not Mode.DRY_RUN_LOCAL,
+                summary_prefix=body is None,  # as the Responses route: the transcript form
             )
     except Exception as exc:  # the preview has no original to fall back on: say what broke
         log.exception("preview: compaction failed")

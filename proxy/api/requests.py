@@ -28,19 +28,7 @@ _MODES = {
 
 def parse_chat_body(raw: bytes) -> dict[str, Any]:
     """The request as a dict, or a 400 that says exactly what is wrong with it."""
-    if not raw.strip():
-        raise bad_request("the request body is empty; expected a JSON object", code="invalid_json")
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise bad_request(
-            f"the request body is not valid JSON: {exc}", code="invalid_json"
-        ) from None
-    if not isinstance(data, dict):
-        raise bad_request(
-            f"the request body must be a JSON object, not {type(data).__name__}",
-            code="invalid_json",
-        )
+    data = parse_json_object(raw)
     if "messages" not in data:
         raise bad_request(
             "'messages' is required", param="messages", code="missing_required_parameter"
@@ -59,6 +47,25 @@ def parse_chat_body(raw: bytes) -> dict[str, Any]:
             else f"'model' must be a string, not {type(model).__name__}",
             param="model",
             code="missing_required_parameter" if model is None else "invalid_type",
+        )
+    return data
+
+
+def parse_json_object(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object, or a 400 saying why it is not one (every route that reads
+    its body: chat completions, the Responses API)."""
+    if not raw.strip():
+        raise bad_request("the request body is empty; expected a JSON object", code="invalid_json")
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise bad_request(
+            f"the request body is not valid JSON: {exc}", code="invalid_json"
+        ) from None
+    if not isinstance(data, dict):
+        raise bad_request(
+            f"the request body must be a JSON object, not {type(data).__name__}",
+            code="invalid_json",
         )
     return data
 

@@ -24,9 +24,10 @@ import pytest
 from proxy.compaction import EncodingLoader, TokenizerProvider
 from proxy.responses import lift
 from proxy.responses.items import CALL_KEYS, OUTPUT_KEYS
-from tests.support.agent_session import tool_output
+from tests.fakes.upstream import SUMMARIZER_PREFIX_MARKER
+from tests.support.agent_session import is_summarizer_text, tool_output
 from tests.support.responses_upstream import RESPONSES, ResponsesUpstreamServer
-from tests.support.servers import ProxyServer, proxy_config, upstream_entry
+from tests.support.servers import ProxyServer, Recorded, proxy_config, upstream_entry
 
 WINDOW = 32_000
 MODEL = "agent-32k"
@@ -116,6 +117,18 @@ def assert_valid_input(items: list[dict[str, Any]]) -> None:
             assert key in calls, f"output {key} lost its call"
             outputs.append(key)
     assert sorted(calls) == sorted(outputs), "a call lost its output"
+
+
+def assert_transcript_form(recorded: Recorded) -> None:
+    """A summary call in the plain-text transcript form: a system prompt and the conversation
+    as text, not the request's own (chat-shaped) messages with the instruction after them."""
+    assert is_summarizer_text(recorded.text)
+    assert SUMMARIZER_PREFIX_MARKER not in recorded.text
+    payload = recorded.json()
+    assert [m["role"] for m in payload["messages"]] == ["system", "user"]
+    assert all(isinstance(m["content"], str) for m in payload["messages"])
+    assert "<conversation>" in payload["messages"][1]["content"]
+    assert "tools" not in payload
 
 
 # ------------------------------------------------------------------ the SDK, JSON and stream
@@ -222,6 +235,7 @@ class Session:
         self.headers: list[httpx.Headers] = []
         self.usage: list[int] = []
         self.summarizer_calls = 0
+        self.summary_requests: list[Recorded] = []  # the summarizer's chat-completions bodies
         self.facts = ["FACT-TASK"]
         self.lengths: list[int] = []  # how many items the client sent, per step
 
@@ -237,6 +251,7 @@ class Session:
         recorded = upstream.requests()
         upstream.clear()
         self.summarizer_calls += sum(1 for r in recorded if r.path.endswith("/chat/completions"))
+        self.summary_requests += [r for r in recorded if r.path.endswith("/chat/completions")]
         [sent] = [r.json()["input"] for r in recorded if r.path == RESPONSES]
         self.sent.append(sent)
         self.items += [item.model_dump(exclude_none=True) for item in response.output]
@@ -313,6 +328,16 @@ def test_the_summary_is_a_message_item_that_keeps_the_facts(session: Session) ->
     assert not missing, missing
 
 
+def test_summary_calls_send_the_transcript_not_the_chat_shaped_view(session: Session) -> None:
+    """The adapter's view (``input_text`` parts, custom tool calls, items riding in extra
+    fields) is no chat-completions request a strict server accepts, so a Responses request's
+    summary is asked for in the transcript form even though the summarizer is the request's own
+    upstream and model (where a chat request's summary reuses its prefix)."""
+    assert session.summary_requests
+    for recorded in session.summary_requests:
+        assert_transcript_form(recorded)
+
+
 def test_the_long_session_streams_compacted(
     session: Session, client: openai.OpenAI, upstream: ResponsesUpstreamServer
 ) -> None:
@@ -371,6 +396,32 @@ def test_the_preview_takes_a_responses_body(
     assert compacted[0] == TASK and len(compacted) < len(items)
     assert_valid_input(compacted)
     assert upstream.requests(RESPONSES) == []  # nothing forwarded
+
+
+def test_the_preview_summarizes_a_responses_body_in_transcript_form(
+    proxy: ProxyServer, upstream: ResponsesUpstreamServer
+) -> None:
+    """The preview shows what the route would forward, so it asks for the summary the way the
+    route does: in transcript form, not with the chat-shaped view as a prefix. (The model's
+    own messages between the steps are what a prefix would be placed on: the tool results are
+    collapsed before summarization folds them.)"""
+    items: list[dict[str, Any]] = [TASK]
+    for n in range(16):
+        output = tool_output(n, 0, 3_000)
+        items += [
+            {"type": "function_call", "call_id": f"c{n}", "name": "grep", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": f"c{n}", "output": output},
+            {"role": "assistant", "content": f"Step {n} done; searching on."},
+        ]
+    body = {"model": MODEL, "input": items, "tools": TOOLS, "store": False}
+    with proxy.http_client() as http:
+        preview = http.post("/v1/compaction/preview", json=body, headers={"x-compaction": "force"})
+    assert preview.status_code == 200, preview.text
+    assert "summarization" in preview.headers["x-compaction-strategies"].split(",")
+    calls = upstream.requests("/v1/chat/completions")
+    assert calls
+    for recorded in calls:
+        assert_transcript_form(recorded)
 
 
 def test_metrics_and_dashboard_label_the_api(

@@ -19,6 +19,15 @@ from proxy.config import Settings
 from proxy.transport import HttpxUpstream
 
 UPSTREAM = "http://upstream.test/v1"
+OVERFLOW = {
+    "error": {
+        "message": "Your input exceeds the context window of this model. "
+        "Please adjust your input and try again.",
+        "type": "invalid_request_error",
+        "param": "input",
+        "code": "context_length_exceeded",
+    }
+}
 
 
 def conversation(steps: int) -> list[dict[str, Any]]:
@@ -33,18 +42,23 @@ def conversation(steps: int) -> list[dict[str, Any]]:
 
 class Upstream(httpx.AsyncBaseTransport):
     """Answers every request with ``reply``, unread as from a real server (the forwarder
-    streams it), and keeps the bodies it was sent."""
+    streams it), and keeps the bodies it was sent. The first ``refusals`` requests get
+    OpenAI's context-overflow refusal instead."""
 
     def __init__(self) -> None:
         self.bodies: list[bytes] = []
         self.reply: dict[str, Any] = {"id": "resp_1", "output": []}
+        self.refusals = 0
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         self.bodies.append(await request.aread())
+        status, reply = 200, self.reply
+        if len(self.bodies) <= self.refusals:
+            status, reply = 400, OVERFLOW
         return httpx.Response(
-            200,
+            status,
             headers={"content-type": "application/json"},
-            stream=_Body(orjson.dumps(self.reply)),
+            stream=_Body(orjson.dumps(reply)),
         )
 
 
@@ -65,7 +79,10 @@ async def app() -> AsyncIterator[Callable[[], tuple[httpx.AsyncClient, Upstream,
         outbound = httpx.AsyncClient(transport=upstream)
         config = Settings(
             upstreams=[{"name": "u", "base_url": UPSTREAM}],
-            models={"tiny": {"context_window": 3_000, "max_output_tokens": 200}},
+            models={
+                "tiny": {"context_window": 3_000, "max_output_tokens": 200},
+                "mid": {"context_window": 8_000, "max_output_tokens": 200},
+            },
             summarization={"enabled": False},
             store={"backend": "memory"},
         )
@@ -134,3 +151,44 @@ async def test_usage_input_tokens_reach_calibration(
     assert row["upstream_prompt_tokens"] == 2 * counted and row["api"] == "responses"
     metrics = proxy.state.telemetry.exposition().decode()
     assert 'compaction_proxy_token_count_calibration_ratio_sum{model="tiny"} 2.0' in metrics
+
+
+async def test_an_overflow_refusal_is_retried_with_the_input_mapped_back(
+    app: Callable[[], tuple[httpx.AsyncClient, Upstream, ProxyApp]],
+) -> None:
+    client, upstream, _ = app()
+    upstream.refusals = 1
+    body = {"model": "mid", "input": conversation(20), "store": False}
+    response = await client.post("/v1/responses", json=body)
+    assert response.status_code == 200
+    assert response.headers["x-compaction-retry"] == "1"
+    refused, retried = (orjson.loads(sent) for sent in upstream.bodies)
+    assert len(retried["input"]) < len(refused["input"]) < len(body["input"])
+    assert retried["store"] is False and retried["input"][0] == body["input"][0]
+
+
+async def test_a_retry_that_cannot_be_mapped_back_relays_the_refusal(
+    app: Callable[[], tuple[httpx.AsyncClient, Upstream, ProxyApp]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The retry is a compaction like the first attempt: when its messages cannot be mapped
+    back to items there is nothing smaller to offer, so the client gets the upstream's
+    refusal as it came rather than the original (which was already refused)."""
+    client, upstream, _ = app()
+    upstream.refusals = 1
+    mapped: list[object] = []  # every call, the failed one included
+
+    def lower_once(*args: Any) -> Any:
+        mapped.append(args)
+        if len(mapped) > 1:
+            raise ValueError("the adapter disagrees with the core")
+        return real_lower(*args)
+
+    real_lower = route.lower
+    monkeypatch.setattr(route, "lower", lower_once)
+    body = {"model": "mid", "input": conversation(20)}
+    response = await client.post("/v1/responses", json=body)
+    assert response.status_code == 400
+    assert response.json() == OVERFLOW
+    assert "x-compaction-retry" not in response.headers
+    assert len(upstream.bodies) == 1 and len(mapped) == 2  # the retry was made, then dropped
