@@ -8,8 +8,8 @@ request always ends with the newest user message (what a client sends).
 Tool outputs have a heavy-tailed size: most are a few hundred characters (JSON search hits,
 directory listings, shell output), some are a few kB (log excerpts, file chunks), and a few
 are huge file reads or log dumps of tens of kB.  The total tool output grows linearly with the
-message count and is capped at ``MAX_TOOL_CHARS`` (2,000,000 characters) -- reached at the
-top size, 5,000 messages.
+message count and is capped at ``MAX_TOOL_CHARS`` (2,600,000 characters) -- reached at the
+top size, 6,500 messages (about a million tokens).
 
 Everything is a function of ``(size, seed)``; :func:`next_turn` gives the two messages of the
 following request (the assistant's reply to the newest user message and a new user message),
@@ -25,9 +25,9 @@ from typing import Any
 
 Msg = dict[str, Any]
 
-MAX_TOOL_CHARS = 2_000_000
-TOOL_CHARS_PER_MESSAGE = MAX_TOOL_CHARS // 5_000
-"""Tool-output characters budgeted per message (2M at 5,000 messages)."""
+MAX_TOOL_CHARS = 2_600_000
+TOOL_CHARS_PER_MESSAGE = 400
+"""Tool-output characters budgeted per message (the cap is reached at 6,500 messages)."""
 
 _WORDS = [
     "the",

@@ -14,106 +14,46 @@ machine numbers taken minutes apart are not comparable:
 Nothing here asserts on timings: the run prints and writes a table for people to read.
 
 Run (from the repo root): python -m bench.gateway [--quick] [--out bench/results/gateway.md]
+
+`--agent` switches to the agent-session mode (bench/gateway_agent.py): bodies of ~8k to 500k
+tokens that grow by one tool step per request, nothing firing and with checkpoint hits, CPU
+time per request, and issue 13's targets: python -m bench.gateway --agent [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
-import importlib.metadata as md
 import json
 import os
 import platform
 import re
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
-from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-PY = sys.executable
-PROXY_CPU, CLIENT_CPU = "0", "1"
-KEY = "sk-bench"
-CHAT = "/v1/chat/completions"
-DEFAULT_LITELLM = REPO.parent / ".venv-litellm" / "bin" / "litellm"
-# A short but realistic agent turn (~1 KB): the proxy parses it with orjson on every request.
-MESSAGES = [
-    {"role": "system", "content": "You are a careful coding assistant. " * 8},
-    {"role": "user", "content": "Summarise the change in proxy/upstream.py. " * 10},
-    {"role": "assistant", "content": "It adds an aiohttp transport behind httpx's API. " * 4},
-    {"role": "user", "content": "And the pool limits?"},
-]
-
-
-@dataclass
-class Target:
-    name: str
-    base: str  # http://127.0.0.1:port
-    health: str  # path polled until it answers 200
-    cmd: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
-    proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return self.base + CHAT
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def pinned(cpu: str, cmd: list[str]) -> list[str]:
-    return ["taskset", "-c", cpu, *cmd] if shutil.which("taskset") else cmd
-
-
-def start(target: Target, log: Path) -> None:
-    # Own session, so stop() can end exactly this process group (uvicorn/LiteLLM children).
-    target.proc = subprocess.Popen(
-        target.cmd,
-        cwd=REPO,
-        env={**os.environ, **target.env},
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-
-
-def wait_ready(target: Target, timeout: float) -> float:
-    """Seconds until the health path answered 200; raises if the process died or timed out."""
-    begin = time.monotonic()
-    while time.monotonic() - begin < timeout:
-        assert target.proc is not None
-        if target.proc.poll() is not None:
-            raise RuntimeError(f"{target.name} exited with {target.proc.returncode}")
-        try:
-            with urllib.request.urlopen(target.base + target.health, timeout=2) as r:
-                if r.status == 200:
-                    return time.monotonic() - begin
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"{target.name} not ready after {timeout:.0f}s")
-
-
-def stop(target: Target) -> None:
-    if target.proc is None or target.proc.poll() is not None:
-        return
-    os.killpg(target.proc.pid, signal.SIGTERM)
-    try:
-        target.proc.wait(10)
-    except subprocess.TimeoutExpired:
-        os.killpg(target.proc.pid, signal.SIGKILL)
-        target.proc.wait()
+from bench.harness import (
+    CLIENT_CPU,
+    DEFAULT_LITELLM,
+    KEY,
+    LITELLM_VENV,
+    MESSAGES,
+    PROXY_CPU,
+    PY,
+    REPO,
+    Target,
+    cpu_model,
+    fmt,
+    free_port,
+    pinned,
+    start,
+    stop,
+    versions,
+    wait_ready,
+)
 
 
 def proxy_config(path: Path, mock_port: int, transport: str, log_level: str) -> Path:
@@ -216,53 +156,12 @@ def median_round(rounds: list[dict[str, float]]) -> dict[str, float]:
     return {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
 
 
-def versions(litellm: Path | None) -> str:
-    names = ["uvicorn", "uvloop", "httptools", "httpx", "httpx-aiohttp", "aiohttp", "orjson"]
-    parts = [f"Python {platform.python_version()}"]
-    parts += [f"{n} {md.version(n)}" for n in names if _has(n)]
-    if litellm is not None:
-        probe = [
-            str(litellm.parent / "python"),
-            "-c",
-            "import importlib.metadata as m; print(m.version('litellm'))",
-        ]
-        parts.append(
-            "LiteLLM " + subprocess.run(probe, capture_output=True, text=True).stdout.strip()
-        )
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
-    ).stdout.strip()
-    parts.append(f"compaction-proxy @ {commit or '?'}")
-    if shutil.which("hey"):
-        parts.append("hey " + _deb_version("hey"))
-    return ", ".join(parts)
-
-
-def _has(name: str) -> bool:
-    try:
-        md.version(name)
-        return True
-    except md.PackageNotFoundError:
-        return False
-
-
-def _deb_version(pkg: str) -> str:
-    out = subprocess.run(["dpkg-query", "-W", "-f=${Version}", pkg], capture_output=True, text=True)
-    return out.stdout.strip() or "(version unknown)"
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
-
-
-def fmt(x: float, digits: int = 2) -> str:
-    return "n/a" if x != x else f"{x:.{digits}f}"  # x != x: NaN
-
-
 def main() -> None:
+    if "--agent" in sys.argv[1:]:  # the agent-session mode has its own options
+        from bench.gateway_agent import main as agent_main
+
+        agent_main(sys.argv[1:])
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1 short round: a smoke run")
     parser.add_argument("--out", default="bench/results/gateway.md")
@@ -281,8 +180,8 @@ def main() -> None:
     if litellm is None:
         notes.append(
             f"LiteLLM skipped: `{args.litellm}` not found. Install it with "
-            "`python3 -m venv /work/.venv-litellm && /work/.venv-litellm/bin/pip "
-            "install 'litellm[proxy]'` (or pass --litellm)."
+            f"`python3 -m venv {LITELLM_VENV} && {LITELLM_VENV}/bin/pip "
+            "install 'litellm[proxy]'` from the repository root (or pass --litellm)."
         )
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-gw-"))

@@ -9,9 +9,13 @@ give at sub-millisecond resolution. It runs in its own process (the caller pins 
 Several targets are measured in interleaved rounds (round 1: A, B, C; round 2: A, B, C; ...)
 so slow drift on a noisy machine hits every target alike. Warm-up requests are discarded.
 
+With `--session-file` (bench/agent_bodies.py) each worker sends an agent session instead of one
+fixed body: the same conversation plus one more tool step per request, the way agents send.
+
 Run: python -m bench.loadgen --target direct=http://127.0.0.1:18080/v1/chat/completions \
-        --body-file body.json -c 1 -n 200 --rounds 5 --warmup 50
-Prints one JSON object: {target_name: summary} (milliseconds).
+        (--body-file body.json | --session-file session.json) -c 1 -n 200 --rounds 5 --warmup 50
+Prints one JSON object: {target_name: summary} (milliseconds; `sent` counts every request,
+warm-up included, and `mean_body_bytes` their mean size).
 """
 
 from __future__ import annotations
@@ -23,8 +27,13 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import aiohttp
+
+if TYPE_CHECKING:
+    from bench.agent_bodies import SessionBodies
 
 
 @dataclass
@@ -84,7 +93,7 @@ async def one_request(
 async def run_batch(
     session: aiohttp.ClientSession,
     url: str,
-    body: bytes,
+    body: BodySource,
     headers: dict[str, str],
     concurrency: int,
     *,
@@ -96,7 +105,7 @@ async def run_batch(
     remaining = requests
     deadline = time.perf_counter() + duration if duration else None
 
-    async def worker() -> None:
+    async def worker(index: int) -> None:
         nonlocal remaining
         while True:
             if remaining is not None:
@@ -105,22 +114,67 @@ async def run_batch(
                 remaining -= 1
             if deadline is not None and time.perf_counter() >= deadline:
                 return
-            await one_request(session, url, body, headers, out)
+            await one_request(session, url, body.next(index), headers, out)
 
     start = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    await asyncio.gather(*(worker(i) for i in range(concurrency)))
     out.seconds += time.perf_counter() - start
 
 
+class BodySource:
+    """The body of each request: one fixed body, or an agent session per worker.
+
+    A session (bench/agent_bodies.py) sends, per worker, the base conversation plus one more
+    step per request; each target gets its own source, so every target sees the same sequence.
+    The body is built before the request's clock starts.
+    """
+
+    def __init__(
+        self, fixed: bytes | None = None, session: SessionBodies | None = None, cycle: int = 0
+    ) -> None:
+        self.fixed = fixed
+        self.session = session
+        self.cycle = cycle
+        self.sent: dict[int, int] = {}
+        self.bytes = 0
+        self.count = 0
+
+    def next(self, worker: int) -> bytes:
+        if self.session is None:
+            assert self.fixed is not None
+            body = self.fixed
+        else:
+            request = self.sent.get(worker, 0)
+            self.sent[worker] = request + 1
+            body = self.session.body(request, worker, self.cycle)
+        self.bytes += len(body)
+        self.count += 1
+        return body
+
+
 async def run(args: argparse.Namespace) -> dict[str, dict[str, float]]:
-    body = open(args.body_file, "rb").read()
+    fixed = Path(args.body_file).read_bytes() if args.body_file else None
+    files = dict(t.split("=", 1) for t in args.target_session)
+    if args.session_file:
+        files = {name: args.session_file for name, _ in (t.split("=", 1) for t in args.target)}
+        files.update(dict(t.split("=", 1) for t in args.target_session))
+    loaded: dict[str, SessionBodies] = {}
+    if files:
+        from bench.agent_bodies import SessionBodies  # only here: it imports the proxy's core
+
+        for file in set(files.values()):
+            loaded[file] = SessionBodies.from_file(Path(file))
     headers = {"content-type": "application/json"}
     for raw in args.header:
         name, _, value = raw.partition(":")
         headers[name.strip()] = value.strip()
     targets = [t.split("=", 1) for t in args.target]
     results = {name: Samples() for name, _ in targets}
-    timeout = aiohttp.ClientTimeout(total=60)
+    sources = {
+        name: BodySource(fixed, loaded[files[name]] if name in files else None, args.cycle)
+        for name, _ in targets
+    }
+    timeout = aiohttp.ClientTimeout(total=300)
     # One session (and keep-alive pool) per target, like a real client talking to one host.
     sessions = {
         name: aiohttp.ClientSession(
@@ -133,7 +187,7 @@ async def run(args: argparse.Namespace) -> dict[str, dict[str, float]]:
             await run_batch(
                 sessions[name],
                 url,
-                body,
+                sources[name],
                 headers,
                 args.concurrency,
                 requests=args.warmup,
@@ -145,7 +199,7 @@ async def run(args: argparse.Namespace) -> dict[str, dict[str, float]]:
                 await run_batch(
                     sessions[name],
                     url,
-                    body,
+                    sources[name],
                     headers,
                     args.concurrency,
                     requests=args.requests,
@@ -155,13 +209,34 @@ async def run(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     finally:
         for session in sessions.values():
             await session.close()
-    return {name: summarize(s) for name, s in results.items()}
+    out = {}
+    for name, s in results.items():
+        summary = summarize(s)
+        source = sources[name]
+        # Every request sent (warm-up included): the driver divides process CPU time by it.
+        summary["sent"] = source.count
+        summary["mean_body_bytes"] = source.bytes / source.count if source.count else 0.0
+        out[name] = summary
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="closed-loop aiohttp load generator")
     parser.add_argument("--target", action="append", required=True, help="name=url (repeatable)")
-    parser.add_argument("--body-file", required=True)
+    parser.add_argument("--body-file", help="one body, sent on every request")
+    parser.add_argument(
+        "--session-file",
+        help="agent-session bodies (bench/agent_bodies.py), one session per worker",
+    )
+    parser.add_argument(
+        "--target-session",
+        action="append",
+        default=[],
+        help="name=file: this target's own session file (another model, say)",
+    )
+    parser.add_argument(
+        "--cycle", type=int, default=0, help="session: first cycle (a new run sends new steps)"
+    )
     parser.add_argument("-H", "--header", action="append", default=[], help="'Name: value'")
     parser.add_argument("-c", "--concurrency", type=int, default=1)
     parser.add_argument("-n", "--requests", type=int, help="requests per target per round")
@@ -171,6 +246,13 @@ def main() -> None:
     args = parser.parse_args()
     if (args.requests is None) == (args.duration is None):
         parser.error("give exactly one of -n/--requests and -z/--duration")
+    named = {t.split("=", 1)[0] for t in args.target_session}
+    if (
+        args.body_file is None
+        and args.session_file is None
+        and named != {t.split("=", 1)[0] for t in args.target}
+    ):
+        parser.error("give --body-file, --session-file or a --target-session for every target")
     try:
         import uvloop
 

@@ -86,12 +86,13 @@ class MockUpstream:
         if scope["type"] == "lifespan":
             await _lifespan(receive, send)
             return
-        body = b""
+        chunks = []  # joined once: `+=` per chunk is quadratic on agent-sized bodies
         more = True
         while more:
             message = await receive()
-            body += message.get("body", b"")
+            chunks.append(message.get("body", b""))
             more = message.get("more_body", False)
+        body = b"".join(chunks)
         if self.delay:
             await asyncio.sleep(self.delay)
         if scope["method"] == "POST" and _STREAM.search(body):

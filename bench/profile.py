@@ -6,6 +6,7 @@ load generator and py-spy share core 1. py-spy samples from outside the process 
 changes, low distortion), so the profile describes the real server.
 
 Run: python -m bench.profile [--transport aiohttp|httpx] [--mode json|sse] [--seconds 10]
+                            [--session 8k|32k|128k|500k [--checkpoint]] [--concurrency 16]
 Needs `py-spy` (pip install py-spy) and ptrace permission; uses `hey` for load if installed.
 """
 
@@ -19,7 +20,8 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from bench.gateway import (
+from bench.gateway import proxy_config
+from bench.harness import (
     CLIENT_CPU,
     KEY,
     MESSAGES,
@@ -29,13 +31,17 @@ from bench.gateway import (
     Target,
     free_port,
     pinned,
-    proxy_config,
     start,
     stop,
     wait_ready,
 )
 
 BUCKETS = [  # first match wins; keys are substrings of py-spy's "func (file:line)" frames
+    # Native frames (--native): where C and Rust code spends the time.
+    ("cyclic GC (CPython)", "gc_collect"),
+    ("orjson (C)", "(orjson/"),
+    ("tiktoken (Rust)", "tiktoken"),
+    ("hashlib / blake2b (C)", "blake2"),
     ("proxy (own code)", "(proxy/"),
     ("httpx client layer", "(httpx/"),
     ("httpx-aiohttp adapter", "(httpx_aiohttp/"),
@@ -62,7 +68,22 @@ def bucket(frame: str) -> str:
     return next((name for name, key in BUCKETS if key in frame), "other (stdlib, uuid, ...)")
 
 
+IDLE_WAITS = ("_worker (concurrent/futures/thread.py:", "epoll_wait", "epoll_pwait")
+"""A sample whose innermost Python frame is a thread-pool worker waiting for work (the
+compaction and SQLite threads between jobs), or whose native leaf is the loop's epoll wait,
+is idle: py-spy still records such threads."""
+
+
+def idle(frames: list[str]) -> bool:
+    python = [f for f in frames if ".py:" in f]
+    return frames[-1].startswith(IDLE_WAITS[1:]) or (
+        bool(python) and python[-1].startswith(IDLE_WAITS[0])
+    )
+
+
 def report(rows: list[tuple[list[str], int]], title: str, top: int = 15) -> str:
+    waiting = sum(n for frames, n in rows if idle(frames))
+    rows = [(frames, n) for frames, n in rows if not idle(frames)]
     total = sum(n for _, n in rows) or 1
     self_frames: Counter[str] = Counter()
     by_bucket: Counter[str] = Counter()
@@ -83,7 +104,8 @@ def report(rows: list[tuple[list[str], int]], title: str, top: int = 15) -> str:
         [
             f"# {title}",
             "",
-            f"{total} samples.",
+            f"{total} busy samples ({waiting} idle ones left out: thread-pool workers "
+            "waiting for work, the loop waiting in epoll); percentages are of busy samples.",
             "",
             "## Self time by layer",
             "",
@@ -106,6 +128,17 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--log-level", choices=["warning", "info"], default="warning")
     parser.add_argument("--out", help="also write the markdown here")
+    parser.add_argument(
+        "--session",
+        choices=["8k", "32k", "128k", "500k"],
+        help="agent-session bodies of this size (bench/agent_bodies.py) instead of the 1 KB body",
+    )
+    parser.add_argument(
+        "--checkpoint", action="store_true", help="--session: every request hits a checkpoint"
+    )
+    parser.add_argument(
+        "--native", action="store_true", help="py-spy --native: C and Rust frames too (GC, orjson)"
+    )
     args = parser.parse_args()
     pyspy = shutil.which("py-spy") or str(Path(PY).parent / "py-spy")
     if not Path(pyspy).exists():
@@ -118,13 +151,17 @@ def main() -> None:
 
     body.write_text('{"model": "mock-gpt", "messages": ' + json.dumps(MESSAGES) + extra + "}")
     mock_port, proxy_port = free_port(), free_port()
+    env: dict[str, str] = {}
+    if args.session:
+        session_file, cfg, env = _session_setup(args, tmp, mock_port)
+    else:
+        cfg = proxy_config(tmp / "proxy.yaml", mock_port, args.transport, args.log_level)
     mock = Target(
         "mock",
         f"http://127.0.0.1:{mock_port}",
         "/health",
         pinned(CLIENT_CPU, [PY, "-m", "bench.mock_upstream", "--port", str(mock_port)]),
     )
-    cfg = proxy_config(tmp / "proxy.yaml", mock_port, args.transport, args.log_level)
     proxy = Target(
         "proxy",
         f"http://127.0.0.1:{proxy_port}",
@@ -132,6 +169,7 @@ def main() -> None:
         pinned(
             PROXY_CPU, [PY, "-m", "proxy", "serve", "--config", str(cfg), "--port", str(proxy_port)]
         ),
+        env=env,
     )
     raw = tmp / "profile.raw"
     try:
@@ -139,7 +177,27 @@ def main() -> None:
             start(t, tmp / f"{t.name}.log")
             wait_ready(t, 30)
         load_seconds = args.seconds + 4  # load runs before and after the sampling window
-        if shutil.which("hey"):
+        if args.session:
+            if args.checkpoint:
+                _prime(proxy.url, session_file, args.concurrency)
+            load = [
+                PY,
+                "-m",
+                "bench.loadgen",
+                "--target",
+                f"proxy={proxy.url}",
+                "--session-file",
+                str(session_file),
+                "--cycle",
+                "1",
+                "-c",
+                str(args.concurrency),
+                "-z",
+                str(load_seconds),
+                "-H",
+                f"Authorization: Bearer {KEY}",
+            ]
+        elif shutil.which("hey"):
             load = [
                 "hey",
                 "-z",
@@ -189,6 +247,7 @@ def main() -> None:
                     str(int(args.seconds)),
                     "-r",
                     "250",
+                    *(["--native"] if args.native else []),
                     "-f",
                     "raw",
                     "-o",
@@ -203,15 +262,57 @@ def main() -> None:
         for t in (proxy, mock):
             stop(t)
     rps = next((line.strip() for line in load_out.splitlines() if "Requests/sec" in line), "")
+    what = (
+        f"agent session {args.session}{' with checkpoint hits' if args.checkpoint else ''}"
+        if args.session
+        else f"{args.transport} transport, {args.mode}, log {args.log_level}"
+    )
     text = report(
         parse_raw(raw),
-        f"Proxy profile: {args.transport} transport, {args.mode}, log {args.log_level}, "
-        f"c={args.concurrency} ({rps or 'see loadgen output'})",
+        f"Proxy profile: {what}, c={args.concurrency} ({rps or 'see loadgen output'})",
     )
     print(text)
     if args.out:
         (REPO / args.out).write_text(text)
     print(f"# raw stacks: {raw}", file=sys.stderr)
+
+
+def _session_setup(
+    args: argparse.Namespace, tmp: Path, mock_port: int
+) -> tuple[Path, Path, dict[str, str]]:
+    """The session file, the proxy's config and its environment for ``--session``."""
+    from bench.agent_bodies import SIZES, SessionBodies, agent_session, tokenizers
+    from bench.gateway_agent import (
+        PLAIN_MODEL,
+        PLAIN_WINDOW,
+        ckpt_model,
+        ckpt_window,
+    )
+    from bench.gateway_agent import proxy_config as agent_config
+
+    provider = tokenizers()
+    session = agent_session(SIZES[args.session], provider.get("o200k_base"))
+    model = ckpt_model(args.session) if args.checkpoint else PLAIN_MODEL
+    windows = {
+        PLAIN_MODEL: PLAIN_WINDOW,
+        ckpt_model(args.session): ckpt_window(session.base_tokens),
+    }
+    session_file = tmp / "session.json"
+    SessionBodies.build(session, model).to_file(session_file)
+    cfg = agent_config(tmp / "proxy.yaml", mock_port, tmp / "store.db", windows)
+    env = {}
+    if provider.loader.directories:
+        env["TIKTOKEN_CACHE_DIR"] = str(provider.loader.directories[0])
+    return session_file, cfg, env
+
+
+def _prime(url: str, session_file: Path, workers: int) -> None:
+    from bench.agent_bodies import SessionBodies
+    from bench.gateway_agent import post
+
+    bodies = SessionBodies.from_file(session_file)
+    for worker in range(workers):
+        post(url, bodies.base(worker))
 
 
 if __name__ == "__main__":

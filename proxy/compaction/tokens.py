@@ -265,7 +265,12 @@ class CharacterEstimatorTokenizer(EnvelopeTokenizer):
 
 
 class TiktokenTokenizer(EnvelopeTokenizer):
-    """Exact text counts with a tiktoken encoding (loaded offline by :mod:`.encodings`)."""
+    """Exact text counts with a tiktoken encoding (loaded offline by :mod:`.encodings`).
+
+    ``counter``: a faster function giving the same counts as the encoding (see
+    :func:`.fast_bpe.exact_counter`, which checks that before handing one out); a string it
+    refuses is counted by tiktoken.
+    """
 
     def __init__(
         self,
@@ -273,9 +278,11 @@ class TiktokenTokenizer(EnvelopeTokenizer):
         *,
         cache_size: int = 65_536,
         image_pricing: ImagePricing | None = None,
+        counter: Callable[[str], int] | None = None,
     ) -> None:
         super().__init__(cache_size=cache_size, image_pricing=image_pricing)
         self.encoding = encoding
+        self.counter = counter
         core_bpe = getattr(encoding, "_core_bpe", None)
         self._core_encode: Callable[[str], list[int]] | None = getattr(
             core_bpe, "encode_ordinary", None
@@ -286,6 +293,12 @@ class TiktokenTokenizer(EnvelopeTokenizer):
         return str(self.encoding.name)
 
     def count_text(self, text: str) -> int:
+        counter = self.counter
+        if counter is not None:
+            try:
+                return counter(text)
+            except (UnicodeEncodeError, ValueError):
+                pass  # lone surrogates: tiktoken's wrapper below repairs them
         # encode_ordinary: special-token text in user content is plain text, never an error.
         # The Rust core is called directly (tiktoken's wrapper adds a call per string); a
         # string the core rejects (lone surrogates) goes through the wrapper, which fixes it.
