@@ -6,6 +6,10 @@ character estimator instead, logs ONE warning per missing encoding, and counts t
 requests so the edge can publish a metric.  The builtin encodings ship with the install, so
 in practice only an encoding named in the config that no file provides is estimated; the
 state per encoding (:meth:`TokenizerProvider.states`) feeds ``/readyz`` and a gauge.
+
+With the optional ``fast`` extra installed (bpe-openai), exact tokenizers count with its
+faster counter where it agrees with tiktoken (:func:`.fast_bpe.exact_counter`); tiktoken stays
+the reference and counts everything else.
 """
 
 from __future__ import annotations
@@ -13,12 +17,35 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from .encodings import BUNDLED_ENCODINGS, BUNDLED_PACKAGE, EncodingLoader, EncodingUnavailable
+from .fast_bpe import Counter, exact_counter
 from .images import ImagePricing
 from .tokens import CharacterEstimatorTokenizer, TiktokenTokenizer, Tokenizer
 
+if TYPE_CHECKING:
+    from tiktoken import Encoding
+
 logger = logging.getLogger(__name__)
+
+_counters: dict[int, tuple[Encoding, Counter | None]] = {}
+_counters_lock = threading.Lock()
+
+
+def _counter_for(encoding: Encoding) -> Counter | None:
+    """:func:`exact_counter` once per loaded encoding: its self-check counts a few thousand
+    characters twice, which every new provider (a test, a benchmark's cold run) would repeat."""
+    with _counters_lock:
+        found = _counters.get(id(encoding))
+        if found is not None and found[0] is encoding:
+            return found[1]
+    counter = exact_counter(encoding)
+    with _counters_lock:
+        # The entry holds the encoding, so its id cannot be reused while the entry lives;
+        # encodings come from the configuration, a handful per process.
+        _counters[id(encoding)] = (encoding, counter)
+    return counter
 
 
 class TokenizerProvider:
@@ -81,11 +108,7 @@ class TokenizerProvider:
 
     def _build(self, encoding: str) -> Tokenizer:
         try:
-            return TiktokenTokenizer(
-                self.loader.load(encoding),
-                cache_size=self._cache_size,
-                image_pricing=self._image_pricing,
-            )
+            return self._exact(self.loader.load(encoding))
         except EncodingUnavailable as exc:
             self._missing.add(encoding)
             if encoding in BUNDLED_ENCODINGS:
@@ -110,6 +133,14 @@ class TokenizerProvider:
                 cache_size=self._cache_size, image_pricing=self._image_pricing
             )
 
+    def _exact(self, encoding: Encoding) -> TiktokenTokenizer:
+        return TiktokenTokenizer(
+            encoding,
+            counter=_counter_for(encoding),
+            cache_size=self._cache_size,
+            image_pricing=self._image_pricing,
+        )
+
     def refresh(self, encoding: str) -> bool:
         """Look for ``encoding``'s file again (it may have been downloaded meanwhile) and, if
         it is there now, count exactly from then on instead of estimating."""
@@ -117,9 +148,7 @@ class TokenizerProvider:
             built = self.loader.load(encoding)
         except EncodingUnavailable:
             return False
-        tokenizer = TiktokenTokenizer(
-            built, cache_size=self._cache_size, image_pricing=self._image_pricing
-        )
+        tokenizer = self._exact(built)
         with self._lock:
             self._tokenizers[encoding] = tokenizer
             self._missing.discard(encoding)

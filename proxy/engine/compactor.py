@@ -40,8 +40,13 @@ from proxy.compaction import (
     compact_async,
     compute_budget,
 )
+from proxy.compaction.budget import Budget
+from proxy.compaction.prompt_bound import prompt_bound
+from proxy.compaction.report import StrategyReport
+from proxy.compaction.tokens import EnvelopeTokenizer
 from proxy.config import Settings
 from proxy.engine.calibration import CalibrationBook
+from proxy.engine.quiet import QuietLimits
 
 log = logging.getLogger("compaction_proxy.compaction")
 
@@ -91,6 +96,7 @@ class Compactor:
         self._pipeline_cache: dict[str, tuple[CompactionSettings, Pipeline]] = {}
         self._fingerprints: dict[tuple[str, int | None], str] = {}
         self._calibration = CalibrationBook()
+        self._quiet = QuietLimits(settings.summarization.prepare)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compaction")
         self.debug = debug_enabled()
 
@@ -167,15 +173,56 @@ class Compactor:
         `anticipate`: tokens of growth to compact for as if they were already there (a
         summary prepared ahead of its trigger, proxy/summaries/prepare.py); 0 otherwise.
         """
+        request = self._request(body, mode, context_window, anticipate)
+        if mode is Mode.NORMAL and not self.debug:  # the debug log wants the view's groups
+            quiet, request = self._quiet_result(request)
+            if quiet is not None:
+                return quiet
         if size_hint >= _INLINE_BYTES:
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(self._executor, self._prewarm, body)
-        result = await compact_async(
-            self._request(body, mode, context_window, anticipate), summarizer=summarizer
-        )
+        result = await compact_async(request, summarizer=summarizer)
         if self.debug:
             self._debug_log(body, result.report)
         return result
+
+    def _quiet_result(
+        self, request: CompactionRequest
+    ) -> tuple[CompactionResult | None, CompactionRequest]:
+        """The full path's result, without the view, for a request below every trigger.
+
+        In an agent session every message but the newest step has been counted before, so
+        `prompt_bound` gives the exact count for the price of one serialization pass and
+        that step's tokenization; the view, the draft and the triggers would only confirm
+        that nothing fires (proxy/engine/quiet.py says when that is sure). The report is the
+        one the full path writes for such a request; `metrics` is left out (the view's groups
+        and turns are not known), which `Preparer.wants` reads as "not past the prepare
+        threshold": the limit is kept under that threshold.
+
+        Returns the result, or ``None`` for the full path, and the request with its facts and
+        tokenizer resolved (asked of the provider once: it counts estimated requests).
+        """
+        facts = request.facts
+        assert isinstance(facts, ModelFacts | ModelCatalog)
+        model_facts = facts if isinstance(facts, ModelFacts) else facts.facts_for(request.model)
+        tokenizer = self.tokenizers.get(model_facts.encoding)
+        request = replace(request, facts=model_facts, tokenizer=tokenizer)
+        if not isinstance(tokenizer, EnvelopeTokenizer):
+            return None, request
+        budget = compute_budget(
+            model_facts,
+            max_completion_tokens=request.max_completion_tokens,
+            max_tokens=request.max_tokens,
+            reserve_ratio=request.reserve_ratio,
+        )
+        limit = self._quiet.limit(request.pipeline, budget.limit)
+        if limit is None:
+            return None, request
+        bound = prompt_bound(request.messages, request.tools, tokenizer, count_bytes=_INLINE_BYTES)
+        calibration = request.calibration or Calibration()
+        if not bound.exact or calibration.apply(bound.tokens) >= limit:
+            return None, request
+        return _unchanged(request, tokenizer.name, budget, calibration, bound.tokens), request
 
     def _prewarm(self, body: Mapping[str, Any]) -> None:
         tokenizer = self.tokenizers.get(self.catalog.facts_for(body["model"]).encoding)
@@ -303,6 +350,44 @@ class Compactor:
             "compaction decision",
             extra={"report": report.to_dict(), "groups": groups},
         )
+
+
+def _unchanged(
+    request: CompactionRequest,
+    tokenizer: str,
+    budget: Budget,
+    calibration: Calibration,
+    tokens: int,
+) -> CompactionResult:
+    """What `compact_async` returns when no trigger fires: every strategy skipped by its
+    trigger, the counts unchanged, the input's own dicts."""
+    skipped = tuple(
+        StrategyReport(
+            strategy.name,
+            fired=False,
+            changed=False,
+            tokens_before=tokens,
+            tokens_after=tokens,
+            skipped="trigger",
+        )
+        for strategy in request.pipeline.strategies
+    )
+    report = CompactionReport(
+        model=request.model,
+        mode=str(request.mode),
+        tokenizer=tokenizer,
+        context_window=budget.context_window,
+        output_reserve=budget.output_reserve,
+        safety_reserve=budget.safety_reserve,
+        budget=budget.limit,
+        calibration=calibration.effective,
+        tokens_before=tokens,
+        tokens_after=tokens,
+        messages_before=len(request.messages),
+        messages_after=len(request.messages),
+        strategies=skipped,
+    )
+    return CompactionResult(messages=list(request.messages), changed=False, report=report)
 
 
 def _int_or_none(value: Any) -> int | None:

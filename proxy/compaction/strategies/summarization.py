@@ -90,8 +90,9 @@ group shape keeps the Agent Framework's semantics (``target_count``) and ignores
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from itertools import pairwise
 from typing import Any, Literal, cast, get_args
 
 from ..draft import Draft, GroupState
@@ -248,10 +249,11 @@ class SummarizationStrategy(Strategy):
             return []
         if stop is not None:
             # The least folding cut (oldest first) that reaches the target, if any.
-            for earlier in candidates[:position]:
-                folded = self._fold_before(draft, non_system, earlier)
-                if folded and stop.reached(folded):
-                    return folded
+            earliest = stop.first_reaching(
+                non_system, [c.index for c in candidates[:position]], _index, anchored=True
+            )
+            if earliest is not None:
+                return self._fold_before(draft, non_system, candidates[earliest])
         return self._fold_before(draft, non_system, candidates[position])
 
     def _fold_before(self, draft: Draft, non_system: list[Group], cut: Group) -> list[Group]:
@@ -294,10 +296,12 @@ class SummarizationStrategy(Strategy):
         if stop is not None:
             # The least folding step boundary (oldest first) that reaches the target, if any;
             # the first step's boundary folds only what precedes the task's turn.
-            for earlier in steps[: steps.index(kept[0])]:
-                folded = _fold_steps_before(draft, non_system, earlier.first)
-                if folded and stop.reached(folded):
-                    return folded
+            earlier = steps[: steps.index(kept[0])]
+            earliest = stop.first_reaching(
+                non_system, [g.first for g in earlier], _first, anchored=False
+            )
+            if earliest is not None:
+                return _fold_steps_before(draft, non_system, earlier[earliest].first)
         return _fold_steps_before(draft, non_system, kept[0].first)
 
     def _cut(self, draft: Draft, candidates: list[Group], non_system: list[Group]) -> int | None:
@@ -435,27 +439,125 @@ class _TargetStop:
                 self.turn_live[group.turn] = self.turn_live.get(group.turn, 0) + 1
 
     def reached(self, folded: Sequence[Group]) -> bool:
-        draft = self.draft
-        base = self.base
-        folded_tokens = sum(draft.group_tokens(g) for g in folded)
-        added = self.overhead + self.strategy.summary_estimate(folded_tokens)
-        per_turn: dict[int, int] = {}
+        """Whether folding exactly ``folded`` reaches the target."""
+        tally = _Tally(self)
         for group in folded:
-            if group.turn:
-                per_turn[group.turn] = per_turn.get(group.turn, 0) + 1
-        gone_turns = sum(1 for t, n in per_turn.items() if n >= self.turn_live.get(t, 0))
+            tally.add(group)
+        return tally.reached()
+
+    def first_reaching(
+        self,
+        non_system: Sequence[Group],
+        cuts: Sequence[int],
+        position: Callable[[Group], int],
+        *,
+        anchored: bool,
+    ) -> int | None:
+        """The first of ``cuts`` (ascending) whose fold reaches the target: a cut folds the
+        unprotected groups of ``non_system`` whose ``position`` is below it, and is skipped
+        when that is nothing but summaries (or, ``anchored``, holds no user turn or summary).
+
+        Each cut's fold extends the previous one's, so one running tally serves every cut:
+        linear in the groups where rebuilding each fold was quadratic. Positions out of
+        order (never seen; the view orders groups by their first message) fall back to
+        rebuilding each fold.
+        """
+        positions = [position(g) for g in non_system]
+        if not (_ascending(positions) and _ascending(cuts)):
+            return self._first_reaching_slowly(non_system, cuts, positions, anchored=anchored)
+        draft = self.draft
+        tally = _Tally(self)
+        worth = anchor = False
+        taken = 0
+        for number, cut in enumerate(cuts):
+            while taken < len(non_system) and positions[taken] < cut:
+                group = non_system[taken]
+                taken += 1
+                if draft.is_protected(group):
+                    continue
+                tally.add(group)
+                worth = worth or group.kind is not GroupKind.SUMMARY
+                anchor = anchor or group.kind in _TURN_ANCHORS
+            if worth and (anchor or not anchored) and tally.reached():
+                return number
+        return None
+
+    def _first_reaching_slowly(
+        self,
+        non_system: Sequence[Group],
+        cuts: Sequence[int],
+        positions: Sequence[int],
+        *,
+        anchored: bool,
+    ) -> int | None:
+        for number, cut in enumerate(cuts):
+            folded = [
+                g
+                for g, at in zip(non_system, positions, strict=True)
+                if at < cut and not self.draft.is_protected(g)
+            ]
+            if all(g.kind is GroupKind.SUMMARY for g in folded):
+                continue
+            if anchored and not any(g.kind in _TURN_ANCHORS for g in folded):
+                continue
+            if self.reached(folded):
+                return number
+        return None
+
+
+class _Tally:
+    """What a growing fold takes away, summed as groups join it (see :class:`_TargetStop`)."""
+
+    def __init__(self, stop: _TargetStop) -> None:
+        self.stop = stop
+        self.tokens = 0
+        self.messages = 0
+        self.groups = 0
+        self.tool_calls = 0
+        self.gone_turns = 0
+        self.per_turn: dict[int, int] = {}
+
+    def add(self, group: Group) -> None:
+        self.tokens += self.stop.draft.group_tokens(group)
+        self.messages += group.message_count
+        self.groups += 1
+        if group.kind is GroupKind.TOOL_CALL:
+            self.tool_calls += 1
+        if group.turn:
+            seen = self.per_turn.get(group.turn, 0) + 1
+            self.per_turn[group.turn] = seen
+            # A turn is gone once every live group of it is folded (counted once, when the
+            # fold first covers them all).
+            if seen == max(1, self.stop.turn_live.get(group.turn, 0)):
+                self.gone_turns += 1
+
+    def reached(self) -> bool:
+        stop = self.stop
+        draft, base = stop.draft, stop.base
+        added = stop.overhead + stop.strategy.summary_estimate(self.tokens)
         remaining = base.messages
         projected: Metrics = replace(
             base,
-            tokens=draft.calibration.apply(draft.prompt_tokens - folded_tokens + added),
-            messages=base.messages - sum(g.message_count for g in folded) + 1,
-            groups=base.groups - len(folded) + 1,
-            turns=base.turns - gone_turns,
-            tool_call_groups=base.tool_call_groups
-            - sum(1 for g in folded if g.kind is GroupKind.TOOL_CALL),
+            tokens=draft.calibration.apply(draft.prompt_tokens - self.tokens + added),
+            messages=base.messages - self.messages + 1,
+            groups=base.groups - self.groups + 1,
+            turns=base.turns - self.gone_turns,
+            tool_call_groups=base.tool_call_groups - self.tool_calls,
             overflow_messages=lambda: remaining,
         )
-        return not self.target.fires(projected)
+        return not stop.target.fires(projected)
+
+
+def _ascending(values: Sequence[int]) -> bool:
+    return all(a <= b for a, b in pairwise(values))
+
+
+def _index(group: Group) -> int:
+    return group.index
+
+
+def _first(group: Group) -> int:
+    return group.first
 
 
 def _fold_steps_before(draft: Draft, non_system: list[Group], cut: int) -> list[Group]:

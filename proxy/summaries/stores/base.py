@@ -188,6 +188,8 @@ def pick_longest(keys: Sequence[str], found: Mapping[str, object]) -> Picked:
     Rows shorter than the hit are not parsed, so only foreign rows that hid a prefix are
     reported; the others are found once they become the longest.
     """
+    from .decoded import DECODED  # here: it imports Checkpoint from this module
+
     foreign: list[Foreign] = []
     for index in range(len(keys) - 1, -1, -1):
         key = keys[index]
@@ -195,7 +197,7 @@ def pick_longest(keys: Sequence[str], found: Mapping[str, object]) -> Picked:
         if data is None:
             continue
         try:
-            return Picked((index + 1, Checkpoint.from_bytes(data)), tuple(foreign))
+            return Picked((index + 1, DECODED.decode(data)), tuple(foreign))
         except ForeignValue as exc:
             if all(item.key != key for item in foreign):  # a chain may repeat a key
                 foreign.append(Foreign(key, data, exc.reason))
