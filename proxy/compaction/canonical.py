@@ -1,79 +1,27 @@
 """Canonical bytes and digests for message dicts.
 
 Several parts of the core need one stable byte form of a message: the byte count in the view,
-the key of the token-count cache, and the checkpoint hash chain.  Producing it in one place
-guarantees they agree, and orjson with sorted keys is both deterministic and fast enough to run
-over every message of every request.
-
-One request serializes each message up to three times (the hash chain, the worker thread's
-count, the view); inside :func:`shared_serializations` each dict is serialized once and the
-bytes (and their cached hash) are shared by every pass.
+the key of the token-count cache, and (later) the checkpoint hash chain.  Producing it in one
+place guarantees they agree, and orjson with sorted keys is both deterministic and fast enough
+to run over every message of every request.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import sys
-import threading
-from collections.abc import Iterator
 
 import orjson
 
 _OPTIONS = orjson.OPT_SORT_KEYS
 
 
-_shared: dict[int, tuple[object, bytes]] | None = None
-_sharing = 0
-_sharing_lock = threading.Lock()
-SHARED_LIMIT = 16_384
-"""Dicts the memo holds at most; past it, it starts afresh (the dicts of finished requests
-must not stay alive, nor make the cyclic GC's full passes longer, under steady load)."""
-
-
 def canonical_bytes(value: object) -> bytes:
     """Serialize ``value`` to compact JSON with sorted keys (the canonical form).
 
-    Key order in a client's dict must not change counts or hashes, so keys are sorted.  Inside
-    :func:`shared_serializations`, a dict serialized before (the same object) gets its earlier
-    bytes back.
+    Key order in a client's dict must not change counts or hashes, so keys are sorted.
     """
-    shared = _shared
-    if shared is None or type(value) is not dict:
-        return orjson.dumps(value, option=_OPTIONS)
-    entry = shared.get(id(value))
-    if entry is not None and entry[0] is value:
-        return entry[1]
-    data = orjson.dumps(value, option=_OPTIONS)
-    if len(shared) >= SHARED_LIMIT:
-        shared.clear()
-    # The entry holds the dict itself, so its id cannot be reused while the entry lives.
-    shared[id(value)] = (value, data)
-    return data
-
-
-@contextlib.contextmanager
-def shared_serializations() -> Iterator[None]:
-    """Serialize each message dict once while the block runs (one request), whatever the
-    thread: the hash chain, the worker thread's count and the view then share the bytes (and
-    the hash CPython caches in them, the count cache's key).
-
-    For the proxy's edge, around one request: its dicts are parsed from the body and only
-    read, never changed in place (a dict changed in place would keep its stale bytes).  The
-    blocks of the requests in flight share one memo, dropped when the last of them ends.
-    """
-    global _shared, _sharing
-    with _sharing_lock:
-        _sharing += 1
-        if _shared is None:
-            _shared = {}
-    try:
-        yield
-    finally:
-        with _sharing_lock:
-            _sharing -= 1
-            if not _sharing:
-                _shared = None
+    return orjson.dumps(value, option=_OPTIONS)
 
 
 def digest(data: bytes) -> bytes:

@@ -8,16 +8,14 @@ encoding (``encode_ordinary``) on generated text.
 from __future__ import annotations
 
 import sys
-import threading
 import types
 from typing import Any
 
-import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.compaction import TiktokenTokenizer, canonical
+from proxy.compaction import TiktokenTokenizer
 from proxy.compaction.canonical import canonical_bytes
 from proxy.compaction.fast_bpe import SELF_CHECK, exact_counter
 from proxy.compaction.prompt_bound import message_bound, prompt_bound
@@ -243,52 +241,3 @@ def test_the_bound_is_exact_once_every_message_is_cached(o200k: TiktokenTokenize
     counted = prompt_bound(history + step, tools, fresh, count_bytes=10_000)
     assert counted.exact and counted.tokens == exact
     assert prompt_bound(history + step, tools, fresh) == counted  # the step is cached now
-
-
-# ------------------------------------------------------------------ shared serializations
-
-
-def test_a_dict_is_serialized_once_inside_the_block() -> None:
-    message = {"role": "user", "content": "hi", "name": "bob"}
-    assert canonical.canonical_bytes(message) is not canonical.canonical_bytes(message)
-    with canonical.shared_serializations():
-        first = canonical.canonical_bytes(message)
-        assert canonical.canonical_bytes(message) is first
-        assert first == b'{"content":"hi","name":"bob","role":"user"}'
-        # Another thread (the edge's worker) gets the same bytes while the block runs.
-        seen: list[bytes] = []
-        worker = threading.Thread(target=lambda: seen.append(canonical.canonical_bytes(message)))
-        worker.start()
-        worker.join()
-        assert seen[0] is first
-        # Only dicts: a list is serialized every time (it is not a message).
-        parts = [{"type": "text", "text": "x"}]
-        assert canonical.canonical_bytes(parts) is not canonical.canonical_bytes(parts)
-    assert canonical._shared is None  # the memo is gone with the last block
-    assert canonical.canonical_bytes(message) is not first
-
-
-def test_overlapping_blocks_share_one_memo_until_the_last_ends() -> None:
-    message = {"role": "assistant", "content": "ok"}
-    outer = canonical.shared_serializations()
-    outer.__enter__()
-    first = canonical.canonical_bytes(message)
-    with canonical.shared_serializations():  # a second request in flight
-        assert canonical.canonical_bytes(message) is first
-    assert canonical.canonical_bytes(message) is first  # the first request still runs
-    outer.__exit__(None, None, None)
-    assert canonical._shared is None
-
-
-def test_the_memo_starts_afresh_past_its_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(canonical, "SHARED_LIMIT", 4)
-    messages = [{"role": "user", "content": str(i)} for i in range(10)]
-    with canonical.shared_serializations():
-        for message in messages:
-            canonical.canonical_bytes(message)
-            assert canonical._shared is not None and len(canonical._shared) <= 4
-        # Whatever was dropped, every message still gets its own exact bytes.
-        for message in messages:
-            assert canonical.canonical_bytes(message) == orjson.dumps(
-                message, option=orjson.OPT_SORT_KEYS
-            )
