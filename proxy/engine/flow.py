@@ -220,7 +220,8 @@ class CompactionFlow:
                 error = await checkpoints.save(
                     namespace, saved_lookup, messages, _meta(result, model)
                 )
-                if used is not None:
+                if used is not None and error is None:
+                    # The ordinary checkpoint now stands for it; kept when that was not stored.
                     await preparer.consume(namespace, used, key)
                 return error
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from proxy.compaction import CompactionResult, Summarizer, SummaryError, SummaryRequest
-from proxy.compaction.canonical import digest
+from proxy.compaction.canonical import canonical_bytes, digest
 from proxy.compaction.settings import SummarizationSettings
 from proxy.summaries.checkpoints import Checkpoints, Lookup
 from proxy.summaries.stores.base import StoreUnavailable
@@ -75,15 +75,22 @@ def prepared_namespace(namespace: str) -> str:
 
 
 def conversation_key(lookup: Lookup) -> str | None:
-    """The chain hash three messages past the newest checkpoint (or the last message).
+    """The system block and the chain hash three messages past the newest checkpoint (or
+    the last message), hashed together.
 
     Every request of the stretch being prepared shares it: they all extend the same checkpoint
-    and the same first messages after it. Two conversations that open with the same three
-    messages share it too; the cost is only that one waits for the other's job.
+    and the same first messages after it. The chain leaves the system block out (checkpoints
+    survive a changed date in it); the key takes it in, so two conversations of one tenant
+    that open with the same three messages under different system prompts stay apart. Two that
+    share those too share the key: one may wait for the other's job, or be told ``ready`` for
+    a summary that is not its own, and then summarizes as without ``prepare``. Nothing is ever
+    used for the wrong conversation: prepared checkpoints are found by the full chain.
     """
     if not lookup.hashes:
         return None
-    return lookup.hashes[min(lookup.covered + 2, len(lookup.hashes) - 1)]
+    anchor = lookup.hashes[min(lookup.covered + 2, len(lookup.hashes) - 1)]
+    system = lookup.messages[: lookup.system_count]
+    return digest(canonical_bytes(system) + anchor.encode()).hex()
 
 
 @dataclass(slots=True)
@@ -140,6 +147,7 @@ class Preparer:
         self._empty: OrderedDict[str, int] = OrderedDict()  # key -> messages when tried
         self._made: OrderedDict[tuple[str, str], float] = OrderedDict()  # (ns, hash) -> made at
         self._sweeper: asyncio.Task[None] | None = None
+        self._closed = False
 
     @property
     def enabled(self) -> bool:
@@ -195,10 +203,15 @@ class Preparer:
         if tried is not None and size < tried + _EMPTY_GROWTH:
             return "none"
         self._empty.pop(key, None)
+        if self._closed:
+            return "none"
         while len(self._jobs) >= self.max_in_flight:
-            _, oldest = self._jobs.popitem(last=False)
+            dropped, oldest = self._jobs.popitem(last=False)
             oldest.cancel()
             self.stats.count("dropped")
+            # Not restarted by its next request (it would drop another in turn: with more
+            # conversations than jobs, none would ever finish).
+            self._remember(self._quiet, dropped, (self._clock() + _COOLDOWN_SECONDS, "none"))
         # A fresh context: the job must not inherit the request's store budget (it outlives
         # the request) nor anything else request-scoped.
         task = asyncio.get_running_loop().create_task(
@@ -253,12 +266,13 @@ class Preparer:
             yield True
             return
         name = f"prepare:{prepared_namespace(namespace)}:{key}"
-        try:
+        async with contextlib.AsyncExitStack() as stack:
             lock = checkpoints.store.lock(name, self.wait_seconds + 30.0, 0.0)
-            async with lock as acquired:
-                yield acquired
-        except StoreUnavailable:
-            yield True
+            try:
+                acquired = await stack.enter_async_context(lock)
+            except StoreUnavailable:
+                acquired = True  # the store is down: no replica can coordinate, go ahead
+            yield acquired
 
     # -- prepared checkpoints -------------------------------------------------------------------
 
@@ -356,6 +370,7 @@ class Preparer:
         return wasted
 
     async def close(self) -> None:
+        self._closed = True  # a request finishing during shutdown starts nothing new
         tasks = [*self._jobs.values(), *([self._sweeper] if self._sweeper else [])]
         for task in tasks:
             task.cancel()

@@ -43,8 +43,11 @@ def lookup_for(messages: list[dict[str, str]]) -> Lookup:
 
 def test_the_conversation_key_is_shared_by_every_request_of_the_stretch() -> None:
     short, longer = lookup_for(MESSAGES[:5]), lookup_for(MESSAGES)
-    assert conversation_key(short) == conversation_key(longer) == longer.hashes[2]
+    assert conversation_key(short) == conversation_key(longer) is not None
     assert conversation_key(lookup_for([SYSTEM])) is None
+    # Another system prompt over the same first messages is another conversation.
+    other = lookup_for([{"role": "system", "content": "other"}, *MESSAGES[1:]])
+    assert other.hashes == longer.hashes and conversation_key(other) != conversation_key(longer)
     assert prepared_namespace("ns") != "ns"
 
 
@@ -86,7 +89,14 @@ async def test_the_oldest_job_is_dropped_for_a_new_one() -> None:
         await asyncio.sleep(0.01)  # running, so a cancellation reaches it
     assert cancelled == ["a"] and prep.stats.dropped == 1
     assert prep.state("a") == "none" and prep.state("c") == "pending"
+    # The dropped conversation's next request does not start it again (it would drop "b",
+    # whose next request would drop "c"...: with more conversations than jobs none finishes).
+    prep.start("a", job("a"))
+    await asyncio.sleep(0.01)
+    assert prep.stats.dropped == 1 and prep.state("b") == "pending"
     await prep.close()
+    # After close (shutdown), nothing new starts.
+    assert prep.start("d", job("d")) == "none" and prep.stats.in_flight == 0
 
 
 async def test_a_broken_job_fails_quietly_and_cools_down() -> None:
@@ -216,3 +226,27 @@ def test_the_prepare_setting_takes_any_trigger_form_or_false() -> None:
     assert SummarizationSettings.model_validate({"prepare": False}).model_dump()["prepare"] is False
     with pytest.raises(ValueError, match="prepare"):
         SummarizationSettings.model_validate({"prepare": {"type": "token_ratio", "value": 7}})
+
+
+async def test_a_store_down_at_the_lease_lets_the_job_go_ahead_and_its_errors_propagate() -> None:
+    from contextlib import asynccontextmanager
+
+    from proxy.summaries.stores.base import StoreUnavailable
+
+    class DownStore(MemoryStore):
+        @asynccontextmanager
+        async def _down(self):  # type: ignore[no-untyped-def]
+            raise StoreUnavailable("down")
+            yield True
+
+        def lock(self, name, ttl_seconds, wait_seconds):  # type: ignore[no-untyped-def]
+            return self._down()
+
+    prep = preparer(DownStore())
+    async with prep.lease("ns", "k") as acquired:
+        assert acquired
+    # A store failure inside the job is the job's, not a second "go ahead".
+    with pytest.raises(StoreUnavailable):
+        async with prep.lease("ns", "k"):
+            raise StoreUnavailable("inside the job")
+    await prep.close()
