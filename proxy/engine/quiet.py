@@ -11,8 +11,9 @@ Anything else takes the full path, because only the view can tell: a strategy wh
 counts messages, turns or groups, one that already fires on an empty request (``always``,
 ``tokens_below``, a nested pipeline's plain form), a strategy with its own ``should_run`` (a
 group-shaped summarization counts messages). A nested pipeline with a ``token_budget`` fires on
-tokens like any strategy and takes the quiet path below it. The limit is also kept at or under the budget (over it the
-last-resort trim and the over-budget warnings run whatever the triggers say) and under the
+tokens like any strategy and takes the quiet path below it. The limit is also kept at or under
+the budget (over it the last-resort trim and the over-budget warnings run whatever the triggers
+say) and under the
 background-summary threshold (``summarization.prepare``): a request past it must reach
 ``Preparer.wants`` with the view's metrics.
 """
