@@ -8,10 +8,10 @@ from .base import (
     CheckpointStore,
     ForeignValue,
     StoreUnavailable,
-    pick_longest,
 )
 from .breaker import Readiness, StoreBreaker, StoreMarkedDown
 from .deadline import StoreBudget, StoreBudgetSpent, budget_left, store_deadline
+from .decoded import pick_longest
 from .factory import make_backend, make_store
 from .memory import MemoryStore
 from .redis import RedisStore

@@ -22,7 +22,7 @@ the number of non-system messages the checkpoint stands for.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -171,37 +171,6 @@ class Foreign:
     key: str
     value: object
     reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Picked:
-    """What :func:`pick_longest` made of a lookup's rows."""
-
-    hit: tuple[int, Checkpoint] | None
-    foreign: tuple[Foreign, ...] = ()
-
-
-def pick_longest(keys: Sequence[str], found: Mapping[str, object]) -> Picked:
-    """The valid hit with the largest index among ``found`` (key -> stored bytes), and the
-    foreign values passed over on the way to it.
-
-    Rows shorter than the hit are not parsed, so only foreign rows that hid a prefix are
-    reported; the others are found once they become the longest.
-    """
-    from .decoded import DECODED  # here: it imports Checkpoint from this module
-
-    foreign: list[Foreign] = []
-    for index in range(len(keys) - 1, -1, -1):
-        key = keys[index]
-        data = found.get(key)
-        if data is None:
-            continue
-        try:
-            return Picked((index + 1, DECODED.decode(data)), tuple(foreign))
-        except ForeignValue as exc:
-            if all(item.key != key for item in foreign):  # a chain may repeat a key
-                foreign.append(Foreign(key, data, exc.reason))
-    return Picked(None, tuple(foreign))
 
 
 def log_foreign(store: str, namespace: str, foreign: Sequence[Foreign]) -> None:

@@ -1,4 +1,6 @@
-"""Checkpoints decoded once per process: a stored value's bytes -> the parsed, checked value.
+"""Reading stored values back: the longest valid hit of a lookup (:func:`pick_longest`, shared
+by every store), with checkpoints decoded once per process (stored bytes -> the parsed,
+checked value).
 
 A checkpoint hit reads the same stored value on every request of a conversation until its
 next compaction, and parsing and checking it (``Checkpoint.from_bytes``: orjson plus the
@@ -16,8 +18,10 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
-from .base import Checkpoint
+from .base import Checkpoint, Foreign, ForeignValue
 
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
 """Stored bytes the memo holds at most (the decoded objects take a few times that)."""
@@ -64,3 +68,32 @@ class DecodedCheckpoints:
 
 DECODED = DecodedCheckpoints()
 """The process's memo, shared by every store (the decoding does not depend on which)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Picked:
+    """What :func:`pick_longest` made of a lookup's rows."""
+
+    hit: tuple[int, Checkpoint] | None
+    foreign: tuple[Foreign, ...] = ()
+
+
+def pick_longest(keys: Sequence[str], found: Mapping[str, object]) -> Picked:
+    """The valid hit with the largest index among ``found`` (key -> stored bytes), and the
+    foreign values passed over on the way to it.
+
+    Rows shorter than the hit are not parsed, so only foreign rows that hid a prefix are
+    reported; the others are found once they become the longest.
+    """
+    foreign: list[Foreign] = []
+    for index in range(len(keys) - 1, -1, -1):
+        key = keys[index]
+        data = found.get(key)
+        if data is None:
+            continue
+        try:
+            return Picked((index + 1, DECODED.decode(data)), tuple(foreign))
+        except ForeignValue as exc:
+            if all(item.key != key for item in foreign):  # a chain may repeat a key
+                foreign.append(Foreign(key, data, exc.reason))
+    return Picked(None, tuple(foreign))

@@ -12,7 +12,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 
-from .base import Checkpoint, Foreign, log_foreign, pick_longest, ttl_at_least_one
+from .base import Checkpoint, Foreign, log_foreign, ttl_at_least_one
+from .decoded import pick_longest
 from .leases import LeaseTable
 
 

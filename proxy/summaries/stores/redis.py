@@ -29,10 +29,10 @@ from .base import (
     Foreign,
     StoreUnavailable,
     log_foreign,
-    pick_longest,
     ttl_at_least_one,
 )
 from .deadline import bounded
+from .decoded import pick_longest
 from .leases import polled_lock
 
 T = TypeVar("T")

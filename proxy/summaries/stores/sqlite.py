@@ -30,13 +30,12 @@ from typing import TypeVar
 from .base import (
     Checkpoint,
     Foreign,
-    Picked,
     StoreUnavailable,
     log_foreign,
-    pick_longest,
     ttl_at_least_one,
 )
 from .deadline import bounded
+from .decoded import Picked, pick_longest
 from .leases import polled_lock
 
 T = TypeVar("T")
