@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from .budget import Calibration, ModelCatalog, ModelFacts, compute_budget
+from .budget import Budget, Calibration, ModelCatalog, ModelFacts, compute_budget
 from .draft import Draft
 from .messages import Message
 from .report import CompactionReport, StrategyReport
@@ -51,6 +51,7 @@ from .strategies.composite import (
     run_sequence_async,
     run_strategy_async,
     run_to_completion,
+    skipped_report,
 )
 from .strategies.last_resort import OversizedResultTrim
 from .summarizer import Summarizer
@@ -270,15 +271,11 @@ async def compact_async(
             )
     out = draft.project()
     changed = draft.changed
-    report = CompactionReport(
-        model=model,
-        mode=str(request.mode),
-        tokenizer=tokenizer.name,
-        context_window=budget.context_window,
-        output_reserve=budget.output_reserve,
-        safety_reserve=budget.safety_reserve,
-        budget=budget.limit,
-        calibration=calibration.effective,
+    report = _report(
+        request,
+        tokenizer.name,
+        budget,
+        calibration,
         tokens_before=tokens_before,
         tokens_after=draft.prompt_tokens,
         messages_before=len(view.messages),
@@ -293,6 +290,53 @@ async def compact_async(
         changed=changed,
         report=report,
         metrics=metrics_before,
+    )
+
+
+def unchanged_result(
+    request: CompactionRequest,
+    tokenizer: str,
+    budget: Budget,
+    calibration: Calibration,
+    tokens: int,
+) -> CompactionResult:
+    """What :func:`compact_async` returns for ``request`` when no trigger fires (every
+    strategy skipped by its trigger, the counts unchanged, the input's own dicts), built
+    without the view by a caller that knows the exact count ``tokens`` (the edge's quiet path,
+    proxy/engine/quiet.py); ``metrics`` is left out: the view's groups and turns are unknown."""
+    skipped = tuple(skipped_report(s.name, tokens, "trigger") for s in request.pipeline.strategies)
+    report = _report(
+        request,
+        tokenizer,
+        budget,
+        calibration,
+        tokens_before=tokens,
+        tokens_after=tokens,
+        messages_before=len(request.messages),
+        messages_after=len(request.messages),
+        strategies=skipped,
+    )
+    return CompactionResult(messages=list(request.messages), changed=False, report=report)
+
+
+def _report(
+    request: CompactionRequest,
+    tokenizer: str,
+    budget: Budget,
+    calibration: Calibration,
+    **figures: Any,
+) -> CompactionReport:
+    """A report's fixed part (model, mode, tokenizer, budget, calibration) plus ``figures``."""
+    return CompactionReport(
+        model=request.model,
+        mode=str(request.mode),
+        tokenizer=tokenizer,
+        context_window=budget.context_window,
+        output_reserve=budget.output_reserve,
+        safety_reserve=budget.safety_reserve,
+        budget=budget.limit,
+        calibration=calibration.effective,
+        **figures,
     )
 
 

@@ -40,9 +40,8 @@ from proxy.compaction import (
     compact_async,
     compute_budget,
 )
-from proxy.compaction.budget import Budget
+from proxy.compaction.pipeline import unchanged_result
 from proxy.compaction.prompt_bound import prompt_bound
-from proxy.compaction.report import StrategyReport
 from proxy.compaction.tokens import EnvelopeTokenizer
 from proxy.config import Settings
 from proxy.engine.calibration import CalibrationBook
@@ -222,7 +221,7 @@ class Compactor:
         calibration = request.calibration or Calibration()
         if not bound.exact or calibration.apply(bound.tokens) >= limit:
             return None, request
-        return _unchanged(request, tokenizer.name, budget, calibration, bound.tokens), request
+        return unchanged_result(request, tokenizer.name, budget, calibration, bound.tokens), request
 
     def _prewarm(self, body: Mapping[str, Any]) -> None:
         tokenizer = self.tokenizers.get(self.catalog.facts_for(body["model"]).encoding)
@@ -350,44 +349,6 @@ class Compactor:
             "compaction decision",
             extra={"report": report.to_dict(), "groups": groups},
         )
-
-
-def _unchanged(
-    request: CompactionRequest,
-    tokenizer: str,
-    budget: Budget,
-    calibration: Calibration,
-    tokens: int,
-) -> CompactionResult:
-    """What `compact_async` returns when no trigger fires: every strategy skipped by its
-    trigger, the counts unchanged, the input's own dicts."""
-    skipped = tuple(
-        StrategyReport(
-            strategy.name,
-            fired=False,
-            changed=False,
-            tokens_before=tokens,
-            tokens_after=tokens,
-            skipped="trigger",
-        )
-        for strategy in request.pipeline.strategies
-    )
-    report = CompactionReport(
-        model=request.model,
-        mode=str(request.mode),
-        tokenizer=tokenizer,
-        context_window=budget.context_window,
-        output_reserve=budget.output_reserve,
-        safety_reserve=budget.safety_reserve,
-        budget=budget.limit,
-        calibration=calibration.effective,
-        tokens_before=tokens,
-        tokens_after=tokens,
-        messages_before=len(request.messages),
-        messages_after=len(request.messages),
-        strategies=skipped,
-    )
-    return CompactionResult(messages=list(request.messages), changed=False, report=report)
 
 
 def _int_or_none(value: Any) -> int | None:

@@ -13,9 +13,8 @@ counts messages, turns or groups, one that already fires on an empty request (``
 group-shaped summarization counts messages). A nested pipeline with a ``token_budget`` fires on
 tokens like any strategy and takes the quiet path below it. The limit is also kept at or under
 the budget (over it the last-resort trim and the over-budget warnings run whatever the triggers
-say) and under the
-background-summary threshold (``summarization.prepare``): a request past it must reach
-``Preparer.wants`` with the view's metrics.
+say) and under the background-summary threshold (``summarization.prepare``): a request past it
+must reach ``Preparer.wants`` with the view's metrics.
 """
 
 from __future__ import annotations

@@ -238,7 +238,7 @@ class PreparedSummaries:
     unused, failed, dropped: cancelled for a newer job) and the jobs in flight, read from the
     :class:`~proxy.summaries.prepare.PreparedStats` at scrape time."""
 
-    OUTCOMES = ("made", "used", "wasted", "failed", "dropped")
+    OUTCOMES = ("made", "used", "wasted", "failed", "dropped")  # prepare.Outcome
 
     def __init__(self, stats: PreparedStats) -> None:
         self._stats = stats

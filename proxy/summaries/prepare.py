@@ -54,6 +54,8 @@ PrepareState = Literal["pending", "ready", "none"]
 replica), one is stored and waits for the trigger (or was just used), or neither."""
 
 JobOutcome = Literal["made", "found", "elsewhere", "empty", "failed"]
+Outcome = Literal["made", "used", "wasted", "failed", "dropped"]
+"""What :class:`PreparedStats` counts (the ``outcome`` label of the metric)."""
 
 PREPARED_META = "prepared_at"
 """Meta key of a prepared checkpoint: when it was made (seconds since the epoch)."""
@@ -106,17 +108,8 @@ class PreparedStats:
     ages_used: list[float] = field(default_factory=list)
     listeners: list[Callable[[str, float | None], None]] = field(default_factory=list)
 
-    def count(self, outcome: str, age: float | None = None) -> None:
-        if outcome == "made":
-            self.made += 1
-        elif outcome == "used":
-            self.used += 1
-        elif outcome == "wasted":
-            self.wasted += 1
-        elif outcome == "failed":
-            self.failed += 1
-        elif outcome == "dropped":
-            self.dropped += 1
+    def count(self, outcome: Outcome, age: float | None = None) -> None:
+        setattr(self, outcome, getattr(self, outcome) + 1)
         for listener in self.listeners:
             try:
                 listener(outcome, age)

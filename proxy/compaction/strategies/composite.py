@@ -50,20 +50,20 @@ def without_summarizer(ctx: StrategyContext) -> StrategyContext:
     return ctx if ctx.summarizer is None else dataclasses.replace(ctx, summarizer=None)
 
 
+def skipped_report(name: str, tokens: int, reason: str) -> StrategyReport:
+    """A strategy that did not run (``reason``: ``trigger`` or ``early_stop``)."""
+    return StrategyReport(
+        name, fired=False, changed=False, tokens_before=tokens, tokens_after=tokens, skipped=reason
+    )
+
+
 async def run_strategy_async(
     strategy: Strategy, draft: Draft, ctx: StrategyContext
 ) -> StrategyReport:
     """Check the trigger, apply, re-base the draft, and report."""
     tokens_before = draft.prompt_tokens
     if not strategy.should_run(draft, ctx):
-        return StrategyReport(
-            strategy.name,
-            fired=False,
-            changed=False,
-            tokens_before=tokens_before,
-            tokens_after=tokens_before,
-            skipped="trigger",
-        )
+        return skipped_report(strategy.name, tokens_before, "trigger")
     counters_before = draft.counters
     outcome = await strategy.apply_async(draft, ctx)
     delta = draft.counters - counters_before
@@ -108,17 +108,7 @@ async def run_sequence_async(
     engaged_ctx = dataclasses.replace(ctx, engaged=True) if hysteresis else ctx
     for strategy in strategies:
         if acted and early_stop and not ctx.force and not stop_when.fires(draft.metrics()):
-            tokens = draft.prompt_tokens
-            reports.append(
-                StrategyReport(
-                    strategy.name,
-                    fired=False,
-                    changed=False,
-                    tokens_before=tokens,
-                    tokens_after=tokens,
-                    skipped="early_stop",
-                )
-            )
+            reports.append(skipped_report(strategy.name, draft.prompt_tokens, "early_stop"))
             continue
         report = await run_strategy_async(strategy, draft, engaged_ctx if acted else ctx)
         reports.append(report)
