@@ -202,8 +202,13 @@ MESSAGE = st.fixed_dictionaries(
 def test_the_byte_bound_never_undercounts(
     o200k: TiktokenTokenizer, cl100k: TiktokenTokenizer, message: dict[str, Any]
 ) -> None:
-    bound = message_bound(canonical_bytes(message))
-    assert bound is not None
+    data = canonical_bytes(message)
+    bound = message_bound(data)
+    # ``None`` (count exactly) is the answer for anything that reads as an image part, even a
+    # generated string ``"image_url"``: never a bound that could undercount.
+    assert (bound is None) == (b'"image_url"' in data)
+    if bound is None:
+        return
     for tokenizer in (o200k, cl100k):
         assert tokenizer.count_message(message) <= bound
 
