@@ -40,7 +40,7 @@ RUN python -m venv /opt/venv \
 # 2. The project itself: build its wheel from pyproject.toml (hatchling; README.md is the
 #    wheel's readme), install that wheel.
 COPY README.md ./
-COPY proxy ./proxy
+COPY compaction_proxy ./compaction_proxy
 RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
  && /opt/venv/bin/pip install /wheels/compaction_proxy-*.whl \
  && /opt/venv/bin/compaction-proxy --version
@@ -49,7 +49,7 @@ RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
 #    step 1) ships o200k_base and cl100k_base; this proves that the proxy's own offline loader
 #    (the installed one: -I keeps /src off sys.path) finds and verifies (sha256) both in the
 #    venv alone, with no cache directory and no network. The build fails otherwise.
-RUN /opt/venv/bin/python -I -c "from proxy.compaction.encodings import check_bundled; raise SystemExit(check_bundled())"
+RUN /opt/venv/bin/python -I -c "from compaction_proxy.compaction.encodings import check_bundled; raise SystemExit(check_bundled())"
 
 # ------------------------------------------------------------------------------- runtime
 FROM python:${PYTHON_VERSION}-slim-${DEBIAN_RELEASE} AS runtime

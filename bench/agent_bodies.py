@@ -32,7 +32,7 @@ from typing import Any
 import orjson
 
 from bench.conversations import _OUTPUT_BY_TOOL, _TOOLS, _arguments, _Generator, _prose
-from proxy.compaction import EncodingLoader, Tokenizer, TokenizerProvider
+from compaction_proxy.compaction import EncodingLoader, Tokenizer, TokenizerProvider
 
 Msg = dict[str, Any]
 
@@ -48,7 +48,7 @@ def tokenizers() -> TokenizerProvider:
     """Offline tokenizers with the real o200k_base: the default search path, else the files
     litellm ships (located without importing it). Nothing is downloaded."""
     provider = TokenizerProvider()
-    quiet = logging.getLogger("proxy.compaction.tokenizer_provider")
+    quiet = logging.getLogger("compaction_proxy.compaction.tokenizer_provider")
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # the fallback below is expected, not worth a warning
     try:

@@ -5,7 +5,7 @@
 
 For each conversation size (bench/conversations.py) and each window (gpt-4o's 128k, and the
 same model overridden to a 16k window so compaction fires early) it measures
-``proxy.compaction.compact`` with the default pipeline:
+``compaction_proxy.compaction.compact`` with the default pipeline:
 
 * COLD: a new TokenizerProvider (empty count cache; the encoding is already loaded -- its load
   time is reported on its own), request N;
@@ -48,7 +48,7 @@ from typing import Any
 
 from bench.agent_bodies import tokenizers
 from bench.conversations import conversation, next_turn, stats, tools
-from proxy.compaction import (
+from compaction_proxy.compaction import (
     CompactionRequest,
     CompactionSettings,
     EncodingLoader,
@@ -447,7 +447,7 @@ def render(ours: list[OursRow], af: list[AfRow], load: Series, env: list[str], q
         if not rows:
             continue
         lines += [
-            f"## proxy.compaction, default pipeline, {MODEL} {window} window "
+            f"## compaction_proxy.compaction, default pipeline, {MODEL} {window} window "
             f"(budget {rows[0].budget:,} tokens)",
             "",
             "| msgs | chars | tool chars | tokens | cold ms med / p90 | warm ms med / p90 "
@@ -633,7 +633,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--profile-out", type=Path, default=Path("bench/results/compaction_profile.txt")
     )
     args = parser.parse_args(argv)
-    logging.getLogger("proxy.compaction").setLevel(logging.ERROR)
+    logging.getLogger("compaction_proxy.compaction").setLevel(logging.ERROR)
     logging.getLogger("agent_framework").setLevel(logging.ERROR)
     if not args.no_pin and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {0})

@@ -225,7 +225,16 @@ def main() -> None:
                 "/healthz",
                 pinned(
                     PROXY_CPU,
-                    [PY, "-m", "proxy", "serve", "--config", str(cfg), "--port", str(port)],
+                    [
+                        PY,
+                        "-m",
+                        "compaction_proxy",
+                        "serve",
+                        "--config",
+                        str(cfg),
+                        "--port",
+                        str(port),
+                    ],
                 ),
             )
         )

@@ -401,7 +401,7 @@ def main(argv: list[str] | None = None) -> None:
         port = free_port()
         store = tmp / f"{name.replace('+', '-').replace('/', '-')}.db"
         cfg = proxy_config(tmp / f"{name}.yaml", mock_port, store, windows)
-        cmd = [PY, "-m", "proxy", "serve", "--config", str(cfg), "--port", str(port)]
+        cmd = [PY, "-m", "compaction_proxy", "serve", "--config", str(cfg), "--port", str(port)]
         target_env = {**env, **variants.get(name, {})}
         targets.append(
             Target(

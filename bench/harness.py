@@ -42,7 +42,7 @@ DEFAULT_LITELLM = next(
 # A short but realistic agent turn (~1 KB): the proxy parses it with orjson on every request.
 MESSAGES = [
     {"role": "system", "content": "You are a careful coding assistant. " * 8},
-    {"role": "user", "content": "Summarise the change in proxy/upstream.py. " * 10},
+    {"role": "user", "content": "Summarise the change in compaction_proxy/upstream.py. " * 10},
     {"role": "assistant", "content": "It adds an aiohttp transport behind httpx's API. " * 4},
     {"role": "user", "content": "And the pool limits?"},
 ]

@@ -92,7 +92,11 @@ def report(rows: list[tuple[list[str], int]], title: str, top: int = 15) -> str:
         self_frames[frames[-1]] += n
         by_bucket[bucket(frames[-1])] += n
         for f in set(frames):
-            if "(proxy/" in f and "proxy/cli.py" not in f and "proxy/__main__" not in f:
+            if (
+                "(proxy/" in f
+                and "compaction_proxy/cli.py" not in f
+                and "compaction_proxy/__main__" not in f
+            ):
                 own_inclusive[f] += n
 
     def table(header: str, counter: Counter[str]) -> list[str]:
@@ -167,7 +171,17 @@ def main() -> None:
         f"http://127.0.0.1:{proxy_port}",
         "/healthz",
         pinned(
-            PROXY_CPU, [PY, "-m", "proxy", "serve", "--config", str(cfg), "--port", str(proxy_port)]
+            PROXY_CPU,
+            [
+                PY,
+                "-m",
+                "compaction_proxy",
+                "serve",
+                "--config",
+                str(cfg),
+                "--port",
+                str(proxy_port),
+            ],
         ),
         env=env,
     )

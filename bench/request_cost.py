@@ -7,7 +7,7 @@ even on a busy machine. For each size, a session sends requests that each add on
 (bench/agent_bodies.py); every step is timed with the thread's CPU clock and the median over
 the requests is reported.
 
-Steps (what `proxy/api/chat.py` and `proxy/engine/flow.py` do for one request):
+Steps (what `compaction_proxy/api/chat.py` and `compaction_proxy/engine/flow.py` do for one request):
 
 * parse: `parse_chat_body` (orjson);
 * validate: `validate_chat` (shape and nesting checks);
@@ -49,9 +49,9 @@ def _edge(config: Path, env_dir: str | None) -> tuple[Any, Any]:
         os.environ["TIKTOKEN_CACHE_DIR"] = env_dir
     import httpx
 
-    from proxy.config import load_settings
-    from proxy.engine import Compactor, build_flow
-    from proxy.summaries.stores.factory import make_store
+    from compaction_proxy.config import load_settings
+    from compaction_proxy.engine import Compactor, build_flow
+    from compaction_proxy.summaries.stores.factory import make_store
 
     settings = load_settings(config)
     compactor = Compactor(settings)
@@ -82,9 +82,9 @@ async def measure(
     checkpoint: bool,
 ) -> dict[str, float]:
     """``configs``: one per pass (each its own store file, so pass 2 primes its own base)."""
-    from proxy.api.requests import parse_chat_body, validate_chat
-    from proxy.compaction import Mode, compact_async
-    from proxy.summaries.checkpoints import chain, leading_system_count
+    from compaction_proxy.api.requests import parse_chat_body, validate_chat
+    from compaction_proxy.compaction import Mode, compact_async
+    from compaction_proxy.summaries.checkpoints import chain, leading_system_count
 
     samples: dict[str, list[float]] = {step: [] for step in STEPS}
     # Pass 1, the whole flow as the edge runs it; pass 2, its parts, on a fresh edge, so each

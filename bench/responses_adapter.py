@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from proxy.compaction import (
+from compaction_proxy.compaction import (
     CompactionRequest,
     EncodingLoader,
     ModelFacts,
@@ -30,8 +30,8 @@ from proxy.compaction import (
     build_pipeline,
     compact,
 )
-from proxy.compaction.settings import CompactionSettings, SummarizationSettings
-from proxy.responses import lift, lower, validate_request
+from compaction_proxy.compaction.settings import CompactionSettings, SummarizationSettings
+from compaction_proxy.responses import lift, lower, validate_request
 
 
 def session(steps: int) -> list[dict[str, Any]]:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from proxy.compaction import EncodingLoader, TokenizerProvider
+from compaction_proxy.compaction import EncodingLoader, TokenizerProvider
 from tests.support.agent_loop import run_loop
 from tests.support.agent_session import run_session
 from tests.support.processes import tiktoken_cache_dir

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from proxy.compaction import (
+from compaction_proxy.compaction import (
     CharacterEstimatorTokenizer,
     EncodingLoader,
     TiktokenTokenizer,
     TokenizerProvider,
 )
-from proxy.compaction.encodings import bundled_dir
+from compaction_proxy.compaction.encodings import bundled_dir
 from tests.support.processes import tiktoken_cache_dir
 
 

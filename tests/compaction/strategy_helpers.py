@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.compaction import (
+from compaction_proxy.compaction import (
     CharacterEstimatorTokenizer,
     CompactionRequest,
     CompactionResult,
@@ -13,7 +13,7 @@ from proxy.compaction import (
     Pipeline,
     compact,
 )
-from proxy.compaction.strategies import Strategy
+from compaction_proxy.compaction.strategies import Strategy
 
 BIG = ModelFacts(context_window=1_000_000, max_output_tokens=0)
 

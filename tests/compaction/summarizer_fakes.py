@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from proxy.compaction import (
+from compaction_proxy.compaction import (
     CharacterEstimatorTokenizer,
     CompactionRequest,
     CompactionResult,
@@ -17,7 +17,7 @@ from proxy.compaction import (
     SummaryRequest,
     compact_async,
 )
-from proxy.compaction.strategies import Strategy
+from compaction_proxy.compaction.strategies import Strategy
 
 BIG = ModelFacts(context_window=1_000_000, max_output_tokens=0)
 TOK = CharacterEstimatorTokenizer()

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.compaction import CompactionSettings, ModelFacts, build_pipeline
-from proxy.compaction.strategies import (
+from compaction_proxy.compaction import CompactionSettings, ModelFacts, build_pipeline
+from compaction_proxy.compaction.strategies import (
     ClearToolUsesStrategy,
     ContextPruningStrategy,
     SelectiveToolCallsStrategy,
@@ -18,7 +18,7 @@ from proxy.compaction.strategies import (
     ToolResultCompactionStrategy,
     TruncationStrategy,
 )
-from proxy.compaction.triggers import Always
+from compaction_proxy.compaction.triggers import Always
 
 from .helpers import call, s, tool, u
 from .strategy_helpers import run
@@ -127,7 +127,7 @@ def test_the_default_pipeline_fits_a_long_loop_and_is_idempotent() -> None:
 
 
 def run_pipeline(pipeline: Any, msgs: list[Msg], facts: ModelFacts) -> Any:
-    from proxy.compaction import CharacterEstimatorTokenizer, CompactionRequest, compact
+    from compaction_proxy.compaction import CharacterEstimatorTokenizer, CompactionRequest, compact
 
     return compact(
         CompactionRequest(

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.compaction import Calibration, Pipeline, firing_point
-from proxy.compaction.strategies.composite import PipelineStrategy
-from proxy.compaction.strategies.sliding_window import SlidingWindowStrategy
-from proxy.compaction.triggers import (
+from compaction_proxy.compaction import Calibration, Pipeline, firing_point
+from compaction_proxy.compaction.strategies.composite import PipelineStrategy
+from compaction_proxy.compaction.strategies.sliding_window import SlidingWindowStrategy
+from compaction_proxy.compaction.triggers import (
     AllOf,
     Always,
     AnyOf,

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.compaction import (
+from compaction_proxy.compaction import (
     Calibration,
     FactsOverride,
     ModelCatalog,

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from proxy.compaction import CompactionSettings, build_pipeline
-from proxy.compaction.strategies import ClearToolUsesStrategy
-from proxy.compaction.triggers import Always, TokensExceed
+from compaction_proxy.compaction import CompactionSettings, build_pipeline
+from compaction_proxy.compaction.strategies import ClearToolUsesStrategy
+from compaction_proxy.compaction.triggers import Always, TokensExceed
 
 from .helpers import Msg, a, call, s, tool, u
 from .strategy_helpers import run

@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 af = pytest.importorskip("agent_framework")
 afc = pytest.importorskip("agent_framework._compaction")
 
-from proxy.compaction import (  # noqa: E402
+from compaction_proxy.compaction import (  # noqa: E402
     CharacterEstimatorTokenizer,
     CompactionRequest,
     ModelFacts,
@@ -40,7 +40,7 @@ from proxy.compaction import (  # noqa: E402
     build_view,
     compact,
 )
-from proxy.compaction.strategies import (  # noqa: E402
+from compaction_proxy.compaction.strategies import (  # noqa: E402
     PipelineStrategy,
     SelectiveToolCallsStrategy,
     SlidingWindowStrategy,
@@ -267,7 +267,7 @@ class AFSideTokenizer:
 
 
 class OurSideTokenizer:
-    """Our :class:`~proxy.compaction.Tokenizer` protocol over the same counting."""
+    """Our :class:`~compaction_proxy.compaction.Tokenizer` protocol over the same counting."""
 
     name = "af-char-estimator"
     reply_priming = 0

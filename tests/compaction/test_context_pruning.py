@@ -6,14 +6,19 @@ from typing import Any
 
 import pytest
 
-from proxy.compaction import CompactionSettings, ModelFacts, SummarizationSettings, build_pipeline
-from proxy.compaction.strategies import ContextPruningStrategy
-from proxy.compaction.strategies.context_pruning import (
+from compaction_proxy.compaction import (
+    CompactionSettings,
+    ModelFacts,
+    SummarizationSettings,
+    build_pipeline,
+)
+from compaction_proxy.compaction.strategies import ContextPruningStrategy
+from compaction_proxy.compaction.strategies.context_pruning import (
     assistant_protection_start,
     soft_trim,
     trimmed_original_length,
 )
-from proxy.compaction.triggers import Always, TokensExceed
+from compaction_proxy.compaction.triggers import Always, TokensExceed
 
 from .helpers import Msg, a, call, s, tool, u
 from .strategy_helpers import run

@@ -2,11 +2,11 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.compaction import CharacterEstimatorTokenizer, build_view
-from proxy.compaction.budget import Budget
-from proxy.compaction.draft import Draft, GroupState, ProtectedGroupError
-from proxy.compaction.strategies.summarization import wrap_summary
-from proxy.compaction.view import GroupKind
+from compaction_proxy.compaction import CharacterEstimatorTokenizer, build_view
+from compaction_proxy.compaction.budget import Budget
+from compaction_proxy.compaction.draft import Draft, GroupState, ProtectedGroupError
+from compaction_proxy.compaction.strategies.summarization import wrap_summary
+from compaction_proxy.compaction.view import GroupKind
 
 from .helpers import a, call, contents, s, tool, u
 

@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.compaction import TiktokenTokenizer
-from proxy.compaction.canonical import canonical_bytes
-from proxy.compaction.fast_bpe import SELF_CHECK, exact_counter
-from proxy.compaction.prompt_bound import message_bound, prompt_bound
+from compaction_proxy.compaction import TiktokenTokenizer
+from compaction_proxy.compaction.canonical import canonical_bytes
+from compaction_proxy.compaction.fast_bpe import SELF_CHECK, exact_counter
+from compaction_proxy.compaction.prompt_bound import message_bound, prompt_bound
 
 from .helpers import a, call, s, tool, u
 

@@ -5,7 +5,7 @@ import dataclasses
 import orjson
 import pytest
 
-from proxy.compaction import (
+from compaction_proxy.compaction import (
     CharacterEstimatorTokenizer,
     CompactionRequest,
     CompactionSettings,
@@ -17,8 +17,8 @@ from proxy.compaction import (
     build_pipeline,
     compact,
 )
-from proxy.compaction.strategies import SlidingWindowStrategy, TruncationStrategy
-from proxy.compaction.triggers import TokenRatio, TurnsExceed
+from compaction_proxy.compaction.strategies import SlidingWindowStrategy, TruncationStrategy
+from compaction_proxy.compaction.triggers import TokenRatio, TurnsExceed
 
 from .helpers import a, call, contents, s, tool, u
 
@@ -226,7 +226,7 @@ def test_report_is_json_ready_and_nested_pipeline_reports_children() -> None:
 
 
 def test_calibration_changes_trigger_decisions() -> None:
-    from proxy.compaction import Calibration
+    from compaction_proxy.compaction import Calibration
 
     msgs = conversation(6)
     facts = facts_for(msgs, 0.7)
@@ -285,7 +285,7 @@ def test_last_resort_never_cuts_user_text() -> None:
 def test_token_budget_keeps_system_and_newest_turn_with_a_warning() -> None:
     # Agent Framework: [S*100, U*100] with budget 1 -> [U] (its strict fallback drops the
     # system message).  We never drop it (DESIGN invariant 1) and say so in the report.
-    from proxy.compaction.strategies import PipelineStrategy
+    from compaction_proxy.compaction.strategies import PipelineStrategy
 
     msgs = [s("S" * 100), u("U" * 100)]
     budget = PipelineStrategy([TruncationStrategy()], token_budget=1)
@@ -353,9 +353,9 @@ def test_hysteresis_lets_later_strategies_finish_what_the_first_started() -> Non
     """Fire at 0.8, compact to 0.5 in one go: a first strategy that only nudges the count
     under the trigger must not stop the rest (each would otherwise re-fire a few turns later,
     giving the upstream a new prefix every time)."""
-    from proxy.compaction import CompactionSettings, build_pipeline
-    from proxy.compaction.factory import default_target
-    from proxy.compaction.triggers import TokenRatio
+    from compaction_proxy.compaction import CompactionSettings, build_pipeline
+    from compaction_proxy.compaction.factory import default_target
+    from compaction_proxy.compaction.triggers import TokenRatio
 
     messages = [{"role": "system", "content": "s"}]
     for i in range(12):

@@ -17,7 +17,7 @@ import orjson
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from proxy.compaction import (
+from compaction_proxy.compaction import (
     CharacterEstimatorTokenizer,
     CompactionRequest,
     Mode,
@@ -25,8 +25,12 @@ from proxy.compaction import (
     Pipeline,
     compact,
 )
-from proxy.compaction.strategies import SlidingWindowStrategy, Strategy, TruncationStrategy
-from proxy.compaction.triggers import GroupsExceed, OverBudget, TokenRatio, TurnsExceed
+from compaction_proxy.compaction.strategies import (
+    SlidingWindowStrategy,
+    Strategy,
+    TruncationStrategy,
+)
+from compaction_proxy.compaction.triggers import GroupsExceed, OverBudget, TokenRatio, TurnsExceed
 
 Msg = dict[str, Any]
 TOK = CharacterEstimatorTokenizer()
@@ -238,15 +242,15 @@ def test_invariants_hold(
 # clearing) or replace a group by a summary, so output messages are matched to the input by
 # identity, or by a unique ``x-id`` field an edited copy must keep (invariant 5).
 
-from proxy.compaction import CompactionSettings, SummarizationSettings, build_pipeline  # noqa: E402
-from proxy.compaction.strategies import (  # noqa: E402
+from compaction_proxy.compaction import CompactionSettings, SummarizationSettings, build_pipeline  # noqa: E402
+from compaction_proxy.compaction.strategies import (  # noqa: E402
     ClearToolUsesStrategy,
     ContextPruningStrategy,
     PipelineStrategy,
     SelectiveToolCallsStrategy,
     ToolResultCompactionStrategy,
 )
-from proxy.compaction.triggers import Always, TokensExceed  # noqa: E402
+from compaction_proxy.compaction.triggers import Always, TokensExceed  # noqa: E402
 
 uni = st.text(alphabet="abc xyzé日本😀\n", min_size=0, max_size=40)
 IMAGE = {"type": "image_url", "image_url": {"url": "https://example.com/a.png", "detail": "low"}}

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-import proxy.compaction.tokenizer_provider as provider_module
-from proxy.compaction import EncodingLoader, TiktokenTokenizer, TokenizerProvider
+import compaction_proxy.compaction.tokenizer_provider as provider_module
+from compaction_proxy.compaction import EncodingLoader, TiktokenTokenizer, TokenizerProvider
 
 TEXTS = (
     "hello world",

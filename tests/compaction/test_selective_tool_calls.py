@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.compaction.strategies import SelectiveToolCallsStrategy
-from proxy.compaction.triggers import HasToolCalls, TokensExceed
+from compaction_proxy.compaction.strategies import SelectiveToolCallsStrategy
+from compaction_proxy.compaction.triggers import HasToolCalls, TokensExceed
 
 from .helpers import a, call, contents, s, tool, u
 from .strategy_helpers import run

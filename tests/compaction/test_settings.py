@@ -5,16 +5,16 @@ import logging
 import pytest
 from pydantic import ValidationError
 
-from proxy.compaction import CompactionSettings, SummarizationSettings, build_pipeline
-from proxy.compaction.factory import default_pipeline_entries
-from proxy.compaction.settings import STRATEGY_NAMES
-from proxy.compaction.strategies import (
+from compaction_proxy.compaction import CompactionSettings, SummarizationSettings, build_pipeline
+from compaction_proxy.compaction.factory import default_pipeline_entries
+from compaction_proxy.compaction.settings import STRATEGY_NAMES
+from compaction_proxy.compaction.strategies import (
     StrategyNotAvailable,
     StrategyRegistry,
     TruncationStrategy,
     default_registry,
 )
-from proxy.compaction.triggers import RemainingTokens, TokenRatio
+from compaction_proxy.compaction.triggers import RemainingTokens, TokenRatio
 
 SEED = {
     "provider": "openAI",

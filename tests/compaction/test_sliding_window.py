@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.compaction import Mode
-from proxy.compaction.strategies import SlidingWindowStrategy
-from proxy.compaction.triggers import TokensExceed, TurnsExceed
+from compaction_proxy.compaction import Mode
+from compaction_proxy.compaction.strategies import SlidingWindowStrategy
+from compaction_proxy.compaction.triggers import TokensExceed, TurnsExceed
 
 from .helpers import a, call, contents, s, tool, u
 from .strategy_helpers import run

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from proxy.compaction import (
+from compaction_proxy.compaction import (
     CompactionRequest,
     CompactionSettings,
     Mode,
@@ -19,21 +19,21 @@ from proxy.compaction import (
     build_view,
     compact,
 )
-from proxy.compaction.budget import compute_budget
-from proxy.compaction.draft import Draft
-from proxy.compaction.strategies import (
+from compaction_proxy.compaction.budget import compute_budget
+from compaction_proxy.compaction.draft import Draft
+from compaction_proxy.compaction.strategies import (
     PipelineStrategy,
     StrategyContext,
     SummarizationStrategy,
     TruncationStrategy,
 )
-from proxy.compaction.strategies.composite import run_strategy
-from proxy.compaction.strategies.summarization import (
+from compaction_proxy.compaction.strategies.composite import run_strategy
+from compaction_proxy.compaction.strategies.summarization import (
     CHECKPOINT_NOTE,
     unwrap_summary,
     wrap_summary,
 )
-from proxy.compaction.triggers import Always, TokenRatio
+from compaction_proxy.compaction.triggers import Always, TokenRatio
 
 from .helpers import a, call, contents, s, tool, u
 from .summarizer_fakes import BIG, TOK, FakeSummarizer, failing, run_async
@@ -457,7 +457,7 @@ async def test_compacting_the_output_again_does_nothing() -> None:
 
 
 async def _compact(msgs: list[dict[str, Any]], pipeline: Pipeline, facts: ModelFacts, fake: Any):
-    from proxy.compaction import CompactionRequest, compact_async
+    from compaction_proxy.compaction import CompactionRequest, compact_async
 
     return await compact_async(
         CompactionRequest(

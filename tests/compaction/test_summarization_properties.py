@@ -14,7 +14,7 @@ import orjson
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from proxy.compaction import (
+from compaction_proxy.compaction import (
     CompactionRequest,
     CompactionResult,
     CompactionSettings,
@@ -25,7 +25,7 @@ from proxy.compaction import (
     build_pipeline,
     compact_async,
 )
-from proxy.compaction.strategies import SummarizationStrategy
+from compaction_proxy.compaction.strategies import SummarizationStrategy
 
 from .summarizer_fakes import TOK, FakeSummarizer, failing
 from .test_properties import SYSTEM, check_invariants_phase2, rich_conversations

@@ -13,21 +13,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.compaction import ModelFacts, build_view
-from proxy.compaction.budget import compute_budget
-from proxy.compaction.draft import Draft, GroupState
-from proxy.compaction.strategies.base import StrategyContext
-from proxy.compaction.strategies.summarization import (
+from compaction_proxy.compaction import ModelFacts, build_view
+from compaction_proxy.compaction.budget import compute_budget
+from compaction_proxy.compaction.draft import Draft, GroupState
+from compaction_proxy.compaction.strategies.base import StrategyContext
+from compaction_proxy.compaction.strategies.summarization import (
     SummarizationStrategy,
     _TargetStop,
 )
-from proxy.compaction.triggers import (
+from compaction_proxy.compaction.triggers import (
     MessagesExceed,
     Metrics,
     TokenRatio,
     TurnsExceed,
 )
-from proxy.compaction.view import Group, GroupKind
+from compaction_proxy.compaction.view import Group, GroupKind
 
 from .summarizer_fakes import TOK
 from .test_properties import rich_conversations

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import tiktoken.load
 
-from proxy.compaction import (
+from compaction_proxy.compaction import (
     CharacterEstimatorTokenizer,
     EncodingLoader,
     ImagePricing,
@@ -19,9 +19,14 @@ from proxy.compaction import (
     TokenizerProvider,
     encodings,
 )
-from proxy.compaction.encodings import BLOB_URL, EncodingUnavailable, cache_key, check_bundled
-from proxy.compaction.images import image_size, image_size_from_url
-from proxy.compaction.tool_schema import render_functions
+from compaction_proxy.compaction.encodings import (
+    BLOB_URL,
+    EncodingUnavailable,
+    cache_key,
+    check_bundled,
+)
+from compaction_proxy.compaction.images import image_size, image_size_from_url
+from compaction_proxy.compaction.tool_schema import render_functions
 
 from .helpers import call, tool
 
@@ -431,7 +436,7 @@ def test_offline_fallback_uses_estimator_with_one_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     provider = TokenizerProvider(_no_files(tmp_path))
-    with caplog.at_level(logging.WARNING, logger="proxy.compaction.tokenizer_provider"):
+    with caplog.at_level(logging.WARNING, logger="compaction_proxy.compaction.tokenizer_provider"):
         first = provider.get("o200k_base")
         second = provider.get("o200k_base")
         provider.get("o200k_bsae")

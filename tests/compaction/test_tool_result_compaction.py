@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.compaction import Mode
-from proxy.compaction.strategies import ToolResultCompactionStrategy
-from proxy.compaction.strategies.tool_result_compaction import summary_text
-from proxy.compaction.triggers import TokensExceed
+from compaction_proxy.compaction import Mode
+from compaction_proxy.compaction.strategies import ToolResultCompactionStrategy
+from compaction_proxy.compaction.strategies.tool_result_compaction import summary_text
+from compaction_proxy.compaction.triggers import TokensExceed
 
 from .helpers import Msg, a, call, contents, fcall, fresult, s, tool, u
 from .strategy_helpers import run

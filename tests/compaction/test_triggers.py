@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.compaction.triggers import (
+from compaction_proxy.compaction.triggers import (
     AllOf,
     Always,
     AnyOf,

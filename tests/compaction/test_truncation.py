@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.compaction import CharacterEstimatorTokenizer
-from proxy.compaction.strategies import TruncationStrategy
-from proxy.compaction.triggers import GroupsExceed, TokensExceed
+from compaction_proxy.compaction import CharacterEstimatorTokenizer
+from compaction_proxy.compaction.strategies import TruncationStrategy
+from compaction_proxy.compaction.triggers import GroupsExceed, TokensExceed
 
 from .helpers import a, call, contents, s, tool, u
 from .strategy_helpers import run

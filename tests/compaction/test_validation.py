@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.compaction import validate_messages
+from compaction_proxy.compaction import validate_messages
 
 from .helpers import a, call, s, tool, u
 

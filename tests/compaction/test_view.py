@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import copy
 
-from proxy.compaction import CharacterEstimatorTokenizer, build_view
-from proxy.compaction.canonical import canonical_bytes
-from proxy.compaction.view import GroupKind, SummaryMarker
+from compaction_proxy.compaction import CharacterEstimatorTokenizer, build_view
+from compaction_proxy.compaction.canonical import canonical_bytes
+from compaction_proxy.compaction.view import GroupKind, SummaryMarker
 
 from .helpers import a, call, dev, fcall, fresult, s, tool, u
 

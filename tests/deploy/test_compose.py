@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy.config import Settings, load_settings
-from proxy.summaries.stores.breaker import StoreBreaker
-from proxy.summaries.stores.factory import make_store
-from proxy.summaries.stores.redis import RedisStore
+from compaction_proxy.config import Settings, load_settings
+from compaction_proxy.summaries.stores.breaker import StoreBreaker
+from compaction_proxy.summaries.stores.factory import make_store
+from compaction_proxy.summaries.stores.redis import RedisStore
 from tests.deploy.files import (
     COMPOSE,
     CONFIG_EXAMPLE,

@@ -2,7 +2,7 @@
 
 The file's contract (its header): every key is present, set to its default, with a one-line
 comment; commented-out blocks are examples. These tests hold it to that, so a default changed
-in proxy/ without the example (or the other way round) fails here.
+in compaction_proxy/ without the example (or the other way round) fails here.
 """
 
 from __future__ import annotations
@@ -18,17 +18,21 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy.compaction.budget import ModelCatalog
-from proxy.compaction.factory import (
+from compaction_proxy.compaction.budget import ModelCatalog
+from compaction_proxy.compaction.factory import (
     DEFAULT_TARGET_RATIO,
     DEFAULT_TRIGGER_RATIO,
     build_pipeline,
     default_pipeline_entries,
     default_target,
 )
-from proxy.compaction.settings import CompactionSettings, SummarizationSettings, entry_to_config
-from proxy.config import ConfigError, Settings, effective_config, load_settings
-from proxy.summaries.summarizer import DEFAULT_MAX_SUMMARY_TOKENS
+from compaction_proxy.compaction.settings import (
+    CompactionSettings,
+    SummarizationSettings,
+    entry_to_config,
+)
+from compaction_proxy.config import ConfigError, Settings, effective_config, load_settings
+from compaction_proxy.summaries.summarizer import DEFAULT_MAX_SUMMARY_TOKENS
 from tests.deploy.files import CONFIG_EXAMPLE, REPO_ROOT, dockerfile
 
 EXAMPLE_ONLY = ("models",)  # sections whose content is an example, not the default ({})
@@ -131,7 +135,7 @@ def test_check_config_accepts_it_and_prints_the_defaults() -> None:
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith("COMPACTION_PROXY_")}
     env.pop("OPENAI_API_KEY", None)
     result = subprocess.run(
-        [sys.executable, "-m", "proxy", "check-config", "config.example.yaml"],
+        [sys.executable, "-m", "compaction_proxy", "check-config", "config.example.yaml"],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,

@@ -21,11 +21,15 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from proxy import preflight
-from proxy.compaction.factory import build_pipeline
-from proxy.compaction.settings import STRATEGY_NAMES, CompactionSettings, SummarizationSettings
-from proxy.compaction.triggers import CONDITION_NAMES, Condition
-from proxy.config import Settings, load_settings
+from compaction_proxy import preflight
+from compaction_proxy.compaction.factory import build_pipeline
+from compaction_proxy.compaction.settings import (
+    STRATEGY_NAMES,
+    CompactionSettings,
+    SummarizationSettings,
+)
+from compaction_proxy.compaction.triggers import CONDITION_NAMES, Condition
+from compaction_proxy.config import Settings, load_settings
 from tests.deploy.files import CONFIG_EXAMPLE
 
 Key = tuple[type[BaseModel], str]

@@ -17,8 +17,8 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from proxy.cli import _parser
-from proxy.config import Settings
+from compaction_proxy.cli import _parser
+from compaction_proxy.config import Settings
 from tests.deploy.files import (
     DOCKERFILE,
     REPO_ROOT,
@@ -375,5 +375,6 @@ def test_dockerignore_keeps_what_the_build_copies_and_drops_the_rest(df: Dockerf
                 assert (REPO_ROOT / source).exists(), f"COPY {source}: no such file"
                 assert not _ignored(source, patterns), f".dockerignore drops {source}"
     for unwanted in (".git", ".venv", ".venv-py312", "data/checkpoints.db", ".env", "tests",
-                     "bench/results", ".pytest_cache", "proxy/__pycache__/x.pyc"):  # fmt: skip
+                     "bench/results", ".pytest_cache",
+                     "compaction_proxy/__pycache__/x.pyc"):  # fmt: skip
         assert _ignored(unwanted, patterns), f".dockerignore must exclude {unwanted}"

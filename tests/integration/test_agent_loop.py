@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from proxy.compaction import EncodingLoader, TokenizerProvider
+from compaction_proxy.compaction import EncodingLoader, TokenizerProvider
 from tests.support.agent_loop import SYSTEM, TASK, LoopReport, add_step, run_loop
 from tests.support.agent_session import CHAT, TOOLS, assert_valid_pairing
 from tests.support.processes import tiktoken_cache_dir

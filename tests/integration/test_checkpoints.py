@@ -334,7 +334,7 @@ def test_an_unknown_summarizer_provider_stops_start_up(
     )
     path = write_config(tmp_path / "bad.yaml", config)
     done = subprocess.run(
-        [sys.executable, "-m", "proxy", "check-config", str(path)],
+        [sys.executable, "-m", "compaction_proxy", "check-config", str(path)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -36,7 +36,7 @@ def check_config(
     path: Path | None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     args = ["check-config"] if path is None else ["check-config", str(path)]
-    return run_python_module("proxy", *args, env=env)
+    return run_python_module("compaction_proxy", *args, env=env)
 
 
 def valid_config() -> dict[str, Any]:
@@ -181,7 +181,7 @@ def test_check_config_unset_variable_without_default(tmp_path: Path) -> None:
 def test_serve_refuses_invalid_config(tmp_path: Path) -> None:
     path = write_config(tmp_path / "bad.yaml", _with("server.port", -1))
     result = run_python_module(
-        "proxy",
+        "compaction_proxy",
         "serve",
         "--config",
         str(path),
@@ -244,7 +244,7 @@ def test_check_config_refuses_an_unknown_encoding(tmp_path: Path) -> None:
 
 def _serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """`serve` as a subprocess that is expected to refuse to start (and so to exit at once)."""
-    return run_python_module("proxy", "serve", *args, env=env, timeout=60)
+    return run_python_module("compaction_proxy", "serve", *args, env=env, timeout=60)
 
 
 def test_serve_refuses_a_port_flag_out_of_range(tmp_path: Path) -> None:

@@ -48,7 +48,7 @@ def run_compact(
     source.write_bytes(orjson.dumps({"model": MODEL, "messages": conversation()}))
     out = tmp_path / "out.json"
     result = run_python_module(
-        "proxy", "compact", str(source), "--config", str(path), "--out", str(out), *flags
+        "compaction_proxy", "compact", str(source), "--config", str(path), "--out", str(out), *flags
     )
     written = orjson.loads(out.read_bytes()) if out.exists() else None
     return result, written

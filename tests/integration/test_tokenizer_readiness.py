@@ -17,7 +17,11 @@ from typing import Any
 
 import pytest
 
-from proxy.compaction import CharacterEstimatorTokenizer, EncodingLoader, TiktokenTokenizer
+from compaction_proxy.compaction import (
+    CharacterEstimatorTokenizer,
+    EncodingLoader,
+    TiktokenTokenizer,
+)
 from tests.conftest import ProxyFactory
 from tests.observability.traffic import parse_metrics, value
 from tests.support.servers import ProxyServer, UpstreamServer, proxy_config, upstream_entry

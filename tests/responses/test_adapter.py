@@ -1,8 +1,8 @@
 """The Responses adapter, item by item: what the core is shown, and what comes back.
 
 The adapter shows the compaction core each Responses conversation as chat messages
-(proxy/responses/lift.py) and maps the result back to items (lower.py). These tests pin the
-grouping (parallel calls one step, reasoning with the item it precedes, hosted calls, unknown
+(compaction_proxy/responses/lift.py) and maps the result back to items (lower.py). These tests pin
+the grouping (parallel calls one step, reasoning with the item it precedes, hosted calls, unknown
 items riding with a neighbour), the exact round trip when nothing changed (the client's own
 objects, even through a checkpoint's JSON), and each kind of edit a strategy can make.
 """
@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.compaction import (
+from compaction_proxy.compaction import (
     CompactionRequest,
     EncodingLoader,
     Mode,
@@ -23,13 +23,13 @@ from proxy.compaction import (
     TokenizerProvider,
     compact,
 )
-from proxy.compaction.strategies import (
+from compaction_proxy.compaction.strategies import (
     ClearToolUsesStrategy,
     ContextPruningStrategy,
     ToolResultCompactionStrategy,
 )
-from proxy.compaction.triggers import Always
-from proxy.responses import (
+from compaction_proxy.compaction.triggers import Always
+from compaction_proxy.responses import (
     LowerError,
     input_items,
     is_responses_body,

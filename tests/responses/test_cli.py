@@ -8,7 +8,7 @@ import orjson
 import pytest
 import yaml
 
-from proxy.cli import main
+from compaction_proxy.cli import main
 from tests.fakes.upstream import SUMMARIZER_PREFIX_MARKER, is_summarizer_call
 from tests.support.assertions import CHAT_PATH
 from tests.support.servers import UpstreamServer, proxy_config, upstream_entry, write_config

@@ -25,7 +25,7 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.compaction import (
+from compaction_proxy.compaction import (
     CharacterEstimatorTokenizer,
     CompactionRequest,
     CompactionResult,
@@ -34,7 +34,7 @@ from proxy.compaction import (
     Pipeline,
     compact,
 )
-from proxy.compaction.strategies import (
+from compaction_proxy.compaction.strategies import (
     ClearToolUsesStrategy,
     ContextPruningStrategy,
     SlidingWindowStrategy,
@@ -42,10 +42,10 @@ from proxy.compaction.strategies import (
     ToolResultCompactionStrategy,
     TruncationStrategy,
 )
-from proxy.compaction.triggers import OverBudget, TokenRatio
-from proxy.responses import Lowered, lift, lower
-from proxy.responses.items import CALL_KEYS, OUTPUT_KEYS, item_type
-from proxy.responses.lift import build_units
+from compaction_proxy.compaction.triggers import OverBudget, TokenRatio
+from compaction_proxy.responses import Lowered, lift, lower
+from compaction_proxy.responses.items import CALL_KEYS, OUTPUT_KEYS, item_type
+from compaction_proxy.responses.lift import build_units
 
 Item = dict[str, Any]
 TOK = CharacterEstimatorTokenizer()

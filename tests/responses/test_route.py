@@ -13,10 +13,10 @@ import httpx
 import orjson
 import pytest
 
-import proxy.api.responses as route
-from proxy.app import ProxyApp, build_edge
-from proxy.config import Settings
-from proxy.transport import HttpxUpstream
+import compaction_proxy.api.responses as route
+from compaction_proxy.app import ProxyApp, build_edge
+from compaction_proxy.config import Settings
+from compaction_proxy.transport import HttpxUpstream
 
 UPSTREAM = "http://upstream.test/v1"
 OVERFLOW = {

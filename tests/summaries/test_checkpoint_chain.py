@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from proxy.summaries.checkpoints import (
+from compaction_proxy.summaries.checkpoints import (
     Checkpoints,
     chain,
     could_have_checkpoint,
     leading_system_count,
     namespace_for,
 )
-from proxy.summaries.stores import MemoryStore
-from proxy.summaries.stores.base import Checkpoint
+from compaction_proxy.summaries.stores import MemoryStore
+from compaction_proxy.summaries.stores.base import Checkpoint
 
 U1 = {"role": "user", "content": "one"}
 A1 = {"role": "assistant", "content": "two"}

@@ -1,4 +1,5 @@
-"""Single-flight, back-off and the time budget around the summarizer (proxy/summaries/flight.py)."""
+"""Single-flight, back-off and the time budget around the summarizer
+(compaction_proxy/summaries/flight.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ import asyncio
 
 import pytest
 
-from proxy.compaction.summarizer import SummaryError, SummaryRequest
-from proxy.summaries.flight import SummaryFlights
-from proxy.summaries.stores import MemoryStore
+from compaction_proxy.compaction.summarizer import SummaryError, SummaryRequest
+from compaction_proxy.summaries.flight import SummaryFlights
+from compaction_proxy.summaries.stores import MemoryStore
 
 STRETCH = ({"role": "user", "content": "first"}, {"role": "assistant", "content": "reply"})
 

@@ -14,12 +14,12 @@ import orjson
 import pytest
 import respx
 
-from proxy.compaction.budget import ModelFacts
-from proxy.compaction.settings import SummarizationSettings
-from proxy.config import ConfigError, Settings, UpstreamSettings
-from proxy.summaries.contract import SummaryError, SummaryRequest
-from proxy.summaries.prompts import CHECKPOINT_PROMPT, UPDATE_PROMPT
-from proxy.summaries.summarizer import (
+from compaction_proxy.compaction.budget import ModelFacts
+from compaction_proxy.compaction.settings import SummarizationSettings
+from compaction_proxy.config import ConfigError, Settings, UpstreamSettings
+from compaction_proxy.summaries.contract import SummaryError, SummaryRequest
+from compaction_proxy.summaries.prompts import CHECKPOINT_PROMPT, UPDATE_PROMPT
+from compaction_proxy.summaries.summarizer import (
     HttpSummarizer,
     SummaryCallRecord,
     validate_summarization_config,

@@ -1,5 +1,5 @@
-"""Cache-aligned summary calls (proxy/summaries/prefix.py): the request's own prefix plus one
-instruction, and when the transcript form is used instead."""
+"""Cache-aligned summary calls (compaction_proxy/summaries/prefix.py): the request's own prefix
+plus one instruction, and when the transcript form is used instead."""
 
 from __future__ import annotations
 
@@ -11,19 +11,19 @@ import orjson
 import pytest
 import respx
 
-from proxy.compaction.budget import ModelFacts
-from proxy.compaction.settings import SummarizationSettings
-from proxy.config import UpstreamSettings
-from proxy.summaries.contract import SummaryRequest
-from proxy.summaries.prefix import (
+from compaction_proxy.compaction.budget import ModelFacts
+from compaction_proxy.compaction.settings import SummarizationSettings
+from compaction_proxy.config import UpstreamSettings
+from compaction_proxy.summaries.contract import SummaryRequest
+from compaction_proxy.summaries.prefix import (
     PREFIX_MARKER,
     ForwardedRequest,
     has_binary,
     place_stretch,
     stretch_end,
 )
-from proxy.summaries.prompts import CHECKPOINT_PROMPT, UPDATE_PROMPT
-from proxy.summaries.summarizer import HttpSummarizer, SummarizerStats
+from compaction_proxy.summaries.prompts import CHECKPOINT_PROMPT, UPDATE_PROMPT
+from compaction_proxy.summaries.summarizer import HttpSummarizer, SummarizerStats
 
 OPENAI = "https://api.openai.test/v1"
 OTHER = "https://other.test/v1"

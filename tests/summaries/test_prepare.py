@@ -1,4 +1,4 @@
-"""The background-summary bookkeeping (proxy/summaries/prepare.py), without a server."""
+"""The background-summary bookkeeping (compaction_proxy/summaries/prepare.py), without a server."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from proxy.compaction import SummaryError, SummaryRequest
-from proxy.compaction.settings import SummarizationSettings
-from proxy.summaries.checkpoints import Checkpoints, Lookup, chain
-from proxy.summaries.prepare import (
+from compaction_proxy.compaction import SummaryError, SummaryRequest
+from compaction_proxy.compaction.settings import SummarizationSettings
+from compaction_proxy.summaries.checkpoints import Checkpoints, Lookup, chain
+from compaction_proxy.summaries.prepare import (
     PREPARED_META,
     JobOutcome,
     PreparedProbe,
@@ -17,7 +17,7 @@ from proxy.summaries.prepare import (
     conversation_key,
     prepared_namespace,
 )
-from proxy.summaries.stores import MemoryStore
+from compaction_proxy.summaries.stores import MemoryStore
 
 SYSTEM = {"role": "system", "content": "s"}
 MESSAGES = [SYSTEM, *({"role": "user", "content": f"m{i}"} for i in range(6))]
@@ -214,7 +214,7 @@ async def test_the_probe_stops_the_first_run_only_when_something_is_prepared() -
 
 
 def test_the_prepare_setting_takes_any_trigger_form_or_false() -> None:
-    from proxy.compaction.triggers import TokenRatio, TokensExceed
+    from compaction_proxy.compaction.triggers import TokenRatio, TokensExceed
 
     assert SummarizationSettings().prepare == TokenRatio(0.6)
     assert SummarizationSettings.model_validate({"prepare": False}).prepare is None
@@ -231,7 +231,7 @@ def test_the_prepare_setting_takes_any_trigger_form_or_false() -> None:
 async def test_a_store_down_at_the_lease_lets_the_job_go_ahead_and_its_errors_propagate() -> None:
     from contextlib import asynccontextmanager
 
-    from proxy.summaries.stores.base import StoreUnavailable
+    from compaction_proxy.summaries.stores.base import StoreUnavailable
 
     class DownStore(MemoryStore):
         @asynccontextmanager

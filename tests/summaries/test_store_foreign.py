@@ -15,8 +15,8 @@ import orjson
 import pytest
 import redis
 
-from proxy.summaries.checkpoints import Checkpoints, Lookup, chain
-from proxy.summaries.stores import (
+from compaction_proxy.summaries.checkpoints import Checkpoints, Lookup, chain
+from compaction_proxy.summaries.stores import (
     FORMAT_VERSION,
     Checkpoint,
     CheckpointStore,
@@ -25,8 +25,8 @@ from proxy.summaries.stores import (
     RedisStore,
     SqliteStore,
 )
-from proxy.summaries.stores.base import Foreign
-from proxy.summaries.stores.sqlite import _delete_foreign
+from compaction_proxy.summaries.stores.base import Foreign
+from compaction_proxy.summaries.stores.sqlite import _delete_foreign
 from tests.summaries.conftest import StoreFactory
 from tests.summaries.test_store_contract import chain as keys_chain
 from tests.summaries.test_store_contract import checkpoint
@@ -160,7 +160,8 @@ async def test_a_valid_shorter_prefix_behind_foreign_longer_ones_is_found(
 
 
 async def test_learned_window_records_round_trip(store_factory: StoreFactory) -> None:
-    """proxy/windows.py stores ``messages=()`` with the window in ``meta``: not foreign."""
+    """compaction_proxy/windows.py stores ``messages=()`` with the window in ``meta``: not
+    foreign."""
     store = store_factory()
     record = Checkpoint(
         messages=(), created_at=1_700_000_000.0, meta={"window": 8_192, "upstream": "u"}

@@ -23,7 +23,7 @@ from typing import IO
 
 import httpx
 
-from proxy.compaction.encodings import (
+from compaction_proxy.compaction.encodings import (
     BLOB_URL,
     BUNDLED_ENCODINGS,
     BUNDLED_PACKAGE,

@@ -197,7 +197,13 @@ class ProxyServer(ServerProcess):
         super().__init__(
             name,
             lambda port: python_module_argv(
-                "proxy", "serve", *config_args, "--host", "127.0.0.1", "--port", str(port)
+                "compaction_proxy",
+                "serve",
+                *config_args,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
             ),
             log_path,
             ready_path="/healthz",

@@ -19,9 +19,9 @@ import orjson
 import pytest
 import respx
 
-from proxy.app import ProxyApp, build_edge
-from proxy.config import Settings
-from proxy.transport import HttpxUpstream
+from compaction_proxy.app import ProxyApp, build_edge
+from compaction_proxy.config import Settings
+from compaction_proxy.transport import HttpxUpstream
 
 OPENAI = "http://openai.test/v1"
 LOCAL = "http://local.test/v1"

@@ -1,5 +1,6 @@
 """The calibration ratio is weighted by request size and ignores requests too small to matter
-(proxy/engine/calibration.py), and what it learns moves the triggers (proxy/engine/compactor.py).
+(compaction_proxy/engine/calibration.py), and what it learns moves the triggers
+(compaction_proxy/engine/compactor.py).
 """
 
 from __future__ import annotations
@@ -8,10 +9,15 @@ from typing import Any
 
 import pytest
 
-from proxy.compaction import Mode
-from proxy.config import Settings
-from proxy.engine.calibration import HALF_LIFE_TOKENS, MAX_MODELS, MIN_TOKENS, CalibrationBook
-from proxy.engine.compactor import Compactor
+from compaction_proxy.compaction import Mode
+from compaction_proxy.config import Settings
+from compaction_proxy.engine.calibration import (
+    HALF_LIFE_TOKENS,
+    MAX_MODELS,
+    MIN_TOKENS,
+    CalibrationBook,
+)
+from compaction_proxy.engine.compactor import Compactor
 
 BOUNDS = {"minimum": 0.5, "maximum": 2.0}
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy import __version__
-from proxy.cli import main
-from proxy.config import CONFIG_ENV_VAR
+from compaction_proxy import __version__
+from compaction_proxy.cli import main
+from compaction_proxy.config import CONFIG_ENV_VAR
 
 WriteConfig = Callable[[str], Path]
 
@@ -145,19 +145,19 @@ def test_unknown_command_is_usage_error(capsys: pytest.CaptureFixture[str]) -> N
 def uvicorn_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, dict[str, Any]]]:
     import uvicorn
 
-    import proxy.logs
+    import compaction_proxy.logs
 
     calls: list[tuple[Any, dict[str, Any]]] = []
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: calls.append((app, kw)))
     # serve configures the root logger; keep pytest's handlers.
-    monkeypatch.setattr(proxy.logs, "configure_logging", lambda level: None)
+    monkeypatch.setattr(compaction_proxy.logs, "configure_logging", lambda level: None)
     return calls
 
 
 def test_serve_is_default_command_and_flags_override(
     write_config: WriteConfig, uvicorn_calls: list[tuple[Any, dict[str, Any]]]
 ) -> None:
-    from proxy.app import ProxyApp
+    from compaction_proxy.app import ProxyApp
 
     path = write_config(CONFIG)
     assert main(["--config", str(path), "--port", "9555", "--host", "0.0.0.0"]) == 0
@@ -187,7 +187,7 @@ def test_serve_workers_export_config_path(
     path = write_config(CONFIG)
     assert main(["serve", "--config", str(path), "--workers", "3"]) == 0
     app, kwargs = uvicorn_calls[0]
-    assert app == "proxy.app:create_app_from_env"
+    assert app == "compaction_proxy.app:create_app_from_env"
     assert kwargs["workers"] == 3
     assert kwargs["factory"] is True
     assert os.environ[CONFIG_ENV_VAR] == str(path.resolve())
@@ -243,7 +243,7 @@ def test_serve_hands_uvicorn_the_logging_set_up_for_every_worker(
 def test_logging_config_leaves_the_decision_log_alone_without_the_switch(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from proxy.logs import logging_config
+    from compaction_proxy.logs import logging_config
 
     monkeypatch.delenv("COMPACTION_DEBUG", raising=False)
     assert "compaction_proxy.compaction" not in logging_config("warning")["loggers"]

@@ -16,9 +16,9 @@ import orjson
 import pytest
 import respx
 
-from proxy.app import ProxyApp
-from proxy.cli import main
-from proxy.config import Settings
+from compaction_proxy.app import ProxyApp
+from compaction_proxy.cli import main
+from compaction_proxy.config import Settings
 from tests.support.processes import tiktoken_cache_dir
 from tests.unit.test_app import _RespxTransport, in_process
 
@@ -257,8 +257,8 @@ def test_cli_compact_rejects_a_file_that_is_not_a_conversation(
 def test_calibration_from_upstream_usage_moves_the_trigger(tmp_path: Path) -> None:
     """An upstream that counts twice what tiktoken says (a non-OpenAI model behind an
     OpenAI-compatible API): once learnt, a request at ~55% of the raw budget is compacted."""
-    from proxy.compaction import Mode
-    from proxy.engine.compactor import Compactor
+    from compaction_proxy.compaction import Mode
+    from compaction_proxy.engine.compactor import Compactor
 
     settings = Settings(
         upstreams=[{"name": "up", "base_url": UPSTREAM}],
@@ -294,8 +294,8 @@ def test_missing_encodings_are_fetched_in_the_background(
 
     import tiktoken
 
-    from proxy.compaction import encodings
-    from proxy.engine.compactor import Compactor
+    from compaction_proxy.compaction import encodings
+    from compaction_proxy.engine.compactor import Compactor
 
     monkeypatch.setattr(encodings, "BUNDLED_PACKAGE", "no_such_package_with_encodings")
     cache = tmp_path / "tiktoken-cache"

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.compaction import FactsOverride
-from proxy.config import (
+from compaction_proxy.compaction import FactsOverride
+from compaction_proxy.config import (
     CONFIG_ENV_VAR,
     ConfigError,
     Settings,
@@ -599,7 +599,7 @@ def test_an_empty_inbound_key_is_refused(write_config: Callable[[str], Path]) ->
 
 
 def test_display_url_drops_credentials_and_query() -> None:
-    from proxy.config import UpstreamSettings
+    from compaction_proxy.config import UpstreamSettings
 
     up = UpstreamSettings(name="a", base_url="https://user:tok3n@api.x.com:8443/v1?sig=abc")
     assert up.display_url == "https://api.x.com:8443/v1"

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from proxy.overflow import MAX_ERROR_BODY, MAX_INFLATED, Overflow, detect_overflow
+from compaction_proxy.overflow import MAX_ERROR_BODY, MAX_INFLATED, Overflow, detect_overflow
 
 
 def openai_error(

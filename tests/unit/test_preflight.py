@@ -1,4 +1,5 @@
-"""Start-up checks beyond the schema (proxy/preflight.py), and the CLI overrides' validation."""
+"""Start-up checks beyond the schema (compaction_proxy/preflight.py), and the CLI overrides'
+validation."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from proxy import preflight
-from proxy.cli import main
-from proxy.config import ConfigError, Settings, load_settings, override_server
+from compaction_proxy import preflight
+from compaction_proxy.cli import main
+from compaction_proxy.config import ConfigError, Settings, load_settings, override_server
 
 WriteConfig = Callable[[str], Path]
 KEYED = {"name": "openai", "base_url": "https://api.openai.com/v1", "api_key": "sk-up-SECRET"}

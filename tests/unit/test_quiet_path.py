@@ -1,5 +1,5 @@
 """The prompt-bound fast path of `Compactor.run`: same answers as the full path, taken only
-where nothing can fire (proxy/engine/quiet.py)."""
+where nothing can fire (compaction_proxy/engine/quiet.py)."""
 
 from __future__ import annotations
 
@@ -8,16 +8,16 @@ from typing import Any
 
 import pytest
 
-from proxy.compaction import (
+from compaction_proxy.compaction import (
     Mode,
     Pipeline,
     compact_async,
 )
-from proxy.compaction.strategies.base import Strategy
-from proxy.compaction.strategies.composite import PipelineStrategy
-from proxy.compaction.strategies.summarization import SummarizationStrategy
-from proxy.compaction.strategies.truncation import TruncationStrategy
-from proxy.compaction.triggers import (
+from compaction_proxy.compaction.strategies.base import Strategy
+from compaction_proxy.compaction.strategies.composite import PipelineStrategy
+from compaction_proxy.compaction.strategies.summarization import SummarizationStrategy
+from compaction_proxy.compaction.strategies.truncation import TruncationStrategy
+from compaction_proxy.compaction.triggers import (
     Always,
     AnyOf,
     MessagesExceed,
@@ -25,9 +25,9 @@ from proxy.compaction.triggers import (
     TokensBelow,
     TokensExceed,
 )
-from proxy.config import Settings
-from proxy.engine.compactor import Compactor
-from proxy.engine.quiet import QuietLimits, quiet_limit
+from compaction_proxy.config import Settings
+from compaction_proxy.engine.compactor import Compactor
+from compaction_proxy.engine.quiet import QuietLimits, quiet_limit
 from tests.support.processes import tiktoken_cache_dir
 
 WINDOW = 4000
@@ -204,7 +204,7 @@ async def test_an_estimated_request_is_counted_once_either_way(
 ) -> None:
     """The provider counts requests served by the estimator (a metric): the fast path asks it
     for the tokenizer once, and the full path it hands over to does not ask again."""
-    from proxy.compaction import encodings
+    from compaction_proxy.compaction import encodings
 
     monkeypatch.setattr(encodings, "BUNDLED_PACKAGE", "no_such_package_with_encodings")
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", "/nonexistent-tiktoken-cache")

@@ -16,15 +16,15 @@ import respx
 from aiohttp.client_reqrep import ConnectionKey
 from httpcore._exceptions import map_exceptions
 
-from proxy.config import ServerSettings, UpstreamSettings
-from proxy.transport import (
+from compaction_proxy.config import ServerSettings, UpstreamSettings
+from compaction_proxy.transport import (
     TRANSPORT_ERRORS,
     AiohttpUpstream,
     HttpxUpstream,
     make_transport,
     plain_httpx_client,
 )
-from proxy.upstream import (
+from compaction_proxy.upstream import (
     Router,
     UpstreamFailure,
     classify_error,
@@ -537,7 +537,7 @@ def _walk(exc: BaseException) -> Iterator[BaseException]:
 
 
 def test_upstream_request_id_is_renamed_so_the_client_sees_one_id() -> None:
-    from proxy.upstream import response_headers as rh
+    from compaction_proxy.upstream import response_headers as rh
 
     out = rh(httpx.Headers([("X-Request-Id", "req_up"), ("content-type", "application/json")]))
     assert (b"x-upstream-request-id", b"req_up") in out

@@ -1,4 +1,5 @@
-"""proxy/windows.py: which window a request is budgeted for, learned and discovered windows.
+"""compaction_proxy/windows.py: which window a request is budgeted for, learned and discovered
+windows.
 
 The store is a real MemoryStore or SqliteStore (the contract the book relies on); the upstream
 listing is served by an httpx MockTransport that counts its calls.
@@ -16,13 +17,13 @@ import httpx
 import orjson
 import pytest
 
-from proxy.config import Settings, UpstreamSettings
-from proxy.engine.compactor import Compactor
-from proxy.overflow import Overflow
-from proxy.summaries.stores.base import Checkpoint, StoreUnavailable
-from proxy.summaries.stores.memory import MemoryStore
-from proxy.summaries.stores.sqlite import SqliteStore
-from proxy.windows import (
+from compaction_proxy.config import Settings, UpstreamSettings
+from compaction_proxy.engine.compactor import Compactor
+from compaction_proxy.overflow import Overflow
+from compaction_proxy.summaries.stores.base import Checkpoint, StoreUnavailable
+from compaction_proxy.summaries.stores.memory import MemoryStore
+from compaction_proxy.summaries.stores.sqlite import SqliteStore
+from compaction_proxy.windows import (
     FAILED_LISTING_SECONDS,
     MIN_LEARNED_WINDOW,
     STORE_MISS_SECONDS,
@@ -258,8 +259,8 @@ async def test_replicas_share_learned_windows(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """Two books on one store (two replicas, or a replica and its restart) on every backend."""
-    from proxy.config import StoreSettings
-    from proxy.summaries.stores.factory import make_store
+    from compaction_proxy.config import StoreSettings
+    from compaction_proxy.summaries.stores.factory import make_store
 
     url = request.getfixturevalue("redis_url") if backend == "redis" else None
     store = make_store(
@@ -453,7 +454,7 @@ class DownStore:
     ],
 )
 def test_config_errors_name_the_key(windows: dict[str, Any], path: str, write_config: Any) -> None:
-    from proxy.config import ConfigError, load_settings
+    from compaction_proxy.config import ConfigError, load_settings
 
     config = write_config("windows: " + orjson.dumps(windows).decode() + "\n")
     with pytest.raises(ConfigError) as caught:

@@ -1,0 +1,5 @@
+"""Allows `python -m proxy`, the same entry point as the `compaction-proxy` script."""
+
+from compaction_proxy.cli import main
+
+raise SystemExit(main())

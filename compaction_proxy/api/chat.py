@@ -1,0 +1,53 @@
+"""POST /v1/chat/completions: validate, compact, forward, stream back.
+
+The compaction attempts and the forward loop with compact-and-retry are shared with the
+Responses route (compaction_proxy/api/attempts.py); this module only reads the chat body.
+"""
+
+from __future__ import annotations
+
+from compaction_proxy.api.attempts import Attempt, Subject, compact, send_with_retries
+from compaction_proxy.api.forward import Outcome
+from compaction_proxy.api.requests import (
+    compaction_mode,
+    effective_window,
+    parse_chat_body,
+    validate_chat,
+)
+from compaction_proxy.asgi import Receive, Scope, Send, read_body
+from compaction_proxy.compaction.messages import last_user_text
+from compaction_proxy.context import RequestContext
+from compaction_proxy.summaries.stores import StoreBudget
+
+
+async def chat_completions(
+    ctx: RequestContext, scope: Scope, receive: Receive, send: Send
+) -> Outcome:
+    # Every store call of the request (window read, lookup, summary flights, the checkpoint
+    # saved once the upstream answers, a learned window) shares one time budget: a store that
+    # hangs costs the request that much at most, however many calls it would have made.
+    with StoreBudget(ctx.state.settings.store.request_budget):
+        return await _chat_completions(ctx, scope, receive, send)
+
+
+async def _chat_completions(
+    ctx: RequestContext, scope: Scope, receive: Receive, send: Send
+) -> Outcome:
+    state = ctx.state
+    raw = await read_body(scope, receive, state.settings.server.max_body_bytes)
+    ctx.bytes_in = len(raw)
+    data = parse_chat_body(raw)
+    model: str = data["model"]
+    ctx.model = model
+    mode = compaction_mode(scope)
+    upstream = state.router.for_model(model)
+    ctx.upstream = upstream.name
+    if state.settings.dashboard.show_content:
+        ctx.content = last_user_text(data["messages"])
+    attempt: Attempt | None = None
+    # An empty list has nothing to compact; the upstream gives its own verdict on it.
+    if mode is not None and data["messages"] and state.compactor.enabled_for(model):
+        validate_chat(data)
+        window = await effective_window(ctx, scope, upstream, model)
+        attempt = await compact(ctx, scope, Subject(data, raw, mode), window)
+    return await send_with_retries(ctx, scope, receive, send, upstream, raw, attempt)

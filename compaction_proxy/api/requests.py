@@ -1,0 +1,141 @@
+"""What the chat and preview routes share: reading a chat-completions request, its headers,
+the window it is budgeted for, and the report headers of its compaction."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+
+from compaction_proxy.asgi import Scope, header
+from compaction_proxy.compaction import CompactionResult, Mode, validate_messages
+from compaction_proxy.config import UpstreamSettings
+from compaction_proxy.context import RequestContext
+from compaction_proxy.errors import bad_request
+from compaction_proxy.windows import Window
+
+log = logging.getLogger("compaction_proxy.chat")
+
+_MODES = {
+    b"off": None,
+    b"dry-run": Mode.DRY_RUN,
+    b"dry-run-local": Mode.DRY_RUN_LOCAL,
+    b"force": Mode.FORCE,
+    b"on": Mode.NORMAL,
+}
+
+
+def parse_chat_body(raw: bytes) -> dict[str, Any]:
+    """The request as a dict, or a 400 that says exactly what is wrong with it."""
+    data = parse_json_object(raw)
+    if "messages" not in data:
+        raise bad_request(
+            "'messages' is required", param="messages", code="missing_required_parameter"
+        )
+    if not isinstance(data["messages"], list):
+        raise bad_request(
+            f"'messages' must be an array, not {type(data['messages']).__name__}",
+            param="messages",
+            code="invalid_type",
+        )
+    model = data.get("model")
+    if not isinstance(model, str):
+        raise bad_request(
+            "'model' is required and must be a string"
+            if model is None
+            else f"'model' must be a string, not {type(model).__name__}",
+            param="model",
+            code="missing_required_parameter" if model is None else "invalid_type",
+        )
+    return data
+
+
+def parse_json_object(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object, or a 400 saying why it is not one (every route that reads
+    its body: chat completions, the Responses API)."""
+    if not raw.strip():
+        raise bad_request("the request body is empty; expected a JSON object", code="invalid_json")
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise bad_request(
+            f"the request body is not valid JSON: {exc}", code="invalid_json"
+        ) from None
+    if not isinstance(data, dict):
+        raise bad_request(
+            f"the request body must be a JSON object, not {type(data).__name__}",
+            code="invalid_json",
+        )
+    return data
+
+
+def compaction_mode(scope: Scope) -> Mode | None:
+    """The `X-Compaction` header: off | dry-run | dry-run-local | force (absent: normal).
+    None means off."""
+    raw = header(scope, b"x-compaction")
+    if raw is None:
+        return Mode.NORMAL
+    value = raw.strip().lower()
+    if value not in _MODES:
+        raise bad_request(
+            "X-Compaction must be one of off, dry-run, dry-run-local, force "
+            f"(got {raw.decode('latin-1')!r})",
+            param="X-Compaction",
+            code="invalid_header",
+        )
+    return _MODES[value]
+
+
+def validate_chat(data: dict[str, Any]) -> None:
+    issue = validate_messages(data["messages"])
+    if issue is not None:
+        raise bad_request(issue.message, param=issue.param, code="invalid_messages")
+
+
+def report_headers(result: CompactionResult, mode: Mode) -> list[tuple[bytes, bytes]]:
+    report = result.report
+    strategies = ",".join(report.changed_by) or "none"
+    headers = [
+        (b"x-compaction-tokens-before", str(report.tokens_before).encode()),
+        (b"x-compaction-tokens-after", str(report.tokens_after).encode()),
+        (b"x-compaction-strategies", strategies.encode()),
+    ]
+    if mode in (Mode.DRY_RUN, Mode.DRY_RUN_LOCAL):
+        headers.append((b"x-compaction-dry-run", b"true"))
+    for warning in report.warnings:
+        headers.append((b"x-compaction-warning", header_safe(warning)))
+    return headers
+
+
+def header_safe(text: str) -> bytes:
+    cleaned = " ".join(text.split())
+    return cleaned[:500].encode("ascii", "replace")
+
+
+async def effective_window(
+    ctx: RequestContext, scope: Scope, upstream: UpstreamSettings, model: str
+) -> Window:
+    """The window to budget `model` for (compaction_proxy/windows.py).
+
+    Never fails the request: a problem here means budgeting with the catalog's window.
+    """
+    try:
+        return await ctx.state.windows.window_for(
+            upstream, model, None if ctx.authenticated else authorization(scope)
+        )
+    except Exception:
+        log.exception("window lookup failed; using the catalog's window")
+    return Window(ctx.state.compactor.catalog.facts_for(model).context_window, "default")
+
+
+def credential(scope: Scope) -> str | None:
+    """Who is asking, for the checkpoint namespace: the key the client presented (to the
+    proxy or, passed through, to the upstream). Hashed before it is used anywhere."""
+    value = header(scope, b"authorization") or header(scope, b"x-api-key")
+    return value.decode("latin-1") if value else None
+
+
+def authorization(scope: Scope) -> str | None:
+    value = header(scope, b"authorization")
+    return value.decode("latin-1") if value else None

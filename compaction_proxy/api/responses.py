@@ -1,0 +1,141 @@
+"""POST /v1/responses: the Responses API compacted in flight, on the chat-completions core.
+
+A stateless Responses agent (``store: false``, the whole ``input`` re-sent every turn) grows
+exactly as a chat agent does, so it gets exactly the same compaction: the body's items are
+shown to the core as chat messages (compaction_proxy/responses/), the compaction shared with the
+chat route runs on them (compaction_proxy/api/attempts.py: checkpoint lookup, pipeline, summaries,
+report headers, the checkpoint saved once the upstream accepts), and each attempt is mapped back to
+items (:func:`as_responses`). The reply, JSON or typed SSE events, is relayed byte for byte; an
+overflow refusal is compacted away and retried as for chat completions. Summary calls get the
+plain-text transcript, not the chat-shaped view as a prefix: the view carries ``input_text``
+parts and custom tool calls a strict chat-completions server refuses.
+
+What stays untouched: a request that continues server-side state (``previous_response_id``,
+``conversation``: the upstream prepends history the proxy cannot see, so it can neither count
+nor compact it; ``X-Compaction-Skipped`` says so), ``X-Compaction: off``, and anything a
+compaction failure would touch (the original goes upstream, with a warning). ``truncation:
+"auto"`` is the upstream's business and goes along as sent.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import Any
+
+import orjson
+
+from compaction_proxy.api.attempts import Attempt, Subject, compact, failed, send_with_retries
+from compaction_proxy.api.forward import Outcome
+from compaction_proxy.api.requests import (
+    compaction_mode,
+    effective_window,
+    header_safe,
+    parse_json_object,
+)
+from compaction_proxy.asgi import Receive, Scope, Send, read_body
+from compaction_proxy.compaction.messages import last_user_text
+from compaction_proxy.context import RequestContext
+from compaction_proxy.errors import bad_request
+from compaction_proxy.responses import (
+    Lifted,
+    input_items,
+    lift,
+    lower,
+    server_state,
+    validate_request,
+)
+from compaction_proxy.summaries.stores import StoreBudget
+
+log = logging.getLogger("compaction_proxy.responses")
+
+
+async def responses(ctx: RequestContext, scope: Scope, receive: Receive, send: Send) -> Outcome:
+    # One time budget for every store call of the request, as for chat completions.
+    with StoreBudget(ctx.state.settings.store.request_budget):
+        return await _responses(ctx, scope, receive, send)
+
+
+async def _responses(ctx: RequestContext, scope: Scope, receive: Receive, send: Send) -> Outcome:
+    state = ctx.state
+    raw = await read_body(scope, receive, state.settings.server.max_body_bytes)
+    ctx.bytes_in = len(raw)
+    body = parse_responses_body(raw)
+    model = body.get("model")
+    ctx.model = model if isinstance(model, str) else None
+    mode = compaction_mode(scope)
+    upstream = state.router.for_model(ctx.model)
+    ctx.upstream = upstream.name
+    attempt: Attempt | None = None
+    held_by = server_state(body)
+    if held_by is not None:
+        ctx.response_headers.append((b"x-compaction-skipped", skipped_note(held_by)))
+    elif (
+        mode is not None
+        and ctx.model is not None
+        and input_items(body)
+        and state.compactor.enabled_for(ctx.model)
+    ):
+        issue = validate_request(body)
+        if issue is not None:
+            raise bad_request(issue.message, param=issue.param, code="invalid_input")
+        lifted = lift(body)
+        if state.settings.dashboard.show_content:
+            ctx.content = last_user_text(lifted.messages)
+        window = await effective_window(ctx, scope, upstream, ctx.model)
+        subject = Subject(
+            lifted.chat_body(body),
+            raw,
+            mode,
+            reshape=partial(as_responses, lifted=lifted, body=body),
+            # The view's parts and custom calls are not chat completions: a summary call
+            # sends the plain-text transcript, never the view as a cache-aligned prefix.
+            summary_prefix=False,
+        )
+        attempt = await compact(ctx, scope, subject, window)
+    return await send_with_retries(ctx, scope, receive, send, upstream, raw, attempt)
+
+
+def as_responses(attempt: Attempt, *, lifted: Lifted, body: dict[str, Any]) -> Attempt:
+    """``attempt`` (made on the chat-shaped view) with a Responses body to forward.
+
+    Unchanged requests and dry runs keep the client's bytes. Otherwise the pipeline's messages
+    are mapped back to items and only ``input`` is replaced, every other field going upstream
+    as the client sent it. A failure here is a compaction failure: the original is forwarded.
+    """
+    result = attempt.result
+    if result is None or attempt.body is attempt.subject.raw:
+        return attempt
+    try:
+        lowered = lower(lifted, result.messages)
+        attempt.body = orjson.dumps({**body, "input": lowered.items})
+    except Exception:
+        log.exception("mapping the compacted input back failed; forwarding the original request")
+        return failed(attempt.subject, attempt.window)
+    attempt.headers.extend((b"x-compaction-warning", header_safe(n)) for n in lowered.notes)
+    return attempt
+
+
+def parse_responses_body(raw: bytes) -> dict[str, Any]:
+    """The request as a dict, or a 400 that says what is wrong with it.
+
+    ``model`` and ``input`` may be absent (a stored prompt supplies them); the upstream judges
+    that. A ``model`` that is not a string is refused here, as chat completions does.
+    """
+    data = parse_json_object(raw)
+    model = data.get("model")
+    if model is not None and not isinstance(model, str):
+        raise bad_request(
+            f"'model' must be a string, not {type(model).__name__}",
+            param="model",
+            code="invalid_type",
+        )
+    return data
+
+
+def skipped_note(field: str) -> bytes:
+    """``X-Compaction-Skipped``: why the request went upstream uncompacted."""
+    return (
+        f"{field}: the upstream holds this conversation's history, which the proxy cannot see; "
+        "forwarded unchanged"
+    ).encode()

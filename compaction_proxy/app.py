@@ -1,0 +1,305 @@
+"""The ASGI application: a thin plain-ASGI front for /v1, FastAPI for everything else.
+
+The forwarding routes sit in front of FastAPI as raw ASGI so the hot path has no routing,
+dependency solving or response-class machinery; the pages and JSON endpoints that are not on
+the hot path (health, preview, metrics, dashboard) use FastAPI normally.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+from fastapi import FastAPI
+
+from compaction_proxy import __version__
+from compaction_proxy.api import dashboard, health, metrics
+from compaction_proxy.api.chat import chat_completions
+from compaction_proxy.api.forward import Outcome
+from compaction_proxy.api.passthrough import passthrough
+from compaction_proxy.api.preview import preview
+from compaction_proxy.api.responses import responses
+from compaction_proxy.asgi import ClientGone, Message, Receive, Scope, Send, header, send_error
+from compaction_proxy.auth import key_matches, presented_key
+from compaction_proxy.config import Settings, load_settings
+from compaction_proxy.context import AppState, RequestContext
+from compaction_proxy.engine import Compactor, build_flow
+from compaction_proxy.errors import ProxyError
+from compaction_proxy.logs import ACCESS, access_line
+from compaction_proxy.observability.telemetry import Telemetry
+from compaction_proxy.paths import UnsafePath, needs_normalizing, normalize
+from compaction_proxy.summaries.stores.factory import make_store
+from compaction_proxy.summaries.summarizer import validate_summarization_config
+from compaction_proxy.transport import (
+    HttpxUpstream,
+    UpstreamTransport,
+    make_transport,
+    plain_httpx_client,
+)
+from compaction_proxy.upstream import Router
+from compaction_proxy.windows import WindowBook
+
+log = logging.getLogger("compaction_proxy.app")
+
+# Unique per process start (random) and per request (a counter): no syscall per request.
+_ID_PREFIX = os.urandom(11).hex()
+_ID_COUNTER = itertools.count(1)
+_REQUEST_ID = re.compile(rb"^[A-Za-z0-9._:\-]{1,128}$")
+
+
+class ProxyApp:
+    """Root ASGI callable: request ids, inbound auth, dispatch, one access-log line."""
+
+    def __init__(self, settings: Settings, edge: AppState | None = None) -> None:
+        """`edge`: what `build_edge` made for `settings`; None: built here (in-process tests
+        build it themselves, around a client of their own)."""
+        self.state = edge if edge is not None else build_edge(settings)
+        self.telemetry = self.state.telemetry
+        self._api_keys = [k.get_secret_value().encode() for k in settings.server.api_keys]
+        self.fastapi = _build_fastapi(self.state)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.fastapi(scope, receive, send)  # lifespan (and websockets, refused)
+            return
+        ctx = RequestContext(state=self.state, request_id=_request_id(scope))
+        ctx.response_headers.append((b"x-request-id", ctx.request_id.encode()))
+        path: str = scope["path"]
+        try:
+            path = _safe_path(scope)
+            if path.startswith("/v1/"):
+                # The hot path sends straight to the server: every response it makes carries
+                # ctx.response_headers (the request id among them), no wrapper per message.
+                self._authenticate(ctx, scope)
+                if path == "/v1/compaction/preview":
+                    await preview(ctx, scope, receive, send)
+                else:
+                    outcome = await self._forward(ctx, scope, receive, send)
+                    ctx.status = 499 if outcome.client_gone else outcome.status
+                    ctx.bytes_out = outcome.bytes_out
+                    ctx.client_gone = outcome.client_gone
+                    ctx.upstream_request_id = outcome.upstream_request_id
+                    ctx.upstream_seconds = outcome.upstream_seconds
+                    ctx.upstream_prompt_tokens = outcome.prompt_tokens
+            else:
+                scope.setdefault("state", {})["request_context"] = ctx
+                await self.fastapi(scope, receive, _with_request_id(ctx, send))
+        except ProxyError as error:
+            ctx.status = error.status
+            await send_error(send, error, ctx.response_headers)
+        except ClientGone:
+            ctx.status = 499
+            ctx.client_gone = True
+        finally:
+            self.telemetry.record_request(ctx, scope.get("method"), path)
+            _calibrate(ctx)
+            _access_log(ctx, scope)
+
+    async def _forward(
+        self, ctx: RequestContext, scope: Scope, receive: Receive, send: Send
+    ) -> Outcome:
+        if scope["path"] == "/v1/chat/completions" and scope["method"] == "POST":
+            return await chat_completions(ctx, scope, receive, send)
+        if scope["path"] == "/v1/responses" and scope["method"] == "POST":
+            return await responses(ctx, scope, receive, send)
+        return await passthrough(ctx, scope, receive, send)
+
+    def _authenticate(self, ctx: RequestContext, scope: Scope) -> None:
+        if not self._api_keys:
+            return
+        presented = presented_key(header(scope, b"authorization"), header(scope, b"x-api-key"))
+        matched = key_matches(presented, self._api_keys)
+        if not matched:
+            raise ProxyError(
+                401,
+                "missing or invalid API key for this proxy: send 'Authorization: Bearer <key>' "
+                "with one of the keys in server.api_keys",
+                "invalid_request_error",
+                "invalid_api_key",
+            )
+        ctx.authenticated = True
+
+
+def _safe_path(scope: Scope) -> str:
+    """Resolve dot segments and duplicate slashes before routing (compaction_proxy/paths.py).
+
+    The scope is rewritten so routing, logs and the forwarded URL all see the same path; a
+    path that leaves /v1 is a 400 and never reaches an upstream.
+    """
+    raw: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")
+    if not needs_normalizing(raw):
+        return str(scope["path"])
+    try:
+        safe = normalize(raw)
+    except UnsafePath as error:
+        raise ProxyError(400, str(error), "invalid_request_error", "invalid_path") from None
+    scope["path"] = safe.path
+    scope["raw_path"] = safe.raw
+    return safe.path
+
+
+def _calibrate(ctx: RequestContext) -> None:
+    """Feed the upstream's prompt-token count for a compacted request back to the triggers."""
+    report = ctx.report
+    if report is None or not ctx.upstream_prompt_tokens or report.mode == "dry-run":
+        return
+    ctx.state.compactor.calibrate(report.model, ctx.upstream_prompt_tokens, report.tokens_after)
+
+
+def _with_request_id(ctx: RequestContext, send: Send) -> Send:
+    """For FastAPI's routes: add the request id to the response and note the status."""
+
+    async def wrapped(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            ctx.status = message["status"]
+            message["headers"] = [*message["headers"], *ctx.response_headers]
+        await send(message)
+
+    return wrapped
+
+
+def _request_id(scope: Scope) -> str:
+    given = header(scope, b"x-request-id")
+    if given is not None and _REQUEST_ID.match(given):
+        return given.decode()
+    return f"{_ID_PREFIX}{next(_ID_COUNTER):010x}"
+
+
+def _access_log(ctx: RequestContext, scope: Scope) -> None:
+    if not ACCESS.isEnabledFor(logging.INFO):
+        return
+    # Serialized here, once, with orjson: the formatter passes the line through untouched.
+    ACCESS.info(
+        access_line(
+            {
+                "request_id": ctx.request_id,
+                "method": scope.get("method"),
+                "path": scope.get("path"),
+                "model": ctx.model,
+                "upstream": ctx.upstream,
+                "upstream_request_id": ctx.upstream_request_id,
+                "status": ctx.status,
+                "bytes_in": ctx.bytes_in,
+                "bytes_out": ctx.bytes_out,
+                "duration_ms": round(ctx.elapsed_ms, 2),
+                **_report_fields(ctx),
+            }
+        )
+    )
+
+
+def _report_fields(ctx: RequestContext) -> dict[str, object]:
+    report = ctx.report
+    if report is None:
+        return {}
+    fields: dict[str, object] = {
+        "tokens_before": report.tokens_before,
+        "tokens_after": report.tokens_after,
+        "strategies": list(report.changed_by),
+    }
+    if ctx.overflow_outcome is not None:
+        fields["overflow"] = ctx.overflow_outcome
+        fields["retries"] = ctx.compaction_retries
+    return fields
+
+
+def _build_fastapi(state: AppState) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state.compactor.warm_up()
+        log.info(
+            "ready",
+            extra={
+                "upstreams": [u.name for u in state.settings.upstreams],
+                "transport": state.settings.server.upstream_transport,
+            },
+        )
+        try:
+            yield
+        finally:
+            state.shutting_down = True
+            await state.windows.close()
+            await state.flow.preparer.close()
+            await state.transport.aclose()
+            await state.client.aclose()
+            await state.store.close()
+            state.compactor.close()
+
+    app = FastAPI(
+        title="compaction-proxy",
+        version=__version__,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    app.state.proxy = state
+    app.include_router(health.router)
+    app.include_router(metrics.router)
+    if state.settings.dashboard.enabled:
+        app.include_router(dashboard.router)
+    return app
+
+
+def build_edge(
+    settings: Settings,
+    *,
+    client: httpx.AsyncClient | None = None,
+    transport: UpstreamTransport | None = None,
+) -> AppState:
+    """The whole edge, built in one place; the lifespan only warms it up and closes it.
+
+    Nothing here connects anywhere: the store, the published windows and the aiohttp session
+    connect on first use, inside the server's event loop. `client` is the httpx client for the
+    proxy's own calls (the summarizer, published windows), `transport` what forwarding uses;
+    None: a plain client (compaction_proxy/transport.py) and the configured
+    `server.upstream_transport`.
+    """
+    if settings.summarization.enabled:
+        validate_summarization_config(settings)
+    server = settings.server
+    compactor = Compactor(settings)
+    store = make_store(settings.store)
+    if client is None:
+        client = plain_httpx_client(server)
+    if transport is None:
+        transport = (
+            HttpxUpstream(client)
+            if server.upstream_transport == "httpx"
+            else make_transport(server)
+        )
+    proxy_client = client
+    windows = WindowBook(settings, store, lambda: proxy_client, catalog=compactor.catalog)
+    flow = build_flow(settings, compactor, store, client, windows)
+    telemetry = Telemetry(settings, tokenizers=compactor.tokenizers)
+    telemetry.watch_windows(windows)
+    telemetry.watch_store(store)
+    if flow.summarizer is not None:
+        telemetry.watch_summarizer(flow.summarizer.stats)
+        if flow.preparer.enabled:
+            telemetry.watch_preparer(flow.preparer.stats)
+    return AppState(
+        settings=settings,
+        router=Router(settings.upstreams),
+        compactor=compactor,
+        store=store,
+        client=client,
+        transport=transport,
+        windows=windows,
+        flow=flow,
+        telemetry=telemetry,
+    )
+
+
+def create_app(settings: Settings | None = None) -> ProxyApp:
+    return ProxyApp(settings or load_settings())
+
+
+def create_app_from_env() -> ProxyApp:
+    """Factory for uvicorn workers: each worker process reads the same config file."""
+    return ProxyApp(load_settings(os.environ.get("COMPACTION_PROXY_CONFIG") or None))

@@ -1,0 +1,377 @@
+"""The core's entry point: compact one request with a pipeline of strategies.
+
+:func:`compact_async` (and its synchronous twin :func:`compact`) takes one
+:class:`CompactionRequest`, builds the view, the budget and a draft, then runs the pipeline:
+
+1. Each strategy in order checks its own trigger on the current (partially compacted) state;
+   when it fires it applies, and the draft is re-based so the next strategy sees the result.
+2. Early stop (token-budget composition, :mod:`.strategies.composite`): once some strategy has
+   changed the request, the remaining strategies are skipped as soon as the pipeline's
+   ``stop_when`` condition no longer fires.  ``stop_when`` defaults to ``over_budget`` ("stop as
+   soon as the budget holds"); the default pipeline uses its own target (``token_ratio: 0.5``)
+   so it compacts towards it.
+3. Fallback: if the request is still over budget, drop the oldest groups the invariants allow.
+4. Last resort: if nothing is left to drop and it still does not fit, soft-trim the largest
+   tool results (even the newest step's) to head + marker + tail until it does
+   (:class:`~.strategies.last_resort.OversizedResultTrim`).  If even that cannot fit (user or
+   system text alone is too large: never cut), the smallest valid list goes out and the
+   report carries a warning.
+
+Determinism and idempotency: everything is a function of the input; every strategy's target
+is met (or nothing removable is left) on its output, so compacting the output again with the
+same budget finds no trigger that can change anything.
+
+Sync and async: :func:`compact` runs the same coroutine as :func:`compact_async` with no
+summarizer, so nothing suspends (see :mod:`.strategies.composite`); the summarization strategy
+then skips with the note "summarizer not available" and the later strategies (truncation at
+worst) still bring the request under budget.
+
+Failures: a strategy that fired but could not do its work (a summarizer failure) changed
+nothing and reports ``failed``; the pipeline continues with the next strategy, and the report
+gets the warning ``"<strategy> failed (<reason>): <message>; fell back to <next>"`` where
+``<next>`` is the first later strategy that changed the request (see
+:attr:`~.report.CompactionReport.failures`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any
+
+from .budget import Budget, Calibration, ModelCatalog, ModelFacts, compute_budget
+from .draft import Draft
+from .messages import Message
+from .report import CompactionReport, StrategyReport
+from .strategies.base import Strategy, StrategyContext
+from .strategies.composite import (
+    FallbackTruncation,
+    PipelineStrategy,
+    run_sequence_async,
+    run_strategy_async,
+    run_to_completion,
+    skipped_report,
+)
+from .strategies.last_resort import OversizedResultTrim
+from .summarizer import Summarizer
+from .tokenizer_provider import TokenizerProvider
+from .tokens import Tokenizer
+from .triggers import Condition, Metrics, OverBudget, firing_tokens
+from .view import DEFAULT_SUMMARY_MARKER, SummaryMarker, build_view
+
+
+class Mode(StrEnum):
+    """How the caller wants compaction applied (``X-Compaction`` header).
+
+    ``off`` is handled by the edge (it does not call :func:`compact`).  ``dry-run`` computes
+    exactly what ``normal`` would; the caller forwards the original and shows the result.
+    ``dry-run-local`` is a dry run that must not reach the network: the edge runs it as
+    ``dry-run`` without a summarizer, so summarization is reported as skipped.
+    """
+
+    NORMAL = "normal"
+    FORCE = "force"
+    DRY_RUN = "dry-run"
+    DRY_RUN_LOCAL = "dry-run-local"
+
+
+def summary_marker_for(strategies: Sequence[Strategy]) -> SummaryMarker:
+    """The default marker, extended with every role the strategies place summaries in.
+
+    A ``system`` placement is opt-in (see "Checkpoints" in docs/architecture.md), so only a
+    pipeline that writes system-role summaries recognises a ``<summary>`` system message as a
+    checkpoint.
+    """
+    roles = frozenset().union(*(s.summary_roles for s in strategies))
+    if roles <= DEFAULT_SUMMARY_MARKER.roles:
+        return DEFAULT_SUMMARY_MARKER
+    return replace(DEFAULT_SUMMARY_MARKER, roles=DEFAULT_SUMMARY_MARKER.roles | roles)
+
+
+def failure_warnings(reports: Sequence[StrategyReport]) -> list[str]:
+    """``"<name> failed (<reason>): <message>; fell back to <next>"`` per failed strategy.
+
+    ``reports`` in run order (nested ones flattened); ``<next>`` is the first later strategy
+    that changed the request.
+    """
+    warnings: list[str] = []
+    for position, report in enumerate(reports):
+        if not report.failed:
+            continue
+        after = (r.name for r in reports[position + 1 :] if r.changed and not r.children)
+        fallback = next(after, "nothing (no later strategy changed the request)")
+        warnings.append(
+            f"{report.name} failed ({report.failed}): {report.failure_message or ''}; "
+            f"fell back to {fallback}"
+        )
+    return warnings
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """The configured strategies plus the composition rules.
+
+    ``stop_when``: early-stop condition (continue while it fires), default ``over_budget``.
+    ``fallback``: run the oldest-first truncation fallback when still over budget.
+    ``hysteresis``: once a strategy acted, the later ones keep going towards ``stop_when``
+    even where their own trigger (say ``token_ratio: 0.8``) no longer fires. The default
+    pipeline uses it: fire at 0.8, compact to 0.5 in one go, rather than every strategy
+    nudging the count just under 0.8 and a new prefix every few turns.
+    ``summary_marker``: how checkpoints are recognised; ``None`` (the default) derives it from
+    the strategies (:func:`summary_marker_for`: ``system`` joins the roles only when a
+    summarization strategy places its summary there).
+    """
+
+    strategies: tuple[Strategy, ...] = ()
+    stop_when: Condition | None = None
+    early_stop: bool = True
+    fallback: bool = True
+    summary_marker: SummaryMarker | None = None
+    hysteresis: bool = False
+
+    def marker(self) -> SummaryMarker:
+        """The summary marker this pipeline uses (see ``summary_marker``)."""
+        if self.summary_marker is not None:
+            return self.summary_marker
+        return summary_marker_for(self.strategies)
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    """The messages to forward, whether they differ from the input, and the report.
+
+    When ``changed`` is false, ``messages`` holds the input's own dicts and the edge should
+    forward the original request bytes.
+    """
+
+    messages: list[Message]
+    changed: bool
+    report: CompactionReport
+    metrics: Metrics | None = None
+    """The input's metrics (calibrated tokens, budget, counts) before any strategy ran: what
+    the edge checks its own conditions against (``summarization.prepare``)."""
+
+
+@dataclass(frozen=True)
+class CompactionRequest:
+    """One chat-completions request to compact, and the settings of the run.
+
+    ``messages``, ``model``, ``tools`` (the request's ``tools`` or legacy ``functions``) and
+    ``max_completion_tokens`` / ``max_tokens`` (the output limit, i.e. the output reserve) come
+    from the request body.  The rest is the run's: ``pipeline``; ``tokenizer``, a tokenizer or a
+    provider that picks one by the model's encoding; ``facts``, the model's facts or a catalog to
+    resolve them from ``model`` (default: the built-in catalog); ``reserve_ratio``, the budget's
+    safety reserve; ``calibration``; ``mode``; ``summary_marker``, how summary checkpoints are
+    recognised (default: the pipeline's, :meth:`Pipeline.marker`).
+    """
+
+    messages: Sequence[Message]
+    model: str
+    pipeline: Pipeline
+    tokenizer: Tokenizer | TokenizerProvider
+    facts: ModelFacts | ModelCatalog | None = None
+    tools: Sequence[Mapping[str, Any]] | None = None
+    max_completion_tokens: int | None = None
+    max_tokens: int | None = None
+    reserve_ratio: float = 0.05
+    calibration: Calibration | None = None
+    mode: Mode = Mode.NORMAL
+    summary_marker: SummaryMarker | None = None
+
+
+def compact(request: CompactionRequest) -> CompactionResult:
+    """Compact one chat-completions request, synchronously and without a summarizer.
+
+    The same run as :func:`compact_async` with ``summarizer=None``: a summarization strategy
+    skips with the note "summarizer not available" and the later strategies take over.
+    """
+    return run_to_completion(compact_async(request, summarizer=None))
+
+
+async def compact_async(
+    request: CompactionRequest, *, summarizer: Summarizer | None = None
+) -> CompactionResult:
+    """Compact one chat-completions request (pure apart from ``summarizer``; see the module
+    docstring).
+
+    ``summarizer``: used by the summarization strategy; at most one call per summarization
+    strategy in the pipeline.
+    """
+    model, pipeline, facts = request.model, request.pipeline, request.facts
+    if isinstance(facts, ModelFacts):
+        model_facts = facts
+    else:
+        model_facts = (facts or ModelCatalog()).facts_for(model)
+    tokenizer = request.tokenizer
+    if isinstance(tokenizer, TokenizerProvider):
+        tokenizer = tokenizer.get(model_facts.encoding)
+    calibration = request.calibration or Calibration()
+    marker = request.summary_marker if request.summary_marker is not None else pipeline.marker()
+    budget = compute_budget(
+        model_facts,
+        max_completion_tokens=request.max_completion_tokens,
+        max_tokens=request.max_tokens,
+        reserve_ratio=request.reserve_ratio,
+    )
+    view = build_view(request.messages, tokenizer, summary_marker=marker)
+    draft = Draft(
+        view,
+        tokenizer=tokenizer,
+        budget=budget,
+        tools_tokens=tokenizer.count_tools(request.tools),
+        calibration=calibration,
+        summary_marker=marker,
+    )
+    tokens_before = draft.prompt_tokens
+    metrics_before = draft.metrics()
+    ctx = StrategyContext(force=request.mode is Mode.FORCE, summarizer=summarizer, model=model)
+
+    reports = await run_sequence_async(
+        pipeline.strategies,
+        draft,
+        ctx,
+        stop_when=pipeline.stop_when or OverBudget(),
+        early_stop=pipeline.early_stop,
+        hysteresis=pipeline.hysteresis,
+    )
+    fallback_report = None
+    if pipeline.fallback and draft.over_budget():
+        fallback_report = await run_strategy_async(FallbackTruncation(), draft, StrategyContext())
+    # Settle: a strategy that ages messages by their position saw the array before later
+    # strategies dropped groups from it; where its trigger still fires on the final array,
+    # run it once more there, so the output is a fixpoint (compacting it again changes nothing).
+    # Nothing changed: it already saw the final array.
+    for strategy in _position_aged(pipeline.strategies) if draft.changed else ():
+        if strategy.should_run(draft, ctx):
+            settled = await run_strategy_async(strategy, draft, ctx)
+            if settled.changed:
+                reports.append(settled)
+    last_resort = None
+    trim = OversizedResultTrim()
+    if trim.should_run(draft, StrategyContext()):
+        last_resort = await run_strategy_async(trim, draft, StrategyContext())
+    warnings: list[str] = []
+    ran = tuple(r for r in (*reports, fallback_report, last_resort) if r is not None)
+    for strategy_report in ran:
+        warnings.extend(strategy_report.warnings)
+    warnings.extend(failure_warnings([r for top in ran for r in top.walk()]))
+    if draft.over_budget():
+        tokens_now = calibration.apply(draft.prompt_tokens)
+        if any(True for _ in draft.removable()):
+            warnings.append(
+                f"over budget: {tokens_now} tokens > {budget.limit}; fallback "
+                "truncation is disabled"
+            )
+        else:
+            warnings.append(
+                f"over budget: {tokens_now} tokens > {budget.limit}; the system "
+                "messages, the newest user message and the newest step alone exceed it, "
+                "so the smallest valid request is forwarded"
+            )
+    out = draft.project()
+    changed = draft.changed
+    report = _report(
+        request,
+        tokenizer.name,
+        budget,
+        calibration,
+        tokens_before=tokens_before,
+        tokens_after=draft.prompt_tokens,
+        messages_before=len(view.messages),
+        messages_after=len(out),
+        strategies=tuple(reports),
+        fallback=fallback_report,
+        warnings=tuple(warnings),
+        last_resort=last_resort,
+    )
+    return CompactionResult(
+        messages=out if changed else list(request.messages),
+        changed=changed,
+        report=report,
+        metrics=metrics_before,
+    )
+
+
+def unchanged_result(
+    request: CompactionRequest,
+    tokenizer: str,
+    budget: Budget,
+    calibration: Calibration,
+    tokens: int,
+) -> CompactionResult:
+    """What :func:`compact_async` returns for ``request`` when no trigger fires (every
+    strategy skipped by its trigger, the counts unchanged, the input's own dicts), built
+    without the view by a caller that knows the exact count ``tokens`` (the edge's quiet path,
+    compaction_proxy/engine/quiet.py); ``metrics`` is left out: the view's groups and turns are
+    unknown."""
+    skipped = tuple(skipped_report(s.name, tokens, "trigger") for s in request.pipeline.strategies)
+    report = _report(
+        request,
+        tokenizer,
+        budget,
+        calibration,
+        tokens_before=tokens,
+        tokens_after=tokens,
+        messages_before=len(request.messages),
+        messages_after=len(request.messages),
+        strategies=skipped,
+    )
+    return CompactionResult(messages=list(request.messages), changed=False, report=report)
+
+
+def _report(
+    request: CompactionRequest,
+    tokenizer: str,
+    budget: Budget,
+    calibration: Calibration,
+    **figures: Any,
+) -> CompactionReport:
+    """A report's fixed part (model, mode, tokenizer, budget, calibration) plus ``figures``."""
+    return CompactionReport(
+        model=request.model,
+        mode=str(request.mode),
+        tokenizer=tokenizer,
+        context_window=budget.context_window,
+        output_reserve=budget.output_reserve,
+        safety_reserve=budget.safety_reserve,
+        budget=budget.limit,
+        calibration=calibration.effective,
+        **figures,
+    )
+
+
+def firing_point(pipeline: Pipeline, metrics: Metrics) -> int | None:
+    """The calibrated token count at which some strategy of ``pipeline`` (or its fallback)
+    starts to fire as the conversation grows, other metrics as in ``metrics``; ``None`` when
+    growth alone would not make anything fire (within four budgets).
+
+    A strategy whose trigger already fires on ``metrics`` is left out: it ran and found
+    nothing to do, so growth is not what it waits for.  A nested pipeline that is already open
+    (its plain form fires ``always``) fires where its first child does.
+    """
+    ceiling = max(metrics.tokens, metrics.budget) * 4 + 1
+    points = [_strategy_point(s, metrics, ceiling) for s in pipeline.strategies]
+    if pipeline.fallback:
+        points.append(firing_tokens(OverBudget(), metrics, ceiling))
+    found = [p for p in points if p is not None]
+    return min(found) if found else None
+
+
+def _strategy_point(strategy: Strategy, metrics: Metrics, ceiling: int) -> int | None:
+    if isinstance(strategy, PipelineStrategy) and strategy.trigger.fires(metrics):
+        # The entry is open (its plain form's ``always``): its children decide.
+        inner = (_strategy_point(s, metrics, ceiling) for s in strategy.strategies)
+        return min((p for p in inner if p is not None), default=None)
+    return firing_tokens(strategy.trigger, metrics, ceiling)
+
+
+def _position_aged(strategies: Sequence[Strategy]) -> list[Strategy]:
+    """The position-aged strategies of a pipeline, nested pipelines' included, in run order."""
+    found: list[Strategy] = []
+    for strategy in strategies:
+        if isinstance(strategy, PipelineStrategy):
+            found.extend(_position_aged(strategy.strategies))
+        elif strategy.position_aged:
+            found.append(strategy)
+    return found

@@ -1,0 +1,157 @@
+"""The compaction report: what ran, what it did, what it cost.
+
+The edge turns it into response headers (tokens before/after, strategies that acted,
+warnings), the preview endpoint returns it as JSON (:meth:`CompactionReport.to_dict`), and
+metrics count from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+
+class StrategyFailure(NamedTuple):
+    """One strategy that could not do its work (``CompactionReport.failures``)."""
+
+    strategy: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class StrategyReport:
+    """One strategy's run.
+
+    ``skipped`` says why a strategy did not run: ``"trigger"`` (its trigger did not fire) or
+    ``"early_stop"`` (an earlier strategy already met the pipeline's stop condition).
+    ``failed``: the reason a strategy that fired could not do its work (a summarizer failure:
+    ``timeout``, ``error``, ``empty``, ``oversized``, ``not_shorter``, ``backoff``), with
+    ``failure_message``; it then changed nothing.
+    """
+
+    name: str
+    fired: bool
+    changed: bool
+    tokens_before: int
+    tokens_after: int
+    groups_affected: int = 0
+    messages_affected: int = 0
+    skipped: str | None = None
+    notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    children: tuple[StrategyReport, ...] = field(default=())
+    failed: str | None = None
+    failure_message: str | None = None
+
+    def walk(self) -> Iterator[StrategyReport]:
+        """This report and its nested children's, in execution order (depth first)."""
+        yield self
+        for child in self.children:
+            yield from child.walk()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        out: dict[str, Any] = {
+            "name": self.name,
+            "fired": self.fired,
+            "changed": self.changed,
+            "tokens_before": self.tokens_before,
+            "tokens_after": self.tokens_after,
+            "groups_affected": self.groups_affected,
+            "messages_affected": self.messages_affected,
+        }
+        if self.skipped:
+            out["skipped"] = self.skipped
+        if self.notes:
+            out["notes"] = list(self.notes)
+        if self.warnings:
+            out["warnings"] = list(self.warnings)
+        if self.failed:
+            out["failed"] = self.failed
+            out["failure_message"] = self.failure_message or ""
+        if self.children:
+            out["children"] = [child.to_dict() for child in self.children]
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionReport:
+    """Everything one :func:`~compaction_proxy.compaction.pipeline.compact` call decided.
+
+    Token counts are raw (our tokenizer's); triggers compared them after ``calibration``.
+    """
+
+    model: str
+    mode: str
+    tokenizer: str
+    context_window: int
+    output_reserve: int
+    safety_reserve: int
+    budget: int
+    calibration: float
+    tokens_before: int
+    tokens_after: int
+    messages_before: int
+    messages_after: int
+    strategies: tuple[StrategyReport, ...]
+    fallback: StrategyReport | None = None
+    warnings: tuple[str, ...] = ()
+    last_resort: StrategyReport | None = None
+    """The oversized-result trim, when it ran (nothing else was left and it still did not fit)."""
+
+    @property
+    def changed_by(self) -> tuple[str, ...]:
+        """Names of the strategies that changed something, in order (a header value).
+
+        Nested pipelines are looked into: the header names what acted, not its container.
+        """
+        return tuple(r.name for r in self.walk() if r.changed and not r.children)
+
+    def walk(self) -> Iterator[StrategyReport]:
+        """Every strategy report, nested ones included, then the fallback's and the last
+        resort's, in run order."""
+        for strategy_report in self.strategies:
+            yield from strategy_report.walk()
+        if self.fallback is not None:
+            yield from self.fallback.walk()
+        if self.last_resort is not None:
+            yield from self.last_resort.walk()
+
+    @property
+    def failures(self) -> tuple[StrategyFailure, ...]:
+        """Strategies that fired but failed (a summarizer failure), nested ones included.
+
+        The edge stores no checkpoint when this is non-empty, sets a warning header and counts
+        the failures.
+        """
+        return tuple(
+            StrategyFailure(r.name, r.failed, r.failure_message or "")
+            for r in self.walk()
+            if r.failed
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (for the preview endpoint and logs)."""
+        return {
+            "model": self.model,
+            "mode": self.mode,
+            "tokenizer": self.tokenizer,
+            "budget": {
+                "context_window": self.context_window,
+                "output_reserve": self.output_reserve,
+                "safety_reserve": self.safety_reserve,
+                "limit": self.budget,
+            },
+            "calibration": self.calibration,
+            "tokens_before": self.tokens_before,
+            "tokens_after": self.tokens_after,
+            "messages_before": self.messages_before,
+            "messages_after": self.messages_after,
+            "strategies": [s.to_dict() for s in self.strategies],
+            "fallback": self.fallback.to_dict() if self.fallback else None,
+            "last_resort": self.last_resort.to_dict() if self.last_resort else None,
+            "warnings": list(self.warnings),
+            "failures": [f._asdict() for f in self.failures],
+        }

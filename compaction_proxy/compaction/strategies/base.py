@@ -1,0 +1,154 @@
+"""The strategy interface.
+
+A strategy is a small object with a ``name``, a ``trigger`` (when to start), a ``target`` (continue
+while it fires; defaults to the trigger) and a ``minimum_preserved`` floor whose unit the strategy
+documents.  The pipeline checks the trigger; :meth:`Strategy.apply` does the work on a
+:class:`~compaction_proxy.compaction.draft.Draft`, one unit at a time, oldest first, re-checking
+:meth:`Strategy.keep_going` after each step.  The draft refuses to touch system groups, the newest
+user message and the newest step, and decisions are per whole group, so a strategy cannot break the
+invariants even by mistake; it should still skip protected groups (``draft.removable()`` does).
+
+Writing a new strategy:
+
+1. Subclass :class:`Strategy`, set ``name`` (the config's ``strategy:`` value), override
+   :meth:`default_trigger` / :meth:`default_target` if the strategy has a natural condition
+   (e.g. ``max_n``), and implement :meth:`apply` using ``draft.removable()``,
+   ``draft.drop/replace/edit/insert_after_system`` and ``self.keep_going(draft, ctx)``.
+2. Return ``StrategyOutcome(changed=...)``; add notes/warnings for the report.  A strategy that
+   has to await something (the summarizer) overrides :meth:`Strategy.apply_async` instead and
+   keeps :meth:`Strategy.apply` as its synchronous stand-in (the summarization strategy skips
+   there: it never fakes a summary).
+3. Register a builder ``(entry settings, BuildContext) -> Strategy`` in
+   :mod:`compaction_proxy.compaction.strategies.registry` (``register_builtin_strategies``) or on a
+   registry instance at start-up: ``registry.register("my_strategy", build_my_strategy)``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
+
+from ..summarizer import Summarizer
+from ..triggers import Always, Condition, OverBudget
+
+if TYPE_CHECKING:
+    from ..draft import Draft
+    from ..report import StrategyReport
+
+
+@dataclass(frozen=True, slots=True)
+class StrategyContext:
+    """Per-run settings every strategy may consult.
+
+    ``force``: treat every trigger as fired; a strategy without an explicit target then
+    compacts down to its floor (``X-Compaction: force``, see "Controlling it per request" in
+    the README).
+    ``summarizer``: the edge's summarizer
+    (:func:`~compaction_proxy.compaction.pipeline.compact_async`);
+    ``None`` in the synchronous :func:`~compaction_proxy.compaction.pipeline.compact` and whenever
+    none is available, and the summarization strategy then skips.
+    ``model``: the chat request's model (passed on in a summary request).
+    ``engaged``: an earlier strategy of a hysteresis pipeline acted; this one runs towards
+    its target even if its own trigger no longer fires (see ``Pipeline.hysteresis``).
+    """
+
+    force: bool = False
+    summarizer: Summarizer | None = None
+    model: str = ""
+    engaged: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StrategyOutcome:
+    """What :meth:`Strategy.apply` reports back to the pipeline."""
+
+    changed: bool
+    notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    children: tuple[StrategyReport, ...] = field(default=())
+    failed: str | None = None
+    """Why the strategy could not do its work (a :class:`~..summarizer.SummaryError` reason);
+    a failed strategy changed nothing and the pipeline moves on to the next one."""
+    failure_message: str | None = None
+
+
+class Strategy(ABC):
+    """Base class of all compaction strategies (see the module docstring)."""
+
+    name: ClassVar[str] = "strategy"
+    position_aged: ClassVar[bool] = False
+    """True for a strategy whose decisions depend on where a message sits in the array (so a
+    later drop can make it act again); the pipeline re-runs it on the final array."""
+
+    def __init__(
+        self,
+        *,
+        trigger: Condition | None = None,
+        target: Condition | None = None,
+        minimum_preserved: int = 0,
+    ) -> None:
+        if minimum_preserved < 0:
+            raise ValueError("minimum_preserved must be >= 0")
+        self._trigger = trigger
+        self._target = target
+        self.minimum_preserved = minimum_preserved
+
+    def default_trigger(self) -> Condition:
+        """Trigger used when none is configured: fire while the request is over budget."""
+        return OverBudget()
+
+    def default_target(self) -> Condition | None:
+        """Target used when none is configured; ``None`` means "the trigger"."""
+        return None
+
+    @property
+    def trigger(self) -> Condition:
+        """The effective trigger."""
+        return self._trigger if self._trigger is not None else self.default_trigger()
+
+    @property
+    def target(self) -> Condition:
+        """The effective target (continue while it fires)."""
+        if self._target is not None:
+            return self._target
+        return self.default_target() or self.trigger
+
+    @property
+    def has_explicit_target(self) -> bool:
+        """True when a target was configured or derived from the strategy's parameters."""
+        return self._target is not None or self.default_target() is not None
+
+    def effective_target(self, ctx: StrategyContext) -> Condition:
+        """The target for this run: in force mode an implicit target becomes ``always``."""
+        if ctx.force and not self.has_explicit_target:
+            return Always()
+        return self.target
+
+    def should_run(self, draft: Draft, ctx: StrategyContext) -> bool:
+        """Whether the trigger fires on the current state (always, when forced or engaged)."""
+        return ctx.force or ctx.engaged or self.trigger.fires(draft.metrics())
+
+    def keep_going(self, draft: Draft, ctx: StrategyContext) -> bool:
+        """Whether the target still fires, i.e. another step is wanted."""
+        return self.effective_target(ctx).fires(draft.metrics())
+
+    @property
+    def summary_roles(self) -> frozenset[str]:
+        """Roles of the summary checkpoints this strategy writes (the pipeline's summary marker
+        must recognise them); none by default."""
+        return frozenset()
+
+    @abstractmethod
+    def apply(self, draft: Draft, ctx: StrategyContext) -> StrategyOutcome:
+        """Compact ``draft`` in place (the trigger has already fired)."""
+
+    async def apply_async(self, draft: Draft, ctx: StrategyContext) -> StrategyOutcome:
+        """The pipeline's entry point: :meth:`apply` unless the strategy has to await."""
+        return self.apply(draft, ctx)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(trigger={self.trigger!r}, target={self.target!r}, "
+            f"minimum_preserved={self.minimum_preserved})"
+        )

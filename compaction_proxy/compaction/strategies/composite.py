@@ -1,0 +1,198 @@
+"""Running strategies in order, and the strategies that are themselves sequences.
+
+:func:`run_strategy_async` runs one strategy over a draft (trigger check, apply, re-base, report)
+and :func:`run_sequence_async` runs several in order with the early-stop rule below.  The
+top-level pipeline (:func:`compaction_proxy.compaction.pipeline.compact_async`) and the nested
+``strategy: pipeline`` entry (:class:`PipelineStrategy`) both run through them.
+
+Early stop (token-budget composition): once some strategy has changed the request, the remaining
+strategies are skipped as soon as the ``stop_when`` condition no longer fires.  Early stop never
+applies before the first change, so triggers below the budget (``fire at 0.8``,
+``turns_exceed``) still work on a request that fits.
+
+Sync and async: the loop exists once, as coroutines.  A strategy that awaits (only the
+summarization strategy, on the summarizer) overrides ``apply_async``; every other strategy's
+``apply_async`` just calls its ``apply``.  The synchronous callers run the same coroutines with no
+summarizer in the context (:func:`without_summarizer`), so nothing ever suspends and
+:func:`run_to_completion` steps them to the end in one ``send``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
+
+from ..draft import Draft
+from ..report import StrategyReport
+from ..triggers import Always, Condition, OverBudget, TokensExceed
+from .base import Strategy, StrategyContext, StrategyOutcome
+from .truncation import TruncationStrategy
+
+T = TypeVar("T")
+
+
+def run_to_completion(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine that never suspends (no summarizer in its context)."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    coroutine.close()
+    raise RuntimeError(
+        "a compaction strategy awaited in a synchronous call; use compact_async with a summarizer"
+    )
+
+
+def without_summarizer(ctx: StrategyContext) -> StrategyContext:
+    """``ctx`` for a synchronous run: no summarizer, so no strategy awaits."""
+    return ctx if ctx.summarizer is None else dataclasses.replace(ctx, summarizer=None)
+
+
+def skipped_report(name: str, tokens: int, reason: str) -> StrategyReport:
+    """A strategy that did not run (``reason``: ``trigger`` or ``early_stop``)."""
+    return StrategyReport(
+        name, fired=False, changed=False, tokens_before=tokens, tokens_after=tokens, skipped=reason
+    )
+
+
+async def run_strategy_async(
+    strategy: Strategy, draft: Draft, ctx: StrategyContext
+) -> StrategyReport:
+    """Check the trigger, apply, re-base the draft, and report."""
+    tokens_before = draft.prompt_tokens
+    if not strategy.should_run(draft, ctx):
+        return skipped_report(strategy.name, tokens_before, "trigger")
+    counters_before = draft.counters
+    outcome = await strategy.apply_async(draft, ctx)
+    delta = draft.counters - counters_before
+    draft.commit()
+    return StrategyReport(
+        strategy.name,
+        fired=True,
+        changed=outcome.changed,
+        tokens_before=tokens_before,
+        tokens_after=draft.prompt_tokens,
+        groups_affected=delta.groups_affected,
+        messages_affected=delta.messages_affected,
+        notes=outcome.notes,
+        warnings=outcome.warnings,
+        children=outcome.children,
+        failed=outcome.failed,
+        failure_message=outcome.failure_message,
+    )
+
+
+def run_strategy(strategy: Strategy, draft: Draft, ctx: StrategyContext) -> StrategyReport:
+    """Synchronous :func:`run_strategy_async` (no summarizer: see the module docstring)."""
+    return run_to_completion(run_strategy_async(strategy, draft, without_summarizer(ctx)))
+
+
+async def run_sequence_async(
+    strategies: Sequence[Strategy],
+    draft: Draft,
+    ctx: StrategyContext,
+    *,
+    stop_when: Condition,
+    early_stop: bool,
+    hysteresis: bool = False,
+) -> list[StrategyReport]:
+    """Run ``strategies`` in order with the early-stop rule of the module docstring.
+
+    ``hysteresis``: once one strategy acted, the later ones run towards ``stop_when`` even
+    where their own trigger no longer fires (see ``Pipeline.hysteresis``).
+    """
+    reports: list[StrategyReport] = []
+    acted = False
+    engaged_ctx = dataclasses.replace(ctx, engaged=True) if hysteresis else ctx
+    for strategy in strategies:
+        if acted and early_stop and not ctx.force and not stop_when.fires(draft.metrics()):
+            reports.append(skipped_report(strategy.name, draft.prompt_tokens, "early_stop"))
+            continue
+        report = await run_strategy_async(strategy, draft, engaged_ctx if acted else ctx)
+        reports.append(report)
+        acted = acted or report.changed
+    return reports
+
+
+class FallbackTruncation(TruncationStrategy):
+    """The last resort: drop oldest groups until the budget holds, within the invariants."""
+
+    name = "fallback_truncation"
+
+    def __init__(self, *, condition: Condition | None = None, minimum_preserved: int = 0) -> None:
+        condition = condition or OverBudget()
+        super().__init__(trigger=condition, target=condition, minimum_preserved=minimum_preserved)
+
+
+class PipelineStrategy(Strategy):
+    """A nested pipeline entry (``strategy: pipeline``): children in order, one report.
+
+    Plain form (.NET ``PipelineCompactionStrategy``): the trigger defaults to ``always`` (each
+    child checks its own), the early-stop condition to ``over_budget``.
+
+    Token-budget form (Agent Framework ``TokenBudgetComposedStrategy``; see "Strategies" in
+    docs/architecture.md): with ``token_budget=N`` the entry fires when the prompt exceeds N tokens,
+    runs its children in order, stops as soon as it fits N (``early_stop``), and with ``fallback``
+    (the default when a budget is given) drops the oldest groups until it fits, keeping the newest
+    non-system group (the Agent Framework's "minimum retained group").  Without ``token_budget``
+    the budget is the request's own (``over_budget``).  Differences from the Agent Framework: the
+    fallback never removes system messages, the newest user message or the newest step (see
+    "Groups and invariants" in docs/architecture.md; the Agent Framework's "strict" fallback drops
+    system messages last), and when they alone exceed the budget the entry reports a warning
+    instead.
+    """
+
+    name = "pipeline"
+
+    def __init__(
+        self,
+        strategies: Sequence[Strategy],
+        *,
+        stop_when: Condition | None = None,
+        early_stop: bool = True,
+        trigger: Condition | None = None,
+        token_budget: int | None = None,
+        fallback: bool | None = None,
+    ) -> None:
+        super().__init__(trigger=trigger)
+        if token_budget is not None and token_budget < 0:
+            raise ValueError("token_budget must be >= 0")
+        self.strategies = tuple(strategies)
+        self.token_budget = token_budget
+        self.budget_condition: Condition = (
+            TokensExceed(token_budget) if token_budget is not None else OverBudget()
+        )
+        self.stop_when = stop_when or self.budget_condition
+        self.early_stop = early_stop
+        self.fallback = fallback if fallback is not None else token_budget is not None
+
+    def default_trigger(self) -> Condition:
+        return self.budget_condition if self.token_budget is not None else Always()
+
+    @property
+    def summary_roles(self) -> frozenset[str]:
+        return frozenset().union(*(s.summary_roles for s in self.strategies))
+
+    def apply(self, draft: Draft, ctx: StrategyContext) -> StrategyOutcome:
+        return run_to_completion(self.apply_async(draft, without_summarizer(ctx)))
+
+    async def apply_async(self, draft: Draft, ctx: StrategyContext) -> StrategyOutcome:
+        children = await run_sequence_async(
+            self.strategies, draft, ctx, stop_when=self.stop_when, early_stop=self.early_stop
+        )
+        warnings: list[str] = []
+        if self.fallback and self.budget_condition.fires(draft.metrics()):
+            fallback = FallbackTruncation(condition=self.budget_condition, minimum_preserved=1)
+            children.append(await run_strategy_async(fallback, draft, StrategyContext()))
+            if self.budget_condition.fires(draft.metrics()):
+                warnings.append(
+                    f"pipeline: still over its budget ({draft.prompt_tokens} "
+                    "tokens) after the fallback"
+                )
+        return StrategyOutcome(
+            changed=any(c.changed for c in children),
+            children=tuple(children),
+            warnings=tuple(warnings),
+        )

@@ -1,0 +1,75 @@
+"""The summarizer contract between the pure core and the edge (see "Checkpoints" in
+docs/architecture.md).
+
+The core never talks to a model itself.  The summarization strategy hands a
+:class:`SummaryRequest` to whatever :class:`Summarizer` the edge passed to
+:func:`~compaction_proxy.compaction.pipeline.compact_async` and gets back the summary text, or a
+:class:`SummaryError` saying why there is none.  Everything model-facing -- prompts, transcript
+guards (images, reasoning, oversized messages), chunking, the HTTP call, single-flight and
+back-off -- lives behind this protocol in :mod:`compaction_proxy.summaries`.
+
+A failure never fails the request: the strategy changes nothing, reports the failure, and the
+pipeline moves on to its next strategy (truncation at worst).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+SummaryFailureReason = Literal["timeout", "error", "empty", "oversized", "not_shorter", "backoff"]
+"""Why a summary was not produced (``SummaryError.reason``; also the report's ``failed``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryRequest:
+    """One stretch of conversation to fold into a checkpoint.
+
+    ``messages``: the stretch, in order, as the client's dicts (the current form in the
+    pipeline: a tool result an earlier strategy trimmed arrives trimmed).  It never contains the
+    previous checkpoint message itself, nor system/developer messages (those stay in place).
+    ``previous_summary``: the text of the checkpoint being extended (a rolling update, to be
+    merged with ``messages`` by the update prompt), without its ``<summary>`` wrapper; ``None``
+    for a first summary.
+    ``model``: the chat request's model (the default summarizer model).
+    ``prefix``: the chat request's messages exactly as it carries them (the same dicts, the
+    system messages included), from its start to the stretch's last message inclusive, so a
+    summarizer can send them as they are and hit the upstream's prompt cache (stretch messages
+    an earlier strategy made up may follow in their current form); ``None``: not available
+    (the edge may find it itself).  ``tools``: the request's ``tools``, as sent;
+    ``None``: not available or none.
+    """
+
+    messages: tuple[dict[str, Any], ...]
+    previous_summary: str | None
+    model: str
+    prefix: tuple[dict[str, Any], ...] | None = None
+    tools: tuple[dict[str, Any], ...] | None = None
+
+
+class SummaryError(Exception):
+    """No usable summary.
+
+    ``reason`` is one of ``"timeout"``, ``"error"``, ``"empty"``, ``"oversized"``,
+    ``"not_shorter"`` or ``"backoff"`` (the summarizer failed recently for this stretch and is
+    not asked again yet); ``message`` is a human-readable detail (never message content or
+    credentials: it reaches logs and a response header).
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(f"{reason}: {message}")
+        self.reason = reason
+        self.message = message
+
+
+@runtime_checkable
+class Summarizer(Protocol):
+    """Turns a :class:`SummaryRequest` into summary text (stripped, non-empty).
+
+    Raises :class:`SummaryError` for every expected failure.  Anything else it raises is
+    treated by the core as ``reason="error"``; cancellation propagates.
+    """
+
+    async def summarize(self, request: SummaryRequest) -> str:
+        """The summary text of ``request`` (see the class docstring)."""
+        ...

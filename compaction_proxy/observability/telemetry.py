@@ -1,0 +1,279 @@
+"""The per-request recording: one call per request feeds Prometheus and the dashboard.
+
+:meth:`Telemetry.record_request` runs once per request where the access log is written
+(``ProxyApp.__call__``), from what the request left on its context. Two things cannot wait for
+the end of the request and have their own hooks: summarizer HTTP calls (a
+:class:`~compaction_proxy.summaries.summarizer.SummarizerStats` listener, for their latency and for
+calls no request keeps) and the figures read at scrape time (:mod:`.prometheus`).
+
+Telemetry reads the request through :class:`FinishedRequest`, a protocol the request context
+satisfies as it is: nothing is copied per request, and observability imports nothing from the
+request path, so no import circle forms.
+
+Label values a client controls (the model name) are capped: after ``MAX_MODELS`` distinct
+values every new one is ``other``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from compaction_proxy.observability.dashboard import Dashboard, RecentRow
+from compaction_proxy.observability.labels import COMPACTED_ROUTES, ROUTE_OTHER, LabelCap, route_of
+from compaction_proxy.observability.outcomes import final_outcomes
+from compaction_proxy.observability.prices import Prices
+from compaction_proxy.observability.prometheus import (
+    ContextWindows,
+    PreparedSummaries,
+    PrometheusMetrics,
+    StoreHealth,
+    TokenizerFallback,
+)
+
+if TYPE_CHECKING:
+    from compaction_proxy.compaction import CompactionReport
+    from compaction_proxy.compaction.report import StrategyFailure
+    from compaction_proxy.compaction.tokenizer_provider import TokenizerProvider
+    from compaction_proxy.config import Settings
+    from compaction_proxy.summaries.prepare import PreparedStats
+    from compaction_proxy.summaries.stores import StoreBreaker
+    from compaction_proxy.summaries.summarizer import (
+        SummarizerStats,
+        SummaryCallRecord,
+        SummaryCalls,
+    )
+    from compaction_proxy.windows import WindowBook
+
+log = logging.getLogger("compaction_proxy.metrics")  # the name operators already filter on
+
+__all__ = ["FinishedRequest", "Telemetry"]
+
+_DRY_RUNS = frozenset({"dry-run", "dry-run-local"})
+"""Report modes that forwarded the client's original (``X-Compaction: dry-run``)."""
+
+
+class FinishedRequest(Protocol):
+    """What telemetry reads from a request once it is over.
+
+    ``compaction_proxy.context.RequestContext`` provides all of it. Read-only: telemetry never
+    changes the request it records.
+    """
+
+    @property
+    def request_id(self) -> str: ...
+    @property
+    def model(self) -> str | None: ...
+    @property
+    def upstream(self) -> str | None: ...
+    @property
+    def status(self) -> int: ...  # 0: no response was started
+    @property
+    def elapsed_ms(self) -> float: ...
+    @property
+    def report(self) -> CompactionReport | None: ...
+    @property
+    def checkpoint(self) -> str | None: ...
+    @property
+    def compaction_seconds(self) -> float | None: ...
+    @property
+    def summarizer_calls(self) -> SummaryCalls | None: ...
+    @property
+    def upstream_seconds(self) -> float | None: ...
+    @property
+    def upstream_prompt_tokens(self) -> int | None: ...
+    @property
+    def content(self) -> str | None: ...
+    @property
+    def overflow_outcome(self) -> str | None: ...
+
+
+class Telemetry:
+    """Prometheus metrics plus what the dashboard shows, fed once per request.
+
+    Each instance has its own registry, so several apps in one process never share counters.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        tokenizers: TokenizerProvider | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.metrics = PrometheusMetrics()
+        self.registry = self.metrics.registry
+        if tokenizers is not None:
+            self.registry.register(TokenizerFallback(tokenizers))
+        self.show_content = settings.dashboard.show_content
+        self.prices = Prices(settings.dashboard.prices)
+        self._clock = clock
+        self.dashboard = Dashboard(self.prices, show_content=self.show_content, clock=clock)
+        self._models = LabelCap()
+        # Labelled children looked up once: `labels()` takes a lock and builds a key each time.
+        self._upstream_children: dict[str, Any] = {}
+        self._request_children: dict[tuple[str, int], Any] = {}
+
+    # -------------------------------------------------------------- feeding
+
+    def watch_store(self, store: StoreBreaker) -> None:
+        """Expose the checkpoint store's breaker (called once, when the app is built)."""
+        self.registry.register(StoreHealth(store))
+
+    def watch_windows(self, book: WindowBook) -> None:
+        """Expose the learned and discovered windows (called once, when the app is built)."""
+        self.dashboard.windows = book
+        self.registry.register(ContextWindows(book))
+
+    def watch_preparer(self, stats: PreparedStats) -> None:
+        """Expose the background summaries (called once, when the app is built)."""
+        self.registry.register(PreparedSummaries(stats))
+        stats.listeners.append(self._on_prepared)
+
+    def _on_prepared(self, outcome: str, age: float | None) -> None:
+        if outcome == "used" and age is not None:
+            self.metrics.prepared_age.observe(max(age, 0.0))
+
+    def watch_summarizer(self, stats: SummarizerStats) -> None:
+        """Time the summarizer's HTTP calls (called once, when the flow is built)."""
+        stats.listeners.append(self._on_summarizer_call)
+
+    def _on_summarizer_call(self, record: SummaryCallRecord) -> None:
+        self.metrics.summarizer_latency.observe(record.seconds)
+        if record.cached_tokens:
+            self.metrics.summarizer_cached_tokens.inc(record.cached_tokens)
+        self.dashboard.count_summarizer_call(record.form, record.cached_tokens)
+        if not record.per_request:
+            # No request keeps this call (its SummaryCalls would): count it now.
+            self._count_summaries([record.outcome], ())
+
+    def record_request(self, ctx: FinishedRequest, method: str | None, path: str) -> None:
+        """Everything one request contributes; never raises (it runs in a finally)."""
+        try:
+            self._record(ctx, method, path)
+        except Exception:
+            log.exception("telemetry failed for one request")
+
+    def _record(self, ctx: FinishedRequest, method: str | None, path: str) -> None:
+        route = route_of(method, path)
+        status = ctx.status or 500
+        child = self._request_children.get((route, status))
+        if child is None:
+            child = self.metrics.requests.labels(route, str(status))
+            self._request_children[(route, status)] = child
+        child.inc()
+        if route == ROUTE_OTHER:
+            return  # health checks, scrapes and the dashboard itself: counted, not shown
+        m = self.metrics
+        if ctx.upstream_seconds is not None and ctx.upstream:
+            latency = self._upstream_children.get(ctx.upstream)
+            if latency is None:
+                latency = self._upstream_children[ctx.upstream] = m.upstream_latency.labels(
+                    ctx.upstream
+                )
+            latency.observe(ctx.upstream_seconds)
+        api = COMPACTED_ROUTES.get(route)  # chat | responses: the compacted APIs
+        report = ctx.report if api is not None else None
+        overflow = ctx.overflow_outcome
+        if overflow is not None:
+            m.overflow_retries.labels(ctx.upstream or "unknown", overflow).inc()
+        before = after = 0
+        usd_saved: float | None = None
+        usd_before: float | None = None
+        strategies: tuple[str, ...] = ()
+        failures: tuple[StrategyFailure, ...] = ()
+        failed: list[str] = []
+        model = self._models(ctx.model) if ctx.model else None
+        if api is not None:
+            if ctx.compaction_seconds is not None:
+                m.compaction_seconds.observe(ctx.compaction_seconds)
+            if report is not None:
+                failures = report.failures
+            calls = ctx.summarizer_calls
+            outcomes = self._count_summaries(calls.outcomes if calls is not None else (), failures)
+            failed = [o for o in outcomes if o != "ok"]
+        dry_run = report is not None and report.mode in _DRY_RUNS
+        if report is not None:
+            before, after, strategies = _forwarded(report)
+            m.tokens_before.observe(before)
+            m.tokens_after.observe(after)
+            saved = before - after
+            if saved > 0:
+                m.tokens_saved.inc(saved)
+                usd_saved = self.prices.usd(ctx.model, saved)
+            usd_before = self.prices.usd(ctx.model, before)
+            for name in strategies:
+                m.strategy_runs.labels(name).inc()
+            m.checkpoint_lookups.labels(ctx.checkpoint or "none").inc()
+            m.api_prompt_tokens.labels(api, "before").inc(before)
+            m.api_prompt_tokens.labels(api, "after").inc(after)
+            if ctx.upstream_prompt_tokens and after > 0:
+                m.calibration.labels(model or "unknown").observe(ctx.upstream_prompt_tokens / after)
+        row = RecentRow(
+            ctx.request_id,
+            self._clock(),
+            method,
+            path,
+            route,
+            model,
+            ctx.upstream,
+            status,
+            ctx.elapsed_ms,
+            ctx.upstream_seconds,
+            ctx.compaction_seconds,
+            report is not None,
+            before,
+            after,
+            usd_saved,
+            strategies,
+            ctx.checkpoint,
+            failed,
+            ctx.upstream_prompt_tokens,
+            ctx.content if self.show_content else None,
+            dry_run,
+            report.tokens_after if dry_run and report is not None else None,
+            api=api,
+        )
+        self.dashboard.add(row, usd_before=usd_before, failures=failures, overflow=overflow)
+
+    def _count_summaries(
+        self, calls: Sequence[str], failures: Iterable[StrategyFailure]
+    ) -> list[str]:
+        """Counts a request's summaries by final outcome (:mod:`.outcomes`) and returns them."""
+        outcomes = final_outcomes(calls, failures)
+        m = self.metrics
+        for outcome in outcomes:
+            m.summarizer_calls.labels(outcome).inc()
+            if outcome != "ok":
+                m.summarizer_failures.inc()
+        self.dashboard.count_summaries(outcomes)
+        return outcomes
+
+    # -------------------------------------------------------------- reading
+
+    def exposition(self) -> bytes:
+        """The Prometheus text format."""
+        return self.metrics.exposition()
+
+    def requests_last_minute(self, now: float | None = None) -> int:
+        """Requests in the last 60 s (the dashboard's headline rate)."""
+        return self.dashboard.requests_last_minute(now)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The dashboard's data: totals, series, breakdowns and the recent requests."""
+        return self.dashboard.snapshot()
+
+
+def _forwarded(report: CompactionReport) -> tuple[int, int, tuple[str, ...]]:
+    """Tokens before, tokens forwarded and the strategies that changed what was forwarded.
+
+    ``tokens_before`` is what the client sent, on a checkpoint hit too: the report names the
+    hit as its first step, ``checkpoint`` (compaction_proxy/engine/hit_report.py), so a hit counts
+    as a compaction, its saving in ``tokens_saved_total`` and on the dashboard. A dry run forwards
+    the original: nothing was saved and no strategy changed anything.
+    """
+    if report.mode in _DRY_RUNS:
+        return report.tokens_before, report.tokens_before, ()
+    return report.tokens_before, report.tokens_after, report.changed_by

@@ -1,0 +1,125 @@
+"""Checks beyond the schema: what a configuration that parses would still trip on when it runs.
+
+The pydantic models judge each value on its own. Some mistakes only show in combination or
+against what is installed, and none of them fails loudly at run time: an encoding name tiktoken
+does not know is counted with the 4-characters estimate for the life of the process, a memory
+store under several workers gives each worker its own checkpoints, and inbound keys in front of
+an upstream without its own key mean that upstream gets no Authorization header at all. So
+`check-config`, `serve` and `compact` refuse them up front, every problem at once, each with its
+key path and what would be accepted.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterator
+from pathlib import Path
+
+import tiktoken
+
+from compaction_proxy.compaction import CompactionSettings
+from compaction_proxy.config import ConfigError, Settings
+
+
+def check(settings: Settings, *, source: str) -> None:
+    """Raise :class:`ConfigError` listing every problem in `settings` (from `source`)."""
+    found = problems(settings)
+    if found:
+        lines = [f"invalid configuration ({source}):", *(f"  {line}" for line in found)]
+        raise ConfigError("\n".join(lines))
+
+
+def problems(settings: Settings) -> list[str]:
+    """One `key.path: what is wrong` line per problem; empty when the run has none."""
+    return [
+        *_encoding_problems(settings),
+        *_store_problems(settings),
+        *_credential_problems(settings),
+        *_summarization_problems(settings),
+    ]
+
+
+def known_encodings(encodings_dir: str | None) -> list[str]:
+    """Encoding names a run can use: tiktoken's registered ones (o200k_base, cl100k_base,
+    p50k_base, r50k_base, ...) plus the `<name>.tiktoken` files in `encodings_dir`."""
+    names = set(tiktoken.list_encoding_names())
+    if encodings_dir:
+        directory = Path(encodings_dir)
+        if directory.is_dir():
+            names.update(path.stem for path in directory.glob("*.tiktoken"))
+    return sorted(names)
+
+
+def _encoding_fields(settings: Settings) -> Iterator[tuple[str, str]]:
+    """(key path, encoding name) of every encoding the configuration names."""
+    yield "compaction.tokenizer.default_encoding", settings.compaction.tokenizer.default_encoding
+    for pattern, model in settings.models.items():
+        if model.encoding is not None:
+            yield f"models.{pattern}.encoding", model.encoding
+        if model.compaction is not None:
+            yield from _block_encodings(f"models.{pattern}.compaction", model.compaction)
+
+
+def _block_encodings(path: str, block: CompactionSettings) -> Iterator[tuple[str, str]]:
+    yield f"{path}.tokenizer.default_encoding", block.tokenizer.default_encoding
+
+
+def _encoding_problems(settings: Settings) -> Iterator[str]:
+    encodings_dir = settings.compaction.tokenizer.encodings_dir
+    if encodings_dir and not Path(encodings_dir).is_dir():
+        yield (
+            f"compaction.tokenizer.encodings_dir: {encodings_dir!r} is not a directory "
+            "(it should hold <name>.tiktoken files)"
+        )
+    known = known_encodings(encodings_dir)
+    for path, name in _encoding_fields(settings):
+        if name in known:
+            continue
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        yield (
+            f"{path}: unknown encoding {name!r}{hint}; known: {', '.join(known)} "
+            "(tiktoken's, plus <name>.tiktoken files in compaction.tokenizer.encodings_dir)"
+        )
+
+
+def _store_problems(settings: Settings) -> Iterator[str]:
+    store, workers = settings.store, settings.server.workers
+    if store.backend == "memory" and workers > 1:
+        yield (
+            f"store.backend: memory keeps checkpoints and learned windows inside one process, "
+            f"so with server.workers: {workers} each worker would miss what the others stored; "
+            "use sqlite (the default) or redis, or one worker"
+        )
+    if store.backend == "redis":
+        # The factory's own check (url present and well formed); nothing connects here.
+        from compaction_proxy.summaries.stores.factory import make_backend
+
+        try:
+            make_backend(store)
+        except ConfigError as error:
+            yield str(error)
+
+
+def _credential_problems(settings: Settings) -> Iterator[str]:
+    if not settings.server.api_keys:
+        return
+    for index, upstream in enumerate(settings.upstreams):
+        if upstream.api_key is None and not upstream.keyless:
+            yield (
+                f"upstreams.{index}.api_key: required while server.api_keys is set: clients "
+                "authenticate to the proxy with those keys, which are never forwarded, so "
+                f"upstream {upstream.name!r} would get no Authorization header at all; set its "
+                "api_key, or keyless: true for a server that needs none"
+            )
+
+
+def _summarization_problems(settings: Settings) -> Iterator[str]:
+    if not settings.summarization.enabled:
+        return
+    from compaction_proxy.summaries.summarizer import validate_summarization_config
+
+    try:
+        validate_summarization_config(settings)
+    except ConfigError as error:
+        yield str(error)

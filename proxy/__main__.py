@@ -1,5 +1,0 @@
-"""Allows `python -m proxy`, the same entry point as the `compaction-proxy` script."""
-
-from proxy.cli import main
-
-raise SystemExit(main())
