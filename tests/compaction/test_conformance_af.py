@@ -359,9 +359,15 @@ def test_selective_tool_calls_matches_the_agent_framework(msgs: list[Msg], keep:
     st.floats(0.02, 1.2),
     st.floats(0.1, 1.5),
     st.floats(0.1, 1.0),
+    st.booleans(),
 )
 def test_token_budget_composition_matches_the_agent_framework(
-    msgs: list[Msg], keep: int, budget_ratio: float, max_ratio: float, compact_ratio: float
+    msgs: list[Msg],
+    keep: int,
+    budget_ratio: float,
+    max_ratio: float,
+    compact_ratio: float,
+    early_stop: bool,
 ) -> None:
     ours_tok = OurSideTokenizer()
     total = sum(ours_tok.count_message(m) for m in msgs)
@@ -378,6 +384,7 @@ def test_token_budget_composition_matches_the_agent_framework(
                 afc.ToolResultCompactionStrategy(keep_last_tool_call_groups=keep),
                 afc.TruncationStrategy(max_n=max_n, compact_to=compact_to, tokenizer=af_tok),
             ],
+            early_stop=early_stop,
         ),
         tokenizer=af_tok,
     )
@@ -387,6 +394,7 @@ def test_token_budget_composition_matches_the_agent_framework(
             TruncationStrategy(max_n=max_n, compact_to=compact_to),
         ],
         token_budget=budget,
+        early_stop=early_stop,
     )
     actual = our_items(msgs, ours, ours_tok)
     assert actual == expected_items(msgs, expected)
