@@ -119,10 +119,11 @@ def build_pipeline(
             "default compaction pipeline: %s not available yet, left out", ", ".join(missing)
         )
     strategies = tuple(registry.build(e) for e in entries if registry.available(e.strategy))
+    early_stop = compaction.early_stop is not False
     return Pipeline(
         strategies,
         stop_when=compaction.stop_when or default_target(),
-        early_stop=compaction.early_stop is not False,
+        early_stop=early_stop,
         fallback=compaction.fallback_truncation,
-        hysteresis=compaction.hysteresis is not False,
+        hysteresis=early_stop and compaction.hysteresis is not False,
     )

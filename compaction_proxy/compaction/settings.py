@@ -460,6 +460,8 @@ class CompactionSettings(_Model):
                     "fires), or leave them out for a plain pipeline (every entry by its own "
                     "trigger)"
                 )
+        if self.hysteresis and self.early_stop is False:
+            raise ValueError("hysteresis needs early_stop: it runs the entries towards stop_when")
         return self
 
 

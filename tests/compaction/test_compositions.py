@@ -321,6 +321,11 @@ def test_a_plain_top_level_pipeline_refuses_a_stop_condition(extra: dict[str, An
         CompactionSettings.model_validate({**block, "early_stop": False})
     pipeline = build_pipeline(CompactionSettings.model_validate({**block, "early_stop": True}))
     assert pipeline.early_stop
+    if "hysteresis" in extra:  # the default pipeline's too: it runs towards stop_when
+        with pytest.raises(ValidationError, match="hysteresis needs early_stop"):
+            CompactionSettings.model_validate({"hysteresis": True, "early_stop": False})
+        relaxed = build_pipeline(CompactionSettings.model_validate({"early_stop": False}))
+        assert (relaxed.early_stop, relaxed.hysteresis) == (False, False)
 
 
 # --------------------------------------------------- the default pipeline's composition
