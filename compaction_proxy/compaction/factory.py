@@ -1,9 +1,17 @@
 """Build a :class:`~.pipeline.Pipeline` from settings, including the default pipeline.
 
+An explicit ``compaction.pipeline`` is a plain pipeline (the Agent Framework's
+``PipelineCompactionStrategy``: every entry by its own trigger, in order), or with
+``early_stop: true`` a token-budget composition (``TokenBudgetComposedStrategy``: skip the rest
+once ``stop_when`` holds); see :mod:`.strategies.composite`.  Either way the proxy's own
+fallback (``fallback_truncation``) and last resort follow.
+
 With no ``compaction.pipeline`` configured, the pipeline is derived from the ``summarization``
-block: fire at ``token_ratio: 0.8`` (or the block's ``trigger``), compact towards
-``token_ratio: 0.5`` in one go (the hysteresis of ``Pipeline.hysteresis``; see "Triggers and
-targets" in docs/architecture.md):
+block (a pasted LibreChat block too).  It is a token-budget composition whose budget is its
+target: fire at ``token_ratio: 0.8`` (or the block's ``trigger``), compact towards
+``token_ratio: 0.5`` in one go (the hysteresis of ``Pipeline.hysteresis``: once one entry acted,
+the later ones run towards 0.5 whatever their own trigger says) and skip the rest once 0.5
+holds (early stop; see "Triggers and targets" in docs/architecture.md):
 
 1. ``context_pruning`` (from ``summarization.contextPruning``, unless ``enabled: false`` is
    written explicitly);
@@ -94,12 +102,15 @@ def build_pipeline(
     """The pipeline for these settings (explicit entries, else the default pipeline)."""
     registry = registry or default_registry()
     if compaction.pipeline is not None:
+        # A plain pipeline unless early_stop makes it a token-budget composition.
         strategies = tuple(registry.build(entry) for entry in compaction.pipeline)
+        early_stop = bool(compaction.early_stop)
         return Pipeline(
             strategies,
             stop_when=compaction.stop_when,
-            early_stop=compaction.early_stop,
+            early_stop=early_stop,
             fallback=compaction.fallback_truncation,
+            hysteresis=early_stop and bool(compaction.hysteresis),
         )
     entries = default_pipeline_entries(summarization or SummarizationSettings())
     missing = [e.strategy for e in entries if not registry.available(e.strategy)]
@@ -108,10 +119,11 @@ def build_pipeline(
             "default compaction pipeline: %s not available yet, left out", ", ".join(missing)
         )
     strategies = tuple(registry.build(e) for e in entries if registry.available(e.strategy))
+    early_stop = compaction.early_stop is not False
     return Pipeline(
         strategies,
         stop_when=compaction.stop_when or default_target(),
-        early_stop=compaction.early_stop,
+        early_stop=early_stop,
         fallback=compaction.fallback_truncation,
-        hysteresis=True,
+        hysteresis=early_stop and compaction.hysteresis is not False,
     )

@@ -315,18 +315,44 @@ class TruncationEntry(StrategyEntryBase):
 
 
 class PipelineEntry(StrategyEntryBase):
-    """A nested pipeline: children in order, each with its own trigger.
+    """A nested pipeline: children in order, in one of the Agent Framework's two compositions.
 
-    ``token_budget``: the Agent Framework's token-budget composition (fire above N tokens,
-    stop as soon as it fits, then an oldest-first ``fallback``, on by default with a budget).
+    Without ``token_budget``: the plain pipeline (.NET ``PipelineCompactionStrategy``): fires
+    always and runs every child by its own trigger; ``early_stop``, ``stop_when`` and
+    ``fallback`` are refused there.  With ``token_budget: N``: the token-budget composition
+    (Python ``TokenBudgetComposedStrategy``): fire above N tokens, stop as soon as it fits
+    (``early_stop``, default true; ``stop_when`` another stop condition), then an oldest-first
+    ``fallback`` (default true).
     """
 
     strategy: Literal["pipeline"]
     strategies: list[StrategyEntry]
     stop_when: TargetField | None = None
-    early_stop: bool = True
+    early_stop: bool | None = None
     token_budget: int | None = Field(default=None, ge=0)
     fallback: bool | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> PipelineEntry:
+        if self.token_budget is None:
+            mixed = [
+                key
+                for key, value in (
+                    ("early_stop", self.early_stop),
+                    ("stop_when", self.stop_when),
+                    ("fallback", self.fallback),
+                )
+                if value not in (None, False)
+            ]
+            if mixed:
+                raise ValueError(
+                    f"{' and '.join(mixed)} {'belongs' if len(mixed) == 1 else 'belong'} to a "
+                    "token_budget pipeline (the Agent "
+                    "Framework's TokenBudgetComposedStrategy): set token_budget, or leave them "
+                    "out for a plain pipeline (PipelineCompactionStrategy: every entry by its "
+                    "own trigger)"
+                )
+        return self
 
 
 StrategyEntry = Annotated[
@@ -398,17 +424,45 @@ class CompactionSettings(_Model):
 
     ``pipeline``: explicit entries; when absent the default pipeline is derived from the
     ``summarization`` block (:func:`compaction_proxy.compaction.factory.default_pipeline_entries`).
-    ``stop_when``: the pipeline's early-stop condition (default ``over_budget``; the default
-    pipeline uses its own target).
+    The composition (see :mod:`.strategies.composite`): ``early_stop`` (``None``: false for an
+    explicit pipeline, which is then a plain pipeline, every entry by its own trigger; true for
+    the derived default pipeline, a token-budget composition); ``stop_when``, the token-budget
+    composition's budget (default ``over_budget``; the default pipeline's: its target
+    ``token_ratio: 0.5``); ``hysteresis`` (``None``: on for the default pipeline only), once an
+    entry acted the later ones run towards ``stop_when`` whatever their own trigger says.
+    ``stop_when`` and ``hysteresis`` need ``early_stop`` (a plain pipeline has neither).
+    ``fallback_truncation``: the proxy's own guarantee that the request fits, whatever the
+    composition.
     """
 
     enabled: bool = True
     pipeline: list[StrategyEntry] | None = None
     stop_when: TargetField | None = None
-    early_stop: bool = True
+    early_stop: bool | None = None
+    hysteresis: bool | None = None
     fallback_truncation: bool = True
     calibration: CalibrationSettings = CalibrationSettings()
     tokenizer: TokenizerSettings = TokenizerSettings()
+
+    @model_validator(mode="after")
+    def _check(self) -> CompactionSettings:
+        if self.pipeline is not None and self.early_stop is not True:
+            mixed = [
+                key
+                for key, value in (("stop_when", self.stop_when), ("hysteresis", self.hysteresis))
+                if value not in (None, False)
+            ]
+            if mixed:
+                raise ValueError(
+                    f"{' and '.join(mixed)} {'belongs' if len(mixed) == 1 else 'belong'} to a "
+                    "token-budget composition: add "
+                    "early_stop: true (skip the remaining entries once stop_when no longer "
+                    "fires), or leave them out for a plain pipeline (every entry by its own "
+                    "trigger)"
+                )
+        if self.hysteresis and self.early_stop is False:
+            raise ValueError("hysteresis needs early_stop: it runs the entries towards stop_when")
+        return self
 
 
 def entry_to_config(entry: BaseModel) -> dict[str, Any]:

@@ -359,9 +359,15 @@ def test_selective_tool_calls_matches_the_agent_framework(msgs: list[Msg], keep:
     st.floats(0.02, 1.2),
     st.floats(0.1, 1.5),
     st.floats(0.1, 1.0),
+    st.booleans(),
 )
 def test_token_budget_composition_matches_the_agent_framework(
-    msgs: list[Msg], keep: int, budget_ratio: float, max_ratio: float, compact_ratio: float
+    msgs: list[Msg],
+    keep: int,
+    budget_ratio: float,
+    max_ratio: float,
+    compact_ratio: float,
+    early_stop: bool,
 ) -> None:
     ours_tok = OurSideTokenizer()
     total = sum(ours_tok.count_message(m) for m in msgs)
@@ -378,6 +384,7 @@ def test_token_budget_composition_matches_the_agent_framework(
                 afc.ToolResultCompactionStrategy(keep_last_tool_call_groups=keep),
                 afc.TruncationStrategy(max_n=max_n, compact_to=compact_to, tokenizer=af_tok),
             ],
+            early_stop=early_stop,
         ),
         tokenizer=af_tok,
     )
@@ -387,6 +394,7 @@ def test_token_budget_composition_matches_the_agent_framework(
             TruncationStrategy(max_n=max_n, compact_to=compact_to),
         ],
         token_budget=budget,
+        early_stop=early_stop,
     )
     actual = our_items(msgs, ours, ours_tok)
     assert actual == expected_items(msgs, expected)
@@ -450,3 +458,64 @@ def test_tiny_example_of_the_notes() -> None:
         "m7",
     ]
     assert outputs[100] == ["m0", "m5", "m6", "m7"]
+
+
+# ------------------------------------------------------------- the collapse cap (4096 chars)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.sampled_from(TOOL_NAMES),
+    st.integers(4100, 9000),
+    st.text("abcdé ;:", min_size=1, max_size=20),
+)
+def test_one_oversized_result_is_cut_as_the_agent_framework_cuts_it(
+    name: str, size: int, tail: str
+) -> None:
+    msgs: list[Msg] = [
+        {"role": "user", "content": "q"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": name, "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "r" * size + tail},
+        {"role": "user", "content": "last"},
+    ]
+    for i, m in enumerate(msgs):
+        m["label"] = f"m{i}"
+    strategy = afc.ToolResultCompactionStrategy(keep_last_tool_call_groups=0)
+    expected = expected_items(msgs, oracle_items(msgs, strategy), stats=False)
+    actual = our_items(msgs, ToolResultCompactionStrategy(keep_last_tool_call_groups=0))
+    assert actual == expected
+    assert len(actual[1]) <= 4096 and actual[1].endswith("... [truncated]]")
+
+
+def test_parallel_results_share_the_cap_where_the_agent_framework_cuts_the_later_ones() -> None:
+    """The deliberate difference (tool_result_compaction's docstring): the Agent Framework
+    cuts the joined labels once at the end, so a large first result leaves nothing of the
+    second; ours shares the cap and keeps each result's head."""
+    calls = [
+        {"id": i, "type": "function", "function": {"name": n, "arguments": "{}"}}
+        for i, n in (("c1", "read_file"), ("c2", "grep"))
+    ]
+    msgs: list[Msg] = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        {"role": "tool", "tool_call_id": "c1", "content": "x" * 6000},
+        {"role": "tool", "tool_call_id": "c2", "content": "FACT-P2 found in src/a.py"},
+        {"role": "user", "content": "last"},
+    ]
+    for i, m in enumerate(msgs):
+        m["label"] = f"m{i}"
+    oracle_text = oracle_items(
+        msgs, afc.ToolResultCompactionStrategy(keep_last_tool_call_groups=0)
+    )[1][0]
+    assert "FACT-P2" not in oracle_text and len(oracle_text) <= 4096
+    ours_text = our_items(msgs, ToolResultCompactionStrategy(keep_last_tool_call_groups=0))[1]
+    assert ours_text.endswith("; grep: FACT-P2 found in src/a.py]") and len(ours_text) <= 4096
+    assert ours_text.startswith("[Tool results: read_file: xxx")
+    # what is within the cap is otherwise the same text: prefix, labels, separator, marker
+    assert ours_text[: len(oracle_text) // 2] == oracle_text[: len(oracle_text) // 2]

@@ -222,7 +222,8 @@ def test_report_is_json_ready_and_nested_pipeline_reports_children() -> None:
     assert nested["name"] == "pipeline"
     assert [c["name"] for c in nested["children"]] == ["sliding_window", "truncation"]
     assert nested["children"][0]["changed"]
-    assert nested["children"][1]["skipped"] == "early_stop"
+    # a plain pipeline runs every child by its own trigger (never an early stop)
+    assert nested["children"][1]["fired"] and "skipped" not in nested["children"][1]
 
 
 def test_calibration_changes_trigger_decisions() -> None:

@@ -9,6 +9,7 @@ message and the newest step are protected.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from typing import Any
@@ -176,12 +177,19 @@ def newest_user_and_step(msgs: list[Msg]) -> set[int]:
     return out
 
 
-def run(msgs: list[Msg], strategy: Strategy, window: int, fallback: bool, mode: Mode) -> Any:
+def run(
+    msgs: list[Msg], strategy: Strategy | Pipeline, window: int, fallback: bool, mode: Mode
+) -> Any:
+    """``strategy`` alone in a pipeline, or a whole pipeline (its own composition)."""
+    if isinstance(strategy, Pipeline):
+        pipeline = dataclasses.replace(strategy, fallback=fallback)
+    else:
+        pipeline = Pipeline((strategy,), fallback=fallback)
     return compact(
         CompactionRequest(
             msgs,
             model="m",
-            pipeline=Pipeline((strategy,), fallback=fallback),
+            pipeline=pipeline,
             tokenizer=TOK,
             facts=ModelFacts(window, 0),
             reserve_ratio=0,
@@ -376,9 +384,20 @@ def maybe_trigger(draw: st.DrawFn) -> dict[str, Any]:
 
 
 @st.composite
-def phase2_strategies(draw: st.DrawFn) -> tuple[str, Strategy]:
+def phase2_strategies(draw: st.DrawFn) -> tuple[str, Strategy | Pipeline]:
     choice = draw(
-        st.sampled_from(["pruning", "tool_result", "selective", "clear", "default", "budget"])
+        st.sampled_from(
+            [
+                "pruning",
+                "tool_result",
+                "selective",
+                "clear",
+                "default",
+                "plain_nested",
+                "plain",
+                "budget",
+            ]
+        )
     )
     if choice == "pruning":
         return choice, small_pruning(draw, **maybe_trigger(draw))
@@ -418,12 +437,36 @@ def phase2_strategies(draw: st.DrawFn) -> tuple[str, Strategy]:
             }
         }
     )
-    (pipeline_strategy,) = [
-        PipelineStrategy(
-            list(build_pipeline(CompactionSettings(), block).strategies), stop_when=TokenRatio(0.5)
+    if choice == "plain":
+        # The Agent Framework's .NET pipeline as a config writes it (a plain pipeline: every
+        # entry by its own trigger), thresholds drawn; summarization skips (no summarizer).
+        settings = CompactionSettings.model_validate(
+            {
+                "pipeline": [
+                    {
+                        "strategy": "tool_result_compaction",
+                        "trigger": {"tokens_exceed": draw(st.integers(0, 3000))},
+                    },
+                    {
+                        "strategy": "summarization",
+                        "trigger": {"tokens_exceed": draw(st.integers(0, 3000))},
+                    },
+                    {
+                        "strategy": "sliding_window",
+                        "trigger": {"turns_exceed": draw(st.integers(0, 4))},
+                    },
+                    {
+                        "strategy": "truncation",
+                        "trigger": {"tokens_exceed": draw(st.integers(0, 20_000))},
+                    },
+                ]
+            }
         )
-    ]
-    return choice, pipeline_strategy
+        return choice, build_pipeline(settings)
+    default = build_pipeline(CompactionSettings(), block)
+    if choice == "default":  # the token-budget composition with hysteresis, as it runs
+        return choice, default
+    return choice, PipelineStrategy(list(default.strategies))  # its entries, plain
 
 
 def check_invariants_phase2(
@@ -498,7 +541,11 @@ def check_invariants_phase2(
     st.sampled_from([Mode.NORMAL, Mode.FORCE]),
 )
 def test_phase2_invariants_hold(
-    msgs: list[Msg], chosen: tuple[str, Strategy], window: int, fallback: bool, mode: Mode
+    msgs: list[Msg],
+    chosen: tuple[str, Strategy | Pipeline],
+    window: int,
+    fallback: bool,
+    mode: Mode,
 ) -> None:
     name, strategy = chosen
     snapshot = orjson.dumps(msgs)

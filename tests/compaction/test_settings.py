@@ -243,7 +243,7 @@ def test_explicit_pipeline_options() -> None:
                 }
             ],
             "stop_when": {"token_ratio": 0.6},
-            "early_stop": False,
+            "early_stop": True,
             "fallback_truncation": False,
         }
     )
@@ -259,7 +259,7 @@ def test_explicit_pipeline_options() -> None:
     ) == (100, 50, "messages", True, 2)
     assert (pipeline.stop_when, pipeline.early_stop, pipeline.fallback) == (
         TokenRatio(0.6),
-        False,
+        True,
         False,
     )
 

@@ -216,3 +216,88 @@ def test_parameters_are_validated() -> None:
         ToolResultCompactionStrategy(keep_last_tool_call_groups=-1)
     with pytest.raises(ValueError):
         ToolResultCompactionStrategy(max_summary_chars=0)
+
+
+# ------------------------------------------------------- the cap is shared between results
+
+
+def parallel(*results: str) -> list[Msg]:
+    ids = [f"c{i}" for i in range(len(results))]
+    return [
+        u("q"),
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": i, "type": "function", "function": {"name": f"t{n}", "arguments": "{}"}}
+                for n, i in enumerate(ids)
+            ],
+        },
+        *(tool(i, r) for i, r in zip(ids, results, strict=True)),
+        u("last"),
+    ]
+
+
+def collapsed(*results: str, max_chars: int = 4096) -> str:
+    strategy = ToolResultCompactionStrategy(
+        keep_last_tool_call_groups=0, max_summary_chars=max_chars
+    )
+    text = run(strategy, parallel(*results)).messages[1]["content"]
+    assert isinstance(text, str)
+    return text
+
+
+def test_a_large_first_result_leaves_a_short_second_one_whole() -> None:
+    second = "FACT-P2: the second result, short and to the point"
+    text = collapsed("x" * 10_000, second)
+    assert len(text) <= 4096
+    assert text.endswith(f"; t1: {second}]")
+    assert text.startswith("[Tool results: t0: xxx")
+    head = text[len("[Tool results: ") : text.index("; t1: ")]
+    assert head.endswith("... [truncated]")
+    # the first result gets everything the second one left over
+    assert len(text) >= 4096 - 1
+
+
+def test_two_large_results_each_keep_their_head_in_equal_shares() -> None:
+    first = "FACT-A " + "a" * 9_000
+    second = "FACT-B " + "b" * 9_000
+    text = collapsed(first, second)
+    assert len(text) <= 4096
+    body = text[len("[Tool results: ") : -1]
+    left, right = body.split("; ")
+    assert left.startswith("t0: FACT-A aaa") and right.startswith("t1: FACT-B bbb")
+    assert left.endswith("... [truncated]") and right.endswith("... [truncated]")
+    assert abs(len(left) - len(right)) <= 1
+
+
+def test_short_results_give_their_unused_share_to_the_long_ones() -> None:
+    text = collapsed("s" * 100, "L" * 5_000, "M" * 5_000, "t" * 10)
+    body = text[len("[Tool results: ") : -1].split("; ")
+    assert body[0] == "t0: " + "s" * 100 and body[3] == "t3: " + "t" * 10
+    assert body[1].endswith("... [truncated]") and body[2].endswith("... [truncated]")
+    assert abs(len(body[1]) - len(body[2])) <= 1
+    assert 4096 - 2 <= len(text) <= 4096  # the room is used (right-stripping aside)
+
+
+def test_a_single_result_is_cut_as_the_agent_framework_cuts_it() -> None:
+    label = "dump: " + "y" * 100 + "   " + "z" * 100
+    af_rule = "[Tool results: " + label[: 120 - 31].rstrip() + "... [truncated]]"
+    assert summary_text([label], max_chars=120) == af_rule
+
+
+def test_too_many_results_for_the_cap_fall_back_to_one_cut_at_the_end() -> None:
+    labels = [f"r{n}: " + "v" * 40 for n in range(10)]
+    text = summary_text(labels, max_chars=100)
+    assert len(text) <= 100
+    assert text.endswith("... [truncated]]") and text.count("[truncated]") == 1
+
+
+def test_fair_shares_are_max_min_fair_and_deterministic() -> None:
+    from compaction_proxy.compaction.strategies.tool_result_compaction import fair_shares
+
+    assert fair_shares([10, 10], 100) == [10, 10]
+    assert fair_shares([90, 5], 50) == [45, 5]
+    assert fair_shares([30, 30, 30], 31) == [11, 10, 10]
+    assert fair_shares([0, 50, 3], 20) == [0, 17, 3]
+    assert fair_shares([5, 5], -3) == [0, 0]

@@ -307,6 +307,13 @@ def test_the_written_out_default_pipeline_is_the_default() -> None:
         entry_to_config(e) for e in derived
     ]
     assert written.stop_when == default_target()
+    # the same composition: token-budget, with hysteresis (tests/compaction/test_compositions.py)
+    built, default = build_pipeline(written), build_pipeline(CompactionSettings())
+    assert (built.early_stop, built.hysteresis, built.stop_when) == (
+        default.early_stop,
+        default.hysteresis,
+        default.stop_when,
+    )
     assert DEFAULT_TRIGGER_RATIO == 0.8 and DEFAULT_TARGET_RATIO == 0.5  # "80% ... towards 50%"
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,9 +83,19 @@ def add_step(conversation: list[dict[str, Any]], index: int, report: LoopReport)
     conversation.append({"role": "tool", "tool_call_id": call_id, "content": content})
 
 
+StepMaker = Callable[[list[dict[str, Any]], int, LoopReport], None]
+"""Appends the agent's next step to the conversation (and records the facts it shows)."""
+
+
 def run_loop(
-    client: openai.OpenAI, upstream: UpstreamServer, *, model: str, steps: int
+    client: openai.OpenAI,
+    upstream: UpstreamServer,
+    *,
+    model: str,
+    steps: int,
+    add: StepMaker = add_step,
 ) -> LoopReport:
+    """``steps`` requests, each followed by the next step ``add`` makes (the last one unsent)."""
     report = LoopReport(facts_shown=["FACT-TASK"])
     conversation: list[dict[str, Any]] = [SYSTEM, TASK]
     upstream.clear()
@@ -109,6 +120,6 @@ def run_loop(
                 summarizer_calls=len(summaries),
             )
         )
-        add_step(conversation, index, report)
+        add(conversation, index, report)
     report.conversation = conversation
     return report

@@ -1,14 +1,20 @@
-"""Running strategies in order, and the strategies that are themselves sequences.
+"""Running strategies in order, and the two compositions of the Agent Framework.
 
 :func:`run_strategy_async` runs one strategy over a draft (trigger check, apply, re-base, report)
-and :func:`run_sequence_async` runs several in order with the early-stop rule below.  The
-top-level pipeline (:func:`compaction_proxy.compaction.pipeline.compact_async`) and the nested
-``strategy: pipeline`` entry (:class:`PipelineStrategy`) both run through them.
+and :func:`run_sequence_async` runs several in order.  The top-level pipeline
+(:func:`compaction_proxy.compaction.pipeline.compact_async`) and the nested ``strategy: pipeline``
+entry (:class:`PipelineStrategy`) both run through them, in one of two compositions (see
+"Strategies" in docs/architecture.md and "Agent Framework pipelines" in the README):
 
-Early stop (token-budget composition): once some strategy has changed the request, the remaining
-strategies are skipped as soon as the ``stop_when`` condition no longer fires.  Early stop never
-applies before the first change, so triggers below the budget (``fire at 0.8``,
-``turns_exceed``) still work on a request that fits.
+* **plain** (.NET ``PipelineCompactionStrategy``): every strategy in order, each by its own
+  trigger, and nothing else: ``early_stop=False``.  A strategy never skips because an earlier one
+  already brought the request under some budget.
+* **token budget** (Python ``TokenBudgetComposedStrategy``): ``early_stop=True``.  Once some
+  strategy has changed the request, the remaining strategies are skipped as soon as the
+  ``stop_when`` condition (the budget) no longer fires; then an oldest-first fallback.  Early stop
+  never applies before the first change, so triggers below the budget (``fire at 0.8``,
+  ``turns_exceed``) still work on a request that fits; a nested token-budget entry fires only
+  over its budget anyway (the Agent Framework's "within budget: nothing to do").
 
 Sync and async: the loop exists once, as coroutines.  A strategy that awaits (only the
 summarization strategy, on the summarizer) overrides ``apply_async``; every other strategy's
@@ -98,10 +104,12 @@ async def run_sequence_async(
     early_stop: bool,
     hysteresis: bool = False,
 ) -> list[StrategyReport]:
-    """Run ``strategies`` in order with the early-stop rule of the module docstring.
+    """Run ``strategies`` in order, in the composition ``early_stop`` names (module docstring):
+    ``False`` is the plain pipeline (each by its own trigger; ``stop_when`` unused), ``True`` the
+    token-budget composition's early stop at ``stop_when``.
 
-    ``hysteresis``: once one strategy acted, the later ones run towards ``stop_when`` even
-    where their own trigger no longer fires (see ``Pipeline.hysteresis``).
+    ``hysteresis`` (token budget only): once one strategy acted, the later ones run towards
+    ``stop_when`` even where their own trigger no longer fires (see ``Pipeline.hysteresis``).
     """
     reports: list[StrategyReport] = []
     acted = False
@@ -129,19 +137,23 @@ class FallbackTruncation(TruncationStrategy):
 class PipelineStrategy(Strategy):
     """A nested pipeline entry (``strategy: pipeline``): children in order, one report.
 
-    Plain form (.NET ``PipelineCompactionStrategy``): the trigger defaults to ``always`` (each
-    child checks its own), the early-stop condition to ``over_budget``.
+    Plain form, without ``token_budget`` (.NET ``PipelineCompactionStrategy``): the trigger is
+    ``always``, each child then checks its own trigger and runs when it fires, in order, gentlest
+    first; no early stop and no fallback of its own.
 
-    Token-budget form (Agent Framework ``TokenBudgetComposedStrategy``; see "Strategies" in
-    docs/architecture.md): with ``token_budget=N`` the entry fires when the prompt exceeds N tokens,
-    runs its children in order, stops as soon as it fits N (``early_stop``), and with ``fallback``
-    (the default when a budget is given) drops the oldest groups until it fits, keeping the newest
-    non-system group (the Agent Framework's "minimum retained group").  Without ``token_budget``
-    the budget is the request's own (``over_budget``).  Differences from the Agent Framework: the
+    Token-budget form, with ``token_budget=N`` (Python ``TokenBudgetComposedStrategy``; see
+    "Strategies" in docs/architecture.md): the entry fires when the prompt exceeds N tokens, runs
+    its children in order (each by its own trigger), stops as soon as it fits N (``early_stop``,
+    on by default; ``stop_when`` may name another condition), and with ``fallback`` (on by
+    default) drops the oldest groups until it fits, keeping the newest non-system group (the
+    Agent Framework's "minimum retained group").  Differences from the Agent Framework: the
     fallback never removes system messages, the newest user message or the newest step (see
-    "Groups and invariants" in docs/architecture.md; the Agent Framework's "strict" fallback drops
-    system messages last), and when they alone exceed the budget the entry reports a warning
-    instead.
+    "Groups and invariants" in docs/architecture.md; the Agent Framework's "strict" fallback
+    drops system messages last), and when they alone exceed the budget the entry reports a
+    warning instead.
+
+    ``early_stop``, ``stop_when`` and ``fallback`` belong to the token-budget form: asking a
+    plain pipeline for them raises :class:`ValueError` (the two compositions are never mixed).
     """
 
     name = "pipeline"
@@ -151,7 +163,7 @@ class PipelineStrategy(Strategy):
         strategies: Sequence[Strategy],
         *,
         stop_when: Condition | None = None,
-        early_stop: bool = True,
+        early_stop: bool | None = None,
         trigger: Condition | None = None,
         token_budget: int | None = None,
         fallback: bool | None = None,
@@ -159,14 +171,32 @@ class PipelineStrategy(Strategy):
         super().__init__(trigger=trigger)
         if token_budget is not None and token_budget < 0:
             raise ValueError("token_budget must be >= 0")
+        if token_budget is None:
+            mixed = [
+                name
+                for name, value in (
+                    ("early_stop", early_stop),
+                    ("stop_when", stop_when),
+                    ("fallback", fallback),
+                )
+                if value not in (None, False)
+            ]
+            if mixed:
+                raise ValueError(
+                    f"{' and '.join(mixed)} {'belongs' if len(mixed) == 1 else 'belong'} to a "
+                    "token_budget pipeline "
+                    "(TokenBudgetComposedStrategy); a plain pipeline "
+                    "(PipelineCompactionStrategy) runs every child by its own trigger"
+                )
         self.strategies = tuple(strategies)
         self.token_budget = token_budget
         self.budget_condition: Condition = (
             TokensExceed(token_budget) if token_budget is not None else OverBudget()
         )
         self.stop_when = stop_when or self.budget_condition
-        self.early_stop = early_stop
-        self.fallback = fallback if fallback is not None else token_budget is not None
+        budgeted = token_budget is not None
+        self.early_stop = early_stop if early_stop is not None else budgeted
+        self.fallback = fallback if fallback is not None else budgeted
 
     def default_trigger(self) -> Condition:
         return self.budget_condition if self.token_budget is not None else Always()

@@ -199,7 +199,8 @@ def build_summarization(entry: SummarizationEntry, ctx: BuildContext) -> Strateg
 
 
 def build_pipeline_entry(entry: PipelineEntry, ctx: BuildContext) -> Strategy:
-    """Builder for a nested ``strategy: pipeline`` (optionally a token-budget composition)."""
+    """Builder for a nested ``strategy: pipeline``: plain, or with ``token_budget`` the
+    token-budget composition (the settings model refuses a mix of the two)."""
     return PipelineStrategy(
         [ctx.registry.build(child) for child in entry.strategies],
         stop_when=entry.stop_when,

@@ -12,8 +12,9 @@ message was::
 * a result's text is its string content, or its text parts joined by ``"\\n"`` (the Agent
   Framework's rule for MCP text items);
 * a group without any result gives ``[Tool results: no results]``;
-* the whole text is capped at ``max_summary_chars`` (4096): the label is cut, right-stripped
-  and the text ends ``... [truncated]]``.
+* the whole text is capped at ``max_summary_chars`` (4096).  A group with one result is cut
+  exactly as the Agent Framework cuts it: the label is cut, right-stripped and the text ends
+  ``... [truncated]]``.
 
 The summary is an ordinary, valid OpenAI assistant message (``content`` a string, no
 ``tool_calls``), so it forms an ``assistant_text`` group and is never collapsed again: a
@@ -30,6 +31,17 @@ untouched.
 
 Deliberate differences from the Agent Framework (see also the conformance test):
 
+* the cap is shared fairly between the results of a group (parallel calls), never spent on
+  the first alone: when the labels together exceed it, each label is given an equal share of
+  the room (what is left after the prefix, the suffix and the ``"; "`` separators), a label
+  shorter than its share is kept whole and what it leaves unused is shared among the longer
+  ones (max-min fairness); a label longer than its share keeps its head, right-stripped, and
+  ends ``... [truncated]``.  The Agent Framework cuts the joined text once at the end, so a large
+  first result pushes every later result out of the message before any summarizer sees it.  A
+  single result, and every group that fits the cap, come out exactly as the Agent Framework's.
+  Only when the cap cannot give every cut label its marker plus one character (hundreds of
+  parallel results in 4096 characters, or a tiny ``max_summary_chars``) is the text cut once at
+  the end, as the Agent Framework does;
 * the newest step is never collapsed (see "Groups and invariants" in docs/architecture.md), even
   with
   ``keep_last_tool_call_groups: 0``; the Agent Framework collapses any tool-call group except
@@ -58,19 +70,69 @@ from .old_tool_groups import OldToolGroupsStrategy
 
 SUMMARY_PREFIX = "[Tool results: "
 SUMMARY_SUFFIX = "]"
+SEPARATOR = "; "
 TRUNCATION_MARKER = "... [truncated]"
 DEFAULT_MAX_SUMMARY_CHARS = 4096
 
 
 def summary_text(labels: list[str], max_chars: int = DEFAULT_MAX_SUMMARY_CHARS) -> str:
-    """``[Tool results: a; b]`` capped at ``max_chars`` (see the module docstring)."""
-    body = "; ".join(labels) if labels else "no results"
+    """``[Tool results: a; b]`` capped at ``max_chars``, the cap shared fairly between the
+    labels (see the module docstring)."""
+    body = SEPARATOR.join(labels) if labels else "no results"
     text = f"{SUMMARY_PREFIX}{body}{SUMMARY_SUFFIX}"
     if len(text) <= max_chars:
         return text
+    if labels:
+        room = (
+            max_chars
+            - len(SUMMARY_PREFIX)
+            - len(SUMMARY_SUFFIX)
+            - len(SEPARATOR) * (len(labels) - 1)
+        )
+        shares = fair_shares([len(label) for label in labels], room)
+        if all(
+            share >= len(label) or share > len(TRUNCATION_MARKER)
+            for label, share in zip(labels, shares, strict=True)
+        ):
+            kept = (
+                label if share >= len(label) else cut_label(label, share)
+                for label, share in zip(labels, shares, strict=True)
+            )
+            return f"{SUMMARY_PREFIX}{SEPARATOR.join(kept)}{SUMMARY_SUFFIX}"
+    # Too many results for the cap to mark every cut (or no labels at all): one cut at the
+    # end, the Agent Framework's rule.
     room = max_chars - len(SUMMARY_PREFIX) - len(TRUNCATION_MARKER) - len(SUMMARY_SUFFIX)
-    kept = body[:room].rstrip() if room > 0 else ""
-    return f"{SUMMARY_PREFIX}{kept}{TRUNCATION_MARKER}{SUMMARY_SUFFIX}"
+    kept_body = body[:room].rstrip() if room > 0 else ""
+    return f"{SUMMARY_PREFIX}{kept_body}{TRUNCATION_MARKER}{SUMMARY_SUFFIX}"
+
+
+def fair_shares(lengths: list[int], room: int) -> list[int]:
+    """How many characters of ``room`` each label of ``lengths`` may use (max-min fair).
+
+    Labels are visited shortest first: one that fits an equal share of what is left is kept
+    whole, and what it leaves unused goes to the rest.  The labels that do not fit split the
+    remainder equally, the odd characters going to the earliest of them in message order, so the
+    result depends on the lengths alone (deterministic).  A share of at least a label's length
+    means "whole".
+    """
+    shares = list(lengths)
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+    left = max(room, 0)
+    for position, index in enumerate(order):
+        if lengths[index] * (len(order) - position) <= left:
+            left -= lengths[index]
+            continue
+        cut = sorted(order[position:])
+        base, extra = divmod(left, len(cut))
+        for rank, cut_index in enumerate(cut):
+            shares[cut_index] = base + (1 if rank < extra else 0)
+        break
+    return shares
+
+
+def cut_label(label: str, share: int) -> str:
+    """The head of ``label`` and the cut marker, in at most ``share`` characters."""
+    return label[: share - len(TRUNCATION_MARKER)].rstrip() + TRUNCATION_MARKER
 
 
 def group_labels(draft: Draft, group: Group) -> list[str]:

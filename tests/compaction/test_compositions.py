@@ -1,0 +1,392 @@
+"""The Agent Framework's two compositions, as its documentation describes them.
+
+* The plain pipeline (.NET ``PipelineCompactionStrategy``): "the pipeline's trigger is
+  ``CompactionTriggers.Always``; each child strategy evaluates its own trigger independently";
+  "strategies run in the given order, so put the gentlest first"; it reports a change when any
+  child compacted.  Its documented example, ported to our config as written::
+
+      new ToolResultCompactionStrategy(CompactionTriggers.TokensExceed(0x200)),
+      new SummarizationCompactionStrategy(summarizer, CompactionTriggers.TokensExceed(0x500)),
+      new SlidingWindowCompactionStrategy(CompactionTriggers.TurnsExceed(4)),
+      new TruncationCompactionStrategy(CompactionTriggers.TokensExceed(0x8000))
+
+  "collapses old tool results (gentle), summarizes older conversation segments (moderate),
+  keeps only the last 4 user turns (aggressive), drops the oldest groups if still over budget
+  (emergency)".  .NET is not run here (its package is not on PyPI for Python); these vectors
+  are the documentation's own statements.
+* The token-budget composition (Python ``TokenBudgetComposedStrategy``): "each child runs in
+  order, stopping early once the budget is met; a built-in fallback excludes the oldest groups
+  if the strategies cannot reach the target", ``early_stop=True`` by default.  Conformance with
+  ``agent-framework-core`` itself is in test_conformance_af.py.
+
+Plus how the proxy's own pipelines map onto them: an explicit ``compaction.pipeline`` is plain
+(``early_stop: true`` makes it a token-budget composition); the default pipeline derived from
+the ``summarization`` block (LibreChat's, pasted) is a token-budget composition whose budget is
+its target, 0.5 of the request's budget, entered at 0.8 with hysteresis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from compaction_proxy.compaction import (
+    CharacterEstimatorTokenizer,
+    CompactionRequest,
+    CompactionResult,
+    CompactionSettings,
+    ModelFacts,
+    Pipeline,
+    SummarizationSettings,
+    build_pipeline,
+    compact,
+    compact_async,
+)
+from compaction_proxy.compaction.factory import default_target
+from compaction_proxy.compaction.strategies import (
+    PipelineStrategy,
+    SlidingWindowStrategy,
+    TruncationStrategy,
+)
+from compaction_proxy.compaction.triggers import Always, TokenRatio, TokensExceed, TurnsExceed
+
+from .helpers import Msg, a, call, s, tool, u
+from .summarizer_fakes import FakeSummarizer
+
+TOK = CharacterEstimatorTokenizer()
+WINDOW_32K = ModelFacts(context_window=32_768, max_output_tokens=4_096)
+
+DOTNET_PIPELINE_YAML = """
+pipeline:
+  - {strategy: tool_result_compaction, trigger: {tokens_exceed: 0x200}}
+  - {strategy: summarization, trigger: {tokens_exceed: 0x500}}
+  - {strategy: sliding_window, trigger: {turns_exceed: 4}}
+  - {strategy: truncation, trigger: {tokens_exceed: 0x8000}}
+"""
+"""The seed's .NET ``PipelineCompactionStrategy`` example, entry for entry, its hex literals as
+written (YAML reads ``0x200`` as 512)."""
+
+
+def dotnet_pipeline(extra: dict[str, Any] | None = None) -> Pipeline:
+    block = yaml.safe_load(DOTNET_PIPELINE_YAML)
+    return build_pipeline(CompactionSettings.model_validate({**block, **(extra or {})}))
+
+
+def shopping(turns: int, result_chars: int = 150) -> list[Msg]:
+    """The seed's shopping assistant: a price lookup per user turn."""
+    msgs: list[Msg] = [s("You are a helpful shopping assistant.")]
+    for i in range(turns):
+        msgs += [
+            u(f"turn {i}: what's the price of item {i}?"),
+            call(f"c{i}", name="LookupPrice"),
+            tool(f"c{i}", f"item {i} costs {i} USD " + "x" * result_chars),
+            a(f"Item {i} costs {i} USD."),
+        ]
+    return msgs
+
+
+def run(
+    msgs: list[Msg],
+    pipeline: Pipeline,
+    facts: ModelFacts = WINDOW_32K,
+    summarizer: FakeSummarizer | None = None,
+) -> CompactionResult:
+    request = CompactionRequest(
+        msgs, model="m", pipeline=pipeline, tokenizer=TOK, facts=facts, reserve_ratio=0
+    )
+    return asyncio.run(compact_async(request, summarizer=summarizer))
+
+
+def user_turns(messages: list[Msg]) -> list[str]:
+    return [
+        str(m["content"])
+        for m in messages
+        if m["role"] == "user" and not str(m["content"]).startswith("<summary>")
+    ]
+
+
+# ------------------------------------------------------------- the plain pipeline (.NET)
+
+
+def test_the_seeds_dotnet_pipeline_is_a_plain_pipeline() -> None:
+    pipeline = dotnet_pipeline()
+    assert [s.name for s in pipeline.strategies] == [
+        "tool_result_compaction",
+        "summarization",
+        "sliding_window",
+        "truncation",
+    ]
+    assert [s.trigger for s in pipeline.strategies] == [
+        TokensExceed(0x200),
+        TokensExceed(0x500),
+        TurnsExceed(4),
+        TokensExceed(0x8000),
+    ]
+    assert (pipeline.early_stop, pipeline.hysteresis) == (False, False)
+
+
+def test_every_child_of_the_seeds_pipeline_runs_as_its_trigger_says() -> None:
+    """30 turns on a 32k model: the request fits the budget all along, yet every child whose
+    trigger fires runs, in order, each on what the one before left."""
+    msgs = shopping(30)
+    summarizer = FakeSummarizer()
+    result = run(msgs, dotnet_pipeline(), summarizer=summarizer)
+    report = result.report
+    assert report.tokens_before < report.budget  # nothing here is about the budget
+    collapse, summarization, window, truncation = report.strategies
+    assert collapse.fired and collapse.changed  # over 0x200 tokens
+    assert summarization.fired and summarization.changed  # over 0x500 tokens
+    assert len(summarizer.calls) == 1
+    assert window.fired and window.changed  # more than 4 turns were left
+    assert truncation.skipped == "trigger"  # under 0x8000 tokens: its trigger does not fire
+    assert all(r.skipped != "early_stop" for r in report.strategies)
+    for before, after in zip(report.strategies, report.strategies[1:], strict=False):
+        assert after.tokens_before == before.tokens_after  # each sees the previous output
+    # "keeps only the last 4 user turns": the newest 4, the summary before them
+    assert user_turns(result.messages) == [
+        f"turn {i}: what's the price of item {i}?" for i in (26, 27, 28, 29)
+    ]
+    assert str(result.messages[1]["content"]).startswith("<summary>")
+
+
+def test_a_child_whose_trigger_does_not_fire_is_skipped_even_after_another_acted() -> None:
+    """No hysteresis in a plain pipeline: an earlier child acting engages nothing."""
+    msgs = shopping(12)
+    total = TOK.count_messages(msgs)
+    pipeline = Pipeline(
+        (
+            TruncationStrategy(trigger=TokensExceed(total // 2)),
+            SlidingWindowStrategy(trigger=TurnsExceed(100)),
+        ),
+        early_stop=False,
+    )
+    report = run(msgs, pipeline, ModelFacts(10 * total, 0)).report
+    assert report.strategies[0].changed
+    assert report.strategies[1].skipped == "trigger"
+
+
+def test_a_nested_plain_pipeline_runs_every_child_by_its_own_trigger() -> None:
+    """The same as an entry (``strategy: pipeline`` without a token_budget): its trigger is
+    ``always``, it has no early stop of its own, and it reports a change when a child made one."""
+    msgs = shopping(10)
+    settings = CompactionSettings.model_validate(
+        {
+            "pipeline": [
+                {
+                    "strategy": "pipeline",
+                    "strategies": [
+                        {"strategy": "truncation", "trigger": "over_budget"},
+                        {"strategy": "sliding_window", "trigger": {"turns_exceed": 2}},
+                    ],
+                }
+            ]
+        }
+    )
+    pipeline = build_pipeline(settings)
+    (entry,) = pipeline.strategies
+    assert isinstance(entry, PipelineStrategy)
+    assert entry.trigger == Always() and not entry.early_stop and not entry.fallback
+    facts = ModelFacts(int(TOK.count_messages(msgs) / 1.2), 0)
+    result = run(msgs, pipeline, facts)
+    (nested,) = result.report.strategies
+    truncation, window = nested.children
+    assert truncation.changed  # brought the request under the budget ...
+    assert result.report.tokens_after <= result.report.budget
+    assert window.fired and window.changed  # ... and the window still ran by its own trigger
+    assert len(user_turns(result.messages)) == 2
+    assert nested.changed
+    # under the budget from the start: the entry still fires (``always``), and so does the window
+    small = run(msgs, pipeline, ModelFacts(100 * TOK.count_messages(msgs), 0))
+    (nested,) = small.report.strategies
+    assert nested.fired
+    assert [c.skipped for c in nested.children] == ["trigger", None]
+    assert len(user_turns(small.messages)) == 2
+
+
+def test_a_plain_pipeline_is_idempotent() -> None:
+    msgs = shopping(30)
+    first = compact(
+        CompactionRequest(
+            msgs,
+            model="m",
+            pipeline=dotnet_pipeline(),
+            tokenizer=TOK,
+            facts=WINDOW_32K,
+            reserve_ratio=0,
+        )
+    )
+    assert first.changed
+    again = compact(
+        CompactionRequest(
+            first.messages,
+            model="m",
+            pipeline=dotnet_pipeline(),
+            tokenizer=TOK,
+            facts=WINDOW_32K,
+            reserve_ratio=0,
+        )
+    )
+    assert not again.changed
+
+
+# ------------------------------------------------------- the token-budget composition
+
+
+def test_top_level_early_stop_makes_the_token_budget_composition() -> None:
+    """``early_stop: true`` over the same entries: once collapsing brought the request under
+    the budget, the rest are skipped (what an explicit pipeline did before it was plain)."""
+    pipeline = dotnet_pipeline({"early_stop": True})
+    assert pipeline.early_stop and pipeline.stop_when is None  # over_budget
+    summarizer = FakeSummarizer()
+    report = run(shopping(30), pipeline, summarizer=summarizer).report
+    assert report.strategies[0].changed
+    assert [r.skipped for r in report.strategies[1:]] == ["early_stop"] * 3
+    assert not summarizer.calls
+
+
+SEED_PYTHON_BUDGET = {
+    "strategy": "pipeline",
+    "token_budget": 16_000,
+    "strategies": [
+        {"strategy": "tool_result_compaction", "keep_last_tool_call_groups": 1},
+        {"strategy": "summarization", "target_count": 4, "threshold": 2},
+        {"strategy": "sliding_window", "keep_last_groups": 20},
+    ],
+}
+"""The seed's Python ``TokenBudgetComposedStrategy(token_budget=16_000, ...)`` example."""
+
+
+def test_the_seeds_token_budget_example_stops_once_its_budget_holds() -> None:
+    pipeline = build_pipeline(CompactionSettings.model_validate({"pipeline": [SEED_PYTHON_BUDGET]}))
+    (entry,) = pipeline.strategies
+    assert isinstance(entry, PipelineStrategy)
+    assert entry.early_stop and entry.fallback and entry.trigger == TokensExceed(16_000)
+    msgs = shopping(60, result_chars=1_200)
+    assert TOK.count_messages(msgs) > 16_000
+    summarizer = FakeSummarizer()
+    result = run(msgs, pipeline, ModelFacts(10**6, 0), summarizer)
+    (nested,) = result.report.strategies
+    collapse, summarization, window = nested.children
+    assert collapse.changed and collapse.tokens_after > 16_000  # not enough on its own
+    assert summarization.changed and summarization.tokens_after <= 16_000
+    assert window.skipped == "early_stop"  # the budget holds: the aggressive step is skipped
+    assert len(summarizer.calls) == 1
+    # "within budget: nothing to do": the entry does not fire at all
+    fits = run(shopping(5), pipeline, ModelFacts(10**6, 0), FakeSummarizer())
+    assert fits.report.strategies[0].skipped == "trigger" and not fits.changed
+
+
+def test_the_token_budget_fallback_drops_the_oldest_groups_when_the_children_fall_short() -> None:
+    entry = {**SEED_PYTHON_BUDGET, "token_budget": 2_000}
+    pipeline = build_pipeline(CompactionSettings.model_validate({"pipeline": [entry]}))
+    result = run(shopping(60, result_chars=1_200), pipeline, ModelFacts(10**6, 0))  # no summarizer
+    (nested,) = result.report.strategies
+    assert [c.name for c in nested.children][-1] == "fallback_truncation"
+    assert nested.children[-1].changed
+    assert result.report.tokens_after <= 2_000
+
+
+# ------------------------------------------------------------- the two are never mixed
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{"early_stop": True}, {"stop_when": {"token_ratio": 0.5}}, {"fallback": True}],
+)
+def test_a_plain_pipeline_entry_refuses_the_token_budget_keys(extra: dict[str, Any]) -> None:
+    (key,) = extra
+    entry = {"strategy": "pipeline", "strategies": [{"strategy": "truncation"}], **extra}
+    with pytest.raises(ValidationError, match=f"{key} belongs to a token_budget pipeline"):
+        CompactionSettings.model_validate({"pipeline": [entry]})
+    with pytest.raises(ValueError, match="belongs to a token_budget pipeline"):
+        PipelineStrategy(
+            [TruncationStrategy()], **{key: TokenRatio(0.5) if key == "stop_when" else True}
+        )
+    # stating the plain pipeline's own values is fine
+    CompactionSettings.model_validate(
+        {"pipeline": [{**entry, key: False}]} if key != "stop_when" else {"pipeline": []}
+    )
+
+
+@pytest.mark.parametrize("extra", [{"stop_when": {"token_ratio": 0.6}}, {"hysteresis": True}])
+def test_a_plain_top_level_pipeline_refuses_a_stop_condition(extra: dict[str, Any]) -> None:
+    block = {"pipeline": [{"strategy": "truncation"}], **extra}
+    with pytest.raises(ValidationError, match="add early_stop: true"):
+        CompactionSettings.model_validate(block)
+    with pytest.raises(ValidationError, match="add early_stop: true"):
+        CompactionSettings.model_validate({**block, "early_stop": False})
+    pipeline = build_pipeline(CompactionSettings.model_validate({**block, "early_stop": True}))
+    assert pipeline.early_stop
+    if "hysteresis" in extra:  # the default pipeline's too: it runs towards stop_when
+        with pytest.raises(ValidationError, match="hysteresis needs early_stop"):
+            CompactionSettings.model_validate({"hysteresis": True, "early_stop": False})
+        relaxed = build_pipeline(CompactionSettings.model_validate({"early_stop": False}))
+        assert (relaxed.early_stop, relaxed.hysteresis) == (False, False)
+
+
+# --------------------------------------------------- the default pipeline's composition
+
+
+def test_the_default_pipeline_is_a_token_budget_composition_with_hysteresis() -> None:
+    """Fire at 0.8, budget (and every entry's target) 0.5, early stop, hysteresis: as today."""
+    librechat = SummarizationSettings.model_validate(
+        {
+            "maxSummaryTokens": 4096,
+            "reserveRatio": 0.05,
+            "trigger": {"type": "token_ratio", "value": 0.8},
+            "contextPruning": {"enabled": True, "keepLastAssistants": 3},
+        }
+    )
+    for block in (SummarizationSettings(), librechat):
+        pipeline = build_pipeline(CompactionSettings(), block)
+        assert (pipeline.early_stop, pipeline.hysteresis) == (True, True)
+        assert pipeline.stop_when == default_target() == TokenRatio(0.5)
+        assert all(s.trigger == TokenRatio(0.8) for s in pipeline.strategies)
+        assert all(s.target == TokenRatio(0.5) for s in pipeline.strategies)
+
+
+def test_the_written_out_default_pipeline_behaves_as_the_default() -> None:
+    """With ``early_stop`` and ``hysteresis`` written, an explicit list is the default pipeline."""
+    written = CompactionSettings.model_validate(
+        {
+            "pipeline": [
+                {
+                    "strategy": "context_pruning",
+                    "trigger": {"token_ratio": 0.8},
+                    "target": {"token_ratio": 0.5},
+                },
+                {
+                    "strategy": "tool_result_compaction",
+                    "trigger": {"token_ratio": 0.8},
+                    "target": {"token_ratio": 0.5},
+                },
+                {
+                    "strategy": "summarization",
+                    "trigger": {"token_ratio": 0.8},
+                    "target": {"token_ratio": 0.5},
+                    "retain_recent": {"turns": 2},
+                },
+                {
+                    "strategy": "truncation",
+                    "trigger": {"token_ratio": 0.8},
+                    "target": {"token_ratio": 0.5},
+                },
+            ],
+            "early_stop": True,
+            "stop_when": {"token_ratio": 0.5},
+            "hysteresis": True,
+        }
+    )
+    msgs = shopping(40, result_chars=20)
+    facts = ModelFacts(int(TOK.count_messages(msgs) / 0.85), 0)
+    default = run(msgs, build_pipeline(CompactionSettings()), facts)
+    ours = run(msgs, build_pipeline(written), facts)
+    assert ours.messages == default.messages
+    assert ours.report.tokens_after <= 0.5 * ours.report.budget
+    # without hysteresis the collapse's nudge under 0.8 is the end of it
+    nudged = run(msgs, build_pipeline(written.model_copy(update={"hysteresis": False})), facts)
+    assert 0.5 * nudged.report.budget < nudged.report.tokens_after < 0.8 * nudged.report.budget
