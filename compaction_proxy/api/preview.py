@@ -22,6 +22,7 @@ from compaction_proxy.api.requests import (
     effective_window,
     parse_chat_body,
     report_headers,
+    tenant,
     validate_chat,
 )
 from compaction_proxy.asgi import Receive, Scope, Send, read_body, send_bytes
@@ -92,6 +93,7 @@ async def preview(ctx: RequestContext, scope: Scope, receive: Receive, send: Sen
                 # `dry-run-local`: what compaction would do without calling the summarizer.
                 summarize=mode is not Mode.DRY_RUN_LOCAL,
                 summary_prefix=body is None,  # as the Responses route: the transcript form
+                tenant=tenant(scope),
             )
     except Exception as exc:  # the preview has no original to fall back on: say what broke
         log.exception("preview: compaction failed")

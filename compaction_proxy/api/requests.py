@@ -139,3 +139,10 @@ def credential(scope: Scope) -> str | None:
 def authorization(scope: Scope) -> str | None:
     value = header(scope, b"authorization")
     return value.decode("latin-1") if value else None
+
+
+def tenant(scope: Scope) -> str | None:
+    """`X-Compaction-Tenant`: an explicit namespace an app gives each of its end users; part of
+    the checkpoint key (compaction_proxy/summaries/checkpoints.py), never forwarded."""
+    value = header(scope, b"x-compaction-tenant")
+    return value.decode("latin-1") if value and value.strip() else None

@@ -10,6 +10,10 @@
 
 Every dependency that can fail (store, summarizer) degrades to "no checkpoint" or "next
 strategy"; the request itself never fails because of them.
+
+The namespace of every key the flow uses (checkpoints, prepared summaries, summaries in
+flight) holds the request's scope (compaction_proxy/summaries/checkpoints.py: system block,
+tools, per-user fields).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from compaction_proxy.compaction import (
 from compaction_proxy.config import Settings
 from compaction_proxy.engine.compactor import Compactor
 from compaction_proxy.engine.hit_report import CHECKPOINT_STEP, as_sent, checkpoint_meta
-from compaction_proxy.summaries.checkpoints import Checkpoints, Lookup, namespace_for
+from compaction_proxy.summaries.checkpoints import Checkpoints, Lookup, namespace_for, scope_of
 from compaction_proxy.summaries.flight import GuardedSummarizer, SummaryFlights
 from compaction_proxy.summaries.prefix import ForwardedRequest
 from compaction_proxy.summaries.prepare import (
@@ -87,14 +91,21 @@ class CompactionFlow:
         self.preparer = Preparer(settings.summarization, self.checkpoints)
 
     def namespace(
-        self, model: str, credential: str | None, context_window: int | None = None
+        self,
+        model: str,
+        credential: str | None,
+        context_window: int | None = None,
+        *,
+        scope: str = "",
     ) -> str:
+        """The key space of a request's checkpoints; `scope`: :func:`scope_of` its body."""
         summarizer = self.summarizer
         return namespace_for(
             credential=credential,
             summarizer_model=summarizer.model_for(model) if summarizer else "-",
             prompt_version=summarizer.prompt_version if summarizer else "-",
             fingerprint=self.compactor.fingerprint(model, context_window),
+            scope=scope,
         )
 
     async def run(
@@ -111,9 +122,12 @@ class CompactionFlow:
         calls: SummaryCalls | None = None,
         summarize: bool = True,
         summary_prefix: bool = True,
+        tenant: str | None = None,
     ) -> FlowResult:
         """`credential` names the tenant (hashed into the namespace); `authorization` is what
         the summarizer may send upstream (None when the client authenticated to the proxy).
+        `tenant`: the `X-Compaction-Tenant` header, which joins the body's system block, tools
+        and per-user fields in the namespace (:func:`scope_of`).
         `context_window`: the window to budget for, when not the catalog's
         (compaction_proxy/windows.py); it is part of the checkpoint namespace. `calls`: the
         request's log of summarizer HTTP calls (the request's telemetry counts them when it ends);
@@ -134,7 +148,7 @@ class CompactionFlow:
         )
         if mode is Mode.DRY_RUN_LOCAL:
             mode = Mode.DRY_RUN
-        namespace = self.namespace(model, credential, context_window)
+        namespace = self.namespace(model, credential, context_window, scope=scope_of(data, tenant))
         lookup = await self._lookup(namespace, data["messages"])
         warnings = [lookup.store_error] if lookup.store_error else []
         effective = {**data, "messages": lookup.messages} if lookup.hit else data
