@@ -23,6 +23,7 @@ from compaction_proxy.api.chat import chat_completions
 from compaction_proxy.api.forward import Outcome
 from compaction_proxy.api.passthrough import passthrough
 from compaction_proxy.api.preview import preview
+from compaction_proxy.api.requests import credential
 from compaction_proxy.api.responses import responses
 from compaction_proxy.asgi import ClientGone, Message, Receive, Scope, Send, header, send_error
 from compaction_proxy.auth import key_matches, presented_key
@@ -61,6 +62,7 @@ class ProxyApp:
         self.state = edge if edge is not None else build_edge(settings)
         self.telemetry = self.state.telemetry
         self._api_keys = [k.get_secret_value().encode() for k in settings.server.api_keys]
+        self._upstreams = {u.name: u for u in settings.upstreams}
         self.fastapi = _build_fastapi(self.state)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -86,6 +88,7 @@ class ProxyApp:
                     ctx.upstream_request_id = outcome.upstream_request_id
                     ctx.upstream_seconds = outcome.upstream_seconds
                     ctx.upstream_prompt_tokens = outcome.prompt_tokens
+                    self._note_accepted(ctx, scope, outcome)
             else:
                 scope.setdefault("state", {})["request_context"] = ctx
                 await self.fastapi(scope, receive, _with_request_id(ctx, send))
@@ -123,6 +126,18 @@ class ProxyApp:
                 "invalid_api_key",
             )
         ctx.authenticated = True
+
+    def _note_accepted(self, ctx: RequestContext, scope: Scope, outcome: Outcome) -> None:
+        """Remember the caller's key when an upstream that checks keys accepted it: the proxy
+        may then spend an operator's key for this caller (compaction_proxy/admission.py). A
+        reply to a request that carried the operator's key, or the proxy's own, proves
+        nothing about the caller's."""
+        if ctx.authenticated or not 200 <= outcome.status < 300:
+            return
+        upstream = self._upstreams.get(ctx.upstream or "")
+        if upstream is None or upstream.api_key is not None or upstream.keyless:
+            return
+        self.state.known_callers.accepted(credential(scope))
 
 
 def _safe_path(scope: Scope) -> str:
@@ -212,6 +227,12 @@ def _build_fastapi(state: AppState) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state.compactor.warm_up()
+        if state.settings.server.allow_anonymous_spend and not state.settings.server.api_keys:
+            log.warning(
+                "server.allow_anonymous_spend is true: callers the proxy has not authenticated "
+                "spend the upstreams' api_keys (requests and summaries); set server.api_keys "
+                "unless only your own clients can reach this proxy"
+            )
         log.info(
             "ready",
             extra={
@@ -280,6 +301,7 @@ def build_edge(
     telemetry.watch_windows(windows)
     telemetry.watch_store(store)
     if flow.summarizer is not None:
+        telemetry.watch_withheld(flow.withheld)
         telemetry.watch_summarizer(flow.summarizer.stats)
         if flow.preparer.enabled:
             telemetry.watch_preparer(flow.preparer.stats)

@@ -48,6 +48,10 @@ class ServerSettings(Strict):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=1, le=65535)
     api_keys: list[SecretStr] = Field(default_factory=list)
+    # Without api_keys, anyone who reaches the proxy spends the upstreams' api_keys (requests
+    # routed to them, summaries made on them); serve refuses that unless this says it is meant
+    # (compaction_proxy/preflight.py, compaction_proxy/admission.py).
+    allow_anonymous_spend: bool = False
     max_body_bytes: int = Field(32 * 1024 * 1024, gt=0)
     # Request headers: the whole block (request line included) and any one header; 431 past
     # either, answered by the HTTP protocol before anything is held in memory.
@@ -197,17 +201,10 @@ class DashboardSettings(Strict):
 
 
 def _default_upstreams() -> list[UpstreamSettings]:
-    return [
-        UpstreamSettings(
-            name="openai",
-            base_url=AnyHttpUrl("https://api.openai.com/v1"),
-            api_key=_empty_to_none(os.environ.get("OPENAI_API_KEY")),
-        )
-    ]
-
-
-def _empty_to_none(value: str | None) -> SecretStr | None:
-    return SecretStr(value) if value else None
+    # No api_key, and OPENAI_API_KEY is not read: a key in the proxy's environment would be
+    # spent by anyone who can reach it (clients export the same variable for their SDK). Each
+    # client's own Authorization passes through; a config file sets an operator key on purpose.
+    return [UpstreamSettings(name="openai", base_url=AnyHttpUrl("https://api.openai.com/v1"))]
 
 
 class Settings(BaseSettings):

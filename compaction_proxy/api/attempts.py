@@ -25,6 +25,7 @@ from compaction_proxy.api.requests import (
     credential,
     header_safe,
     report_headers,
+    spending,
     tenant,
 )
 from compaction_proxy.asgi import Receive, Scope, Send
@@ -134,6 +135,7 @@ async def compact(
             calls=calls,
             summary_prefix=subject.summary_prefix,
             tenant=tenant(scope),
+            spend=spending(ctx, scope),
         )
     except Exception:
         log.exception("compaction failed; forwarding the original request")
