@@ -1,7 +1,9 @@
 # compaction-proxy container image.
 #
 #   docker build -t compaction-proxy .
-#   docker run --rm -p 127.0.0.1:8080:8080 -e OPENAI_API_KEY --stop-timeout 40 compaction-proxy
+#   docker run --rm -p 127.0.0.1:8080:8080 --stop-timeout 40 compaction-proxy   # clients send their keys
+#   # the key in the proxy needs inbound keys too (docs/deploy.md):
+#   #   -e OPENAI_API_KEY -e COMPACTION_PROXY_SERVER__API_KEYS='["a-long-random-key"]'
 #
 # Two stages on the same slim Python base (so the venv's interpreter path is identical):
 #   builder  - builds the project's wheel from pyproject.toml, installs it with its declared

@@ -37,6 +37,7 @@ from compaction_proxy.compaction import Mode
 from compaction_proxy.config import Settings
 from compaction_proxy.engine import CompactionFlow, Compactor, build_flow
 from compaction_proxy.engine.hit_report import as_sent
+from compaction_proxy.summaries.checkpoints import scope_of
 from compaction_proxy.summaries.stores.memory import MemoryStore
 
 MODEL = "bench-model"
@@ -110,7 +111,7 @@ async def run(tokens: int, rounds: int) -> dict[str, Any]:
 
     hit = await hit_request()
     assert hit.checkpoint == "hit"
-    namespace = flow.namespace(MODEL, "k")
+    namespace = flow.namespace(MODEL, "k", scope=scope_of(hit_data))
     assert flow.checkpoints is not None
     lookup = await flow.checkpoints.lookup(namespace, messages)
     assert lookup.checkpoint is not None and lookup.folded_tokens is not None

@@ -84,7 +84,7 @@ async def measure(
     """``configs``: one per pass (each its own store file, so pass 2 primes its own base)."""
     from compaction_proxy.api.requests import parse_chat_body, validate_chat
     from compaction_proxy.compaction import Mode, compact_async
-    from compaction_proxy.summaries.checkpoints import chain, leading_system_count
+    from compaction_proxy.summaries.checkpoints import chain, leading_system_count, scope_of
 
     samples: dict[str, list[float]] = {step: [] for step in STEPS}
     # Pass 1, the whole flow as the edge runs it; pass 2, its parts, on a fresh edge, so each
@@ -132,7 +132,8 @@ async def measure(
         )
         assert primed.save is not None
         await primed.save()
-    namespace = flow.namespace(orjson.loads(bodies.body(0))["model"], "k")
+    first = orjson.loads(bodies.body(0))
+    namespace = flow.namespace(first["model"], "k", scope=scope_of(first))
     for i in range(requests + 5):
         raw = bodies.body(i, 0, 1)
         parse, data = _cpu(lambda raw=raw: parse_chat_body(raw))

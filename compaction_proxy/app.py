@@ -2,7 +2,10 @@
 
 The forwarding routes sit in front of FastAPI as raw ASGI so the hot path has no routing,
 dependency solving or response-class machinery; the pages and JSON endpoints that are not on
-the hot path (health, preview, metrics, dashboard) use FastAPI normally.
+the hot path (health, metrics, dashboard) use FastAPI normally. Every request passes the same
+key check first: `/v1/*` against `server.api_keys`, every other path (unknown ones included)
+through compaction_proxy/auth.py's `side_access`. A path or method no route serves gets a 404
+or 405 in OpenAI's error shape, as every error the proxy makes.
 """
 
 from __future__ import annotations
@@ -13,9 +16,12 @@ import os
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from urllib.parse import parse_qsl
 
 import httpx
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from compaction_proxy import __version__
 from compaction_proxy.api import dashboard, health, metrics
@@ -23,13 +29,14 @@ from compaction_proxy.api.chat import chat_completions
 from compaction_proxy.api.forward import Outcome
 from compaction_proxy.api.passthrough import passthrough
 from compaction_proxy.api.preview import preview
+from compaction_proxy.api.requests import credential
 from compaction_proxy.api.responses import responses
 from compaction_proxy.asgi import ClientGone, Message, Receive, Scope, Send, header, send_error
-from compaction_proxy.auth import key_matches, presented_key
+from compaction_proxy.auth import Access, key_matches, presented_key, side_access
 from compaction_proxy.config import Settings, load_settings
 from compaction_proxy.context import AppState, RequestContext
 from compaction_proxy.engine import Compactor, build_flow
-from compaction_proxy.errors import ProxyError
+from compaction_proxy.errors import ProxyError, error_body
 from compaction_proxy.logs import ACCESS, access_line
 from compaction_proxy.observability.telemetry import Telemetry
 from compaction_proxy.paths import UnsafePath, needs_normalizing, normalize
@@ -50,6 +57,11 @@ log = logging.getLogger("compaction_proxy.app")
 _ID_PREFIX = os.urandom(11).hex()
 _ID_COUNTER = itertools.count(1)
 _REQUEST_ID = re.compile(rb"^[A-Za-z0-9._:\-]{1,128}$")
+_UNAUTHORIZED = (
+    "missing or invalid API key for this proxy: send 'Authorization: Bearer <key>' with one of "
+    "the keys in server.api_keys"
+)
+_DASHBOARD_PAGE = "/dashboard"
 
 
 class ProxyApp:
@@ -61,6 +73,8 @@ class ProxyApp:
         self.state = edge if edge is not None else build_edge(settings)
         self.telemetry = self.state.telemetry
         self._api_keys = [k.get_secret_value().encode() for k in settings.server.api_keys]
+        self._metrics_keys = [k.get_secret_value().encode() for k in settings.server.metrics_keys]
+        self._upstreams = {u.name: u for u in settings.upstreams}
         self.fastapi = _build_fastapi(self.state)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -86,12 +100,25 @@ class ProxyApp:
                     ctx.upstream_request_id = outcome.upstream_request_id
                     ctx.upstream_seconds = outcome.upstream_seconds
                     ctx.upstream_prompt_tokens = outcome.prompt_tokens
+                    self._note_accepted(ctx, scope, outcome)
             else:
-                scope.setdefault("state", {})["request_context"] = ctx
+                access = self._side_access(ctx, scope, path)
+                if access is Access.DENIED:
+                    ctx.status = 401
+                    if path == _DASHBOARD_PAGE and self.state.settings.dashboard.enabled:
+                        await dashboard.send_unauthorized_page(send, ctx.response_headers)
+                        return
+                    raise ProxyError(401, _UNAUTHORIZED, code="invalid_api_key")
+                state = scope.setdefault("state", {})
+                state["request_context"] = ctx
+                state["detailed"] = access is Access.FULL
                 await self.fastapi(scope, receive, _with_request_id(ctx, send))
         except ProxyError as error:
             ctx.status = error.status
-            await send_error(send, error, ctx.response_headers)
+            headers = ctx.response_headers
+            if error.status == 401:
+                headers = [*headers, (b"www-authenticate", b"Bearer")]
+            await send_error(send, error, headers)
         except ClientGone:
             ctx.status = 499
             ctx.client_gone = True
@@ -115,14 +142,31 @@ class ProxyApp:
         presented = presented_key(header(scope, b"authorization"), header(scope, b"x-api-key"))
         matched = key_matches(presented, self._api_keys)
         if not matched:
-            raise ProxyError(
-                401,
-                "missing or invalid API key for this proxy: send 'Authorization: Bearer <key>' "
-                "with one of the keys in server.api_keys",
-                "invalid_request_error",
-                "invalid_api_key",
-            )
+            raise ProxyError(401, _UNAUTHORIZED, "invalid_request_error", "invalid_api_key")
         ctx.authenticated = True
+
+    def _side_access(self, ctx: RequestContext, scope: Scope, path: str) -> Access:
+        """The key check of every path outside /v1 (compaction_proxy/auth.py). The dashboard
+        page also takes `?key=`, so a browser can open it (the page then sends a header)."""
+        if not self._api_keys and not self._metrics_keys:
+            return Access.FULL
+        presented = presented_key(header(scope, b"authorization"), header(scope, b"x-api-key"))
+        if not presented and path == _DASHBOARD_PAGE:
+            query = scope.get("query_string", b"").decode("latin-1")
+            presented = dict(parse_qsl(query)).get("key", "").encode()
+        return side_access(path, presented, self._api_keys, self._metrics_keys)
+
+    def _note_accepted(self, ctx: RequestContext, scope: Scope, outcome: Outcome) -> None:
+        """Remember the caller's key when an upstream that checks keys accepted it: the proxy
+        may then spend an operator's key for this caller (compaction_proxy/admission.py). A
+        reply to a request that carried the operator's key, or the proxy's own, proves
+        nothing about the caller's."""
+        if ctx.authenticated or not 200 <= outcome.status < 300:
+            return
+        upstream = self._upstreams.get(ctx.upstream or "")
+        if upstream is None or upstream.api_key is not None or upstream.keyless:
+            return
+        self.state.known_callers.accepted(credential(scope))
 
 
 def _safe_path(scope: Scope) -> str:
@@ -212,6 +256,12 @@ def _build_fastapi(state: AppState) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state.compactor.warm_up()
+        if state.settings.server.allow_anonymous_spend and not state.settings.server.api_keys:
+            log.warning(
+                "server.allow_anonymous_spend is true: callers the proxy has not authenticated "
+                "spend the upstreams' api_keys (requests and summaries); set server.api_keys "
+                "unless only your own clients can reach this proxy"
+            )
         log.info(
             "ready",
             extra={
@@ -239,11 +289,36 @@ def _build_fastapi(state: AppState) -> FastAPI:
         openapi_url=None,
     )
     app.state.proxy = state
+    app.add_exception_handler(StarletteHTTPException, _route_error)
     app.include_router(health.router)
     app.include_router(metrics.router)
     if state.settings.dashboard.enabled:
         app.include_router(dashboard.router)
     return app
+
+
+async def _route_error(request: Request, exc: Exception) -> Response:
+    """A path no route serves (404), or a method its route does not take (405), in OpenAI's
+    error shape (the one body every proxy error has); the 405 keeps Starlette's `Allow`."""
+    assert isinstance(exc, StarletteHTTPException)
+    headers = dict(exc.headers or {})
+    where = f"{request.method} {request.url.path[:200]}"
+    code: str | None
+    if exc.status_code == 404:
+        code = "not_found"
+        message = (
+            f"no route for {where}: the proxy serves /v1/* (forwarded upstream) and its own "
+            "/healthz, /readyz, /metrics and /dashboard"
+        )
+    elif exc.status_code == 405:
+        code = "method_not_allowed"
+        message = f"method not allowed for {where} (allowed: {headers.get('Allow', '-')})"
+    else:
+        code, message = None, str(exc.detail)
+    body = error_body(message, type="invalid_request_error", code=code)
+    return Response(
+        body, status_code=exc.status_code, media_type="application/json", headers=headers
+    )
 
 
 def build_edge(
@@ -280,6 +355,7 @@ def build_edge(
     telemetry.watch_windows(windows)
     telemetry.watch_store(store)
     if flow.summarizer is not None:
+        telemetry.watch_withheld(flow.withheld)
         telemetry.watch_summarizer(flow.summarizer.stats)
         if flow.preparer.enabled:
             telemetry.watch_preparer(flow.preparer.stats)

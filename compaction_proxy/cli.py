@@ -102,18 +102,18 @@ def _source(file: str | None) -> str:
     return file or os.environ.get(CONFIG_ENV_VAR) or "defaults"
 
 
-def _load_checked(file: str | None) -> Settings:
+def _load_checked(file: str | None, *, serving: bool = False) -> Settings:
     """The settings, refused with every problem the run would trip on
-    (compaction_proxy/preflight.py)."""
+    (compaction_proxy/preflight.py); `serving`: what `serve` would refuse too."""
     from compaction_proxy import preflight
 
     settings = load_settings(file)
-    preflight.check(settings, source=_source(file))
+    preflight.check(settings, source=_source(file), serving=serving)
     return settings
 
 
 def _check_config(file: str | None) -> int:
-    settings = _load_checked(file)
+    settings = _load_checked(file, serving=True)
     print(yaml.safe_dump(effective_config(settings), sort_keys=False, allow_unicode=True), end="")
     print(f"# configuration is valid ({_source(file)})", file=sys.stderr)
     return 0
@@ -230,6 +230,7 @@ async def _run_flow(
 
     Returns the result and what to say about the summarizer (its calls, or why there were none).
     """
+    from compaction_proxy.admission import ALLOWED
     from compaction_proxy.engine import build_flow
     from compaction_proxy.transport import plain_httpx_client
     from compaction_proxy.upstream import Router
@@ -263,6 +264,7 @@ async def _run_flow(
             persist=False,
             summarize=summarize,
             summary_prefix=summary_prefix,  # False for a Responses body, as its route does
+            spend=ALLOWED,  # the operator's own command: the key is theirs to spend
         )
     if summarize and summarizer is not None:
         for (name, called, outcome), count in sorted(summarizer.stats.calls.items()):
@@ -289,7 +291,7 @@ def _serve(args: argparse.Namespace) -> int:
     settings = override_server(
         settings, overrides, {"host": "--host", "port": "--port", "workers": "--workers"}
     )
-    preflight.check(settings, source=_source(args.config))
+    preflight.check(settings, source=_source(args.config), serving=True)
     server = settings.server
     configure_logging(server.log_level)
     common: dict[str, Any] = {

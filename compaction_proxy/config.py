@@ -48,6 +48,13 @@ class ServerSettings(Strict):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=1, le=65535)
     api_keys: list[SecretStr] = Field(default_factory=list)
+    # Keys that open /metrics (and the details of /readyz) and nothing else: a scraper's key
+    # that cannot spend anything. `api_keys` open them too.
+    metrics_keys: list[SecretStr] = Field(default_factory=list)
+    # Without api_keys, anyone who reaches the proxy spends the upstreams' api_keys (requests
+    # routed to them, summaries made on them); serve refuses that unless this says it is meant
+    # (compaction_proxy/preflight.py, compaction_proxy/admission.py).
+    allow_anonymous_spend: bool = False
     max_body_bytes: int = Field(32 * 1024 * 1024, gt=0)
     # Request headers: the whole block (request line included) and any one header; 431 past
     # either, answered by the HTTP protocol before anything is held in memory.
@@ -63,7 +70,7 @@ class ServerSettings(Strict):
     keepalive_expiry: float = Field(30.0, ge=0)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
-    @field_validator("api_keys")
+    @field_validator("api_keys", "metrics_keys")
     @classmethod
     def _no_empty_keys(cls, keys: list[SecretStr]) -> list[SecretStr]:
         # `${PROXY_KEY:-}` with the variable unset must not become a key that matches "no key".
@@ -197,17 +204,10 @@ class DashboardSettings(Strict):
 
 
 def _default_upstreams() -> list[UpstreamSettings]:
-    return [
-        UpstreamSettings(
-            name="openai",
-            base_url=AnyHttpUrl("https://api.openai.com/v1"),
-            api_key=_empty_to_none(os.environ.get("OPENAI_API_KEY")),
-        )
-    ]
-
-
-def _empty_to_none(value: str | None) -> SecretStr | None:
-    return SecretStr(value) if value else None
+    # No api_key, and OPENAI_API_KEY is not read: a key in the proxy's environment would be
+    # spent by anyone who can reach it (clients export the same variable for their SDK). Each
+    # client's own Authorization passes through; a config file sets an operator key on purpose.
+    return [UpstreamSettings(name="openai", base_url=AnyHttpUrl("https://api.openai.com/v1"))]
 
 
 class Settings(BaseSettings):
@@ -499,7 +499,7 @@ def _mask_tree(node: Any, key: str = "") -> Any:
         return {k: _mask_tree(v, k) for k, v in node.items()}
     if isinstance(node, list):
         return [_mask_tree(item, key) for item in node]
-    if key in ("api_key", "api_keys", "password") and node not in (None, ""):
+    if key in ("api_key", "api_keys", "metrics_keys", "password") and node not in (None, ""):
         return "***"
     if isinstance(node, str) and "://" in node and "@" in node:
         # redis://user:password@host — hide credentials in URLs.

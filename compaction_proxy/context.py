@@ -6,6 +6,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from compaction_proxy.admission import KnownCallers
+
 if TYPE_CHECKING:
     import httpx
 
@@ -41,6 +43,8 @@ class AppState:
     # Prometheus metrics and the dashboard's data; one per app.
     telemetry: Telemetry
     shutting_down: bool = False
+    # Callers whose own key an upstream accepted recently (compaction_proxy/admission.py).
+    known_callers: KnownCallers = field(default_factory=KnownCallers)
 
     @property
     def ready(self) -> bool:

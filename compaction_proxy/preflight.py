@@ -7,6 +7,10 @@ store under several workers gives each worker its own checkpoints, and inbound k
 an upstream without its own key mean that upstream gets no Authorization header at all. So
 `check-config`, `serve` and `compact` refuse them up front, every problem at once, each with its
 key path and what would be accepted.
+
+`check-config` and `serve` also refuse what only a server exposes: an operator's key that
+anonymous callers could spend (:func:`serving_problems`). `compact` is the operator's own
+command and spends the key knowingly.
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ from compaction_proxy.compaction import CompactionSettings
 from compaction_proxy.config import ConfigError, Settings
 
 
-def check(settings: Settings, *, source: str) -> None:
-    """Raise :class:`ConfigError` listing every problem in `settings` (from `source`)."""
-    found = problems(settings)
+def check(settings: Settings, *, source: str, serving: bool = False) -> None:
+    """Raise :class:`ConfigError` listing every problem in `settings` (from `source`);
+    `serving`: for a server (`serve`, `check-config`), whose callers are not the operator."""
+    found = [*problems(settings), *(serving_problems(settings) if serving else ())]
     if found:
         lines = [f"invalid configuration ({source}):", *(f"  {line}" for line in found)]
         raise ConfigError("\n".join(lines))
@@ -36,6 +41,29 @@ def problems(settings: Settings) -> list[str]:
         *_store_problems(settings),
         *_credential_problems(settings),
         *_summarization_problems(settings),
+    ]
+
+
+def serving_problems(settings: Settings) -> list[str]:
+    """What a server would expose: an upstream `api_key` anonymous callers could spend.
+
+    Without `server.api_keys` nobody is authenticated, and every request routed to an upstream
+    with an `api_key` goes out on that key (and its summaries are made on it), whoever sent it.
+    An upstream forwarding cannot reach (`models: []`, not the first, which takes requests
+    without a model) is spent only by the proxy's own calls, which let in only known callers
+    (compaction_proxy/admission.py), so it is allowed.
+    """
+    server = settings.server
+    if server.api_keys or server.allow_anonymous_spend:
+        return []
+    return [
+        f"upstreams.{index}.api_key: anonymous callers could spend this key: without "
+        f"server.api_keys every request routed to upstream {upstream.name!r} goes out on it, "
+        "whoever sent it; set server.api_keys (clients then authenticate to the proxy with "
+        "one of them), or server.allow_anonymous_spend: true when only your own clients can "
+        "reach the proxy (or remove the api_key: each client's own key then passes through)"
+        for index, upstream in enumerate(settings.upstreams)
+        if upstream.api_key is not None and (index == 0 or upstream.models)
     ]
 
 

@@ -34,8 +34,9 @@ HOP_BY_HOP = frozenset(
         "upgrade",
     }
 )
-# Never forwarded upstream: recomputed by the client (host, length) or ours to consume.
-_REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "x-compaction"}
+# Never forwarded upstream: recomputed by the client (host, length) or ours to consume (the
+# tenant header names an app's end user: it keys checkpoints, the provider need not see it).
+_REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "x-compaction", "x-compaction-tenant"}
 # Never copied back: uvicorn writes its own, and duplicates break strict clients.
 _RESPONSE_DROP = HOP_BY_HOP | {"content-length", "server", "date"}
 

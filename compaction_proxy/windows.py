@@ -165,13 +165,20 @@ class WindowBook:
         return self._catalog.known_windows(model)[1]
 
     async def window_for(
-        self, upstream: UpstreamSettings, model: str, authorization: str | None
+        self,
+        upstream: UpstreamSettings,
+        model: str,
+        authorization: str | None,
+        *,
+        may_spend: bool = False,
     ) -> Window:
         """The window to budget `model` on `upstream` for. Never raises.
 
         `authorization`: the caller's Authorization header, used to read the upstream's
         listing when the upstream has no `api_key` of its own (None when the caller
-        authenticated to the proxy: that key is not the upstream's).
+        authenticated to the proxy: that key is not the upstream's). `may_spend`: whether
+        the listing may be read with the upstream's own `api_key` for this caller
+        (compaction_proxy/admission.py); when not, a listing already read is still used.
         """
         configured = self.configured(model)
         if configured is not None:
@@ -180,7 +187,13 @@ class WindowBook:
         if learned is not None:
             return Window(learned, "learned")
         builtin = self.builtin(model)
-        discovered = await self._discovered(upstream, model, authorization, wait=builtin is None)
+        discovered = await self._discovered(
+            upstream,
+            model,
+            authorization,
+            wait=builtin is None,
+            may_read=may_spend or upstream.api_key is None,
+        )
         if discovered is not None:
             return Window(discovered, "discovered")
         if builtin is not None:
@@ -279,13 +292,19 @@ class WindowBook:
     # ---------------------------------------------------------------- discovered windows
 
     async def _discovered(
-        self, upstream: UpstreamSettings, model: str, authorization: str | None, *, wait: bool
+        self,
+        upstream: UpstreamSettings,
+        model: str,
+        authorization: str | None,
+        *,
+        wait: bool,
+        may_read: bool,
     ) -> int | None:
         if not self.settings.discover or self._client() is None:
             return None
         listing = self._listings.get(upstream.name)
         tokens = listing.windows.get(model) if listing is not None else None
-        if listing is None or listing.fresh_until <= self._monotonic():
+        if may_read and (listing is None or listing.fresh_until <= self._monotonic()):
             fetch = self._fetch(upstream, authorization)
             if tokens is None and wait:
                 # The listing is the only thing that can turn a guess into a window: wait for

@@ -20,7 +20,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compaction_proxy.api.forward import Outcome, forward, send_held
-from compaction_proxy.api.requests import authorization, credential, header_safe, report_headers
+from compaction_proxy.api.requests import (
+    authorization,
+    credential,
+    header_safe,
+    report_headers,
+    spending,
+    tenant,
+)
 from compaction_proxy.asgi import Receive, Scope, Send
 from compaction_proxy.compaction import CompactionResult, Mode
 from compaction_proxy.config import UpstreamSettings
@@ -127,6 +134,8 @@ async def compact(
             context_window=None if window is None else window.tokens,
             calls=calls,
             summary_prefix=subject.summary_prefix,
+            tenant=tenant(scope),
+            spend=spending(ctx, scope),
         )
     except Exception:
         log.exception("compaction failed; forwarding the original request")

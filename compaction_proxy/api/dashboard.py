@@ -3,8 +3,9 @@
 The page polls the data every 2 s. When `server.api_keys` is set both need one of the keys:
 `Authorization: Bearer <key>` or `X-Api-Key`, and for the page alone also `?key=<key>` so a
 browser can open it; the page then drops the key from the address bar and sends it as a
-header. The key is never written into the page, and the access log prints the path without
-the query string.
+header. The check is the one every side route passes (compaction_proxy/app.py,
+compaction_proxy/auth.py); a page refused gets :func:`send_unauthorized_page`. The key is never
+written into the page, and the access log prints the path without the query string.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from compaction_proxy.auth import key_matches, presented_key
+from compaction_proxy.asgi import Send, send_bytes
 
 router = APIRouter()
 
@@ -48,49 +49,25 @@ def page() -> bytes:
     return resources.files("compaction_proxy").joinpath("static/dashboard.html").read_bytes()
 
 
-def _authorized(request: Request, *, allow_query: bool) -> bool:
-    keys = request.app.state.proxy.settings.server.api_keys
-    if not keys:
-        return True
-    presented = presented_key(
-        request.headers.get("authorization", "").encode("latin-1") or None,
-        request.headers.get("x-api-key", "").encode("latin-1") or None,
+async def send_unauthorized_page(send: Send, headers: list[tuple[bytes, bytes]]) -> None:
+    """The 401 a browser gets for the page: a short HTML note on how to open it."""
+    page_headers = [(k.encode(), v.encode()) for k, v in _PAGE_HEADERS.items()]
+    await send_bytes(
+        send,
+        401,
+        _UNAUTHORIZED_PAGE,
+        [*page_headers, (b"www-authenticate", b"Bearer"), *headers],
+        content_type=b"text/html; charset=utf-8",
     )
-    if not presented and allow_query:  # a browser opening the page: ?key=
-        presented = (request.query_params.get("key") or "").encode()
-    return key_matches(presented, [k.get_secret_value().encode() for k in keys])
 
 
 @router.get("/dashboard", include_in_schema=False)
 async def dashboard(request: Request) -> Response:
-    if not _authorized(request, allow_query=True):
-        return Response(
-            _UNAUTHORIZED_PAGE,
-            status_code=401,
-            media_type="text/html; charset=utf-8",
-            headers={**_PAGE_HEADERS, "www-authenticate": "Bearer"},
-        )
     return Response(page(), media_type="text/html; charset=utf-8", headers=_PAGE_HEADERS)
 
 
 @router.get("/dashboard/data", include_in_schema=False)
 async def dashboard_data(request: Request) -> Response:
-    if not _authorized(request, allow_query=False):
-        error = {
-            "error": {
-                "message": "missing or invalid API key for this proxy: send "
-                "'Authorization: Bearer <key>' with one of the keys in server.api_keys",
-                "type": "invalid_request_error",
-                "param": None,
-                "code": "invalid_api_key",
-            }
-        }
-        return Response(
-            orjson.dumps(error),
-            status_code=401,
-            media_type="application/json",
-            headers={**_DATA_HEADERS, "www-authenticate": "Bearer"},
-        )
     telemetry = request.app.state.proxy.telemetry
     return Response(
         orjson.dumps(telemetry.snapshot()), media_type="application/json", headers=_DATA_HEADERS

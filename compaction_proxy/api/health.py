@@ -37,9 +37,12 @@ async def readyz(request: Request) -> JSONResponse:
     tokenizer, broken = tokenizer_check(state.compactor.tokenizers)
     checks["tokenizer"] = tokenizer
     ok = not broken and all(value == "ok" for name, value in checks.items() if name != "tokenizer")
-    return JSONResponse(
-        {"status": "ok" if ok else "unavailable", "checks": checks}, status_code=200 if ok else 503
-    )
+    body: dict[str, object] = {"status": "ok" if ok else "unavailable"}
+    # Behind server.api_keys a probe without a key gets the status only (compaction_proxy/
+    # auth.py): the checks name the store and the encodings.
+    if getattr(request.state, "detailed", True):
+        body["checks"] = checks
+    return JSONResponse(body, status_code=200 if ok else 503)
 
 
 def tokenizer_check(tokenizers: TokenizerProvider) -> tuple[str, bool]:

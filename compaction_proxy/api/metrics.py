@@ -1,8 +1,10 @@
 """GET /metrics: Prometheus text exposition of this app's own registry
 (compaction_proxy/observability/prometheus.py).
 
-Open like /healthz: it carries counts, latencies and (capped) model names, never a key or
-message content, and scrapers expect it without credentials.
+It carries counts, latencies and (capped) model names, never a key or message content. Behind
+`server.api_keys` it needs a key like every route (compaction_proxy/app.py): one of those, or
+one of `server.metrics_keys`, which opens nothing else; Prometheus sends it with
+`authorization: {credentials: <key>}` in its scrape config.
 """
 
 from __future__ import annotations

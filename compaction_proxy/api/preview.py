@@ -21,7 +21,9 @@ from compaction_proxy.api.requests import (
     credential,
     effective_window,
     parse_chat_body,
+    preview_spending,
     report_headers,
+    tenant,
     validate_chat,
 )
 from compaction_proxy.asgi import Receive, Scope, Send, read_body, send_bytes
@@ -77,9 +79,12 @@ async def preview(ctx: RequestContext, scope: Scope, receive: Receive, send: Sen
     # nothing is stored (a preview must not change what the next real request finds).
     run_mode = Mode.FORCE if mode is Mode.FORCE else Mode.NORMAL
     upstream = ctx.state.router.for_model(data["model"])
+    # The answer carries the summary: an operator's key pays for it only for a caller
+    # authenticated by server.api_keys (compaction_proxy/admission.py).
+    spend = preview_spending(ctx)
     try:
         with StoreBudget(ctx.state.settings.store.request_budget):
-            window = await effective_window(ctx, scope, upstream, data["model"])
+            window = await effective_window(ctx, scope, upstream, data["model"], spend)
             flow = await ctx.state.flow.run(
                 data,
                 run_mode,
@@ -92,6 +97,8 @@ async def preview(ctx: RequestContext, scope: Scope, receive: Receive, send: Sen
                 # `dry-run-local`: what compaction would do without calling the summarizer.
                 summarize=mode is not Mode.DRY_RUN_LOCAL,
                 summary_prefix=body is None,  # as the Responses route: the transcript form
+                tenant=tenant(scope),
+                spend=spend,
             )
     except Exception as exc:  # the preview has no original to fall back on: say what broke
         log.exception("preview: compaction failed")

@@ -1,5 +1,6 @@
 """What the chat and preview routes share: reading a chat-completions request, its headers,
-the window it is budgeted for, and the report headers of its compaction."""
+the window it is budgeted for, who is asking (credential, tenant, whether an operator
+credential may be spent for them), and the report headers of its compaction."""
 
 from __future__ import annotations
 
@@ -8,6 +9,12 @@ from typing import Any
 
 import orjson
 
+from compaction_proxy.admission import (
+    ALLOWED,
+    PREVIEW_UNAUTHENTICATED,
+    UNKNOWN_CALLER,
+    Spending,
+)
 from compaction_proxy.asgi import Scope, header
 from compaction_proxy.compaction import CompactionResult, Mode, validate_messages
 from compaction_proxy.config import UpstreamSettings
@@ -114,15 +121,26 @@ def header_safe(text: str) -> bytes:
 
 
 async def effective_window(
-    ctx: RequestContext, scope: Scope, upstream: UpstreamSettings, model: str
+    ctx: RequestContext,
+    scope: Scope,
+    upstream: UpstreamSettings,
+    model: str,
+    spend: Spending | None = None,
 ) -> Window:
     """The window to budget `model` for (compaction_proxy/windows.py).
 
-    Never fails the request: a problem here means budgeting with the catalog's window.
+    `spend`: whether a listing may be read with the upstream's own `api_key` for this caller
+    (default: :func:`spending`). Never fails the request: a problem here means budgeting with
+    the catalog's window.
     """
+    if spend is None:
+        spend = spending(ctx, scope)
     try:
         return await ctx.state.windows.window_for(
-            upstream, model, None if ctx.authenticated else authorization(scope)
+            upstream,
+            model,
+            None if ctx.authenticated else authorization(scope),
+            may_spend=spend.allowed,
         )
     except Exception:
         log.exception("window lookup failed; using the catalog's window")
@@ -139,3 +157,27 @@ def credential(scope: Scope) -> str | None:
 def authorization(scope: Scope) -> str | None:
     value = header(scope, b"authorization")
     return value.decode("latin-1") if value else None
+
+
+def tenant(scope: Scope) -> str | None:
+    """`X-Compaction-Tenant`: an explicit namespace an app gives each of its end users; part of
+    the checkpoint key (compaction_proxy/summaries/checkpoints.py), never forwarded."""
+    value = header(scope, b"x-compaction-tenant")
+    return value.decode("latin-1") if value and value.strip() else None
+
+
+def spending(ctx: RequestContext, scope: Scope) -> Spending:
+    """Whether the proxy may spend an operator credential for this request's caller
+    (compaction_proxy/admission.py): authenticated by `server.api_keys`, a key an upstream
+    accepted recently, or `server.allow_anonymous_spend`."""
+    if ctx.authenticated or ctx.state.settings.server.allow_anonymous_spend:
+        return ALLOWED
+    if ctx.state.known_callers.known(credential(scope)):
+        return ALLOWED
+    return UNKNOWN_CALLER
+
+
+def preview_spending(ctx: RequestContext) -> Spending:
+    """The preview returns the summary it makes: an operator credential pays for it only for
+    a caller authenticated by `server.api_keys`, whatever else would let the caller in."""
+    return ALLOWED if ctx.authenticated else PREVIEW_UNAUTHENTICATED

@@ -10,11 +10,18 @@
 
 Every dependency that can fail (store, summarizer) degrades to "no checkpoint" or "next
 strategy"; the request itself never fails because of them.
+
+The namespace of every key the flow uses (checkpoints, prepared summaries, summaries in
+flight) holds the request's scope (compaction_proxy/summaries/checkpoints.py: system block,
+tools, per-user fields), and a summarizer paid with an operator's key runs only for a caller
+let in (compaction_proxy/admission.py); otherwise the pipeline runs without it, says why, and
+stores nothing a summary would have made.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -23,6 +30,7 @@ from typing import Any, cast
 import httpx
 import orjson
 
+from compaction_proxy.admission import UNKNOWN_CALLER, Spending
 from compaction_proxy.compaction import (
     CompactionReport,
     CompactionResult,
@@ -34,7 +42,7 @@ from compaction_proxy.compaction import (
 from compaction_proxy.config import Settings
 from compaction_proxy.engine.compactor import Compactor
 from compaction_proxy.engine.hit_report import CHECKPOINT_STEP, as_sent, checkpoint_meta
-from compaction_proxy.summaries.checkpoints import Checkpoints, Lookup, namespace_for
+from compaction_proxy.summaries.checkpoints import Checkpoints, Lookup, namespace_for, scope_of
 from compaction_proxy.summaries.flight import GuardedSummarizer, SummaryFlights
 from compaction_proxy.summaries.prefix import ForwardedRequest
 from compaction_proxy.summaries.prepare import (
@@ -85,17 +93,35 @@ class CompactionFlow:
         self.summarizer = summarizer
         self.flights = flights
         self.preparer = Preparer(settings.summarization, self.checkpoints)
+        # Requests whose summary was withheld, by reason (compaction_proxy/admission.py):
+        # `compaction_proxy_summaries_withheld_total`.
+        self.withheld: Counter[str] = Counter()
 
     def namespace(
-        self, model: str, credential: str | None, context_window: int | None = None
+        self,
+        model: str,
+        credential: str | None,
+        context_window: int | None = None,
+        *,
+        scope: str = "",
     ) -> str:
+        """The key space of a request's checkpoints; `scope`: :func:`scope_of` its body."""
         summarizer = self.summarizer
         return namespace_for(
             credential=credential,
             summarizer_model=summarizer.model_for(model) if summarizer else "-",
             prompt_version=summarizer.prompt_version if summarizer else "-",
             fingerprint=self.compactor.fingerprint(model, context_window),
+            scope=scope,
         )
+
+    def withholds(self, model: str, spend: Spending) -> Spending | None:
+        """`spend` when it keeps the summarizer away from `model`'s requests: the summarizer's
+        upstream has an `api_key` (the operator's), and the caller was not let in. A summarizer
+        that sends the caller's own key needs nobody's leave."""
+        if spend.allowed or self.summarizer is None:
+            return None
+        return spend if self.summarizer.upstream_for(model).api_key is not None else None
 
     async def run(
         self,
@@ -111,9 +137,15 @@ class CompactionFlow:
         calls: SummaryCalls | None = None,
         summarize: bool = True,
         summary_prefix: bool = True,
+        tenant: str | None = None,
+        spend: Spending = UNKNOWN_CALLER,
     ) -> FlowResult:
         """`credential` names the tenant (hashed into the namespace); `authorization` is what
         the summarizer may send upstream (None when the client authenticated to the proxy).
+        `tenant`: the `X-Compaction-Tenant` header, which joins the body's system block, tools
+        and per-user fields in the namespace (:func:`scope_of`). `spend`: whether the
+        summarizer may spend an operator's key for this caller (by default it may not: the
+        edge says who was let in, compaction_proxy/admission.py).
         `context_window`: the window to budget for, when not the catalog's
         (compaction_proxy/windows.py); it is part of the checkpoint namespace. `calls`: the
         request's log of summarizer HTTP calls (the request's telemetry counts them when it ends);
@@ -134,13 +166,14 @@ class CompactionFlow:
         )
         if mode is Mode.DRY_RUN_LOCAL:
             mode = Mode.DRY_RUN
-        namespace = self.namespace(model, credential, context_window)
+        namespace = self.namespace(model, credential, context_window, scope=scope_of(data, tenant))
         lookup = await self._lookup(namespace, data["messages"])
         warnings = [lookup.store_error] if lookup.store_error else []
         effective = {**data, "messages": lookup.messages} if lookup.hit else data
+        withheld = None if offline else self.withholds(model, spend)
         summarizer = (
             None
-            if offline
+            if offline or withheld is not None
             else self._summarizer_for(
                 model, namespace, authorization, upstream_name, calls, effective, summary_prefix
             )
@@ -196,8 +229,16 @@ class CompactionFlow:
                 summary_prefix=summary_prefix,
             )  # fmt: skip
             prepared = preparer.start(key, job, len(data["messages"]))
-        if offline and self.summarizer is not None and _summarization_fired(result):
+        fired = _summarization_fired(result)
+        if offline and self.summarizer is not None and fired:
             warnings.append(OFFLINE_NOTE)
+        # What the fallback made instead of a withheld summary is not kept: the caller's next
+        # request, once let in, summarizes that stretch (as after a failed summary).
+        unsummarized = withheld is not None and fired
+        if unsummarized:
+            assert withheld is not None
+            warnings.append(withheld.note)
+            self.withheld[withheld.reason] += 1
         if mode is Mode.DRY_RUN:
             return FlowResult(None, result, "hit" if lookup.hit else "none", warnings)
         if result.changed:
@@ -208,6 +249,7 @@ class CompactionFlow:
             if (
                 not persist
                 or offline
+                or unsummarized
                 or result.report.failures
                 or checkpoints is None
                 or lookup.store_error

@@ -10,7 +10,7 @@ What never goes into a label: a key, a header value, a query string, conversatio
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, Info, generate_latest
@@ -32,6 +32,7 @@ __all__ = [
     "PrometheusMetrics",
     "StoreHealth",
     "TokenizerFallback",
+    "WithheldSummaries",
 ]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -269,6 +270,36 @@ class PreparedSummaries:
             "compaction_proxy_prepared_summaries_in_flight",
             "Background summaries being made now in this process",
             value=value,
+        )
+
+
+class WithheldSummaries:
+    """``compaction_proxy_summaries_withheld_total`` by reason, read from the flow's counts at
+    scrape time (compaction_proxy/admission.py)."""
+
+    REASONS = ("unknown_caller", "preview_unauthenticated")
+
+    def __init__(self, counts: Mapping[str, int]) -> None:
+        self._counts = counts
+
+    def describe(self) -> Iterable[CounterMetricFamily]:
+        return [self._counter()]
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        counter = self._counter()
+        for reason in self.REASONS:
+            counter.add_metric([reason], self._counts.get(reason, 0))
+        yield counter
+
+    @staticmethod
+    def _counter() -> CounterMetricFamily:
+        return CounterMetricFamily(
+            "compaction_proxy_summaries_withheld",
+            "Requests whose summary was not made because it would have spent an upstream "
+            "api_key of the operator's for a caller not let in, by reason: unknown_caller (no "
+            "key of server.api_keys, no key an upstream accepted recently), "
+            "preview_unauthenticated (a preview without a key of server.api_keys)",
+            labels=["reason"],
         )
 
 

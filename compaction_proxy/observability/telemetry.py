@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from compaction_proxy.observability.dashboard import Dashboard, RecentRow
@@ -31,6 +31,7 @@ from compaction_proxy.observability.prometheus import (
     PrometheusMetrics,
     StoreHealth,
     TokenizerFallback,
+    WithheldSummaries,
 )
 
 if TYPE_CHECKING:
@@ -135,6 +136,11 @@ class Telemetry:
     def _on_prepared(self, outcome: str, age: float | None) -> None:
         if outcome == "used" and age is not None:
             self.metrics.prepared_age.observe(max(age, 0.0))
+
+    def watch_withheld(self, counts: Mapping[str, int]) -> None:
+        """Expose the summaries withheld from callers not let in (called once, when the app is
+        built)."""
+        self.registry.register(WithheldSummaries(counts))
 
     def watch_summarizer(self, stats: SummarizerStats) -> None:
         """Time the summarizer's HTTP calls (called once, when the flow is built)."""

@@ -100,10 +100,14 @@ class Lifted:
     others: tuple[Item, ...]
 
     def chat_body(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        """What the compaction flow takes: model, messages, tools and the output limit."""
+        """What the compaction flow takes: model, messages, tools, the output limit and the
+        per-user fields that key its checkpoints (``user``, ``safety_identifier``)."""
         chat: dict[str, Any] = {"model": body.get("model"), "messages": self.messages}
         if self.tools:
             chat["tools"] = self.tools
+        for name in ("user", "safety_identifier"):
+            if name in body:
+                chat[name] = body[name]
         limit = body.get("max_output_tokens")
         if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
             chat["max_completion_tokens"] = limit

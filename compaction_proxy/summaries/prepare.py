@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from compaction_proxy.compaction import CompactionResult, Summarizer, SummaryError, SummaryRequest
-from compaction_proxy.compaction.canonical import canonical_bytes, digest
+from compaction_proxy.compaction.canonical import digest
 from compaction_proxy.compaction.settings import SummarizationSettings
 from compaction_proxy.summaries.checkpoints import Checkpoints, Lookup
 from compaction_proxy.summaries.stores.base import StoreUnavailable
@@ -77,22 +77,20 @@ def prepared_namespace(namespace: str) -> str:
 
 
 def conversation_key(lookup: Lookup) -> str | None:
-    """The system block and the chain hash three messages past the newest checkpoint (or
-    the last message), hashed together.
+    """The chain hash three messages past the newest checkpoint (or the last message).
 
     Every request of the stretch being prepared shares it: they all extend the same checkpoint
-    and the same first messages after it. The chain leaves the system block out (checkpoints
-    survive a changed date in it); the key takes it in, so two conversations of one tenant
-    that open with the same three messages under different system prompts stay apart. Two that
-    share those too share the key: one may wait for the other's job, or be told ``ready`` for
+    and the same first messages after it. The chain starts from the request's namespace, which
+    holds its system block, tools and per-user fields (compaction_proxy/summaries/
+    checkpoints.py), so two conversations of one tenant that open with the same three
+    messages under different system prompts, tools or users have different keys. Two that
+    share all of it share the key: one may wait for the other's job, or be told ``ready`` for
     a summary that is not its own, and then summarizes as without ``prepare``. Nothing is ever
     used for the wrong conversation: prepared checkpoints are found by the full chain.
     """
     if not lookup.hashes:
         return None
-    anchor = lookup.hashes[min(lookup.covered + 2, len(lookup.hashes) - 1)]
-    system = lookup.messages[: lookup.system_count]
-    return digest(canonical_bytes(system) + anchor.encode()).hex()
+    return lookup.hashes[min(lookup.covered + 2, len(lookup.hashes) - 1)]
 
 
 @dataclass(slots=True)

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic import SecretStr
 
 from compaction_proxy.compaction.budget import ModelCatalog
 from compaction_proxy.compaction.factory import (
@@ -129,6 +130,21 @@ def test_example_key_interpolates_from_the_environment() -> None:
     settings = load_settings(CONFIG_EXAMPLE, environ={"OPENAI_API_KEY": "sk-example-123"})
     key = settings.upstreams[0].api_key
     assert key is not None and key.get_secret_value() == "sk-example-123"
+
+
+def test_a_key_in_the_example_needs_inbound_keys_to_serve() -> None:
+    """What the image and compose.yaml run: with OPENAI_API_KEY in the proxy, `serve` needs
+    server.api_keys (COMPACTION_PROXY_SERVER__API_KEYS), or the explicit opt-in; without a
+    key in the proxy, clients' keys pass through and nothing more is needed."""
+    from compaction_proxy import preflight
+
+    keyed = load_settings(CONFIG_EXAMPLE, environ={"OPENAI_API_KEY": "sk-example-123"})
+    (problem,) = preflight.serving_problems(keyed)
+    assert problem.startswith("upstreams.0.api_key: anonymous callers could spend this key")
+    assert "sk-example-123" not in problem
+    server = keyed.server.model_copy(update={"api_keys": [SecretStr("pk-app")]})
+    assert preflight.serving_problems(keyed.model_copy(update={"server": server})) == []
+    assert preflight.serving_problems(_example()) == []
 
 
 def test_check_config_accepts_it_and_prints_the_defaults() -> None:

@@ -33,6 +33,10 @@ Per-request behaviour is steered by request headers, which pass through the prox
 - ``X-Fake-Body: html`` answers with an HTML page instead of JSON (status ``X-Fake-Status``,
   default 200), as a misconfigured gateway or a captive portal would.
 
+``api_keys`` (``POST /_control``) makes the API routes check keys as a provider does: a request
+whose ``Authorization`` is not ``Bearer <one of them>`` gets a 401 ``invalid_api_key`` (None,
+the default: every key, and none, is accepted).
+
 A context window (``--context-window``, or ``context_window`` / ``model_context_windows``
 through ``POST /_control``) makes chat requests whose prompt plus ``max_tokens`` exceed it fail
 with a 400 before any byte of a stream, worded by ``refusal_style`` as that server family
@@ -342,6 +346,8 @@ class Settings:
     # Which server's field `GET /v1/models` states the windows in: none | vllm | openrouter |
     # lmstudio.
     publish_windows: str = "none"
+    # The keys the API routes accept (Authorization: Bearer <key>); None: any, or none.
+    api_keys: list[str] | None = None
 
     def window_for(self, model: str) -> int | None:
         return self.model_context_windows.get(model, self.context_window)
@@ -593,6 +599,19 @@ def published_entry(name: str, window: int | None, style: str) -> dict[str, Any]
     return entry
 
 
+def key_refusal(fake: FakeUpstream, request: Request) -> Response | None:
+    """The 401 a provider gives a request without one of its keys (``api_keys``), or None."""
+    keys = fake.settings.api_keys
+    if keys is None:
+        return None
+    if request.headers.get("authorization", "") in {f"Bearer {key}" for key in keys}:
+        return None
+    fake.event("refused_key", request)
+    return error_response(
+        401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key"
+    )
+
+
 def _status_error(status: int, message: str | None) -> Response:
     if status == 429:
         type_, code = "requests", "rate_limit_exceeded"
@@ -813,6 +832,9 @@ def create_app(
         """Reads and records the body, then applies the X-Fake-* steering headers."""
         body = await request.body()
         fake.record(request, body)
+        refused = key_refusal(fake, request)
+        if refused is not None:
+            return body, refused
         headers = request.headers
         if headers.get("x-fake-hang"):
             return body, HangResponse(fake, request)

@@ -47,9 +47,11 @@ def test_sdk_key_passes_through(proxy: ProxyServer, upstream: UpstreamServer) ->
 
 @pytest.fixture(scope="module")
 def keyed_upstream_proxy(module_proxy_factory: Any, fake_upstream: UpstreamServer) -> ProxyServer:
-    proxy: ProxyServer = module_proxy_factory(
-        proxy_config(upstream_entry(fake_upstream, api_key=UPSTREAM_KEY))
-    )
+    config = proxy_config(upstream_entry(fake_upstream, api_key=UPSTREAM_KEY))
+    # Since issue 18 an upstream key anyone could spend must be meant: these tests are about
+    # which key reaches the upstream, not who may send.
+    config["server"]["allow_anonymous_spend"] = True
+    proxy: ProxyServer = module_proxy_factory(config)
     return proxy
 
 

@@ -8,6 +8,7 @@ from compaction_proxy.summaries.checkpoints import (
     could_have_checkpoint,
     leading_system_count,
     namespace_for,
+    scope_of,
 )
 from compaction_proxy.summaries.stores import MemoryStore
 from compaction_proxy.summaries.stores.base import Checkpoint
@@ -61,3 +62,36 @@ async def test_lookup_builds_the_effective_view_from_the_longest_prefix() -> Non
     assert found.messages == [system, summary, U2, messages[4]]
     single = await checkpoints.lookup("ns", [system, U1])
     assert not single.hit and single.messages == [system, U1]
+
+
+def _scoped(body: dict[str, object], tenant: str | None = None) -> str:
+    return namespace_for(
+        credential="Bearer sk-app",
+        summarizer_model="m",
+        prompt_version="v",
+        fingerprint="f",
+        scope=scope_of(body, tenant),
+    )
+
+
+def test_the_namespace_holds_the_request_scope() -> None:
+    """Issue 18 item 4: what can reach a summary is part of its key."""
+    system = {"role": "system", "content": "You assist Alice."}
+    base: dict[str, object] = {"model": "m", "messages": [system, U1, A1]}
+    mine = _scoped(base)
+    others = [
+        {**base, "messages": [{"role": "system", "content": "You assist Bob."}, U1, A1]},
+        {**base, "messages": [U1, A1]},
+        {**base, "tools": [{"type": "function", "function": {"name": "t"}}]},
+        {**base, "functions": [{"name": "t"}]},
+        {**base, "user": "end-user-2"},
+        {**base, "safety_identifier": "hash-2"},
+    ]
+    keys = [mine, *(_scoped(o) for o in others), _scoped(base, "tenant-2")]
+    assert len(set(keys)) == len(keys)
+    # The same scope, however its keys are ordered, is the same namespace; tool_choice, the
+    # model's sampling and the messages after the system block are not part of it.
+    reordered = {"messages": [{"content": "You assist Alice.", "role": "system"}, U1, A1]}
+    assert _scoped({**reordered, "model": "m"}) == mine
+    assert _scoped({**base, "tool_choice": "none", "temperature": 0.2}) == mine
+    assert _scoped({**base, "messages": [system, U2]}) == mine

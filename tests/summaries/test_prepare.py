@@ -8,7 +8,13 @@ import pytest
 
 from compaction_proxy.compaction import SummaryError, SummaryRequest
 from compaction_proxy.compaction.settings import SummarizationSettings
-from compaction_proxy.summaries.checkpoints import Checkpoints, Lookup, chain
+from compaction_proxy.summaries.checkpoints import (
+    Checkpoints,
+    Lookup,
+    chain,
+    namespace_for,
+    scope_of,
+)
 from compaction_proxy.summaries.prepare import (
     PREPARED_META,
     JobOutcome,
@@ -37,18 +43,52 @@ def preparer(store: MemoryStore | None = None, clock: Clock | None = None, **set
     return Preparer(config, checkpoints, clock=clock or Clock())
 
 
-def lookup_for(messages: list[dict[str, str]]) -> Lookup:
-    return Lookup(list(messages), 1, chain("ns", messages[1:]), 0, None)
+def lookup_for(messages: list[dict[str, str]], namespace: str = "ns") -> Lookup:
+    return Lookup(list(messages), 1, chain(namespace, messages[1:]), 0, None)
+
+
+def _namespace(body: dict[str, object], tenant: str | None = None) -> str:
+    return namespace_for(
+        credential="Bearer k",
+        summarizer_model="m",
+        prompt_version="v",
+        fingerprint="f",
+        scope=scope_of(body, tenant),
+    )
 
 
 def test_the_conversation_key_is_shared_by_every_request_of_the_stretch() -> None:
     short, longer = lookup_for(MESSAGES[:5]), lookup_for(MESSAGES)
     assert conversation_key(short) == conversation_key(longer) is not None
     assert conversation_key(lookup_for([SYSTEM])) is None
-    # Another system prompt over the same first messages is another conversation.
-    other = lookup_for([{"role": "system", "content": "other"}, *MESSAGES[1:]])
-    assert other.hashes == longer.hashes and conversation_key(other) != conversation_key(longer)
     assert prepared_namespace("ns") != "ns"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"messages": [{"role": "system", "content": "other"}, *MESSAGES[1:]]},
+        {"tools": [{"type": "function", "function": {"name": "t"}}]},
+        {"user": "end-user-2"},
+        {"safety_identifier": "hash-2"},
+    ],
+    ids=["system", "tools", "user", "safety_identifier"],
+)
+def test_another_scope_over_the_same_first_messages_is_another_conversation(
+    change: dict[str, object],
+) -> None:
+    """The key comes from the chain, which starts from the namespace: since issue 18 item 4
+    the namespace holds the system block, tools and per-user fields (it used to be the key
+    alone that took the system block in, and tools or users were not told apart)."""
+    body: dict[str, object] = {"model": "m", "messages": MESSAGES, "user": "end-user-1"}
+    mine = lookup_for(MESSAGES, _namespace(body))
+    other_body = {**body, **change}
+    messages = other_body["messages"]
+    assert isinstance(messages, list)
+    other = lookup_for(messages, _namespace(other_body))
+    assert conversation_key(other) != conversation_key(mine)
+    tenant = lookup_for(MESSAGES, _namespace(body, "tenant-b"))
+    assert conversation_key(tenant) != conversation_key(mine)
 
 
 async def test_a_job_reports_pending_then_ready() -> None:

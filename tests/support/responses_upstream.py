@@ -63,6 +63,9 @@ def create_app(**options: Any) -> Starlette:
     async def responses(request: Request) -> Any:
         body = await request.body()
         fake.record(request, body)
+        refused = base.key_refusal(fake, request)
+        if refused is not None:
+            return refused
         try:
             payload = orjson.loads(body)
         except orjson.JSONDecodeError:

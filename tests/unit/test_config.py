@@ -206,13 +206,15 @@ class TestDefaults:
         assert settings.server.api_keys == []
         assert settings.store.ttl_seconds == 7 * 86400
 
-    def test_default_upstream_takes_openai_key_from_env(
+    def test_default_upstream_ignores_an_openai_key_in_the_environment(
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
+        """Changed with issue 18 item 3: the embedded defaults used to take the proxy's
+        OPENAI_API_KEY as the upstream's key, so anyone who could reach the proxy spent it (and
+        `serve` now refuses an operator key without server.api_keys). Each client's own key
+        passes through; a config file sets an operator key on purpose."""
         monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
-        key = load_settings(environ={}).upstreams[0].api_key
-        assert key is not None
-        assert key.get_secret_value() == "sk-from-env"
+        assert load_settings(environ={}).upstreams[0].api_key is None
 
     def test_empty_file_is_defaults(self, write_config: WriteConfig) -> None:
         settings = load_settings(write_config(""), environ={})

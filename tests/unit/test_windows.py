@@ -160,11 +160,35 @@ async def test_listing_uses_the_upstreams_key_else_the_callers() -> None:
         upstreams=[{"name": "local", "base_url": "http://upstream.test/v1", "api_key": "sk-up"}]
     )
     listing = Listing({UNKNOWN: 4_096})
-    await _book(keyed, None, listing).window_for(_upstream(keyed), UNKNOWN, "Bearer sk-caller")
+    await _book(keyed, None, listing).window_for(
+        _upstream(keyed), UNKNOWN, "Bearer sk-caller", may_spend=True
+    )
     plain = _settings()
     await _book(plain, None, listing).window_for(_upstream(plain), UNKNOWN, "Bearer sk-caller")
     await _book(plain, None, listing).window_for(_upstream(plain), UNKNOWN, None)
     assert listing.authorization == ["Bearer sk-up", "Bearer sk-caller", None]
+
+
+async def test_the_upstreams_key_reads_no_listing_for_a_caller_not_let_in() -> None:
+    """Issue 18 item 3: a listing read with the operator's key is a call made on it; a caller
+    the proxy does not know makes none (compaction_proxy/admission.py), and still gets a
+    listing another request read, while one with the caller's own key is read as before."""
+    keyed = _settings(
+        upstreams=[{"name": "local", "base_url": "http://upstream.test/v1", "api_key": "sk-up"}]
+    )
+    listing = Listing({UNKNOWN: 4_096})
+    book = _book(keyed, None, listing)
+    upstream = _upstream(keyed)
+    assert await book.window_for(upstream, UNKNOWN, "Bearer made-up") == Window(128_000, "default")
+    assert listing.calls == 0
+    assert await book.window_for(upstream, UNKNOWN, None, may_spend=True) == Window(
+        4_096, "discovered"
+    )
+    assert await book.window_for(upstream, UNKNOWN, None) == Window(4_096, "discovered")
+    assert listing.calls == 1
+    plain = _settings()
+    await _book(plain, None, listing).window_for(_upstream(plain), UNKNOWN, "Bearer sk-caller")
+    assert listing.authorization == ["Bearer sk-up", "Bearer sk-caller"]
 
 
 @pytest.mark.parametrize(
