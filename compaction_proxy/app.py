@@ -7,6 +7,7 @@ the hot path (health, preview, metrics, dashboard) use FastAPI normally.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import os
@@ -28,6 +29,7 @@ from compaction_proxy.asgi import ClientGone, Message, Receive, Scope, Send, hea
 from compaction_proxy.auth import key_matches, presented_key
 from compaction_proxy.config import Settings, load_settings
 from compaction_proxy.context import AppState, RequestContext
+from compaction_proxy.drain import Drain, retry_after_header, shutdown_error
 from compaction_proxy.engine import Compactor, build_flow
 from compaction_proxy.errors import ProxyError
 from compaction_proxy.logs import ACCESS, access_line
@@ -70,7 +72,11 @@ class ProxyApp:
         ctx = RequestContext(state=self.state, request_id=_request_id(scope))
         ctx.response_headers.append((b"x-request-id", ctx.request_id.encode()))
         path: str = scope["path"]
+        drain = self.state.drain
+        flight = drain.enter()
         try:
+            if drain.cutting:
+                raise asyncio.CancelledError  # arrived after the cut: answered as cut
             path = _safe_path(scope)
             if path.startswith("/v1/"):
                 # The hot path sends straight to the server: every response it makes carries
@@ -86,6 +92,7 @@ class ProxyApp:
                     ctx.upstream_request_id = outcome.upstream_request_id
                     ctx.upstream_seconds = outcome.upstream_seconds
                     ctx.upstream_prompt_tokens = outcome.prompt_tokens
+                    ctx.cut_by_shutdown = outcome.cut_by_shutdown
             else:
                 scope.setdefault("state", {})["request_context"] = ctx
                 await self.fastapi(scope, receive, _with_request_id(ctx, send))
@@ -95,7 +102,12 @@ class ProxyApp:
         except ClientGone:
             ctx.status = 499
             ctx.client_gone = True
+        except asyncio.CancelledError:
+            if not drain.owns(flight):
+                raise
+            await _answer_cut(ctx, send)
         finally:
+            drain.leave(flight)
             self.telemetry.record_request(ctx, scope.get("method"), path)
             _calibrate(ctx)
             _access_log(ctx, scope)
@@ -123,6 +135,24 @@ class ProxyApp:
                 "invalid_api_key",
             )
         ctx.authenticated = True
+
+
+async def _answer_cut(ctx: RequestContext, send: Send) -> None:
+    """A request the shutdown cut before it reached the forwarder (reading its body,
+    compacting, calling the summarizer): a 503 in OpenAI's shape with ``Retry-After``
+    (compaction_proxy/drain.py). The forwarder answers the ones it was relaying itself."""
+    task = asyncio.current_task()
+    while task is not None and task.cancelling():
+        task.uncancel()
+    ctx.status = 503
+    ctx.cut_by_shutdown = True
+    error = shutdown_error(ctx.state.drain.grace_seconds)
+    try:
+        await send_error(send, error, [*ctx.response_headers, retry_after_header()])
+    except RuntimeError:
+        # The response had started (the server refuses a second start): nothing more can be
+        # said; the server closes the connection, and the client sees the reply cut.
+        log.debug("request %s cut by the shutdown after its reply started", ctx.request_id)
 
 
 def _safe_path(scope: Scope) -> str:
@@ -187,6 +217,7 @@ def _access_log(ctx: RequestContext, scope: Scope) -> None:
                 "bytes_in": ctx.bytes_in,
                 "bytes_out": ctx.bytes_out,
                 "duration_ms": round(ctx.elapsed_ms, 2),
+                **({"cut": "shutdown"} if ctx.cut_by_shutdown else {}),
                 **_report_fields(ctx),
             }
         )
@@ -212,6 +243,8 @@ def _build_fastapi(state: AppState) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state.compactor.warm_up()
+        # Learn when the server's shutdown signal comes, to answer what is still running.
+        unwatch = state.drain.watch_signals()
         log.info(
             "ready",
             extra={
@@ -223,6 +256,7 @@ def _build_fastapi(state: AppState) -> FastAPI:
             yield
         finally:
             state.shutting_down = True
+            unwatch()
             await state.windows.close()
             await state.flow.preparer.close()
             await state.transport.aclose()
@@ -293,6 +327,7 @@ def build_edge(
         windows=windows,
         flow=flow,
         telemetry=telemetry,
+        drain=Drain(server.graceful_shutdown_seconds),
     )
 
 

@@ -6,6 +6,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from compaction_proxy.drain import DEFAULT_GRACE_SECONDS, Drain
+
 if TYPE_CHECKING:
     import httpx
 
@@ -41,6 +43,9 @@ class AppState:
     # Prometheus metrics and the dashboard's data; one per app.
     telemetry: Telemetry
     shutting_down: bool = False
+    # The requests in flight, answered properly when a shutdown cuts them
+    # (compaction_proxy/drain.py).
+    drain: Drain = field(default_factory=lambda: Drain(DEFAULT_GRACE_SECONDS))
 
     @property
     def ready(self) -> bool:
@@ -75,6 +80,7 @@ class RequestContext:
     content: str | None = None  # last user message, only when dashboard.show_content
     compaction_retries: int = 0  # compacted retries after overflow refusals (X-Compaction-Retry)
     overflow_outcome: str | None = None  # fixed | refused_again | passed_through
+    cut_by_shutdown: bool = False  # answered 503 / ended with an error event (drain.py)
 
     @property
     def elapsed_ms(self) -> float:

@@ -24,6 +24,7 @@ from compaction_proxy.api.stream_events import EventRelay
 from compaction_proxy.api.usage import UsageProbe
 from compaction_proxy.asgi import Receive, Scope, Send, send_error
 from compaction_proxy.config import UpstreamSettings
+from compaction_proxy.drain import InFlight, in_flight, retry_after_header, shutdown_error
 from compaction_proxy.errors import ProxyError
 from compaction_proxy.overflow import MAX_ERROR_BODY
 from compaction_proxy.transport import TRANSPORT_ERRORS, Body, UpstreamReply, UpstreamTransport
@@ -43,6 +44,7 @@ class Outcome:
     upstream_request_id: str | None = None
     upstream_seconds: float | None = None  # to the response headers
     prompt_tokens: int | None = None  # the reply's usage.prompt_tokens (when asked to read it)
+    cut_by_shutdown: bool = False  # answered 503, or the stream ended with an error event
     held: HeldReply | None = None  # a reply read but not sent (see `hold` in `forward`)
 
 
@@ -132,6 +134,7 @@ async def forward(
     """
     outcome = Outcome(status=0)
     watch = _DisconnectWatch(receive, streamed)
+    flight = in_flight.get()
     reply: UpstreamReply | None = None
     events: EventRelay | None = None
     probe: UsageProbe | None = None
@@ -185,6 +188,8 @@ async def forward(
             events = EventRelay()
         await send({"type": "http.response.start", "status": reply.status, "headers": out_headers})
         response_started = True
+        if flight is not None and not sse:
+            flight.relaying_body = True  # nearly done: a shutdown's cut lets it finish
         length = _length(reply.header("content-length"))
         if read_usage and reply.status == 200:
             probe = UsageProbe.start(
@@ -234,7 +239,13 @@ async def forward(
             if outcome.status == 0:
                 outcome.status = 499
             return outcome
-        raise
+        if flight is None or not flight.cut:
+            raise
+        _uncancel()
+        await _end_for_shutdown(
+            send, outcome, flight, scope, response_started, events, extra_headers
+        )
+        return outcome
     finally:
         watch.finish()
         if reply is not None:
@@ -242,7 +253,8 @@ async def forward(
 
 
 def _uncancel() -> None:
-    """The cancellation was ours (the client's watch): carry on with the answer."""
+    """The cancellation was ours (the client's watch, the shutdown's cut, or both): carry on
+    with the answer."""
     task = asyncio.current_task()
     while task is not None and task.cancelling():
         task.uncancel()
@@ -282,6 +294,34 @@ async def _send_rest(
         await send({"type": "http.response.body", "body": rest, "more_body": True})
         if probe is not None:
             probe.feed(rest)
+
+
+async def _end_for_shutdown(
+    send: Send,
+    outcome: Outcome,
+    flight: InFlight,
+    scope: Scope,
+    started: bool,
+    events: EventRelay | None,
+    extra_headers: list[tuple[bytes, bytes]] | None,
+) -> None:
+    """The shutdown's cut (compaction_proxy/drain.py): a 503 when nothing went out yet, an
+    error event after the last whole event of a stream. A compressed stream cannot take an
+    event: it is left unfinished, which closes the connection (the client sees a cut)."""
+    error = shutdown_error(flight.grace_seconds)
+    outcome.cut_by_shutdown = True
+    if not started:
+        outcome.status = error.status
+        await send_error(send, error, [*(extra_headers or ()), retry_after_header()])
+        outcome.completed = True
+        return
+    if events is None:
+        return
+    event = events.error_event(error, responses=scope.get("path") == "/v1/responses")
+    outcome.bytes_out += len(event)
+    await send({"type": "http.response.body", "body": event, "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+    outcome.completed = True
 
 
 def _small(content_length: str | None) -> bool:

@@ -59,7 +59,7 @@ async def readiness(state: AppState) -> Ready:
     blocking: list[str] = []
     degraded: list[str] = []
 
-    if state.shutting_down:
+    if state.shutting_down or state.drain.begun:
         checks["server"] = "shutting down"
         blocking.append("server")
     else:

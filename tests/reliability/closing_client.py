@@ -103,3 +103,50 @@ def after_event(marker: bytes) -> Callable[[bytes], bool]:
         return at >= 0 and body.find(b"\n\n", at) >= 0
 
     return done
+
+
+def post_and_read(
+    port: int,
+    path: str,
+    payload: object,
+    *,
+    headers: dict[str, str] | None = None,
+    progress: Callable[[bytes], None] | None = None,
+    timeout: float = 60.0,
+) -> tuple[Received, bool]:
+    """POSTs ``payload`` and reads until the server closes the connection; ``progress`` sees
+    the body so far after each read. Returns the reply and whether its transfer ended properly
+    (the last chunk of a chunked body, or all of a declared length)."""
+    body = orjson.dumps(payload)
+    lines = [
+        f"POST {path} HTTP/1.1",
+        f"Host: 127.0.0.1:{port}",
+        "Content-Type: application/json",
+        f"Content-Length: {len(body)}",
+        "Authorization: Bearer sk-test-dummy",
+        *(f"{k}: {v}" for k, v in (headers or {}).items()),
+    ]
+    request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+    raw = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(request)
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            raw += chunk
+            head, sep, rest = raw.partition(b"\r\n\r\n")
+            if sep and progress is not None:
+                _, fields = _head(head)
+                progress(_dechunk(rest) if _chunked(fields) else rest)
+    head, sep, rest = raw.partition(b"\r\n\r\n")
+    if not sep:
+        raise ConnectionError(f"no reply: {raw!r}")
+    status, fields = _head(head)
+    if _chunked(fields):
+        return Received(status, fields, _dechunk(rest)), rest.endswith(b"0\r\n\r\n")
+    length = int(fields.get("content-length", "-1"))
+    return Received(status, fields, rest), len(rest) == length

@@ -32,7 +32,8 @@ REQUESTS = "compaction_proxy_requests_total"
 
 @pytest.fixture(scope="module")
 def gated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatedUpstream]:
-    server = GatedUpstream(tmp_path_factory.mktemp("gated") / "gated.log").start()
+    server = GatedUpstream(tmp_path_factory.mktemp("gated") / "gated.log")
+    server.start()
     yield server
     server.stop()
 
