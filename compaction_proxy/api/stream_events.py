@@ -30,7 +30,7 @@ from compaction_proxy.errors import ProxyError
 MAX_HELD = 1 << 20
 """Bytes of one unfinished event held at most; a longer event is relayed as it comes."""
 _HEAD = 256
-"""Bytes kept of the start and of the end of the last event sent (what identifies it)."""
+"""Bytes of the last event's start that identify it (its ``event:`` line, its ``type``)."""
 _BOUNDARIES = (b"\n\n", b"\r\n\r\n", b"\r\r")
 _TERMINAL = re.compile(
     rb"^data:\s*\[DONE\]"
@@ -55,12 +55,13 @@ def _last_boundary(data: bytes, end: int | None = None) -> int:
 class EventRelay:
     """Cuts a relayed SSE body at event boundaries and remembers its last event."""
 
-    __slots__ = ("_head", "_held", "_tail", "mid_event")
+    __slots__ = ("_held", "_last", "mid_event")
 
     def __init__(self) -> None:
         self._held = b""
-        self._head = b""  # the start of the last event sent
-        self._tail = b""  # its end
+        # The last piece sent: it starts and ends at event boundaries, so it holds the last
+        # event whole (read only when asked, never per chunk).
+        self._last = b""
         self.mid_event = False
         """Part of an unfinished event went out (one longer than :data:`MAX_HELD`)."""
 
@@ -83,7 +84,7 @@ class EventRelay:
         else:
             self.mid_event = False
         sent, self._held = data[:cut], data[cut:]
-        self._remember(sent)
+        self._last = sent
         return sent
 
     def rest(self) -> bytes:
@@ -94,19 +95,17 @@ class EventRelay:
             self.mid_event = True
         return data
 
-    def _remember(self, sent: bytes) -> None:
-        if self.mid_event:
-            self._tail = sent[-_HEAD:]
-            return
+    def _last_event(self) -> bytes:
+        sent = self._last
         start = _last_boundary(sent, len(sent) - 1) if len(sent) > 1 else -1
-        event = sent[max(start, 0) :]
-        self._head = event[:_HEAD]
-        self._tail = event[-_HEAD:]
+        return sent[max(start, 0) :]
 
     @property
     def terminal(self) -> bool:
         """Whether the last event sent ends the reply: nothing the client needs is left."""
-        return not self.mid_event and _TERMINAL.search(self._head) is not None
+        if self.mid_event:
+            return False
+        return _TERMINAL.search(self._last_event()[:_HEAD]) is not None
 
     def error_event(self, error: ProxyError, *, responses: bool) -> bytes:
         """The event that ends the stream, in the route's format (see the module docstring);
@@ -124,8 +123,16 @@ class EventRelay:
         return lead + b"event: error\ndata: " + orjson.dumps(payload) + b"\n\n"
 
     def _next_sequence(self) -> int:
-        for part in (self._tail, self._head):
-            numbers = _SEQUENCE.findall(part)
-            if numbers:
-                return int(numbers[-1]) + 1
-        return 0
+        """One past the last whole event's ``sequence_number`` (0 when it has none)."""
+        if self.mid_event:
+            return 0
+        event = self._last_event()
+        data = b"\n".join(
+            line[5:].lstrip(b" ") for line in event.splitlines() if line.startswith(b"data:")
+        )
+        try:
+            number = orjson.loads(data).get("sequence_number")
+        except (orjson.JSONDecodeError, AttributeError):
+            found = _SEQUENCE.search(event[:_HEAD])  # not one JSON object: its first field
+            number = int(found.group(1)) if found else None
+        return number + 1 if isinstance(number, int) and not isinstance(number, bool) else 0
