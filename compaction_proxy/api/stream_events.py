@@ -32,6 +32,7 @@ MAX_HELD = 1 << 20
 _HEAD = 256
 """Bytes of the last event's start that identify it (its ``event:`` line, its ``type``)."""
 _BOUNDARIES = (b"\n\n", b"\r\n\r\n", b"\r\r")
+_ENDS = (b"\n\n", b"\r\n\r\n")
 _TERMINAL = re.compile(
     rb"^data:\s*\[DONE\]"
     rb"|^event:\s*response\.(?:completed|failed|incomplete)\s*$"
@@ -67,11 +68,13 @@ class EventRelay:
 
     def take(self, chunk: bytes) -> bytes:
         """What of ``chunk`` (after anything held) to send now: up to the last boundary."""
+        if not self._held and chunk.endswith(_ENDS):
+            # The common case: the upstream wrote whole events. Sent as it is.
+            self._last = chunk
+            self.mid_event = False
+            return chunk
         data = self._held + chunk if self._held else chunk
-        if data.endswith(b"\n\n") or data.endswith(b"\r\n\r\n"):
-            cut = len(data)
-        else:
-            cut = _last_boundary(data)
+        cut = _last_boundary(data)
         if cut < 0:
             if len(data) <= MAX_HELD:
                 self._held = data
