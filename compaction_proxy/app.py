@@ -29,7 +29,7 @@ from compaction_proxy.asgi import ClientGone, Message, Receive, Scope, Send, hea
 from compaction_proxy.auth import key_matches, presented_key
 from compaction_proxy.config import Settings, load_settings
 from compaction_proxy.context import AppState, RequestContext
-from compaction_proxy.drain import Drain, retry_after_header, shutdown_error
+from compaction_proxy.drain import ArrivedAfterCut, Drain, retry_after_header, shutdown_error
 from compaction_proxy.engine import Compactor, build_flow
 from compaction_proxy.errors import ProxyError
 from compaction_proxy.logs import ACCESS, access_line
@@ -76,7 +76,7 @@ class ProxyApp:
         flight = drain.enter()
         try:
             if drain.cutting:
-                raise asyncio.CancelledError  # arrived after the cut: answered as cut
+                raise ArrivedAfterCut
             path = _safe_path(scope)
             if path.startswith("/v1/"):
                 # The hot path sends straight to the server: every response it makes carries
@@ -102,7 +102,7 @@ class ProxyApp:
         except ClientGone:
             ctx.status = 499
             ctx.client_gone = True
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, ArrivedAfterCut):
             if not drain.owns(flight):
                 raise
             await _answer_cut(ctx, send)

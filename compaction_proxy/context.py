@@ -49,7 +49,9 @@ class AppState:
 
     @property
     def ready(self) -> bool:
-        return not (self.shutting_down or self.client.is_closed or self.transport.closed)
+        return not (
+            self.shutting_down or self.drain.begun or self.client.is_closed or self.transport.closed
+        )
 
 
 @dataclass(slots=True)

@@ -70,6 +70,11 @@ class InFlight:
         self.relaying_body = False
 
 
+class ArrivedAfterCut(Exception):
+    """A request that came in once the cut had begun (pipelined, or just before the listener
+    closed): answered like the ones cut."""
+
+
 in_flight: ContextVar[InFlight | None] = ContextVar("compaction_proxy_in_flight", default=None)
 """The request the running task serves (set by the app for each request; read by the
 forwarder, which owns the reply's bytes)."""
@@ -141,7 +146,7 @@ class Drain:
 
     def cut(self) -> None:
         """Cancels every request still running, except replies already being relayed."""
-        self.cutting = True
+        self.begun = self.cutting = True
         cut = 0
         for flight in list(self._flights.values()):
             if flight.cut or flight.relaying_body or flight.task is None:
