@@ -197,13 +197,10 @@ def test_requests_cut_by_the_shutdown_are_answered_not_crashed(
         wait_until(partial(two_events, stream), "the streams' first events")
 
     assert proxy.proc is not None
-    signalled = time.monotonic()
     proxy.proc.send_signal(signal.SIGTERM)
 
     for name in ("in-summarizer", "in-summarizer-responses", "awaiting-headers"):
         assert_shutdown_503(*calls[name].answer())
-    answered = time.monotonic() - signalled
-    assert answered >= GRACE * 0.5, f"cut after {answered:.1f}s: the grace was not given"
 
     chat_stream, complete = calls["chat-stream"].answer()
     assert chat_stream.status == 200 and complete, "the stream ended properly, not cut off"
@@ -243,9 +240,12 @@ def test_requests_cut_by_the_shutdown_are_answered_not_crashed(
     assert '"level":"error"' not in log, [line for line in log.splitlines() if "error" in line]
     cut_lines = [line for line in log.splitlines() if "still running after" in line]
     assert len(cut_lines) == 1, cut_lines  # one warning for all of them
-    assert '"level":"warning"' in cut_lines[0] and "6 request(s)" in cut_lines[0]
+    assert '"level":"warning"' in cut_lines[0]
+    assert "cut 6 request(s) still running after 2.7s" in cut_lines[0], "0.3 s before the end"
     cut = [e for e in access_lines(log) if e.get("cut") == "shutdown"]
     assert sorted(e["status"] for e in cut) == [200, 200, 200, 503, 503, 503], cut
+    # The two over the window were cut inside compaction (their report never came).
+    assert sum(1 for e in cut if "tokens_before" not in e) == 2, cut
 
 
 def test_each_worker_process_answers_what_it_holds(
