@@ -103,8 +103,9 @@ USER 10001:10001
 HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('COMPACTION_PROXY_SERVER__PORT', '8080'), timeout=3)"]
 
-# uvicorn handles SIGTERM: it stops accepting, lets open streams finish for up to
-# server.graceful_shutdown_seconds (30), then exits. Give `docker stop` more than that.
+# On SIGTERM the proxy stops accepting, lets requests in flight finish for up to
+# server.graceful_shutdown_seconds (30), answers what is still running (503, or an error event
+# for a started stream), then exits. Give `docker stop` more than that.
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["compaction-proxy"]
 CMD ["serve"]

@@ -10,6 +10,7 @@ or 405 in OpenAI's error shape, as every error the proxy makes.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import os
@@ -35,6 +36,7 @@ from compaction_proxy.asgi import ClientGone, Message, Receive, Scope, Send, hea
 from compaction_proxy.auth import Access, key_matches, presented_key, side_access
 from compaction_proxy.config import Settings, load_settings
 from compaction_proxy.context import AppState, RequestContext
+from compaction_proxy.drain import ArrivedAfterCut, Drain, retry_after_header, shutdown_error
 from compaction_proxy.engine import Compactor, build_flow
 from compaction_proxy.errors import ProxyError, error_body
 from compaction_proxy.logs import ACCESS, access_line
@@ -84,7 +86,11 @@ class ProxyApp:
         ctx = RequestContext(state=self.state, request_id=_request_id(scope))
         ctx.response_headers.append((b"x-request-id", ctx.request_id.encode()))
         path: str = scope["path"]
+        drain = self.state.drain
+        flight = drain.enter()
         try:
+            if drain.cutting:
+                raise ArrivedAfterCut
             path = _safe_path(scope)
             if path.startswith("/v1/"):
                 # The hot path sends straight to the server: every response it makes carries
@@ -101,6 +107,7 @@ class ProxyApp:
                     ctx.upstream_seconds = outcome.upstream_seconds
                     ctx.upstream_prompt_tokens = outcome.prompt_tokens
                     self._note_accepted(ctx, scope, outcome)
+                    ctx.cut_by_shutdown = outcome.cut_by_shutdown
             else:
                 access = self._side_access(ctx, scope, path)
                 if access is Access.DENIED:
@@ -122,7 +129,12 @@ class ProxyApp:
         except ClientGone:
             ctx.status = 499
             ctx.client_gone = True
+        except (asyncio.CancelledError, ArrivedAfterCut):
+            if not drain.owns(flight):
+                raise
+            await _answer_cut(ctx, send)
         finally:
+            drain.leave(flight)
             self.telemetry.record_request(ctx, scope.get("method"), path)
             _calibrate(ctx)
             _access_log(ctx, scope)
@@ -167,6 +179,24 @@ class ProxyApp:
         if upstream is None or upstream.api_key is not None or upstream.keyless:
             return
         self.state.known_callers.accepted(credential(scope))
+
+
+async def _answer_cut(ctx: RequestContext, send: Send) -> None:
+    """A request the shutdown cut before it reached the forwarder (reading its body,
+    compacting, calling the summarizer): a 503 in OpenAI's shape with ``Retry-After``
+    (compaction_proxy/drain.py). The forwarder answers the ones it was relaying itself."""
+    task = asyncio.current_task()
+    while task is not None and task.cancelling():
+        task.uncancel()
+    ctx.status = 503
+    ctx.cut_by_shutdown = True
+    error = shutdown_error(ctx.state.drain.grace_seconds)
+    try:
+        await send_error(send, error, [*ctx.response_headers, retry_after_header()])
+    except RuntimeError:
+        # The response had started (the server refuses a second start): nothing more can be
+        # said; the server closes the connection, and the client sees the reply cut.
+        log.debug("request %s cut by the shutdown after its reply started", ctx.request_id)
 
 
 def _safe_path(scope: Scope) -> str:
@@ -231,6 +261,7 @@ def _access_log(ctx: RequestContext, scope: Scope) -> None:
                 "bytes_in": ctx.bytes_in,
                 "bytes_out": ctx.bytes_out,
                 "duration_ms": round(ctx.elapsed_ms, 2),
+                **({"cut": "shutdown"} if ctx.cut_by_shutdown else {}),
                 **_report_fields(ctx),
             }
         )
@@ -262,6 +293,8 @@ def _build_fastapi(state: AppState) -> FastAPI:
                 "spend the upstreams' api_keys (requests and summaries); set server.api_keys "
                 "unless only your own clients can reach this proxy"
             )
+        # Learn when the server's shutdown signal comes, to answer what is still running.
+        unwatch = state.drain.watch_signals()
         log.info(
             "ready",
             extra={
@@ -273,6 +306,7 @@ def _build_fastapi(state: AppState) -> FastAPI:
             yield
         finally:
             state.shutting_down = True
+            unwatch()
             await state.windows.close()
             await state.flow.preparer.close()
             await state.transport.aclose()
@@ -369,6 +403,7 @@ def build_edge(
         windows=windows,
         flow=flow,
         telemetry=telemetry,
+        drain=Drain(server.graceful_shutdown_seconds),
     )
 
 

@@ -61,7 +61,8 @@ class ServerSettings(Strict):
     max_header_bytes: int = Field(64 * 1024, ge=1024)
     max_header_field_bytes: int = Field(16 * 1024, ge=256)
     workers: int = Field(1, ge=1, le=64)
-    # How long open streams may run on after a shutdown signal before they are cut.
+    # How long requests in flight may run on after a shutdown signal; those still running a
+    # little before its end are answered 503 (a started stream: an error event), see drain.py.
     graceful_shutdown_seconds: int = Field(30, ge=0)
     # The upstream HTTP transport: aiohttp measured faster under concurrency (bench/).
     upstream_transport: Literal["aiohttp", "httpx"] = "aiohttp"

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from compaction_proxy.admission import KnownCallers
+from compaction_proxy.drain import DEFAULT_GRACE_SECONDS, Drain
 
 if TYPE_CHECKING:
     import httpx
@@ -45,10 +46,15 @@ class AppState:
     shutting_down: bool = False
     # Callers whose own key an upstream accepted recently (compaction_proxy/admission.py).
     known_callers: KnownCallers = field(default_factory=KnownCallers)
+    # The requests in flight, answered properly when a shutdown cuts them
+    # (compaction_proxy/drain.py).
+    drain: Drain = field(default_factory=lambda: Drain(DEFAULT_GRACE_SECONDS))
 
     @property
     def ready(self) -> bool:
-        return not (self.shutting_down or self.client.is_closed or self.transport.closed)
+        return not (
+            self.shutting_down or self.drain.begun or self.client.is_closed or self.transport.closed
+        )
 
 
 @dataclass(slots=True)
@@ -79,6 +85,7 @@ class RequestContext:
     content: str | None = None  # last user message, only when dashboard.show_content
     compaction_retries: int = 0  # compacted retries after overflow refusals (X-Compaction-Retry)
     overflow_outcome: str | None = None  # fixed | refused_again | passed_through
+    cut_by_shutdown: bool = False  # answered 503 / ended with an error event (drain.py)
 
     @property
     def elapsed_ms(self) -> float:

@@ -3,6 +3,13 @@
 Shared by chat completions and the pass-through: both must relay bytes without buffering or
 re-encoding, cancel the upstream call when the client goes away, and turn transport failures
 into 502/504 in OpenAI's error shape.
+
+A client that goes away after the reply's last byte has not gone away: Codex CLI closes its
+connection right after ``response.completed``, while the upstream's transfer has yet to end.
+Such a reply was delivered (every byte of its declared length, a stream's final event, a JSON
+body that parses whole): it is a 200 in the access log and its usage is read for calibration.
+Streams are relayed whole event by whole event (compaction_proxy/api/stream_events.py), which
+is also what tells their final event.
 """
 
 from __future__ import annotations
@@ -13,9 +20,11 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
+from compaction_proxy.api.stream_events import EventRelay
 from compaction_proxy.api.usage import UsageProbe
 from compaction_proxy.asgi import Receive, Scope, Send, send_error
 from compaction_proxy.config import UpstreamSettings
+from compaction_proxy.drain import InFlight, in_flight, retry_after_header, shutdown_error
 from compaction_proxy.errors import ProxyError
 from compaction_proxy.overflow import MAX_ERROR_BODY
 from compaction_proxy.transport import TRANSPORT_ERRORS, Body, UpstreamReply, UpstreamTransport
@@ -35,6 +44,7 @@ class Outcome:
     upstream_request_id: str | None = None
     upstream_seconds: float | None = None  # to the response headers
     prompt_tokens: int | None = None  # the reply's usage.prompt_tokens (when asked to read it)
+    cut_by_shutdown: bool = False  # answered 503, or the stream ended with an error event
     held: HeldReply | None = None  # a reply read but not sent (see `hold` in `forward`)
 
 
@@ -124,7 +134,12 @@ async def forward(
     """
     outcome = Outcome(status=0)
     watch = _DisconnectWatch(receive, streamed)
+    flight = in_flight.get()
     reply: UpstreamReply | None = None
+    events: EventRelay | None = None
+    probe: UsageProbe | None = None
+    length: int | None = None
+    response_started = relayed_all = False
     try:
         started = time.perf_counter()
         try:
@@ -167,8 +182,15 @@ async def forward(
         if on_accepted is not None and 200 <= reply.status < 300:
             # Before the client sees a byte: its next request must find what this one left.
             await on_accepted()
+        sse = content_type.startswith("text/event-stream")
+        if sse and not reply.header("content-encoding"):
+            # Whole events only, so a stream the proxy must end ends cleanly (stream_events.py).
+            events = EventRelay()
         await send({"type": "http.response.start", "status": reply.status, "headers": out_headers})
-        probe = None
+        response_started = True
+        if flight is not None and not sse:
+            flight.relaying_body = True  # nearly done: a shutdown's cut lets it finish
+        length = _length(reply.header("content-length"))
         if read_usage and reply.status == 200:
             probe = UsageProbe.start(
                 content_type, reply.header("content-encoding"), reply.header("content-length")
@@ -179,6 +201,8 @@ async def forward(
             await send({"type": "http.response.body", "body": prefix, "more_body": True})
         try:
             async for chunk in chunks:
+                if events is not None:
+                    chunk = events.take(chunk)
                 if chunk:
                     outcome.bytes_out += len(chunk)
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
@@ -186,30 +210,118 @@ async def forward(
                         probe.feed(chunk)
         except TRANSPORT_ERRORS as exc:
             # Headers are gone already: the only honest signal left is an aborted body.
+            await _send_rest(send, outcome, events, probe)
             failure = classify_error(exc, upstream)
             log.warning(
                 "upstream stream broke after %d bytes: %s", outcome.bytes_out, failure.message
             )
             return outcome
+        await _send_rest(send, outcome, events, probe)
+        relayed_all = True
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         outcome.completed = True
         if probe is not None:
             outcome.prompt_tokens = probe.prompt_tokens()
         return outcome
     except asyncio.CancelledError:
-        if not watch.fired:
+        if watch.fired:
+            # The client left. Closing the reply (below) drops the upstream connection, which
+            # is how the provider learns to stop generating.
+            _uncancel()
+            if response_started and (relayed_all or _delivered(outcome, length, events, probe)):
+                # Its last byte had gone out (a client that closes right after the final
+                # event, as Codex CLI does): a reply delivered, not a client gone.
+                outcome.completed = True
+                if probe is not None:
+                    outcome.prompt_tokens = probe.prompt_tokens()
+                return outcome
+            outcome.client_gone = True
+            if outcome.status == 0:
+                outcome.status = 499
+            return outcome
+        if flight is None or not flight.cut:
             raise
-        # The client left: stop here. Closing the reply (below) drops the upstream
-        # connection, which is how the provider learns to stop generating.
-        asyncio.current_task().uncancel()  # type: ignore[union-attr]
-        outcome.client_gone = True
-        if outcome.status == 0:
-            outcome.status = 499
+        _uncancel()
+        await _end_for_shutdown(
+            send, outcome, flight, scope, response_started, events, extra_headers
+        )
         return outcome
     finally:
         watch.finish()
         if reply is not None:
             await _close_quietly(reply)
+
+
+def _uncancel() -> None:
+    """The cancellation was ours (the client's watch, the shutdown's cut, or both): carry on
+    with the answer."""
+    task = asyncio.current_task()
+    while task is not None and task.cancelling():
+        task.uncancel()
+
+
+def _length(content_length: str | None) -> int | None:
+    if content_length is None:
+        return None
+    try:
+        return int(content_length)
+    except ValueError:
+        return None
+
+
+def _delivered(
+    outcome: Outcome, length: int | None, events: EventRelay | None, probe: UsageProbe | None
+) -> bool:
+    """Whether the client had the whole reply when it left: every byte of a declared length,
+    a stream's final event (``[DONE]``, ``response.completed``...), or a JSON body that parses
+    whole. What the upstream had not sent yet is then only the transfer's own end."""
+    if length is not None:
+        return outcome.bytes_out >= length
+    if events is not None:
+        return events.terminal
+    return probe is not None and probe.complete()
+
+
+async def _send_rest(
+    send: Send, outcome: Outcome, events: EventRelay | None, probe: UsageProbe | None
+) -> None:
+    """What the event relay still holds: the upstream stopped inside an event."""
+    if events is None:
+        return
+    rest = events.rest()
+    if rest:
+        outcome.bytes_out += len(rest)
+        await send({"type": "http.response.body", "body": rest, "more_body": True})
+        if probe is not None:
+            probe.feed(rest)
+
+
+async def _end_for_shutdown(
+    send: Send,
+    outcome: Outcome,
+    flight: InFlight,
+    scope: Scope,
+    started: bool,
+    events: EventRelay | None,
+    extra_headers: list[tuple[bytes, bytes]] | None,
+) -> None:
+    """The shutdown's cut (compaction_proxy/drain.py): a 503 when nothing went out yet, an
+    error event after the last whole event of a stream. A compressed stream cannot take an
+    event: it is left unfinished, which closes the connection (the client sees a cut)."""
+    error = shutdown_error(flight.grace_seconds)
+    outcome.cut_by_shutdown = True
+    if not started:
+        outcome.status = error.status
+        await send_error(send, error, [*(extra_headers or ()), retry_after_header()])
+        outcome.completed = True
+        return
+    if events is None:
+        return
+    event = events.error_event(error, responses=scope.get("path") == "/v1/responses")
+    outcome.bytes_out += len(event)
+    await send({"type": "http.response.body", "body": event, "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+    outcome.completed = True
 
 
 def _small(content_length: str | None) -> bool:

@@ -134,6 +134,20 @@ class UsageProbe:
         self._sse = False  # from now on feed() keeps nothing and prompt_tokens() is None
         self._parts = None
 
+    def complete(self) -> bool:
+        """Whether the JSON body seen so far is whole: it parses, or its compressed stream
+        ended. (A client that has it may close before the upstream's transfer ends.)"""
+        if self._sse or self._parts is None:
+            return False
+        body = b"".join(self._parts)
+        if self._wbits is not None:
+            return _inflate_bounded(body, self._wbits) is not None
+        try:
+            orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return False
+        return True
+
     def prompt_tokens(self) -> int | None:
         """The reply's prompt tokens, once the whole body went by; None when it had none."""
         try:

@@ -330,8 +330,9 @@ class ContextWindows:
 
 
 class StoreHealth:
-    """The checkpoint store's breaker, read at scrape time: whether the store is up, how often
-    it was marked down, calls skipped while down, and foreign values found (and deleted)."""
+    """The checkpoint store's breaker, read at scrape time: whether each side of the store
+    (``operation``: read, write) is up, how often it was marked down, calls skipped while
+    down, and foreign values found (and deleted)."""
 
     def __init__(self, store: StoreBreaker) -> None:
         self._store = store
@@ -342,11 +343,12 @@ class StoreHealth:
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         store = self._store
         up, opened, skipped, foreign = self._families()
-        label = [store.name]
-        up.add_metric(label, 1 if store.readiness().up else 0)
-        opened.add_metric(label, store.opened)
-        skipped.add_metric(label, store.skipped)
-        foreign.add_metric(label, store.foreign_values)
+        for operation, side in (("read", store.reads), ("write", store.writes)):
+            label = [store.name, operation]
+            up.add_metric(label, 1 if side.readiness().up else 0)
+            opened.add_metric(label, side.opened)
+            skipped.add_metric(label, side.skipped)
+        foreign.add_metric([store.name], store.foreign_values)
         yield from (up, opened, skipped, foreign)
 
     @staticmethod
@@ -356,18 +358,20 @@ class StoreHealth:
         return (
             GaugeMetricFamily(
                 "compaction_proxy_store_up",
-                "1 while the checkpoint store answers, 0 while its breaker holds it down",
-                labels=["backend"],
+                "1 while the checkpoint store answers this operation (read, write), 0 while "
+                "its breaker holds it down",
+                labels=["backend", "operation"],
             ),
             CounterMetricFamily(
                 "compaction_proxy_store_breaker_opened",
-                "Times the checkpoint store was marked down after a timeout or connection error",
-                labels=["backend"],
+                "Times reads or writes of the checkpoint store were marked down after a "
+                "timeout, connection or disk error",
+                labels=["backend", "operation"],
             ),
             CounterMetricFamily(
                 "compaction_proxy_store_calls_skipped",
-                "Store calls skipped at once because the store was marked down",
-                labels=["backend"],
+                "Store calls skipped at once because that operation was marked down",
+                labels=["backend", "operation"],
             ),
             CounterMetricFamily(
                 "compaction_proxy_store_foreign_values",

@@ -40,20 +40,38 @@ class FakeClock:
 class FakeBackend:
     """Answers, fails, or hangs (bounded by a short timeout, as a real backend is), as told.
 
-    ``gate``: when set, every call first waits for it (to hold a probe in flight).
+    ``mode`` sets both sides; ``read_mode`` and ``write_mode`` one each (a full disk fails
+    the writes only). ``gate``: when set, every call first waits for it (to hold a probe in
+    flight).
     """
 
     name = "fake"
 
     def __init__(self) -> None:
-        self.mode: Mode = "ok"
+        self.read_mode: Mode = "ok"
+        self.write_mode: Mode = "ok"
         self.calls = 0
+        self.reads = 0
+        self.writes = 0
         self.gate: asyncio.Event | None = None
         self.foreign_values = 3
 
-    async def _answer(self) -> None:
+    @property
+    def mode(self) -> Mode:
+        assert self.read_mode == self.write_mode
+        return self.read_mode
+
+    @mode.setter
+    def mode(self, mode: Mode) -> None:
+        self.read_mode = self.write_mode = mode
+
+    async def _answer(self, write: bool = False) -> None:
         self.calls += 1
-        mode = self.mode  # as it was when the call was made
+        if write:
+            self.writes += 1
+        else:
+            self.reads += 1
+        mode = self.write_mode if write else self.read_mode  # as it was when the call was made
         if self.gate is not None:
             await self.gate.wait()
         if mode == "fail":
@@ -77,10 +95,10 @@ class FakeBackend:
         return (1, RECORD) if keys else None
 
     async def put(self, namespace: str, key: str, checkpoint: Checkpoint, ttl_seconds: int) -> None:
-        await self._answer()
+        await self._answer(write=True)
 
     async def delete(self, namespace: str, key: str) -> bool:
-        await self._answer()
+        await self._answer(write=True)
         return True
 
     async def ping(self) -> None:
@@ -93,7 +111,7 @@ class FakeBackend:
 
     @asynccontextmanager
     async def _lock(self) -> AsyncIterator[bool]:
-        await self._answer()
+        await self._answer(write=True)
         yield True
 
     async def close(self) -> None:
@@ -147,7 +165,8 @@ async def test_passes_calls_through_while_closed(
     async with breaker.lock("l", 10, 1) as acquired:
         assert acquired
     assert backend.calls == 5
-    assert breaker.state == "closed" and breaker.skipped == 0
+    assert breaker.reads.state == breaker.writes.state == "closed"
+    assert breaker.reads.skipped == breaker.writes.skipped == 0
 
 
 @pytest.mark.parametrize("mode", ["fail", "hang"])
@@ -159,15 +178,18 @@ async def test_one_failure_opens_it_and_later_calls_are_skipped_at_once(
         await breaker.find_longest("ns", ["k"])
     assert not isinstance(first.value, StoreMarkedDown), "the first call did reach the backend"
     assert backend.calls == 1
-    ready = breaker.readiness()
+    ready = breaker.readiness().reads
     assert not ready.up and ready.state == "open"
     assert ready.down_since == 1_700_000_000.0
     assert ready.retry_in == pytest.approx(1.0)
-    assert ready.failures == 1 and breaker.opened == 1
+    assert ready.failures == 1 and breaker.reads.opened == 1
+    # A failed read: the backend cannot be reached, so the writes are marked down with it.
+    writes = breaker.readiness().writes
+    assert not writes.up and writes.with_reads and breaker.writes.opened == 1
     # While open nothing reaches the backend (which would hang for real in "hang" mode).
     await asyncio.wait_for(every_call(breaker), timeout=5)
     assert backend.calls == 1
-    assert breaker.skipped == 5
+    assert breaker.reads.skipped == 2 and breaker.writes.skipped == 3
 
 
 async def test_back_off_doubles_up_to_thirty_seconds(
@@ -176,7 +198,7 @@ async def test_back_off_doubles_up_to_thirty_seconds(
     backend.mode = "fail"
     with pytest.raises(StoreUnavailable):
         await breaker.ping()
-    seen = [breaker.readiness().retry_in]
+    seen = [breaker.readiness().reads.retry_in]
     for _ in range(7):
         clock.advance(0.5)
         with pytest.raises(StoreMarkedDown):  # still inside the back-off
@@ -185,11 +207,11 @@ async def test_back_off_doubles_up_to_thirty_seconds(
         with pytest.raises(StoreUnavailable) as probe:  # the probe reaches the backend, fails
             await breaker.ping()
         assert not isinstance(probe.value, StoreMarkedDown)
-        seen.append(breaker.readiness().retry_in)
+        seen.append(breaker.readiness().reads.retry_in)
     assert seen == pytest.approx([1, 2, 4, 8, 16, 30, 30, 30])
-    assert breaker.opened == 1, "probes re-open it; only the first failure counts as opening"
-    assert breaker.readiness().failures == 8
-    assert breaker.readiness().down_since == 1_700_000_000.0, "down since the first failure"
+    assert breaker.reads.opened == 1, "probes re-open it; only the first failure opens it"
+    assert breaker.readiness().reads.failures == 8
+    assert breaker.readiness().reads.down_since == 1_700_000_000.0, "down since the first"
 
 
 async def test_a_successful_probe_closes_it_and_resets_the_back_off(
@@ -204,14 +226,15 @@ async def test_a_successful_probe_closes_it_and_resets_the_back_off(
     clock.advance(2.0)
     backend.mode = "ok"
     assert await breaker.find_longest("ns", ["k"]) == (1, RECORD)  # the probe
-    assert breaker.readiness().up and breaker.state == "closed"
-    assert breaker.readiness().down_since is None
+    assert breaker.readiness().up and breaker.reads.state == "closed"
+    assert breaker.writes.state == "closed", "the writes that followed the reads are back too"
+    assert breaker.readiness().reads.down_since is None
     await breaker.put("ns", "k", RECORD, 60)
     backend.mode = "fail"
     with pytest.raises(StoreUnavailable):
         await breaker.ping()
-    assert breaker.readiness().retry_in == pytest.approx(1.0), "back to the first back-off"
-    assert breaker.opened == 2
+    assert breaker.readiness().reads.retry_in == pytest.approx(1.0), "the first back-off again"
+    assert breaker.reads.opened == 2
 
 
 async def test_half_open_lets_exactly_one_probe_through(
@@ -226,14 +249,16 @@ async def test_half_open_lets_exactly_one_probe_through(
     probe = asyncio.create_task(breaker.find_longest("ns", ["k"]))
     await asyncio.sleep(0)
     await asyncio.sleep(0)
-    assert breaker.state == "half_open" and not breaker.readiness().up
+    assert breaker.reads.state == "half_open" and not breaker.readiness().up
     calls = backend.calls
     with pytest.raises(StoreMarkedDown):  # others still skip while the probe is out
+        await breaker.ping()
+    with pytest.raises(StoreMarkedDown):  # and the writes wait for the reads
         await breaker.put("ns", "k", RECORD, 60)
     assert backend.calls == calls
     backend.gate.set()
     assert await probe == (1, RECORD)
-    assert breaker.readiness().state == "closed"
+    assert breaker.readiness().reads.state == "closed" and breaker.readiness().up
 
 
 async def test_a_cancelled_probe_lets_the_next_call_probe(
@@ -252,7 +277,7 @@ async def test_a_cancelled_probe_lets_the_next_call_probe(
         await probe
     backend.gate = None
     await breaker.ping()  # a new probe, not refused
-    assert breaker.state == "closed"
+    assert breaker.reads.state == "closed"
 
 
 async def test_a_probe_that_never_returns_is_replaced_and_its_late_failure_ignored(
@@ -292,16 +317,16 @@ async def test_late_answers_from_before_the_failure_neither_close_nor_double_it(
     await asyncio.sleep(0)
     backend.gate = None
     with pytest.raises(StoreUnavailable):
-        await breaker.delete("ns", "k")  # a third call fails first and opens it
+        await breaker.find_longest("ns", ["k2"])  # a third call fails first and opens it
     assert backend.calls == 3
     gate.set()
     assert await slow_ok == (1, RECORD)
     with pytest.raises(StoreUnavailable):
         await slow_fail
-    ready = breaker.readiness()
+    ready = breaker.readiness().reads
     assert ready.state == "open", "an answer to a call made before the failure is no probe"
     assert ready.retry_in == pytest.approx(1.0) and ready.failures == 1
-    assert breaker.opened == 1
+    assert breaker.reads.opened == 1
 
 
 async def test_a_spent_request_budget_is_not_a_store_failure(
@@ -310,7 +335,7 @@ async def test_a_spent_request_budget_is_not_a_store_failure(
     backend.mode = "budget"
     with pytest.raises(StoreBudgetSpent):
         await breaker.find_longest("ns", ["k"])
-    assert breaker.readiness().up and breaker.opened == 0
+    assert breaker.readiness().up and breaker.reads.opened == breaker.writes.opened == 0
 
 
 async def test_a_failure_inside_the_lock_body_is_the_callers(
@@ -330,7 +355,8 @@ async def test_a_lock_that_cannot_be_taken_opens_it(
     with pytest.raises(StoreUnavailable):
         async with breaker.lock("l", 10, 1):
             pytest.fail("not acquired, not entered")
-    assert breaker.state == "open"
+    assert breaker.writes.state == "open"
+    assert breaker.reads.state == "closed", "a lease is a write: the reads go on"
 
 
 async def test_readiness_names_no_path_and_says_since_when(
@@ -340,10 +366,13 @@ async def test_readiness_names_no_path_and_says_since_when(
     with pytest.raises(StoreUnavailable):
         await breaker.ping()
     ready = breaker.readiness()
-    assert ready.reason == "ConnectionRefusedError"
+    assert ready.reads.reason == "ConnectionRefusedError"
     text = ready.describe()
     assert "/secret/path" not in text
-    assert "2023-11-14T22:13:20Z" in text and "next probe in 1.0s" in text
+    assert text == (
+        "degraded: reads and writes marked down since 2023-11-14T22:13:20Z "
+        "(ConnectionRefusedError; next probe in 1.0s)"
+    )
     with pytest.raises(StoreMarkedDown) as skipped:
         await breaker.ping()
     assert "/secret/path" not in str(skipped.value)
@@ -364,6 +393,110 @@ async def test_a_sqlite_error_opens_it_too(tmp_path: object, clock: FakeClock) -
     breaker = StoreBreaker(Broken(), clock=clock)
     with pytest.raises(StoreUnavailable):
         await breaker.find_longest("ns", ["k"])
-    assert breaker.readiness().reason == "OperationalError"
+    assert breaker.readiness().reads.reason == "OperationalError"
+    with pytest.raises(StoreMarkedDown):
+        await breaker.put("ns", "k", RECORD, 60)
+
+
+# --------------------------------------------------------------------------- reads and writes
+
+
+async def test_a_failed_write_leaves_the_reads_up(
+    breaker: StoreBreaker, backend: FakeBackend
+) -> None:
+    """A full disk: every write fails, every stored checkpoint can still be read."""
+    backend.write_mode = "fail"
+    with pytest.raises(StoreUnavailable) as first:
+        await breaker.put("ns", "k", RECORD, 60)
+    assert not isinstance(first.value, StoreMarkedDown)
+    for _ in range(4):
+        assert await breaker.find_longest("ns", ["k"]) == (1, RECORD)
+        await breaker.ping()
+    assert backend.reads == 8, "every read reached the backend"
+    writes = backend.writes
+    with pytest.raises(StoreMarkedDown):
+        await breaker.put("ns", "k2", RECORD, 60)
+    with pytest.raises(StoreMarkedDown):
+        await breaker.delete("ns", "k")
+    with pytest.raises(StoreMarkedDown):
+        async with breaker.lock("l", 10, 1):
+            pytest.fail("no lease while the writes are down")
+    assert backend.writes == writes, "the writes back off: none reached the backend"
+    ready = breaker.readiness()
+    assert ready.reads.up and not ready.writes.up and not ready.up
+    assert not ready.writes.with_reads
+    assert breaker.reads.opened == 0 and breaker.writes.opened == 1
+    assert breaker.reads.skipped == 0 and breaker.writes.skipped == 3
+    assert ready.describe() == (
+        "degraded: reads ok; writes marked down since 2023-11-14T22:13:20Z "
+        "(ConnectionRefusedError; next probe in 1.0s)"
+    )
+
+
+async def test_writes_back_off_on_their_own_clock(
+    breaker: StoreBreaker, backend: FakeBackend, clock: FakeClock
+) -> None:
+    backend.write_mode = "fail"
+    with pytest.raises(StoreUnavailable):
+        await breaker.put("ns", "k", RECORD, 60)
+    seen = [breaker.readiness().writes.retry_in]
+    for _ in range(3):
+        clock.advance(0.5)
+        with pytest.raises(StoreMarkedDown):
+            await breaker.put("ns", "k", RECORD, 60)
+        assert await breaker.find_longest("ns", ["k"]) == (1, RECORD)
+        clock.advance(seen[-1] or 0)
+        with pytest.raises(StoreUnavailable) as probe:  # one write probes, and fails
+            await breaker.put("ns", "k", RECORD, 60)
+        assert not isinstance(probe.value, StoreMarkedDown)
+        seen.append(breaker.readiness().writes.retry_in)
+    assert seen == pytest.approx([1, 2, 4, 8])
+    assert backend.writes == 4, "one write per back-off, not one per call"
+    backend.write_mode = "ok"
+    clock.advance(8.0)
+    await breaker.put("ns", "k", RECORD, 60)  # the probe that brings them back
+    assert breaker.readiness().up
+    assert breaker.reads.opened == 0, "the reads were never marked down"
+
+
+async def test_a_failed_read_takes_the_writes_down_until_the_reads_are_back(
+    breaker: StoreBreaker, backend: FakeBackend, clock: FakeClock
+) -> None:
+    """A hung or dead backend: a write would cost the request its whole store budget."""
+    backend.read_mode = "hang"
+    with pytest.raises(StoreUnavailable):
+        await breaker.find_longest("ns", ["k"])
+    ready = breaker.readiness()
+    assert not ready.reads.up and ready.writes.with_reads
+    assert ready.writes.describe().endswith("(TimeoutError; back when reads are)")
+    clock.advance(5.0)  # past the reads' back-off: the writes still wait for them
+    with pytest.raises(StoreMarkedDown):
+        await breaker.put("ns", "k", RECORD, 60)
+    assert backend.writes == 0
+    backend.read_mode = "ok"
+    await breaker.ping()  # the reads' probe
+    assert breaker.readiness().up, "the writes come back with the reads"
+    await breaker.put("ns", "k", RECORD, 60)
+    assert backend.writes == 1
+
+
+async def test_writes_down_on_their_own_keep_their_back_off_when_the_reads_recover(
+    breaker: StoreBreaker, backend: FakeBackend, clock: FakeClock
+) -> None:
+    backend.write_mode = "fail"
+    with pytest.raises(StoreUnavailable):
+        await breaker.put("ns", "k", RECORD, 60)
+    clock.advance(1.0)
+    with pytest.raises(StoreUnavailable):
+        await breaker.put("ns", "k", RECORD, 60)  # failed probe: 2 s now
+    backend.read_mode = "fail"
+    with pytest.raises(StoreUnavailable):
+        await breaker.ping()
+    backend.read_mode = "ok"
+    clock.advance(1.0)
+    await breaker.ping()  # reads back
+    ready = breaker.readiness()
+    assert ready.reads.up and not ready.writes.up and not ready.writes.with_reads
+    assert ready.writes.failures == 2 and ready.writes.retry_in == pytest.approx(1.0)
     with pytest.raises(StoreMarkedDown):
         await breaker.put("ns", "k", RECORD, 60)

@@ -9,7 +9,7 @@ from .base import (
     ForeignValue,
     StoreUnavailable,
 )
-from .breaker import Readiness, StoreBreaker, StoreMarkedDown
+from .breaker import Readiness, StoreBreaker, StoreMarkedDown, StoreReadiness
 from .deadline import StoreBudget, StoreBudgetSpent, budget_left, store_deadline
 from .decoded import pick_longest
 from .factory import make_backend, make_store
@@ -30,6 +30,7 @@ __all__ = [
     "StoreBudget",
     "StoreBudgetSpent",
     "StoreMarkedDown",
+    "StoreReadiness",
     "StoreUnavailable",
     "budget_left",
     "make_backend",
