@@ -952,6 +952,21 @@ def test_loop_with_parallel_calls_until_done(client: anthropic.Anthropic) -> Non
     assert text_of(reply) == "fake-loop done: 3 steps. Facts: FACT-T1."
 
 
+def test_server_wide_loop_without_a_directive(
+    client: anthropic.Anthropic, fake: MessagesUpstreamServer
+) -> None:
+    messages = [{"role": "user", "content": "do the thing"}]
+    assert text_of(create(client, model=MODEL, max_tokens=64, tools=[BASH], messages=messages))
+    fake.control(loop_steps=2, loop_lines=3)
+    reply = create(client, model=MODEL, max_tokens=256, tools=[BASH], messages=messages)
+    command = tool_input(reply, 1)["command"]
+    assert (
+        command.startswith("mkdir -p fake-steps && seq -f 'step 1 line %g:") and " 1 3 >" in command
+    )
+    no_tools = create(client, model=MODEL, max_tokens=64, messages=messages)
+    assert text_of(no_tools) == "echo: do the thing"  # a loop needs a tool to call
+
+
 def test_summary_carries_facts_and_progress_and_the_loop_resumes(
     client: anthropic.Anthropic,
 ) -> None:
@@ -1014,6 +1029,20 @@ def test_status_and_stream_errors(fake: MessagesUpstreamServer, raw: httpx.Clien
     events = [orjson.loads(d) for d in sse_data(streamed.text)]
     assert [e["type"] for e in events] == ["message_start", "ping", "error"]
     assert events[-1]["error"] == {"type": "overloaded_error", "message": "Overloaded"}
+
+
+def test_cut_stream_is_recorded(fake: MessagesUpstreamServer, raw: httpx.Client) -> None:
+    """``X-Fake-Cut-After: N`` drops the connection after N events, as a crashed server does."""
+    payload = {
+        "model": MODEL,
+        "max_tokens": 16,
+        "stream": True,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    with pytest.raises(httpx.RemoteProtocolError):
+        post(raw, payload, **{"x-fake-cut-after": "2", "x-fake-tag": "cut"})
+    event = fake.wait_for_event(lambda e: e["type"] == "stream_cut")
+    assert event is not None and (event["chunks_sent"], event["tag"]) == (2, "cut")
 
 
 def test_other_paths_are_recorded_and_404(fake: MessagesUpstreamServer, raw: httpx.Client) -> None:
