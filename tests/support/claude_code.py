@@ -16,8 +16,9 @@ the assistant/user messages, ``status`` (``compacting``), ``compact_boundary`` (
 (``terminal_reason``, ``num_turns``, ``api_error_status``, ``modelUsage.<model>.contextWindow``).
 
 What it sends. Only ``POST /v1/messages?beta=true``: no ``count_tokens``, no ``/v1/models``,
-nothing else, with nonessential traffic off. Always ``stream: true``. Headers: ``x-api-key``,
-``anthropic-version: 2023-06-01``, ``anthropic-beta``, ``x-app: cli``, ``user-agent:
+nothing else, with nonessential traffic off (without that setting it also probes ``HEAD
+/api/hello`` on the base URL, and carries on after a 404). Always ``stream: true``. Headers:
+``x-api-key``, ``anthropic-version: 2023-06-01``, ``anthropic-beta``, ``x-app: cli``, ``user-agent:
 claude-cli/2.1.332 (external, sdk-cli)``, ``x-claude-code-session-id``,
 ``anthropic-dangerous-direct-browser-access: true`` and the SDK's ``x-stainless-*``. A body
 (for a model name it does not know, e.g. ``local-model``; redacted)::
