@@ -10,7 +10,8 @@ Node needed to run it) and links ``node_modules/.bin/claude``. Headless:
 --max-turns N`` with ``ANTHROPIC_BASE_URL`` at the server root (no ``/v1``), a dummy
 ``ANTHROPIC_API_KEY``, ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`` and, as root,
 ``IS_SANDBOX=1``. It writes its state under ``$HOME`` (``.claude.json``, ``.claude/projects/``),
-so each session gets a HOME of its own. ``stream-json`` prints one JSON event a line: ``init``,
+and its scratch files under ``$TMPDIR`` (``claude-<uid>/``, ``cc-socks/``), so each session
+gets a HOME and a TMPDIR of its own. ``stream-json`` prints one JSON event a line: ``init``,
 the assistant/user messages, ``status`` (``compacting``), ``compact_boundary`` (with
 ``compact_metadata.trigger``, ``pre_tokens``, ``post_tokens``) and a final ``result``
 (``terminal_reason``, ``num_turns``, ``api_error_status``, ``modelUsage.<model>.contextWindow``).
@@ -346,9 +347,12 @@ def session_env(
     extra: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """A clean environment: nothing of the caller's (no real key, no proxy) but PATH."""
+    scratch = home / "tmp"  # its per-directory scratch and sockets, else under /tmp
+    scratch.mkdir(parents=True, exist_ok=True)
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(home),
+        "TMPDIR": str(scratch),
         "LANG": "C.UTF-8",
         "TERM": "dumb",
         "SHELL": shutil.which("bash") or "/bin/bash",
