@@ -53,6 +53,13 @@ class ServerSettings(Strict):
     # either, answered by the HTTP protocol before anything is held in memory.
     max_header_bytes: int = Field(64 * 1024, ge=1024)
     max_header_field_bytes: int = Field(16 * 1024, ge=256)
+    # Slow and idle clients, nginx's model (compaction_proxy/client_limits.py): seconds to
+    # send the headers, the longest gap between two reads of a body, idle between requests.
+    client_header_timeout: float = Field(60.0, gt=0)
+    client_body_timeout: float = Field(60.0, gt=0)
+    client_keepalive_timeout: float = Field(75.0, gt=0)
+    # Open client connections; null: half of the open-file limit left after 64 descriptors.
+    max_client_connections: int | None = Field(None, ge=1)
     workers: int = Field(1, ge=1, le=64)
     # How long open streams may run on after a shutdown signal before they are cut.
     graceful_shutdown_seconds: int = Field(30, ge=0)
