@@ -60,6 +60,10 @@ class ServerSettings(Strict):
     client_keepalive_timeout: float = Field(75.0, gt=0)
     # Open client connections; null: half of the open-file limit left after 64 descriptors.
     max_client_connections: int | None = Field(None, ge=1)
+    # Per chat/Responses request the proxy compacts (413 past either): messages or input
+    # items, and content parts across them.
+    max_messages: int = Field(50_000, ge=1)
+    max_content_parts: int = Field(100_000, ge=1)
     workers: int = Field(1, ge=1, le=64)
     # How long open streams may run on after a shutdown signal before they are cut.
     graceful_shutdown_seconds: int = Field(30, ge=0)
