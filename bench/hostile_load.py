@@ -236,6 +236,7 @@ def main() -> None:
         ("200,000 tiny messages", tiny_messages(200_000)),
         ("50,000 tiny messages (the message limit)", tiny_messages(50_000)),
         ("50,000 messages, 32 MiB (the largest allowed)", full_body(50_000)),
+        ("the same body again (a checkpoint hit)", full_body(50_000)),
     ]
     with tempfile.TemporaryDirectory(prefix="hostile-load-") as tmp:
         directory = Path(tmp)
