@@ -52,6 +52,10 @@ log = logging.getLogger("compaction_proxy.compaction")
 
 # Requests smaller than this are compacted inline: a thread hop costs more than counting them.
 _INLINE_BYTES = OFFLOAD_BYTES
+# Up to this size and this many messages the quiet check (nothing can fire: cached counts,
+# one serialization pass, a few milliseconds at most) runs inline even so.
+_QUIET_INLINE_BYTES = 4 << 20
+_QUIET_INLINE_MESSAGES = 2_000
 _BUILTIN_ENCODINGS = ("o200k_base", "cl100k_base")
 
 
@@ -165,7 +169,9 @@ class Compactor:
 
         A body of ``size_hint`` bytes from :data:`_INLINE_BYTES` up is compacted on the
         compaction thread (compaction_proxy/engine/offload.py), its summarizer calls sent back
-        to this loop: counting, grouping and every strategy stay off the event loop.
+        to this loop: counting, grouping and every strategy stay off the event loop. Only the
+        quiet check of a request of at most :data:`_QUIET_INLINE_MESSAGES` messages stays
+        here: it is what most agent requests need, and cheaper than the hop.
 
         `context_window`: the window to budget for when the edge knows better than the
         catalog (a window learned from a refusal or published by the upstream).
@@ -173,16 +179,31 @@ class Compactor:
         `anticipate`: tokens of growth to compact for as if they were already there (a
         summary prepared ahead of its trigger, compaction_proxy/summaries/prepare.py); 0 otherwise.
         """
-        if size_hint >= _INLINE_BYTES:
-            if self.debug:
-                log.debug(
-                    "compacting %d messages (%d bytes) on the compaction thread",
-                    len(body["messages"]),
-                    size_hint,
-                )
-            here = on_main_loop(summarizer, asyncio.get_running_loop())
-            return await self.offload.run(self._run(body, mode, here, context_window, anticipate))
-        return await self._run(body, mode, summarizer, context_window, anticipate)
+        if size_hint < _INLINE_BYTES:
+            return await self._run(body, mode, summarizer, context_window, anticipate)
+        quiet_checked = False
+        if (
+            size_hint < _QUIET_INLINE_BYTES
+            and len(body["messages"]) <= _QUIET_INLINE_MESSAGES
+            and mode is Mode.NORMAL
+            and not self.debug
+        ):
+            # Most requests of an agent session fire nothing: their quiet check (cached
+            # counts) costs less than the hop to the thread, and stays here.
+            quiet, _ = self._quiet_result(self._request(body, mode, context_window, anticipate))
+            if quiet is not None:
+                return quiet
+            quiet_checked = True
+        if self.debug:
+            log.debug(
+                "compacting %d messages (%d bytes) on the compaction thread",
+                len(body["messages"]),
+                size_hint,
+            )
+        here = on_main_loop(summarizer, asyncio.get_running_loop())
+        return await self.offload.run(
+            self._run(body, mode, here, context_window, anticipate, quiet_checked=quiet_checked)
+        )
 
     async def _run(
         self,
@@ -191,9 +212,12 @@ class Compactor:
         summarizer: Summarizer | None,
         context_window: int | None,
         anticipate: int,
+        *,
+        quiet_checked: bool = False,
     ) -> CompactionResult:
         request = self._request(body, mode, context_window, anticipate)
-        if mode is Mode.NORMAL and not self.debug:  # the debug log wants the view's groups
+        # (The debug log wants the view's groups: no quiet path then.)
+        if mode is Mode.NORMAL and not self.debug and not quiet_checked:
             quiet, request = self._quiet_result(request)
             if quiet is not None:
                 return quiet
