@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -277,7 +278,7 @@ async def _run_flow(
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from compaction_proxy import preflight
+    from compaction_proxy import client_limits, preflight
     from compaction_proxy.app import create_app
     from compaction_proxy.http_protocol import FIELD_LIMIT_ENV
     from compaction_proxy.logs import configure_logging, logging_config
@@ -307,10 +308,22 @@ def _serve(args: argparse.Namespace) -> int:
         "log_config": logging_config(server.log_level),
         "server_header": False,
         "timeout_graceful_shutdown": server.graceful_shutdown_seconds,
-        "timeout_keep_alive": 75,
+        "timeout_keep_alive": server.client_keepalive_timeout,
         "backlog": 4096,
     }
+    # The protocol reads these in every worker (compaction_proxy/client_limits.py).
     os.environ[FIELD_LIMIT_ENV] = str(server.max_header_field_bytes)
+    env = client_limits.ENV
+    os.environ[env["header_timeout"]] = str(server.client_header_timeout)
+    os.environ[env["body_timeout"]] = str(server.client_body_timeout)
+    if server.max_client_connections is not None:
+        os.environ[env["max_connections"]] = str(server.max_client_connections)
+    connections = server.max_client_connections or client_limits.derived_max_connections()
+    logging.getLogger("compaction_proxy.cli").info(
+        "client connections: at most %d per worker%s",
+        connections,
+        "" if server.max_client_connections else " (derived from the open-file limit)",
+    )
     if server.workers > 1:
         # Workers import the app themselves, so they must find the same config file.
         if args.config:

@@ -60,6 +60,17 @@ class ServerSettings(Strict):
     # either, answered by the HTTP protocol before anything is held in memory.
     max_header_bytes: int = Field(64 * 1024, ge=1024)
     max_header_field_bytes: int = Field(16 * 1024, ge=256)
+    # Slow and idle clients, nginx's model (compaction_proxy/client_limits.py): seconds to
+    # send the headers, the longest gap between two reads of a body, idle between requests.
+    client_header_timeout: float = Field(60.0, gt=0)
+    client_body_timeout: float = Field(60.0, gt=0)
+    client_keepalive_timeout: float = Field(75.0, gt=0)
+    # Open client connections; null: half of the open-file limit left after 64 descriptors.
+    max_client_connections: int | None = Field(None, ge=1)
+    # Per chat/Responses request the proxy compacts (413 past either): messages or input
+    # items, and content parts across them.
+    max_messages: int = Field(50_000, ge=1)
+    max_content_parts: int = Field(100_000, ge=1)
     workers: int = Field(1, ge=1, le=64)
     # How long requests in flight may run on after a shutdown signal; those still running a
     # little before its end are answered 503 (a started stream: an error event), see drain.py.

@@ -18,6 +18,7 @@ import httpx
 
 from compaction_proxy.asgi import Scope
 from compaction_proxy.config import UpstreamSettings
+from compaction_proxy.transport import UpstreamTimeout
 
 # RFC 9110 §7.6.1, plus headers a proxy must recompute itself.
 HOP_BY_HOP = frozenset(
@@ -186,6 +187,8 @@ def _is_timeout(e: BaseException) -> bool:
 
 def _timeout_phase(chain: list[BaseException]) -> str:
     for e in chain:
+        if isinstance(e, UpstreamTimeout):  # the transport names the timeout that ran out
+            return e.description
         if isinstance(e, httpx.ConnectTimeout | aiohttp.ConnectionTimeoutError):
             return "while connecting"
         if isinstance(e, httpx.ReadTimeout | aiohttp.SocketTimeoutError):

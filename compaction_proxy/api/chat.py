@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from compaction_proxy.api.attempts import Attempt, Subject, compact, send_with_retries
 from compaction_proxy.api.forward import Outcome
+from compaction_proxy.api.limits import compacted_model, size_limits
 from compaction_proxy.api.requests import (
     compaction_mode,
     effective_window,
@@ -17,6 +18,7 @@ from compaction_proxy.api.requests import (
 from compaction_proxy.asgi import Receive, Scope, Send, read_body
 from compaction_proxy.compaction.messages import last_user_text
 from compaction_proxy.context import RequestContext
+from compaction_proxy.engine.offload import OFFLOAD_BYTES
 from compaction_proxy.summaries.stores import StoreBudget
 
 
@@ -36,7 +38,25 @@ async def _chat_completions(
     state = ctx.state
     raw = await read_body(scope, receive, state.settings.server.max_body_bytes)
     ctx.bytes_in = len(raw)
-    data = parse_chat_body(raw)
+    offload = state.compactor.offload
+    with offload.holding(raw):
+        return await _compact_and_send(ctx, scope, receive, send, raw)
+
+
+async def _compact_and_send(
+    ctx: RequestContext, scope: Scope, receive: Receive, send: Send, raw: bytes
+) -> Outcome:
+    state = ctx.state
+    offload = state.compactor.offload
+    # A large body is parsed (and held to server.max_messages / max_content_parts) off the
+    # event loop (compaction_proxy/engine/offload.py).
+    data = await offload.parse(
+        raw,
+        parse_chat_body,
+        params=("messages",),
+        limits=size_limits(state, scope),
+        applies=compacted_model(state),
+    )
     model: str = data["model"]
     ctx.model = model
     mode = compaction_mode(scope)
@@ -47,7 +67,10 @@ async def _chat_completions(
     attempt: Attempt | None = None
     # An empty list has nothing to compact; the upstream gives its own verdict on it.
     if mode is not None and data["messages"] and state.compactor.enabled_for(model):
-        validate_chat(data)
+        if len(raw) >= OFFLOAD_BYTES:
+            await offload.call(validate_chat, data)
+        else:
+            validate_chat(data)
         window = await effective_window(ctx, scope, upstream, model)
         attempt = await compact(ctx, scope, Subject(data, raw, mode), window)
     return await send_with_retries(ctx, scope, receive, send, upstream, raw, attempt)

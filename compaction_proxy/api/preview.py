@@ -15,12 +15,14 @@ from typing import Any
 
 import orjson
 
+from compaction_proxy.api.limits import compacted_model, size_limits
 from compaction_proxy.api.requests import (
     authorization,
     compaction_mode,
     credential,
     effective_window,
     parse_chat_body,
+    parse_json_object,
     preview_spending,
     report_headers,
     tenant,
@@ -56,6 +58,15 @@ async def preview(ctx: RequestContext, scope: Scope, receive: Receive, send: Sen
         raise ProxyError(405, "use POST with a chat-completions body", code="method_not_allowed")
     raw = await read_body(scope, receive, ctx.state.settings.server.max_body_bytes)
     ctx.bytes_in = len(raw)
+    # The compacting routes' size limits, a large body checked off the event loop (so a
+    # hostile one is refused without being built here; compaction_proxy/engine/offload.py).
+    await ctx.state.compactor.offload.parse(
+        raw,
+        parse_json_object,
+        params=("messages", "input"),
+        limits=size_limits(ctx.state, scope),
+        applies=compacted_model(ctx.state),
+    )
     body = responses_body(raw)
     lifted = None if body is None else lift_for_preview(body)
     data = parse_chat_body(raw) if body is None else _chat_view(body, lifted)

@@ -27,6 +27,7 @@ import orjson
 
 from compaction_proxy.api.attempts import Attempt, Subject, compact, failed, send_with_retries
 from compaction_proxy.api.forward import Outcome
+from compaction_proxy.api.limits import compacted_model, size_limits
 from compaction_proxy.api.requests import (
     compaction_mode,
     effective_window,
@@ -36,6 +37,7 @@ from compaction_proxy.api.requests import (
 from compaction_proxy.asgi import Receive, Scope, Send, read_body
 from compaction_proxy.compaction.messages import last_user_text
 from compaction_proxy.context import RequestContext
+from compaction_proxy.engine.offload import OFFLOAD_BYTES
 from compaction_proxy.errors import bad_request
 from compaction_proxy.responses import (
     Lifted,
@@ -60,7 +62,23 @@ async def _responses(ctx: RequestContext, scope: Scope, receive: Receive, send: 
     state = ctx.state
     raw = await read_body(scope, receive, state.settings.server.max_body_bytes)
     ctx.bytes_in = len(raw)
-    body = parse_responses_body(raw)
+    with state.compactor.offload.holding(raw):
+        return await _compact_and_send(ctx, scope, receive, send, raw)
+
+
+async def _compact_and_send(
+    ctx: RequestContext, scope: Scope, receive: Receive, send: Send, raw: bytes
+) -> Outcome:
+    state = ctx.state
+    offload = state.compactor.offload
+    # Large bodies: parsed, limited, validated and lifted off the event loop, as for chat.
+    body = await offload.parse(
+        raw,
+        parse_responses_body,
+        params=("input",),
+        limits=size_limits(state, scope),
+        applies=compacted_model(state),
+    )
     model = body.get("model")
     ctx.model = model if isinstance(model, str) else None
     mode = compaction_mode(scope)
@@ -76,10 +94,10 @@ async def _responses(ctx: RequestContext, scope: Scope, receive: Receive, send: 
         and input_items(body)
         and state.compactor.enabled_for(ctx.model)
     ):
-        issue = validate_request(body)
-        if issue is not None:
-            raise bad_request(issue.message, param=issue.param, code="invalid_input")
-        lifted = lift(body)
+        if len(raw) >= OFFLOAD_BYTES:
+            lifted = await offload.call(validated_lift, body)
+        else:
+            lifted = validated_lift(body)
         if state.settings.dashboard.show_content:
             ctx.content = last_user_text(lifted.messages)
         window = await effective_window(ctx, scope, upstream, ctx.model)
@@ -94,6 +112,14 @@ async def _responses(ctx: RequestContext, scope: Scope, receive: Receive, send: 
         )
         attempt = await compact(ctx, scope, subject, window)
     return await send_with_retries(ctx, scope, receive, send, upstream, raw, attempt)
+
+
+def validated_lift(body: dict[str, Any]) -> Lifted:
+    """The chat-shaped view of ``body``, or a 400 naming what is wrong with its input."""
+    issue = validate_request(body)
+    if issue is not None:
+        raise bad_request(issue.message, param=issue.param, code="invalid_input")
+    return lift(body)
 
 
 def as_responses(attempt: Attempt, *, lifted: Lifted, body: dict[str, Any]) -> Attempt:

@@ -21,7 +21,19 @@ def canonical_bytes(value: object) -> bytes:
 
     Key order in a client's dict must not change counts or hashes, so keys are sorted.
     """
-    return orjson.dumps(value, option=_OPTIONS)
+    return trimmed(orjson.dumps(value, option=_OPTIONS))
+
+
+def trimmed(data: bytes) -> bytes:
+    """``data`` in an allocation of its own size.
+
+    orjson (3.12 and later) returns bytes whose allocation is far larger than their length
+    and never shrinks it: at least 4 KiB for a 30-byte message, and about 13 times the length
+    of a 10 MB document. Canonical bytes are made for every message of a request and held
+    while the request is counted and hashed, so a body of 200,000 small messages held 800 MB
+    of them. The copy costs a few hundredths of a microsecond for a small message.
+    """
+    return b"".join((data, b""))
 
 
 def digest(data: bytes) -> bytes:

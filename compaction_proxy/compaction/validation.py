@@ -151,3 +151,55 @@ def _kind(value: object) -> str:
     if isinstance(value, list):
         return "an array"
     return type(value).__name__
+
+
+@dataclass(frozen=True, slots=True)
+class SizeLimits:
+    """How much one compacted request may hold (``server.max_messages`` and
+    ``server.max_content_parts``): the work and memory of compacting it grow with these, not
+    with its bytes, so a body of a million tiny messages well under the byte limit is refused
+    rather than held in memory many times over."""
+
+    max_messages: int
+    max_content_parts: int
+
+
+@dataclass(frozen=True, slots=True)
+class LimitIssue:
+    """A request over a :class:`SizeLimits` bound: answered 413, naming the config key."""
+
+    message: str
+    param: str
+    code: str
+
+
+def size_issue(items: object, limits: SizeLimits, *, param: str) -> LimitIssue | None:
+    """Whether ``items`` (chat ``messages`` or Responses ``input`` items, named ``param``)
+    passes ``limits``: its length, then the content parts of all its entries (a ``content``
+    list, or a Responses call output's ``output`` list)."""
+    if not isinstance(items, list):
+        return None
+    if len(items) > limits.max_messages:
+        return LimitIssue(
+            f"'{param}' has {len(items):,} entries; this proxy accepts at most "
+            f"{limits.max_messages:,} per request (server.max_messages)",
+            param,
+            "too_many_messages",
+        )
+    parts = 0
+    for item in items:
+        if isinstance(item, Mapping):
+            content = item.get("content")
+            if isinstance(content, list):
+                parts += len(content)
+            output = item.get("output")
+            if isinstance(output, list):
+                parts += len(output)
+    if parts > limits.max_content_parts:
+        return LimitIssue(
+            f"'{param}' has {parts:,} content parts in all; this proxy accepts at most "
+            f"{limits.max_content_parts:,} per request (server.max_content_parts)",
+            param,
+            "too_many_content_parts",
+        )
+    return None

@@ -1,8 +1,9 @@
 """The edge's handle on the compaction core: built once per process from the settings.
 
 It owns what the pure core must not: the tokenizer provider (encodings loaded at start-up),
-the model catalog, one pipeline per configured model pattern, a worker thread so large
-conversations are counted off the event loop, and debug logging of decisions.
+the model catalog, one pipeline per configured model pattern, the compaction thread and parse
+worker that keep large bodies off the event loop (compaction_proxy/engine/offload.py), and
+debug logging of decisions.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import logging
 import os
 import threading
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -45,12 +45,17 @@ from compaction_proxy.compaction.prompt_bound import prompt_bound
 from compaction_proxy.compaction.tokens import EnvelopeTokenizer
 from compaction_proxy.config import Settings
 from compaction_proxy.engine.calibration import CalibrationBook
+from compaction_proxy.engine.offload import OFFLOAD_BYTES, Offload, on_main_loop
 from compaction_proxy.engine.quiet import QuietLimits
 
 log = logging.getLogger("compaction_proxy.compaction")
 
 # Requests smaller than this are compacted inline: a thread hop costs more than counting them.
-_INLINE_BYTES = 64 * 1024
+_INLINE_BYTES = OFFLOAD_BYTES
+# Up to this size and this many messages the quiet check (nothing can fire: cached counts,
+# one serialization pass, a few milliseconds at most) runs inline even so.
+_QUIET_INLINE_BYTES = 4 << 20
+_QUIET_INLINE_MESSAGES = 2_000
 _BUILTIN_ENCODINGS = ("o200k_base", "cl100k_base")
 
 
@@ -96,7 +101,7 @@ class Compactor:
         self._fingerprints: dict[tuple[str, int | None], str] = {}
         self._calibration = CalibrationBook()
         self._quiet = QuietLimits(settings.summarization.prepare)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compaction")
+        self.offload = Offload()
         self.debug = debug_enabled()
 
     def warm_up(self) -> threading.Thread | None:
@@ -132,7 +137,7 @@ class Compactor:
             self.tokenizers.refresh(name)
 
     def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self.offload.close()
 
     def settings_for(self, model: str) -> tuple[CompactionSettings, Pipeline]:
         hit = self._pipeline_cache.get(model)
@@ -162,9 +167,11 @@ class Compactor:
     ) -> CompactionResult:
         """Compact a validated chat body.
 
-        Counting a large conversation for the first time takes milliseconds of tiktoken; that
-        part runs on the worker thread (tiktoken releases the GIL), so the event loop only
-        does the cheap part, with every count already cached.
+        A body of ``size_hint`` bytes from :data:`_INLINE_BYTES` up is compacted on the
+        compaction thread (compaction_proxy/engine/offload.py), its summarizer calls sent back
+        to this loop: counting, grouping and every strategy stay off the event loop. Only the
+        quiet check of a request of at most :data:`_QUIET_INLINE_MESSAGES` messages stays
+        here: it is what most agent requests need, and cheaper than the hop.
 
         `context_window`: the window to budget for when the edge knows better than the
         catalog (a window learned from a refusal or published by the upstream).
@@ -172,14 +179,48 @@ class Compactor:
         `anticipate`: tokens of growth to compact for as if they were already there (a
         summary prepared ahead of its trigger, compaction_proxy/summaries/prepare.py); 0 otherwise.
         """
+        if size_hint < _INLINE_BYTES:
+            return await self._run(body, mode, summarizer, context_window, anticipate)
+        quiet_checked = False
+        if (
+            size_hint < _QUIET_INLINE_BYTES
+            and len(body["messages"]) <= _QUIET_INLINE_MESSAGES
+            and mode is Mode.NORMAL
+            and not self.debug
+        ):
+            # Most requests of an agent session fire nothing: their quiet check (cached
+            # counts) costs less than the hop to the thread, and stays here.
+            quiet, _ = self._quiet_result(self._request(body, mode, context_window, anticipate))
+            if quiet is not None:
+                return quiet
+            quiet_checked = True
+        if self.debug:
+            log.debug(
+                "compacting %d messages (%d bytes) on the compaction thread",
+                len(body["messages"]),
+                size_hint,
+            )
+        here = on_main_loop(summarizer, asyncio.get_running_loop())
+        return await self.offload.run(
+            self._run(body, mode, here, context_window, anticipate, quiet_checked=quiet_checked)
+        )
+
+    async def _run(
+        self,
+        body: Mapping[str, Any],
+        mode: Mode,
+        summarizer: Summarizer | None,
+        context_window: int | None,
+        anticipate: int,
+        *,
+        quiet_checked: bool = False,
+    ) -> CompactionResult:
         request = self._request(body, mode, context_window, anticipate)
-        if mode is Mode.NORMAL and not self.debug:  # the debug log wants the view's groups
+        # (The debug log wants the view's groups: no quiet path then.)
+        if mode is Mode.NORMAL and not self.debug and not quiet_checked:
             quiet, request = self._quiet_result(request)
             if quiet is not None:
                 return quiet
-        if size_hint >= _INLINE_BYTES:
-            loop = asyncio.get_running_loop()
-            await loop.run_in_executor(self._executor, self._prewarm, body)
         result = await compact_async(request, summarizer=summarizer)
         if self.debug:
             self._debug_log(body, result.report)
@@ -222,12 +263,6 @@ class Compactor:
         if not bound.exact or calibration.apply(bound.tokens) >= limit:
             return None, request
         return unchanged_result(request, tokenizer.name, budget, calibration, bound.tokens), request
-
-    def _prewarm(self, body: Mapping[str, Any]) -> None:
-        tokenizer = self.tokenizers.get(self.catalog.facts_for(body["model"]).encoding)
-        for message in body["messages"]:
-            if isinstance(message, dict):
-                tokenizer.count_message(message)
 
     def facts_for(self, model: str, context_window: int | None = None) -> ModelFacts:
         """The catalog's facts for `model`, with `context_window` in place of its window.

@@ -22,6 +22,7 @@ afresh.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -46,6 +47,7 @@ SCOPE_FIELDS = ("user", "safety_identifier")
 """Per-user fields of a request body (chat completions and Responses alike) that key its
 checkpoints: an app serving many end users under one key sends them to tell them apart."""
 FOLDED_TOKENS = "folded_tokens"
+OFF_LOOP_MESSAGES = 2_000  # from this many messages the chain is hashed on a worker thread
 """Meta key: how many tokens fewer a checkpoint's messages have than the client messages they
 stand for, so a hit can report the client's count without counting them (compaction_proxy/engine/
 hit_report.py)."""
@@ -160,7 +162,12 @@ class Checkpoints:
     async def lookup(self, namespace: str, messages: Sequence[Message]) -> Lookup:
         system_count = leading_system_count(messages)
         rest = messages[system_count:]
-        hashes = chain(namespace, rest)
+        # A long conversation's chain (a serialization and a hash per message) is computed
+        # off the event loop, like the rest of a large request's work.
+        if len(rest) >= OFF_LOOP_MESSAGES:
+            hashes = await asyncio.to_thread(chain, namespace, rest)
+        else:
+            hashes = chain(namespace, rest)
         found: tuple[int, Checkpoint] | None = None
         error: str | None = None
         if hashes and could_have_checkpoint(rest):

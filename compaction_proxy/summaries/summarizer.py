@@ -34,6 +34,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 import httpx
@@ -55,6 +56,7 @@ DEFAULT_MAX_SUMMARY_TOKENS = 4096
 """Output limit when ``maxSummaryTokens`` is unset (LibreChat sends none; an unbounded
 checkpoint defeats its purpose). Clamped to the summarizer model's own output limit."""
 MAX_CHUNKS = 16
+OFF_LOOP_MESSAGES = 2_000  # a summary request this long is prepared on a worker thread
 """At most this many summarizer calls for one stretch: a bigger one is refused, not paid for."""
 
 LimitParam = Literal["max_completion_tokens", "max_tokens"]
@@ -329,7 +331,14 @@ class HttpSummarizer:
         tokenizer = self._tokenizer_for(model)
         count = tokenizer.count_text
         window = SummarizerWindow(facts.context_window, limit)
-        messages = self._prefix_messages(request, upstream, window, tokenizer)
+        # Counting a long prefix and rendering a long transcript are CPU work: off the loop.
+        off_loop = len(request.messages) + len(request.prefix or ()) >= OFF_LOOP_MESSAGES
+        if off_loop:
+            messages = await asyncio.to_thread(
+                self._prefix_messages, request, upstream, window, tokenizer
+            )
+        else:
+            messages = self._prefix_messages(request, upstream, window, tokenizer)
         if messages is not None:
             extra: dict[str, Any] = {}
             context = self._request
@@ -344,8 +353,8 @@ class HttpSummarizer:
             return await self._complete(
                 upstream, model, limit, messages, count, extra=extra, form="prefix"
             )
-        blocks = render_blocks(request.messages, self._transcript)
-        chunks = plan_chunks(blocks, request.previous_summary, self.prompts, window, count)
+        plan = partial(self._plan, request, window, count)
+        chunks = await asyncio.to_thread(plan) if off_loop else plan()
         if len(chunks) > self._max_chunks:
             raise SummaryError(
                 "oversized",
@@ -358,6 +367,12 @@ class HttpSummarizer:
             return await self._complete(upstream, model, limit, messages, count)
 
         return await fold(chunks, request.previous_summary, self.prompts, call)
+
+    def _plan(
+        self, request: SummaryRequest, window: SummarizerWindow, count: Callable[[str], int]
+    ) -> list[str]:
+        blocks = render_blocks(request.messages, self._transcript)
+        return plan_chunks(blocks, request.previous_summary, self.prompts, window, count)
 
     # -------------------------------------------------------------- one HTTP call
 

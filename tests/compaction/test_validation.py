@@ -79,3 +79,19 @@ def test_real_content_parts_pass() -> None:
     ]
     assert validate_messages([{"role": "user", "content": content}]) is None
     assert validate_messages([u(), {**a(), "metadata": nested(40)}]) is None
+
+
+def test_size_issue_counts_entries_then_parts_across_them() -> None:
+    from compaction_proxy.compaction.validation import SizeLimits, size_issue
+
+    limits = SizeLimits(max_messages=3, max_content_parts=4)
+    parts = [{"type": "text", "text": "p"}] * 2
+    assert size_issue([{"content": parts}, {"content": parts}], limits, param="messages") is None
+    many = size_issue([{}] * 4, limits, param="input")
+    assert many is not None and (many.code, many.param) == ("too_many_messages", "input")
+    assert "server.max_messages" in many.message
+    three = [{"content": parts}, {"content": parts}, {"output": parts[:1]}]
+    over = size_issue(three, limits, param="messages")
+    assert over is not None and over.code == "too_many_content_parts"
+    assert "5 content parts" in over.message and "server.max_content_parts" in over.message
+    assert size_issue("a string input", limits, param="input") is None

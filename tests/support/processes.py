@@ -121,8 +121,10 @@ class ServerProcess:
         ready_path: str,
         env: Mapping[str, str] | None = None,
         ready_status: int | None = None,
+        preexec_fn: Callable[[], None] | None = None,
     ):
         self.name = name
+        self._preexec_fn = preexec_fn  # run in the child before exec (e.g. resource limits)
         self._argv_for_port = argv_for_port
         self.log_path = log_path
         self._ready_path = ready_path
@@ -168,6 +170,7 @@ class ServerProcess:
             stdin=subprocess.DEVNULL,
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
+            preexec_fn=self._preexec_fn,
         )
 
     @property

@@ -186,6 +186,7 @@ class ProxyServer(ServerProcess):
         via_env: bool = False,
         env: Mapping[str, str] | None = None,
         name: str = "proxy",
+        preexec_fn: Callable[[], None] | None = None,
     ):
         self.config_path = config_path
         env = dict(env or {})
@@ -209,6 +210,7 @@ class ProxyServer(ServerProcess):
             ready_path="/healthz",
             env=env,
             ready_status=200,
+            preexec_fn=preexec_fn,
         )
 
     @property

@@ -16,11 +16,12 @@ import respx
 from aiohttp.client_reqrep import ConnectionKey
 from httpcore._exceptions import map_exceptions
 
-from compaction_proxy.config import ServerSettings, UpstreamSettings
+from compaction_proxy.config import ServerSettings, Timeouts, UpstreamSettings
 from compaction_proxy.transport import (
     TRANSPORT_ERRORS,
     AiohttpUpstream,
     HttpxUpstream,
+    UpstreamTimeout,
     make_transport,
     plain_httpx_client,
 )
@@ -410,23 +411,31 @@ class TestClassifyAiohttpTransport:
     async def test_read_timeout(self) -> None:
         error = aiohttp.SocketTimeoutError("Timeout on reading data from socket")
         failure, raised = await failure_via_aiohttp(error)
-        assert isinstance(raised, aiohttp.SocketTimeoutError)
+        assert isinstance(raised, UpstreamTimeout) and raised.phase == "read"
+        assert isinstance(raised.__cause__, aiohttp.SocketTimeoutError)
         assert (failure.status, failure.code) == (504, "upstream_timeout")
-        assert "waiting for the response" in failure.message
+        assert "waiting for the response (timeouts.read: 600 s)" in failure.message
 
     async def test_connect_timeout(self) -> None:
         error = aiohttp.ConnectionTimeoutError("Connection timeout to host http://upstream.test")
         failure, raised = await failure_via_aiohttp(error)
-        assert isinstance(raised, aiohttp.ConnectionTimeoutError)
+        assert isinstance(raised, UpstreamTimeout) and raised.phase == "connect"
+        assert isinstance(raised.__cause__, aiohttp.ConnectionTimeoutError)
         assert (failure.status, failure.code) == (504, "upstream_timeout")
-        assert "while connecting" in failure.message
+        assert "while connecting (timeouts.connect: 10 s)" in failure.message
 
     async def test_pool_timeout(self) -> None:
-        # aiohttp's `connect` timeout (pool + connect seconds) covers waiting for a free
-        # connection, and it raises the same ConnectionTimeoutError.
-        error = aiohttp.ConnectionTimeoutError("Connection timeout to host http://upstream.test")
-        failure, _ = await failure_via_aiohttp(error, TimeoutError())
+        # Waiting for a free connection is the transport's own semaphore, with its own timeout
+        # (end to end: tests/reliability/test_upstream_timeouts.py).
+        transport = AiohttpUpstream(ServerSettings(max_connections=1))
+        timeouts = Timeouts(pool=0.01)
+        held = await transport._slot(timeouts.pool)
+        with pytest.raises(UpstreamTimeout) as info:
+            await transport.send("POST", URL, [], b"{}", timeouts)
+        held.release()
+        failure = classify_error(info.value, UP)
         assert (failure.status, failure.code) == (504, "upstream_timeout")
+        assert "waiting for a free connection (timeouts.pool: 0.01 s)" in failure.message
 
     async def test_server_disconnected(self) -> None:
         failure, raised = await failure_via_aiohttp(aiohttp.ServerDisconnectedError())
