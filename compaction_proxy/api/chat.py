@@ -17,6 +17,7 @@ from compaction_proxy.api.requests import (
 from compaction_proxy.asgi import Receive, Scope, Send, read_body
 from compaction_proxy.compaction.messages import last_user_text
 from compaction_proxy.context import RequestContext
+from compaction_proxy.forwarded import ClientBody
 from compaction_proxy.summaries.stores import StoreBudget
 
 
@@ -49,5 +50,6 @@ async def _chat_completions(
     if mode is not None and data["messages"] and state.compactor.enabled_for(model):
         validate_chat(data)
         window = await effective_window(ctx, scope, upstream, model)
-        attempt = await compact(ctx, scope, Subject(data, raw, mode), window)
+        subject = Subject(ClientBody(raw, data, "messages"), data, mode)
+        attempt = await compact(ctx, scope, subject, window)
     return await send_with_retries(ctx, scope, receive, send, upstream, raw, attempt)

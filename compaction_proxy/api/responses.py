@@ -23,8 +23,6 @@ import logging
 from functools import partial
 from typing import Any
 
-import orjson
-
 from compaction_proxy.api.attempts import Attempt, Subject, compact, failed, send_with_retries
 from compaction_proxy.api.forward import Outcome
 from compaction_proxy.api.requests import (
@@ -37,6 +35,7 @@ from compaction_proxy.asgi import Receive, Scope, Send, read_body
 from compaction_proxy.compaction.messages import last_user_text
 from compaction_proxy.context import RequestContext
 from compaction_proxy.errors import bad_request
+from compaction_proxy.forwarded import ClientBody
 from compaction_proxy.responses import (
     Lifted,
     input_items,
@@ -84,10 +83,10 @@ async def _responses(ctx: RequestContext, scope: Scope, receive: Receive, send: 
             ctx.content = last_user_text(lifted.messages)
         window = await effective_window(ctx, scope, upstream, ctx.model)
         subject = Subject(
+            ClientBody(raw, body, "input"),
             lifted.chat_body(body),
-            raw,
             mode,
-            reshape=partial(as_responses, lifted=lifted, body=body),
+            reshape=partial(as_responses, lifted=lifted),
             # The view's parts and custom calls are not chat completions: a summary call
             # sends the plain-text transcript, never the view as a cache-aligned prefix.
             summary_prefix=False,
@@ -96,19 +95,20 @@ async def _responses(ctx: RequestContext, scope: Scope, receive: Receive, send: 
     return await send_with_retries(ctx, scope, receive, send, upstream, raw, attempt)
 
 
-def as_responses(attempt: Attempt, *, lifted: Lifted, body: dict[str, Any]) -> Attempt:
+def as_responses(attempt: Attempt, *, lifted: Lifted) -> Attempt:
     """``attempt`` (made on the chat-shaped view) with a Responses body to forward.
 
     Unchanged requests and dry runs keep the client's bytes. Otherwise the pipeline's messages
-    are mapped back to items and only ``input`` is replaced, every other field going upstream
-    as the client sent it. A failure here is a compaction failure: the original is forwarded.
+    are mapped back to items and only ``input`` is replaced, in the client's own bytes: every
+    other field, and every item the proxy did not change, goes upstream as the client wrote it
+    (compaction_proxy/forwarded.py). A failure here is a compaction failure: the original is
+    forwarded.
     """
-    result = attempt.result
-    if result is None or attempt.body is attempt.subject.raw:
+    if attempt.result is None or attempt.messages is None:
         return attempt
     try:
-        lowered = lower(lifted, result.messages)
-        attempt.body = orjson.dumps({**body, "input": lowered.items})
+        lowered = lower(lifted, attempt.messages)
+        attempt.body = attempt.subject.client.with_elements(lowered.items)
     except Exception:
         log.exception("mapping the compacted input back failed; forwarding the original request")
         return failed(attempt.subject, attempt.window)

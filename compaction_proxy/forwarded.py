@@ -1,0 +1,159 @@
+"""The body a compacted request goes upstream as: the client's bytes, one array rewritten.
+
+When compaction changes a request (or a checkpoint stands in for its older messages), only one
+member changes: ``messages`` (chat completions) or ``input`` (the Responses API). Serializing
+the parsed body again would also rewrite every other field as orjson reads it: integers past
+64 bits become floats (``"seed": 1180591620717411303424`` as ``1.1805916207174113e+21``),
+``1.10`` becomes ``1.1``, escapes and spacing change. So the forwarded body is the client's own
+bytes with only that member's value replaced (compaction_proxy/jsonspans.py finds the spans),
+and within the new array every element the proxy did not change is the client's own slice
+(runs of consecutive elements as one slice, separators included). Only elements the proxy
+made or edited are serialized, from their parsed form.
+
+An element counts as unchanged when it is the very object the parser made for the client's
+element (the core hands back the client's own dicts), or, with ``copies``, when it is a copy
+with the same canonical bytes (a message read back from a checkpoint stands for the client's
+message it was made from).
+
+Where the bytes cannot be spliced (the member appears twice, so a parser and the upstream could
+disagree on which one counts), the body is serialized whole, as before this module existed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from compaction_proxy.compaction.canonical import canonical_bytes
+from compaction_proxy.jsonspans import ObjectSpans, ScanError, scan_object
+
+log = logging.getLogger("compaction_proxy.forwarded")
+
+
+class ClientBody:
+    """A client's JSON object body: its bytes, its parsed form, and the member (``key``) the
+    proxy may rewrite. The spans are found once, on first use, and kept for every attempt of
+    the request (a compact-and-retry splices again without scanning again)."""
+
+    __slots__ = ("_scanned", "_spans", "data", "key", "raw")
+
+    def __init__(self, raw: bytes, data: Mapping[str, Any], key: str) -> None:
+        self.raw = raw
+        self.data = data
+        self.key = key
+        self._spans: ObjectSpans | None = None
+        self._scanned = False
+
+    @property
+    def spans(self) -> ObjectSpans | None:
+        """The object's member spans, with the elements of ``key``; None when the bytes are
+        not what the parser read (they always are for a body orjson accepted)."""
+        if not self._scanned:
+            self._scanned = True
+            try:
+                self._spans = scan_object(self.raw, expected=self.data, elements_of=self.key)
+            except ScanError:
+                log.warning("the request body could not be scanned; it is re-serialized whole")
+                self._spans = None
+        return self._spans
+
+    def with_elements(self, elements: Sequence[Any], *, copies: bool = False) -> bytes:
+        """The body with ``key`` holding ``elements``, every other byte the client's.
+
+        ``copies``: also take the client's bytes for an element that equals (by canonical
+        bytes) one of the client's elements not otherwise used, in order.
+        """
+        spans = self.spans
+        member = spans.last(self.key) if spans is not None else None
+        if spans is None or member is None or spans.count(self.key) != 1:
+            return orjson.dumps({**self.data, self.key: list(elements)})
+        raw = self.raw
+        value = _array_bytes(raw, spans, self.data.get(self.key), elements, copies)
+        return b"".join((raw[: member.start], value, raw[member.end :]))
+
+
+def _array_bytes(
+    raw: bytes,
+    spans: ObjectSpans,
+    original: Any,
+    elements: Sequence[Any],
+    copies: bool,
+) -> bytes:
+    """The new array's bytes: runs of the client's elements as their own slices, the rest
+    serialized."""
+    found = spans.elements
+    dumps = orjson.dumps
+    if found is None or not isinstance(original, list) or len(found) != len(original):
+        # Not an array the client sent (a string ``input``): every element is new.
+        return b"[" + b",".join(dumps(element) for element in elements) + b"]"
+    starts, ends = found.starts, found.ends
+    indices = _indices(original, elements, copies)
+    parts: list[bytes] = []
+    first = last = -1
+    for element, index in zip(elements, indices, strict=True):
+        if index is not None and first >= 0 and index == last + 1:
+            last = index
+            continue
+        if first >= 0:
+            parts.append(raw[starts[first] : ends[last]])
+            first = last = -1
+        if index is None:
+            parts.append(dumps(element))
+        else:
+            first = last = index
+    if first >= 0:
+        parts.append(raw[starts[first] : ends[last]])
+    if starts:
+        # The client's spacing inside the brackets stays, so an unchanged list is its bytes.
+        lead, trail = raw[found.start + 1 : starts[0]], raw[ends[-1] : found.end - 1]
+    else:
+        lead, trail = raw[found.start + 1 : found.end - 1], b""
+    return b"".join((b"[", lead, b",".join(parts), trail, b"]"))
+
+
+def _indices(original: list[Any], elements: Sequence[Any], copies: bool) -> list[int | None]:
+    """For each element, the index of the client's element it is (None: the proxy's own).
+
+    Identity decides, the next client element first: a run the core kept is found without a
+    lookup, and an object the parser shares between elements (``None``, ``true``, a small
+    integer) is matched in order rather than to its last occurrence.
+    """
+    position: dict[int, list[int]] = {}
+    for index, item in enumerate(original):
+        position.setdefault(id(item), []).append(index)
+    indices: list[int | None] = []
+    used: set[int] = set()
+    following = 0
+    count = len(original)
+    for element in elements:
+        index: int | None = None
+        if following < count and original[following] is element and following not in used:
+            index = following
+        else:
+            index = next((i for i in position.get(id(element), ()) if i not in used), None)
+        if index is not None:
+            used.add(index)
+            following = index + 1
+        indices.append(index)
+    if not copies or None not in indices:
+        return indices
+    by_bytes: dict[bytes, list[int]] = {}
+    for index, item in enumerate(original):
+        if index not in used:
+            try:
+                by_bytes.setdefault(canonical_bytes(item), []).append(index)
+            except TypeError:  # nested past orjson's writing depth: never matched
+                continue
+    for slot, element in enumerate(elements):
+        if indices[slot] is not None:
+            continue
+        try:
+            candidates = by_bytes.get(canonical_bytes(element))
+        except TypeError:
+            continue
+        if candidates:
+            indices[slot] = candidates.pop(0)
+    return indices
