@@ -122,22 +122,22 @@ def _indices(original: list[Any], elements: Sequence[Any], copies: bool) -> list
     integer) is matched in order rather than to its last occurrence.
     """
     position: dict[int, list[int]] = {}
-    for index, item in enumerate(original):
-        position.setdefault(id(item), []).append(index)
+    for at, item in enumerate(original):
+        position.setdefault(id(item), []).append(at)
     indices: list[int | None] = []
     used: set[int] = set()
     following = 0
     count = len(original)
     for element in elements:
-        index: int | None = None
+        found: int | None
         if following < count and original[following] is element and following not in used:
-            index = following
+            found = following
         else:
-            index = next((i for i in position.get(id(element), ()) if i not in used), None)
-        if index is not None:
-            used.add(index)
-            following = index + 1
-        indices.append(index)
+            found = next((i for i in position.get(id(element), ()) if i not in used), None)
+        if found is not None:
+            used.add(found)
+            following = found + 1
+        indices.append(found)
     if not copies or None not in indices:
         return indices
     by_bytes: dict[bytes, list[int]] = {}

@@ -31,6 +31,7 @@ from compaction_proxy.api.requests import (
     header_safe,
     parse_json_object,
 )
+from compaction_proxy.api.routing import json_model, readable_encoding, route
 from compaction_proxy.asgi import Receive, Scope, Send, read_body
 from compaction_proxy.compaction.messages import last_user_text
 from compaction_proxy.context import RequestContext
@@ -59,22 +60,23 @@ async def _responses(ctx: RequestContext, scope: Scope, receive: Receive, send: 
     state = ctx.state
     raw = await read_body(scope, receive, state.settings.server.max_body_bytes)
     ctx.bytes_in = len(raw)
+    mode = compaction_mode(scope)
+    if mode is None:
+        # The client's bytes go upstream as they came, routed by `model` alone.
+        readable_encoding(ctx, scope)
+        upstream = route(ctx, json_model(raw))
+        ctx.upstream = upstream.name
+        return await send_with_retries(ctx, scope, receive, send, upstream, raw, None)
     body = parse_responses_body(raw)
     model = body.get("model")
     ctx.model = model if isinstance(model, str) else None
-    mode = compaction_mode(scope)
     upstream = state.router.for_model(ctx.model)
     ctx.upstream = upstream.name
     attempt: Attempt | None = None
     held_by = server_state(body)
     if held_by is not None:
         ctx.response_headers.append((b"x-compaction-skipped", skipped_note(held_by)))
-    elif (
-        mode is not None
-        and ctx.model is not None
-        and input_items(body)
-        and state.compactor.enabled_for(ctx.model)
-    ):
+    elif ctx.model is not None and input_items(body) and state.compactor.enabled_for(ctx.model):
         issue = validate_request(body)
         if issue is not None:
             raise bad_request(issue.message, param=issue.param, code="invalid_input")
