@@ -141,16 +141,8 @@ async def _route_by_body(
         return await _route_multipart(ctx, incoming, boundary)
     read: list[bytes] = []
     declared_json = _is_json(content_type)
-    if not declared_json:
-        # Undeclared bodies are JSON when they look like it: the first byte that is not
-        # spacing (after a BOM) opens an object.
-        head = b""
-        while not incoming.done and not head.lstrip(_SPACE).removeprefix(BOM).lstrip(_SPACE):
-            chunk = await incoming.next()
-            read.append(chunk)
-            head += chunk[:64]
-        if not head.lstrip(_SPACE).removeprefix(BOM).lstrip(_SPACE).startswith(b"{"):
-            return ctx.state.router.default, read
+    if not declared_json and not await _opens_an_object(incoming, read):
+        return ctx.state.router.default, read
     while not incoming.done:
         read.append(await incoming.next())
     model = json_model(b"".join(read))
@@ -158,6 +150,28 @@ async def _route_by_body(
         # Only looked like JSON: a body that names no model the proxy could read.
         model = ModelRead()
     return route(ctx, model), read
+
+
+async def _opens_an_object(incoming: Incoming, read: list[bytes]) -> bool:
+    """Whether an undeclared body is JSON: its first byte that is not spacing (after a UTF-8
+    BOM) opens an object. Reads only as far as that byte (into ``read``)."""
+    pending = b""  # read and not yet decided; spacing is dropped as it comes
+    bom_checked = False
+    while True:
+        if not incoming.done:
+            chunk = await incoming.next()
+            read.append(chunk)
+            pending += chunk
+        if not bom_checked:
+            if len(pending) < len(BOM) and BOM.startswith(pending) and not incoming.done:
+                continue  # the first bytes may still be a BOM
+            pending = pending.removeprefix(BOM)
+            bom_checked = True
+        pending = pending.lstrip(_SPACE)
+        if pending:
+            return pending.startswith(b"{")
+        if incoming.done:
+            return False
 
 
 async def _route_multipart(
