@@ -11,9 +11,15 @@ and within the new array every element the proxy did not change is the client's 
 made or edited are serialized, from their parsed form.
 
 An element counts as unchanged when it is the very object the parser made for the client's
-element (the core hands back the client's own dicts), or, with ``copies``, when it is a copy
-with the same canonical bytes (a message read back from a checkpoint stands for the client's
-message it was made from).
+element (the core hands back the client's own dicts), or, with ``copies``, when it equals one
+(a message read back from a checkpoint stands for the client's message it was made from).
+
+The common case costs one comparison: when the client wrote the whole array exactly as orjson
+writes it (the SDKs do), orjson writes every unchanged element back as the client's bytes, so
+the new array is serialized in one call and no element is looked for. Only an array written
+otherwise (spacing, ``1.10``, ``\u00e9`` escapes) is taken apart element by element. (A
+checkpoint copy of a message the client has since re-sent with its keys in another order goes
+in the order it was first forwarded in.)
 
 Where the bytes cannot be spliced (the member appears twice, so a parser and the upstream could
 disagree on which one counts), the body is serialized whole, as before this module existed.
@@ -28,7 +34,7 @@ from typing import Any
 import orjson
 
 from compaction_proxy.compaction.canonical import canonical_bytes
-from compaction_proxy.jsonspans import ObjectSpans, ScanError, scan_object
+from compaction_proxy.jsonspans import ArraySpans, ObjectSpans, ScanError, scan_object
 
 log = logging.getLogger("compaction_proxy.forwarded")
 
@@ -54,7 +60,9 @@ class ClientBody:
         if not self._scanned:
             self._scanned = True
             try:
-                self._spans = scan_object(self.raw, expected=self.data, elements_of=self.key)
+                self._spans = scan_object(
+                    self.raw, expected=self.data, elements_of=self.key, whole=True
+                )
             except ScanError:
                 log.warning("the request body could not be scanned; it is re-serialized whole")
                 self._spans = None
@@ -63,15 +71,22 @@ class ClientBody:
     def with_elements(self, elements: Sequence[Any], *, copies: bool = False) -> bytes:
         """The body with ``key`` holding ``elements``, every other byte the client's.
 
-        ``copies``: also take the client's bytes for an element that equals (by canonical
-        bytes) one of the client's elements not otherwise used, in order.
+        ``copies``: also take the client's bytes for an element equal to one of the client's
+        elements not otherwise used (a message read back from a checkpoint; see
+        :class:`_Matcher`).
         """
         spans = self.spans
         member = spans.last(self.key) if spans is not None else None
         if spans is None or member is None or spans.count(self.key) != 1:
             return orjson.dumps({**self.data, self.key: list(elements)})
         raw = self.raw
-        value = _array_bytes(raw, spans, self.data.get(self.key), elements, copies)
+        if spans.encoded and spans.elements is None:
+            # The client wrote the array as orjson writes it, so orjson writes each element
+            # the client sent (or an equal copy) back as the client's very bytes: one call
+            # for the whole array, and no element spans were needed.
+            value = orjson.dumps(list(elements))
+        else:
+            value = _array_bytes(raw, spans, self.data.get(self.key), elements, copies)
         return b"".join((raw[: member.start], value, raw[member.end :]))
 
 
@@ -90,10 +105,10 @@ def _array_bytes(
         # Not an array the client sent (a string ``input``): every element is new.
         return b"[" + b",".join(dumps(element) for element in elements) + b"]"
     starts, ends = found.starts, found.ends
-    indices = _indices(original, elements, copies)
+    indices, encoded = _Matcher(raw, found, original).indices(elements, copies)
     parts: list[bytes] = []
     first = last = -1
-    for element, index in zip(elements, indices, strict=True):
+    for slot, (element, index) in enumerate(zip(elements, indices, strict=True)):
         if index is not None and first >= 0 and index == last + 1:
             last = index
             continue
@@ -101,7 +116,7 @@ def _array_bytes(
             parts.append(raw[starts[first] : ends[last]])
             first = last = -1
         if index is None:
-            parts.append(dumps(element))
+            parts.append(encoded.get(slot) or dumps(element))
         else:
             first = last = index
     if first >= 0:
@@ -114,46 +129,120 @@ def _array_bytes(
     return b"".join((b"[", lead, b",".join(parts), trail, b"]"))
 
 
-def _indices(original: list[Any], elements: Sequence[Any], copies: bool) -> list[int | None]:
-    """For each element, the index of the client's element it is (None: the proxy's own).
+class _Matcher:
+    """Which of the client's elements each new element is (None: the proxy's own).
 
-    Identity decides, the next client element first: a run the core kept is found without a
-    lookup, and an object the parser shares between elements (``None``, ``true``, a small
-    integer) is matched in order rather than to its last occurrence.
+    Identity decides first, the next client element first: a run the core kept is found
+    without a lookup, and an object the parser shares between elements (``None``, ``true``, a
+    small integer) is matched in order rather than to its last occurrence. With ``copies``, an
+    element read back from a checkpoint is matched too: first to the client's element after
+    the last one matched, when the two are equal (the copies come in order, so this is most
+    of them); else by its orjson encoding against the client's elements written as orjson
+    writes them (a length lookup, then one comparison), and by canonical bytes against the
+    others (``ArraySpans.differs``, usually none).
     """
-    position: dict[int, list[int]] = {}
-    for at, item in enumerate(original):
-        position.setdefault(id(item), []).append(at)
-    indices: list[int | None] = []
-    used: set[int] = set()
-    following = 0
-    count = len(original)
-    for element in elements:
-        found: int | None
-        if following < count and original[following] is element and following not in used:
-            found = following
-        else:
-            found = next((i for i in position.get(id(element), ()) if i not in used), None)
-        if found is not None:
-            used.add(found)
-            following = found + 1
-        indices.append(found)
-    if not copies or None not in indices:
-        return indices
-    by_bytes: dict[bytes, list[int]] = {}
-    for index, item in enumerate(original):
-        if index not in used:
+
+    def __init__(self, raw: bytes, spans: ArraySpans, original: list[Any]) -> None:
+        self.raw = raw
+        self.spans = spans
+        self.original = original
+        self.used: set[int] = set()
+
+    def indices(
+        self, elements: Sequence[Any], copies: bool
+    ) -> tuple[list[int | None], dict[int, bytes]]:
+        """The index of each element, and the encodings made while matching (slot: bytes),
+        reused when the element is written."""
+        original, used = self.original, self.used
+        count = len(original)
+        position: dict[int, int] | None = None
+        indices: list[int | None] = []
+        following = 0
+        for element in elements:
+            found: int | None = None
+            if following < count and original[following] is element and following not in used:
+                found = following
+            else:
+                if position is None:
+                    # The first occurrence of an object the parser shares between elements.
+                    position = {id(original[at]): at for at in range(count - 1, -1, -1)}
+                at = position.get(id(element))
+                if at is not None:
+                    found = at if at not in used else self._shared(element)
+            if found is not None:
+                used.add(found)
+                following = found + 1
+            indices.append(found)
+        encoded: dict[int, bytes] = {}
+        if copies and None in indices:
+            self._copies(elements, indices, encoded)
+        return indices, encoded
+
+    def _shared(self, element: Any) -> int | None:
+        """The first unused client element that is ``element`` itself (an object the parser
+        shares between elements: ``None``, ``true``, a small integer)."""
+        used = self.used
+        return next(
+            (at for at, item in enumerate(self.original) if item is element and at not in used),
+            None,
+        )
+
+    def _copies(
+        self, elements: Sequence[Any], indices: list[int | None], encoded: dict[int, bytes]
+    ) -> None:
+        raw, spans, used, original = self.raw, self.spans, self.used, self.original
+        starts, ends = spans.starts, spans.ends
+        count = len(original)
+        differs = set(spans.differs)
+        by_length: dict[int, list[int]] | None = None
+        by_bytes: dict[bytes, list[int]] | None = None
+        following = 0  # the client's element after the last one matched: preferred next
+        for slot, element in enumerate(elements):
+            matched = indices[slot]
+            if matched is not None:
+                following = matched + 1
+                continue
+            if following < count and following not in used and original[following] == element:
+                # The checkpoint's copies come in the client's order: most are the next one.
+                used.add(following)
+                indices[slot] = following
+                following += 1
+                continue
             try:
-                by_bytes.setdefault(canonical_bytes(item), []).append(index)
+                encoding = orjson.dumps(element)
+            except TypeError:
+                continue
+            encoded[slot] = encoding
+            if by_length is None:
+                by_length = {}
+                for index in range(len(starts)):
+                    if index not in used and index not in differs:
+                        by_length.setdefault(ends[index] - starts[index], []).append(index)
+            candidates = [
+                index
+                for index in by_length.get(len(encoding), ())
+                if index not in used and raw.startswith(encoding, starts[index])
+            ]
+            if differs:
+                if by_bytes is None:
+                    by_bytes = self._canonical(differs)
+                try:
+                    equal = by_bytes.get(canonical_bytes(element), [])
+                except TypeError:
+                    equal = []
+                candidates.extend(index for index in equal if index not in used)
+            if candidates:
+                # In order: equal elements are matched to the client's in the order written.
+                match = min(candidates, key=lambda index: (index < following, index))
+                used.add(match)
+                indices[slot] = match
+                following = match + 1
+
+    def _canonical(self, differs: set[int]) -> dict[bytes, list[int]]:
+        by_bytes: dict[bytes, list[int]] = {}
+        for index in sorted(differs - self.used):
+            try:
+                by_bytes.setdefault(canonical_bytes(self.original[index]), []).append(index)
             except TypeError:  # nested past orjson's writing depth: never matched
                 continue
-    for slot, element in enumerate(elements):
-        if indices[slot] is not None:
-            continue
-        try:
-            candidates = by_bytes.get(canonical_bytes(element))
-        except TypeError:
-            continue
-        if candidates:
-            indices[slot] = candidates.pop(0)
-    return indices
+        return by_bytes

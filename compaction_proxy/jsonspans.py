@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -63,6 +63,8 @@ _VALUE_RE = re.compile(_VALUE, re.DOTALL)
 _TOKEN = re.compile(rb'[^"\[\]{}]++|' + _STRING + rb"|[\[\]{}]", re.DOTALL)
 _CLOSERS = {ord("["): ord("]"), ord("{"): ord("}")}
 _AFTER_VALUE = frozenset(b",]} \t\n\r")
+_SPACES = (b" ", b"\t", b"\n", b"\r")
+_COMMA = ord(",")
 
 
 class ScanError(ValueError):
@@ -88,13 +90,17 @@ class ArraySpans:
     """An array's elements: ``buf[starts[i]:ends[i]]`` is element ``i``, exactly as written.
 
     ``start`` is the ``[``, ``end`` one past the ``]``. Between two elements there is only
-    whitespace and one comma.
+    whitespace and one comma. ``differs``: the indices of the elements whose bytes are not
+    exactly orjson's encoding of their parsed value (every element, when the scan was not
+    given the parsed elements); for the others, ``orjson.dumps`` of an equal value with the
+    same key order gives back the client's bytes.
     """
 
     start: int
     end: int
     starts: list[int]
     ends: list[int]
+    differs: list[int] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -103,12 +109,18 @@ class ArraySpans:
 @dataclass(frozen=True, slots=True)
 class ObjectSpans:
     """An object's members in the order written (duplicates included), and the elements of
-    the member asked for (:func:`scan_object`'s ``elements_of``, its last occurrence)."""
+    the member asked for (:func:`scan_object`'s ``elements_of``, its last occurrence).
+
+    ``encoded``: that member's value is exactly orjson's encoding of its parsed value (so is
+    each element, and an equal value with the same key order is written back as the client's
+    bytes); with ``whole``, its element spans are then not looked for (``elements`` None).
+    """
 
     start: int  # the "{"
     end: int  # one past the "}"
     members: tuple[Member, ...]
     elements: ArraySpans | None = None
+    encoded: bool = False
 
     def last(self, key: str) -> Member | None:
         """The member a JSON parser keeps (orjson and Python's json keep the last)."""
@@ -128,6 +140,7 @@ def scan_object(
     expected: Mapping[str, Any] | None = None,
     elements_of: str | None = None,
     known: ArraySpans | None = None,
+    whole: bool = False,
 ) -> ObjectSpans:
     """The members of the object whose ``{`` is at or after ``start`` (whitespace and a BOM
     before it are skipped).
@@ -136,6 +149,8 @@ def scan_object(
     orjson encoding are then recognised without a regular-expression walk. ``elements_of``:
     also return the element spans of that member's value (its last occurrence), when it is an
     array, found in the same pass; ``known`` is passed on to :func:`scan_array` for it.
+    ``whole``: when that value is written exactly as orjson writes it (most clients), say so
+    (``encoded``) and skip its elements: one comparison for the whole array.
     Raises :class:`ScanError` when the bytes are not an object.
     """
     pos = _skip_prefix(buf, start)
@@ -145,6 +160,7 @@ def scan_object(
     pos += 1
     members: list[Member] = []
     elements: ArraySpans | None = None
+    encoded_at = -1  # where the value found to be orjson's encoding starts
     closing = _SEPARATOR.match(buf, pos)
     if closing is not None and closing.group(1) == b"}":
         return ObjectSpans(opening, closing.end(), ())
@@ -156,13 +172,18 @@ def scan_object(
         value_start = head.end()
         if key == elements_of and buf[value_start : value_start + 1] == b"[":
             hint = expected.get(key) if expected is not None else None
-            elements = scan_array(
-                buf,
-                value_start,
-                expected=hint if isinstance(hint, list) else None,
-                known=known,
-            )
-            value_end = elements.end
+            value_end = _encoded_end(buf, value_start, hint) if whole and hint else -1
+            if value_end >= 0:
+                encoded_at, elements = value_start, None
+            else:
+                elements = scan_array(
+                    buf,
+                    value_start,
+                    expected=hint if isinstance(hint, list) else None,
+                    known=known,
+                )
+                encoded_at = -1 if elements.differs else value_start
+                value_end = elements.end
         else:
             value_end = _value_end(buf, value_start, expected, key)
         members.append(Member(key, head.start(1), value_start, value_end))
@@ -172,13 +193,21 @@ def scan_object(
         pos = after.end()
         if after.group(1) == b"}":
             break
-    spans = ObjectSpans(opening, pos, tuple(members), elements)
-    if elements is not None and elements_of is not None:
-        final = spans.last(elements_of)
-        if final is None or final.start != elements.start:
-            # An earlier duplicate was an array and the one a parser keeps is not.
-            spans = ObjectSpans(opening, pos, spans.members, None)
-    return spans
+    final = spans_start = None
+    if elements_of is not None:
+        last = next((m for m in reversed(members) if m.key == elements_of), None)
+        final = last.start if last is not None else None
+        spans_start = elements.start if elements is not None else None
+    if final is None:
+        return ObjectSpans(opening, pos, tuple(members))
+    # An earlier duplicate may have been the array and the one a parser keeps not.
+    return ObjectSpans(
+        opening,
+        pos,
+        tuple(members),
+        elements if spans_start == final else None,
+        encoded_at == final,
+    )
 
 
 def scan_array(
@@ -201,16 +230,19 @@ def scan_array(
         raise ScanError("expected an array", start)
     starts: list[int] = []
     ends: list[int] = []
+    differs: list[int] = []
     if known is not None and len(known) and known.start == start:
         starts.extend(known.starts)
         ends.extend(known.ends)
+        differs.extend(known.differs)
         after = _SEPARATOR.match(buf, ends[-1])
         if after is None or after.group(1) != b",":
             # The known elements were the whole array (or the bytes changed): scan afresh.
             if after is not None and after.group(1) == b"]":
-                return ArraySpans(start, after.end(), starts, ends)
+                return ArraySpans(start, after.end(), starts, ends, differs)
             starts.clear()
             ends.clear()
+            differs.clear()
             pos = start + 1
         else:
             pos = after.end()
@@ -218,7 +250,7 @@ def scan_array(
         pos = start + 1
         empty = _SEPARATOR.match(buf, pos)
         if empty is not None and empty.group(1) == b"]":
-            return ArraySpans(start, empty.end(), starts, ends)
+            return ArraySpans(start, empty.end(), starts, ends, differs)
     hints = expected if expected is not None else ()
     speculate = expected is not None
     misses = 0
@@ -233,33 +265,37 @@ def scan_array(
             except TypeError:
                 encoded = b""
             value_start = pos
-            if buf[pos : pos + 1] in b" \t\n\r":
+            if buf[pos : pos + 1] in _SPACES:
                 value_start = _SPACE.match(buf, pos).end()  # type: ignore[union-attr]
             value_end = value_start + len(encoded)
-            if (
-                encoded
-                and buf.startswith(encoded, value_start)
-                and (value_end >= length or buf[value_end] in _AFTER_VALUE)
-            ):
-                after = _SEPARATOR.match(buf, value_end)
-                if after is None or after.group(1) == b"}":
-                    raise ScanError("expected ',' or ']'", value_end)
-                starts.append(value_start)
-                ends.append(value_end)
-                pos = after.end()
-                if after.group(1) == b"]":
-                    return ArraySpans(start, pos, starts, ends)
-                continue
+            if encoded and buf.startswith(encoded, value_start):
+                following = buf[value_end] if value_end < length else -1
+                if following == _COMMA:  # compact JSON: the common case, no regex call
+                    starts.append(value_start)
+                    ends.append(value_end)
+                    pos = value_end + 1
+                    continue
+                if following in _AFTER_VALUE:
+                    after = _SEPARATOR.match(buf, value_end)
+                    if after is None or after.group(1) == b"}":
+                        raise ScanError("expected ',' or ']'", value_end)
+                    starts.append(value_start)
+                    ends.append(value_end)
+                    pos = after.end()
+                    if after.group(1) == b"]":
+                        return ArraySpans(start, pos, starts, ends, differs)
+                    continue
             misses += 1
             if misses >= 8 and misses > len(starts) // 2:
                 speculate = False  # this client formats differently: stop paying for dumps
+        differs.append(index)
         found = match(buf, pos)
         if found is not None:
             starts.append(found.start(1))
             ends.append(found.end(1))
             pos = found.end()
             if found.group(2) == b"]":
-                return ArraySpans(start, pos, starts, ends)
+                return ArraySpans(start, pos, starts, ends, differs)
             continue
         value_start = _SPACE.match(buf, pos).end()  # type: ignore[union-attr]
         value_end = skip_value(buf, value_start)
@@ -270,7 +306,7 @@ def scan_array(
         ends.append(value_end)
         pos = after.end()
         if after.group(1) == b"]":
-            return ArraySpans(start, pos, starts, ends)
+            return ArraySpans(start, pos, starts, ends, differs)
 
 
 def skip_value(buf: bytes, pos: int) -> int:
@@ -347,19 +383,24 @@ def _skip_prefix(buf: bytes, pos: int) -> int:
     return _SPACE.match(buf, pos).end()  # type: ignore[union-attr]
 
 
+def _encoded_end(buf: bytes, pos: int, value: Any) -> int:
+    """One past the value at ``pos`` when its bytes are exactly ``orjson.dumps(value)``, else
+    -1."""
+    try:
+        encoded = orjson.dumps(value)
+    except TypeError:
+        return -1
+    end = pos + len(encoded)
+    if buf.startswith(encoded, pos) and (end >= len(buf) or buf[end] in _AFTER_VALUE):
+        return end
+    return -1
+
+
 def _value_end(buf: bytes, pos: int, expected: Mapping[str, Any] | None, key: str) -> int:
     """One past the member value at ``pos`` (after the colon and its whitespace)."""
     if expected is not None and key in expected:
-        try:
-            encoded = orjson.dumps(expected[key])
-        except TypeError:
-            encoded = b""
-        end = pos + len(encoded)
-        if (
-            encoded
-            and buf.startswith(encoded, pos)
-            and (end >= len(buf) or buf[end] in _AFTER_VALUE)
-        ):
+        end = _encoded_end(buf, pos, expected[key])
+        if end >= 0:
             return end
     found = _VALUE_RE.match(buf, pos)
     if found is not None:

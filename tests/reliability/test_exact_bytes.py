@@ -3,9 +3,10 @@
 A real proxy under ``serve`` in front of two fake upstreams that record the exact bytes they
 get. Bodies are written by hand, with what a parser does not keep: an integer past 64 bits
 (``"seed": 2**70``), ``1.10``, ``1E0``, ``-0.0``, ``-100.000``, escapes (``\\u00e9``,
-``\\/``) and odd spacing, at the top level and in every message. After compaction fired (the
-first request of a conversation past its 8k window) and on a checkpoint hit (the next one),
-on chat completions and on the Responses API:
+``\\/``) and odd spacing, at the top level and (in one variant; the other writes them as the
+SDKs do) in every message. After compaction fired (the first request of a conversation past
+its 8k window) and on a checkpoint hit (the next one), on chat completions and on the
+Responses API:
 
 - every top-level member but ``messages``/``input`` is the client's text, byte for byte;
 - every message or item the proxy forwards unchanged is the client's own text;
@@ -77,8 +78,12 @@ def fakes(servers: dict[str, UpstreamServer]) -> Iterator[dict[str, UpstreamServ
         server.reset()
 
 
-def written(value: dict[str, Any]) -> str:
-    """One message or item as the client writes it: its own fields, then the exotic ones."""
+def written(value: dict[str, Any], exotic: bool = True) -> str:
+    """One message or item as the client writes it: its own fields, then (``exotic``) numbers
+    orjson would not write back as written. Without them the array is exactly what orjson
+    writes (what the SDKs send), which the proxy splices in one piece."""
+    if not exotic:
+        return orjson.dumps(value).decode()
     return orjson.dumps({**value, "x_exact": "@exact@"}).decode().replace(PLACEHOLDER, EXACT)
 
 
@@ -177,33 +182,35 @@ def send(proxy: ProxyServer, path: str, body: bytes, **headers: str) -> dict[str
 # --------------------------------------------------------------------------- compacted routes
 
 
-def _follow_up(elements: list[str], responses: bool) -> list[str]:
+def _follow_up(elements: list[str], responses: bool, exotic: bool) -> list[str]:
     """The next request of the conversation: the model's answer and a new user message."""
     answer: dict[str, Any] = {"role": "assistant", "content": "Done with that."}
     question: dict[str, Any] = {"role": "user", "content": "Now the tests."}
     if responses:
         answer = {**answer, "type": "message", "content": [{"type": "output_text", "text": "ok"}]}
         question = {**question, "type": "message"}
-    return [*elements, written(answer), written(question)]
+    return [*elements, written(answer, exotic), written(question, exotic)]
 
 
+@pytest.mark.parametrize("messages", ["exotic-messages", "sdk-messages"])
 @pytest.mark.parametrize("moment", ["compaction", "checkpoint-hit"])
 @pytest.mark.parametrize("route", ["chat", "responses"])
 def test_numbers_are_forwarded_as_written_when_the_proxy_rewrites_the_body(
-    proxy: ProxyServer, fakes: dict[str, UpstreamServer], route: str, moment: str
+    proxy: ProxyServer, fakes: dict[str, UpstreamServer], route: str, moment: str, messages: str
 ) -> None:
     responses = route == "responses"
+    exotic = messages == "exotic-messages"
     path, key = (RESPONSES, "input") if responses else (CHAT_PATH, "messages")
-    tag = f"{route}-{moment}"
+    tag = f"{route}-{moment}-{messages}"
     conversation = responses_conversation(tag) if responses else chat_conversation(tag)
-    elements = [written(element) for element in conversation]
+    elements = [written(element, exotic) for element in conversation]
     body = body_text(key, elements)
     headers = send(proxy, path, body)
     # The conversation is past its window: compaction fired and made a new checkpoint.
     assert headers["x-compaction-checkpoint"] == "new", headers
     assert headers["x-compaction-strategies"] != "none"
     if moment == "checkpoint-hit":
-        elements = _follow_up(elements, responses)
+        elements = _follow_up(elements, responses, exotic)
         body = body_text(key, elements)
         headers = send(proxy, path, body)
         assert headers["x-compaction-checkpoint"] == "hit", headers

@@ -134,6 +134,10 @@ GAP_BETWEEN_ELEMENTS = re.compile(rb"[ \t\n\r]*,[ \t\n\r]*")
 SPACE_ONLY = re.compile(rb"[ \t\n\r]*")
 
 
+def spans_of(spans: Any) -> tuple[int, int, list[int], list[int]]:
+    return spans.start, spans.end, spans.starts, spans.ends
+
+
 def check_array(raw: bytes, spans: Any, expected: list[Any]) -> None:
     """Each span is its element; between them only spacing and one comma."""
     assert raw[spans.start : spans.start + 1] == b"["
@@ -181,14 +185,23 @@ def test_elements_found_alike_with_hints_without_and_resumed(
     plain = scan_object(raw, elements_of="messages")
     assert plain.elements is not None
     check_array(raw, plain.elements, elements)
-    # The parsed elements as hints (the fast path) change nothing, whatever the spelling.
-    hinted = scan_object(raw, expected=orjson.loads(raw), elements_of="messages")
-    assert hinted == plain
-    # Resuming after any number of known leading elements gives the same spans.
     found = plain.elements
+    assert found.differs == list(range(len(found)))  # without the parsed elements: unknown
+    # The parsed elements as hints (the fast path) find the same spans, whatever the spelling,
+    # and name exactly the elements that are not written as orjson writes them.
+    parsed = orjson.loads(raw)
+    hinted = scan_object(raw, expected=parsed, elements_of="messages")
+    assert hinted.members == plain.members and hinted.elements is not None
+    assert spans_of(hinted.elements) == spans_of(found)
+    for index, (start, end) in enumerate(zip(found.starts, found.ends, strict=True)):
+        if index not in hinted.elements.differs:
+            assert raw[start:end] == orjson.dumps(parsed["messages"][index])
+    # Resuming after any number of known leading elements gives the same spans.
     for known in range(len(found) + 1):
         prefix = type(found)(found.start, 0, found.starts[:known], found.ends[:known])
-        assert scan_array(raw, found.start, known=prefix) == found
+        assert spans_of(scan_array(raw, found.start, known=prefix)) == spans_of(found)
+        resumed = scan_array(raw, found.start, expected=parsed["messages"], known=hinted.elements)
+        assert resumed == hinted.elements
 
 
 @given(st.lists(values, min_size=1, max_size=6), st.randoms(use_true_random=False))
@@ -202,9 +215,15 @@ def test_compact_bodies_take_the_fast_path_and_agree(
     except TypeError:
         return  # integers past 64 bits: orjson cannot write them
     data = orjson.loads(raw)
-    assert scan_object(raw, expected=data, elements_of="messages") == scan_object(
-        raw, elements_of="messages"
-    )
+    fast = scan_object(raw, expected=data, elements_of="messages")
+    plain = scan_object(raw, elements_of="messages")
+    assert fast.elements is not None and plain.elements is not None
+    assert spans_of(fast.elements) == spans_of(plain.elements)
+    assert fast.elements.differs == []  # every element recognised by one comparison
+    assert fast.encoded and not plain.encoded
+    # Asked for the whole: one comparison says so, and no element is looked for.
+    whole = scan_object(raw, expected=data, elements_of="messages", whole=True)
+    assert whole.encoded and whole.elements is None and whole.members == fast.members
 
 
 def test_values_nested_past_the_regex_depth_are_exact() -> None:
@@ -293,6 +312,9 @@ def test_splicing_the_unchanged_list_gives_the_clients_bytes(
     client, data = _client(raw)
     assert client.with_elements(data["messages"]) == raw
     assert client.with_elements(list(data["messages"]), copies=True) == raw
+    # Copies (as a checkpoint gives them back) are the client's bytes too.
+    copied = [orjson.loads(orjson.dumps(item)) for item in data["messages"]]
+    assert client.with_elements(copied, copies=True) == raw
 
 
 @given(
@@ -373,3 +395,23 @@ def test_a_duplicated_member_is_written_whole() -> None:
     client, _ = _client(raw)
     out = client.with_elements([{"role": "user", "content": "b"}])
     assert out == b'{"messages":[{"role":"user","content":"b"}],"model":"m"}'
+
+
+def test_an_array_written_as_orjson_writes_it_is_written_in_one_call() -> None:
+    messages = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "old", "n": 1.5},
+        {"role": "user", "content": "caf\u00e9"},
+    ]
+    raw = b'{"seed": 1180591620717411303424, "messages":' + orjson.dumps(messages) + b"}"
+    client, data = _client(raw)
+    assert client.spans is not None and client.spans.encoded
+    system, _old, new = data["messages"]
+    summary = {"role": "user", "content": "<summary>old</summary>"}
+    out = client.with_elements([system, summary, orjson.loads(orjson.dumps(new))], copies=True)
+    assert out == (
+        b'{"seed": 1180591620717411303424, "messages":[{"role":"system","content":"s"},'
+        b'{"role":"user","content":"<summary>old</summary>"},'
+        b'{"role":"user","content":"caf\xc3\xa9"}]}'
+    )
+    assert client.with_elements(data["messages"]) == raw
