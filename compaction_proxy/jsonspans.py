@@ -38,18 +38,34 @@ token by token (still exact, slower)."""
 
 BOM = b"\xef\xbb\xbf"
 
+def _all_but(excluded: bytes) -> bytes:
+    """A character class of every byte but ``excluded``, spelled as ranges: the regular
+    expression engine tests such a class with a bitmap, about three times faster than the
+    negated class ``[^...]``, which it tests one excluded byte at a time (and most of a body
+    is string content run through one of these classes)."""
+    ranges: list[bytes] = []
+    low = 0
+    for byte in [*sorted(set(excluded)), 256]:
+        if byte > low:
+            ranges.append(b"\\x%02x-\\x%02x" % (low, byte - 1))
+        low = byte + 1
+    return b"[" + b"".join(ranges) + b"]"
+
+
 _WS = rb"[ \t\n\r]*+"
-_STRING = rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
-_BARE = rb'[^"\[\]{},: \t\n\r]++'  # a number or literal, unchecked (1e400 is one)
+_PLAIN = _all_but(b'"\\')  # string content but escapes
+_STRING = rb'"' + _PLAIN + rb"*+(?:\\." + _PLAIN + rb'*+)*+"'
+_RUN = _all_but(b'"[]{}') + b"++"  # inside a container, between strings and brackets
+_BARE = _all_but(b'"[]{},: \t\n\r') + b"++"  # a number or literal, unchecked (1e400 is one)
 
 
 def _container(depth: int) -> bytes:
     """A bracketed value nested at most ``depth`` deep. Opening and closing brackets are not
     paired by kind (``[`` with ``}`` would pass): this consumes bytes a JSON parser already
     accepted, or reads a body only leniently."""
-    inner = rb"[\[{](?:[^\"\[\]{}]++|" + _STRING + rb")*+[\]}]"
+    inner = rb"[\[{](?:" + _RUN + rb"|" + _STRING + rb")*+[\]}]"
     for _ in range(depth - 1):
-        inner = rb"[\[{](?:[^\"\[\]{}]++|" + _STRING + rb"|" + inner + rb")*+[\]}]"
+        inner = rb"[\[{](?:" + _RUN + rb"|" + _STRING + rb"|" + inner + rb")*+[\]}]"
     return inner
 
 
@@ -60,7 +76,7 @@ _SEPARATOR = re.compile(_WS + rb"([,\]}])")
 _SPACE = re.compile(_WS)
 _BARE_RE = re.compile(_BARE)
 _VALUE_RE = re.compile(_VALUE, re.DOTALL)
-_TOKEN = re.compile(rb'[^"\[\]{}]++|' + _STRING + rb"|[\[\]{}]", re.DOTALL)
+_TOKEN = re.compile(_RUN + rb"|" + _STRING + rb"|[\[\]{}]", re.DOTALL)
 _CLOSERS = {ord("["): ord("]"), ord("{"): ord("}")}
 _AFTER_VALUE = frozenset(b",]} \t\n\r")
 _SPACES = (b" ", b"\t", b"\n", b"\r")
