@@ -28,13 +28,12 @@ disagree on which one counts), the body is serialized whole, as before this modu
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import orjson
 
-from compaction_proxy.compaction.canonical import canonical_bytes
-from compaction_proxy.jsonspans import ArraySpans, ObjectSpans, ScanError, scan_object
+from compaction_proxy.jsonspans import ObjectSpans, ScanError, scan_object
 
 log = logging.getLogger("compaction_proxy.forwarded")
 
@@ -73,7 +72,7 @@ class ClientBody:
 
         ``copies``: also take the client's bytes for an element equal to one of the client's
         elements not otherwise used (a message read back from a checkpoint; see
-        :class:`_Matcher`).
+        :func:`matches`).
         """
         spans = self.spans
         member = spans.last(self.key) if spans is not None else None
@@ -105,10 +104,10 @@ def _array_bytes(
         # Not an array the client sent (a string ``input``): every element is new.
         return b"[" + b",".join(dumps(element) for element in elements) + b"]"
     starts, ends = found.starts, found.ends
-    indices, encoded = _Matcher(raw, found, original).indices(elements, copies)
+    indices = matches(original, elements, copies=copies)
     parts: list[bytes] = []
     first = last = -1
-    for slot, (element, index) in enumerate(zip(elements, indices, strict=True)):
+    for element, index in zip(elements, indices, strict=True):
         if index is not None and first >= 0 and index == last + 1:
             last = index
             continue
@@ -116,7 +115,7 @@ def _array_bytes(
             parts.append(raw[starts[first] : ends[last]])
             first = last = -1
         if index is None:
-            parts.append(encoded.get(slot) or dumps(element))
+            parts.append(dumps(element))
         else:
             first = last = index
     if first >= 0:
@@ -129,120 +128,86 @@ def _array_bytes(
     return b"".join((b"[", lead, b",".join(parts), trail, b"]"))
 
 
-class _Matcher:
-    """Which of the client's elements each new element is (None: the proxy's own).
+def matches(original: list[Any], elements: Sequence[Any], *, copies: bool) -> list[int | None]:
+    """For each element, the index of the client's element it is (None: the proxy's own).
 
     Identity decides first, the next client element first: a run the core kept is found
     without a lookup, and an object the parser shares between elements (``None``, ``true``, a
     small integer) is matched in order rather than to its last occurrence. With ``copies``, an
-    element read back from a checkpoint is matched too: first to the client's element after
-    the last one matched, when the two are equal (the copies come in order, so this is most
-    of them); else by its orjson encoding against the client's elements written as orjson
-    writes them (a length lookup, then one comparison), and by canonical bytes against the
-    others (``ArraySpans.differs``, usually none).
+    element read back from a checkpoint is matched too, by equality: first to the client's
+    element after the last one matched (the copies come in order, so this is most of them),
+    else among the unused client elements of the same shape (:func:`_shape`), the next ones
+    in order first. No element is serialized to be matched.
     """
+    count = len(original)
+    used: set[int] = set()
+    position: dict[int, int] | None = None
+    indices: list[int | None] = []
+    following = 0
+    for element in elements:
+        found: int | None = None
+        if following < count and original[following] is element and following not in used:
+            found = following
+        else:
+            if position is None:
+                # The first occurrence of an object the parser shares between elements.
+                position = {id(original[at]): at for at in range(count - 1, -1, -1)}
+            at = position.get(id(element))
+            if at is not None:
+                found = at if at not in used else _shared(original, element, used)
+        if found is not None:
+            used.add(found)
+            following = found + 1
+        indices.append(found)
+    if copies and None in indices:
+        _copies(original, elements, indices, used)
+    return indices
 
-    def __init__(self, raw: bytes, spans: ArraySpans, original: list[Any]) -> None:
-        self.raw = raw
-        self.spans = spans
-        self.original = original
-        self.used: set[int] = set()
 
-    def indices(
-        self, elements: Sequence[Any], copies: bool
-    ) -> tuple[list[int | None], dict[int, bytes]]:
-        """The index of each element, and the encodings made while matching (slot: bytes),
-        reused when the element is written."""
-        original, used = self.original, self.used
-        count = len(original)
-        position: dict[int, int] | None = None
-        indices: list[int | None] = []
-        following = 0
-        for element in elements:
-            found: int | None = None
-            if following < count and original[following] is element and following not in used:
-                found = following
-            else:
-                if position is None:
-                    # The first occurrence of an object the parser shares between elements.
-                    position = {id(original[at]): at for at in range(count - 1, -1, -1)}
-                at = position.get(id(element))
-                if at is not None:
-                    found = at if at not in used else self._shared(element)
-            if found is not None:
-                used.add(found)
-                following = found + 1
-            indices.append(found)
-        encoded: dict[int, bytes] = {}
-        if copies and None in indices:
-            self._copies(elements, indices, encoded)
-        return indices, encoded
+def _shared(original: list[Any], element: Any, used: set[int]) -> int | None:
+    """The first unused client element that is ``element`` itself."""
+    return next(
+        (at for at, item in enumerate(original) if item is element and at not in used), None
+    )
 
-    def _shared(self, element: Any) -> int | None:
-        """The first unused client element that is ``element`` itself (an object the parser
-        shares between elements: ``None``, ``true``, a small integer)."""
-        used = self.used
-        return next(
-            (at for at, item in enumerate(self.original) if item is element and at not in used),
-            None,
+
+def _copies(
+    original: list[Any], elements: Sequence[Any], indices: list[int | None], used: set[int]
+) -> None:
+    count = len(original)
+    shapes: dict[Hashable, list[int]] | None = None
+    following = 0  # the client's element after the last one matched: preferred next
+    for slot, element in enumerate(elements):
+        matched = indices[slot]
+        if matched is not None:
+            following = matched + 1
+            continue
+        if following < count and following not in used and original[following] == element:
+            match: int | None = following
+        else:
+            if shapes is None:
+                shapes = {}
+                for index in range(count):
+                    if index not in used:
+                        shapes.setdefault(_shape(original[index]), []).append(index)
+            bucket = shapes.get(_shape(element), ())
+            ordered = sorted(bucket, key=lambda index: (index < following, index))
+            match = next((i for i in ordered if i not in used and original[i] == element), None)
+        if match is not None:
+            used.add(match)
+            indices[slot] = match
+            following = match + 1
+
+
+def _shape(value: Any) -> Hashable:
+    """What two equal elements have in common, cheap to compute: a message's size, role, type
+    and content length. Only elements of one shape are compared."""
+    if isinstance(value, dict):
+        role, kind, content = value.get("role"), value.get("type"), value.get("content")
+        return (
+            len(value),
+            role if isinstance(role, str) else None,
+            kind if isinstance(kind, str) else None,
+            len(content) if isinstance(content, str | list) else None,
         )
-
-    def _copies(
-        self, elements: Sequence[Any], indices: list[int | None], encoded: dict[int, bytes]
-    ) -> None:
-        raw, spans, used, original = self.raw, self.spans, self.used, self.original
-        starts, ends = spans.starts, spans.ends
-        count = len(original)
-        differs = set(spans.differs)
-        by_length: dict[int, list[int]] | None = None
-        by_bytes: dict[bytes, list[int]] | None = None
-        following = 0  # the client's element after the last one matched: preferred next
-        for slot, element in enumerate(elements):
-            matched = indices[slot]
-            if matched is not None:
-                following = matched + 1
-                continue
-            if following < count and following not in used and original[following] == element:
-                # The checkpoint's copies come in the client's order: most are the next one.
-                used.add(following)
-                indices[slot] = following
-                following += 1
-                continue
-            try:
-                encoding = orjson.dumps(element)
-            except TypeError:
-                continue
-            encoded[slot] = encoding
-            if by_length is None:
-                by_length = {}
-                for index in range(len(starts)):
-                    if index not in used and index not in differs:
-                        by_length.setdefault(ends[index] - starts[index], []).append(index)
-            candidates = [
-                index
-                for index in by_length.get(len(encoding), ())
-                if index not in used and raw.startswith(encoding, starts[index])
-            ]
-            if differs:
-                if by_bytes is None:
-                    by_bytes = self._canonical(differs)
-                try:
-                    equal = by_bytes.get(canonical_bytes(element), [])
-                except TypeError:
-                    equal = []
-                candidates.extend(index for index in equal if index not in used)
-            if candidates:
-                # In order: equal elements are matched to the client's in the order written.
-                match = min(candidates, key=lambda index: (index < following, index))
-                used.add(match)
-                indices[slot] = match
-                following = match + 1
-
-    def _canonical(self, differs: set[int]) -> dict[bytes, list[int]]:
-        by_bytes: dict[bytes, list[int]] = {}
-        for index in sorted(differs - self.used):
-            try:
-                by_bytes.setdefault(canonical_bytes(self.original[index]), []).append(index)
-            except TypeError:  # nested past orjson's writing depth: never matched
-                continue
-        return by_bytes
+    return type(value).__name__

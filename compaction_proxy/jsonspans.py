@@ -38,6 +38,7 @@ token by token (still exact, slower)."""
 
 BOM = b"\xef\xbb\xbf"
 
+
 def _all_but(excluded: bytes) -> bytes:
     """A character class of every byte but ``excluded``, spelled as ranges: the regular
     expression engine tests such a class with a bitmap, about three times faster than the
