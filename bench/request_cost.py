@@ -15,8 +15,10 @@ Steps (what `compaction_proxy/api/chat.py` and `compaction_proxy/engine/flow.py`
 * store: the SQLite `find_longest` for those hashes (store thread included);
 * prewarm: the worker thread's pass that counts every message (cached but the new step);
 * compact: the core's `compact_async` with every count cached (view, draft, triggers);
-* flow: `CompactionFlow.run` as the edge calls it (lookup + thread hop + compaction), and
-  for checkpoint hits the re-serialization of the effective view it forwards.
+* flow: `CompactionFlow.run` as the edge calls it (lookup + thread hop + compaction);
+* body: writing the body that is forwarded for a checkpoint hit, the client's bytes with the
+  checkpoint view's messages spliced in (compaction_proxy/forwarded.py; before it, `flow`
+  serialized the view whole and this column did not exist).
 
     python -m bench.request_cost [--sizes 8k,32k,128k,500k] [--requests 60] [--out FILE]
 """
@@ -38,7 +40,7 @@ import orjson
 from bench.agent_bodies import SIZES, SessionBodies, agent_session, tokenizers
 from bench.gateway_agent import PLAIN_MODEL, PLAIN_WINDOW, ckpt_model, ckpt_window, proxy_config
 
-STEPS = ("parse", "validate", "chain", "store", "prewarm", "compact", "flow")
+STEPS = ("parse", "validate", "chain", "store", "prewarm", "compact", "flow", "body")
 
 
 def _edge(config: Path, env_dir: str | None) -> tuple[Any, Any]:
@@ -84,6 +86,7 @@ async def measure(
     """``configs``: one per pass (each its own store file, so pass 2 primes its own base)."""
     from compaction_proxy.api.requests import parse_chat_body, validate_chat
     from compaction_proxy.compaction import Mode, compact_async
+    from compaction_proxy.forwarded import ClientBody
     from compaction_proxy.summaries.checkpoints import chain, leading_system_count, scope_of
 
     samples: dict[str, list[float]] = {step: [] for step in STEPS}
@@ -116,8 +119,14 @@ async def measure(
             )
 
         cost, result = await _acpu(whole)
+        body = 0.0
+        if result.messages is not None:
+            client = ClientBody(raw, data, "messages")
+            messages = result.messages
+            body, _ = _cpu(lambda c=client, m=messages: c.with_elements(m, copies=True))
         if i >= 5:
             samples["flow"].append(cost)
+            samples["body"].append(body)
         assert result.checkpoint == ("hit" if checkpoint else "none"), result.checkpoint
         assert not result.result.changed
     compactor, flow = _edge(configs[1], env_dir)
@@ -150,7 +159,7 @@ async def measure(
         compact, _ = await _acpu(lambda request=request: compact_async(request))
         if i >= 5:
             for step, value in zip(
-                STEPS[:-1], (parse, validate, hashing, store, prewarm, compact), strict=True
+                STEPS[:-2], (parse, validate, hashing, store, prewarm, compact), strict=True
             ):
                 samples[step].append(value)
     return {step: statistics.median(values) for step, values in samples.items()}

@@ -26,6 +26,7 @@ from compaction_proxy.config import (
     load_settings,
     override_server,
 )
+from compaction_proxy.errors import ProxyError
 
 if TYPE_CHECKING:
     from compaction_proxy.compaction import CompactionResult, Mode
@@ -165,6 +166,9 @@ def _compact(args: argparse.Namespace) -> int:
                 settings, compactor, body, mode, len(raw), not args.no_summarize, responses is None
             )
         )
+    except ProxyError as error:  # a model no upstream serves
+        print(f"compaction-proxy: {args.file}: {error.message}", file=sys.stderr)
+        return 2
     finally:
         compactor.close()
     facts = compactor.catalog.facts_for(body["model"])

@@ -18,6 +18,7 @@ import httpx
 
 from compaction_proxy.asgi import Scope
 from compaction_proxy.config import UpstreamSettings
+from compaction_proxy.errors import ProxyError
 from compaction_proxy.transport import UpstreamTimeout
 
 # RFC 9110 §7.6.1, plus headers a proxy must recompute itself.
@@ -42,36 +43,75 @@ _REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "x-compaction", "x-compa
 _RESPONSE_DROP = HOP_BY_HOP | {"content-length", "server", "date"}
 
 
+CATCH_ALL = "*"
+"""The pattern that serves every model: an upstream's default `models`."""
+
+
 class Router:
-    """Picks the upstream for a model: first whose glob matches, else the first upstream."""
+    """Picks the upstream for a model: the first whose `models` globs match it.
+
+    A model no upstream lists is refused (:func:`model_not_found`), never sent to a default
+    with the caller's key; an upstream that means to take every model says `models: ["*"]`
+    (the default when it lists none). A request that names no model at all (`GET /v1/models`,
+    a file download, a body without `model`) goes to the first upstream.
+    """
 
     def __init__(self, upstreams: Sequence[UpstreamSettings]) -> None:
         if not upstreams:
             raise ValueError("at least one upstream is required")
         self._upstreams = list(upstreams)
-        self._cache: dict[str, UpstreamSettings] = {}
+        self._cache: dict[str, UpstreamSettings | None] = {}
+        # When the first upstream is a catch-all every request goes to it, model or not.
+        self.routes_by_model = CATCH_ALL not in self._upstreams[0].models
 
     @property
     def default(self) -> UpstreamSettings:
+        """Where a request that names no model goes."""
         return self._upstreams[0]
 
+    @property
+    def names(self) -> list[str]:
+        return [u.name for u in self._upstreams]
+
     def for_model(self, model: str | None) -> UpstreamSettings:
-        if not model:
+        """The upstream serving ``model`` (None: the request names none, the first upstream);
+        a :class:`ProxyError` 404 ``model_not_found`` when no upstream lists it."""
+        if model is None:
             return self.default
-        hit = self._cache.get(model)
-        if hit is not None:
-            return hit
-        chosen = next(
+        if model in self._cache:
+            hit = self._cache[model]
+        else:
+            hit = self._match(model)
+            if len(self._cache) < 4096:
+                self._cache[model] = hit
+        if hit is None:
+            raise model_not_found(model, self.names)
+        return hit
+
+    def _match(self, model: str) -> UpstreamSettings | None:
+        return next(
             (
                 u
                 for u in self._upstreams
                 if any(fnmatch.fnmatchcase(model, pattern) for pattern in u.models)
             ),
-            self.default,
+            None,
         )
-        if len(self._cache) < 4096:
-            self._cache[model] = chosen
-        return chosen
+
+
+def model_not_found(model: str, upstreams: Sequence[str]) -> ProxyError:
+    """OpenAI's answer to a model it does not have (404 ``model_not_found``), naming the model
+    and the upstreams that were asked, so an operator sees which `models` list to extend."""
+    shown = model if len(model) <= 200 else model[:200] + "..."
+    return ProxyError(
+        404,
+        f"The model {shown!r} is not served by any upstream of this proxy (upstreams: "
+        f"{', '.join(upstreams)}); an upstream serves the models its `models` patterns match, "
+        'and `models: ["*"]` makes one the catch-all',
+        "invalid_request_error",
+        "model_not_found",
+        "model",
+    )
 
 
 def upstream_headers(

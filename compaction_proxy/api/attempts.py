@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +32,7 @@ from compaction_proxy.asgi import Receive, Scope, Send
 from compaction_proxy.compaction import CompactionResult, Mode
 from compaction_proxy.config import UpstreamSettings
 from compaction_proxy.context import RequestContext
+from compaction_proxy.forwarded import ClientBody
 from compaction_proxy.overflow import Overflow, detect_overflow
 from compaction_proxy.summaries.summarizer import SummaryCalls
 from compaction_proxy.upstream import upstream_headers, upstream_url
@@ -46,7 +47,12 @@ MAX_RETRIES = 2
 _FAILED = (b"x-compaction-warning", b"compaction failed; the original request was forwarded")
 
 
-def _as_made(attempt: Attempt) -> Attempt:
+def as_chat(attempt: Attempt) -> Attempt:
+    """A chat-completions attempt as forwarded: the client's bytes with the new messages in
+    place of theirs (compaction_proxy/forwarded.py). A message read back from a checkpoint
+    that equals one the client sent goes as the client's bytes too (``copies``)."""
+    if attempt.messages is not None:
+        attempt.body = attempt.subject.client.with_elements(attempt.messages, copies=True)
     return attempt
 
 
@@ -55,19 +61,26 @@ class Subject:
     """What every attempt at one request is compacted from, so a retry can be made without
     the route's help.
 
+    ``client``: the client's body: its bytes (``raw``, forwarded whenever compaction changes
+    nothing or fails), its parsed form and the member an attempt rewrites (``messages``,
+    ``input``), scanned once for every attempt (compaction_proxy/forwarded.py).
     ``data``: the chat-shaped body the core works on (the client's own for chat completions).
-    ``raw``: the client's bytes, forwarded whenever compaction changes nothing or fails.
-    ``reshape``: turns an attempt made on ``data`` into the one the route forwards; an attempt
-    it cannot turn is returned with ``result`` None and the client's bytes (see :func:`failed`).
+    ``reshape``: sets the body an attempt made on ``data`` is forwarded as (by default
+    :func:`as_chat`); an attempt it cannot turn is returned with ``result`` None and the
+    client's bytes (see :func:`failed`).
     ``summary_prefix``: False keeps the summarizer from sending ``data``'s messages as a
     cache-aligned prefix when they are a view no chat-completions server should be shown.
     """
 
+    client: ClientBody
     data: dict[str, Any]
-    raw: bytes
     mode: Mode
-    reshape: Callable[[Attempt], Attempt] = _as_made
+    reshape: Callable[[Attempt], Attempt] = as_chat
     summary_prefix: bool = True
+
+    @property
+    def raw(self) -> bytes:
+        return self.client.raw
 
 
 @dataclass(slots=True)
@@ -81,6 +94,8 @@ class Attempt:
     window: Window | None
     checkpoint: str = "none"
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)  # to the client
+    # The messages the compaction made, to forward in place of the client's (None: unchanged).
+    messages: Sequence[Mapping[str, Any]] | None = None
 
     def adopt(self, ctx: RequestContext) -> None:
         """Make this the attempt the request reports (headers, report, checkpoint)."""
@@ -150,14 +165,19 @@ async def compact(
         headers.append((b"x-compaction-warning", header_safe(warning)))
     made = Attempt(
         subject,
-        subject.raw if flow.body is None else flow.body,
+        subject.raw,
         flow.save,
         flow.result,
         window,
         flow.checkpoint,
         headers,
+        flow.messages,
     )
-    return subject.reshape(made)
+    try:
+        return subject.reshape(made)
+    except Exception:
+        log.exception("writing the compacted request failed; forwarding the original request")
+        return failed(subject, window)
 
 
 async def send_with_retries(

@@ -15,10 +15,13 @@ from compaction_proxy.api.requests import (
     parse_chat_body,
     validate_chat,
 )
+from compaction_proxy.api.routing import json_model, readable_encoding, route
 from compaction_proxy.asgi import Receive, Scope, Send, read_body
+from compaction_proxy.compaction import Mode
 from compaction_proxy.compaction.messages import last_user_text
 from compaction_proxy.context import RequestContext
 from compaction_proxy.engine.offload import OFFLOAD_BYTES
+from compaction_proxy.forwarded import ClientBody
 from compaction_proxy.summaries.stores import StoreBudget
 
 
@@ -38,13 +41,16 @@ async def _chat_completions(
     state = ctx.state
     raw = await read_body(scope, receive, state.settings.server.max_body_bytes)
     ctx.bytes_in = len(raw)
+    mode = compaction_mode(scope)
+    if mode is None:
+        return await untouched(ctx, scope, receive, send, raw)
     offload = state.compactor.offload
     with offload.holding(raw):
-        return await _compact_and_send(ctx, scope, receive, send, raw)
+        return await _compact_and_send(ctx, scope, receive, send, raw, mode)
 
 
 async def _compact_and_send(
-    ctx: RequestContext, scope: Scope, receive: Receive, send: Send, raw: bytes
+    ctx: RequestContext, scope: Scope, receive: Receive, send: Send, raw: bytes, mode: Mode
 ) -> Outcome:
     state = ctx.state
     offload = state.compactor.offload
@@ -59,18 +65,33 @@ async def _compact_and_send(
     )
     model: str = data["model"]
     ctx.model = model
-    mode = compaction_mode(scope)
     upstream = state.router.for_model(model)
     ctx.upstream = upstream.name
     if state.settings.dashboard.show_content:
         ctx.content = last_user_text(data["messages"])
     attempt: Attempt | None = None
     # An empty list has nothing to compact; the upstream gives its own verdict on it.
-    if mode is not None and data["messages"] and state.compactor.enabled_for(model):
+    if data["messages"] and state.compactor.enabled_for(model):
         if len(raw) >= OFFLOAD_BYTES:
             await offload.call(validate_chat, data)
         else:
             validate_chat(data)
         window = await effective_window(ctx, scope, upstream, model)
-        attempt = await compact(ctx, scope, Subject(data, raw, mode), window)
+        subject = Subject(ClientBody(raw, data, "messages"), data, mode)
+        attempt = await compact(ctx, scope, subject, window)
     return await send_with_retries(ctx, scope, receive, send, upstream, raw, attempt)
+
+
+async def untouched(
+    ctx: RequestContext, scope: Scope, receive: Receive, send: Send, raw: bytes
+) -> Outcome:
+    """``X-Compaction: off``: the client's bytes go upstream as they came, whatever JSON they
+    hold; only ``model`` is read, to route them (compaction_proxy/api/routing.py)."""
+    readable_encoding(ctx, scope)
+    read = json_model(raw)
+    upstream = route(ctx, read)
+    ctx.upstream = upstream.name
+    messages = read.data.get("messages") if read.data is not None else None
+    if ctx.state.settings.dashboard.show_content and isinstance(messages, list):
+        ctx.content = last_user_text(messages)
+    return await send_with_retries(ctx, scope, receive, send, upstream, raw, None)

@@ -23,8 +23,6 @@ import logging
 from functools import partial
 from typing import Any
 
-import orjson
-
 from compaction_proxy.api.attempts import Attempt, Subject, compact, failed, send_with_retries
 from compaction_proxy.api.forward import Outcome
 from compaction_proxy.api.limits import compacted_model, size_limits
@@ -34,11 +32,14 @@ from compaction_proxy.api.requests import (
     header_safe,
     parse_json_object,
 )
+from compaction_proxy.api.routing import json_model, readable_encoding, route
 from compaction_proxy.asgi import Receive, Scope, Send, read_body
+from compaction_proxy.compaction import Mode
 from compaction_proxy.compaction.messages import last_user_text
 from compaction_proxy.context import RequestContext
 from compaction_proxy.engine.offload import OFFLOAD_BYTES
 from compaction_proxy.errors import bad_request
+from compaction_proxy.forwarded import ClientBody
 from compaction_proxy.responses import (
     Lifted,
     input_items,
@@ -62,12 +63,19 @@ async def _responses(ctx: RequestContext, scope: Scope, receive: Receive, send: 
     state = ctx.state
     raw = await read_body(scope, receive, state.settings.server.max_body_bytes)
     ctx.bytes_in = len(raw)
+    mode = compaction_mode(scope)
+    if mode is None:
+        # The client's bytes go upstream as they came, routed by `model` alone.
+        readable_encoding(ctx, scope)
+        upstream = route(ctx, json_model(raw))
+        ctx.upstream = upstream.name
+        return await send_with_retries(ctx, scope, receive, send, upstream, raw, None)
     with state.compactor.offload.holding(raw):
-        return await _compact_and_send(ctx, scope, receive, send, raw)
+        return await _compact_and_send(ctx, scope, receive, send, raw, mode)
 
 
 async def _compact_and_send(
-    ctx: RequestContext, scope: Scope, receive: Receive, send: Send, raw: bytes
+    ctx: RequestContext, scope: Scope, receive: Receive, send: Send, raw: bytes, mode: Mode
 ) -> Outcome:
     state = ctx.state
     offload = state.compactor.offload
@@ -81,19 +89,13 @@ async def _compact_and_send(
     )
     model = body.get("model")
     ctx.model = model if isinstance(model, str) else None
-    mode = compaction_mode(scope)
     upstream = state.router.for_model(ctx.model)
     ctx.upstream = upstream.name
     attempt: Attempt | None = None
     held_by = server_state(body)
     if held_by is not None:
         ctx.response_headers.append((b"x-compaction-skipped", skipped_note(held_by)))
-    elif (
-        mode is not None
-        and ctx.model is not None
-        and input_items(body)
-        and state.compactor.enabled_for(ctx.model)
-    ):
+    elif ctx.model is not None and input_items(body) and state.compactor.enabled_for(ctx.model):
         if len(raw) >= OFFLOAD_BYTES:
             lifted = await offload.call(validated_lift, body)
         else:
@@ -102,10 +104,10 @@ async def _compact_and_send(
             ctx.content = last_user_text(lifted.messages)
         window = await effective_window(ctx, scope, upstream, ctx.model)
         subject = Subject(
+            ClientBody(raw, body, "input"),
             lifted.chat_body(body),
-            raw,
             mode,
-            reshape=partial(as_responses, lifted=lifted, body=body),
+            reshape=partial(as_responses, lifted=lifted),
             # The view's parts and custom calls are not chat completions: a summary call
             # sends the plain-text transcript, never the view as a cache-aligned prefix.
             summary_prefix=False,
@@ -122,19 +124,20 @@ def validated_lift(body: dict[str, Any]) -> Lifted:
     return lift(body)
 
 
-def as_responses(attempt: Attempt, *, lifted: Lifted, body: dict[str, Any]) -> Attempt:
+def as_responses(attempt: Attempt, *, lifted: Lifted) -> Attempt:
     """``attempt`` (made on the chat-shaped view) with a Responses body to forward.
 
     Unchanged requests and dry runs keep the client's bytes. Otherwise the pipeline's messages
-    are mapped back to items and only ``input`` is replaced, every other field going upstream
-    as the client sent it. A failure here is a compaction failure: the original is forwarded.
+    are mapped back to items and only ``input`` is replaced, in the client's own bytes: every
+    other field, and every item the proxy did not change, goes upstream as the client wrote it
+    (compaction_proxy/forwarded.py). A failure here is a compaction failure: the original is
+    forwarded.
     """
-    result = attempt.result
-    if result is None or attempt.body is attempt.subject.raw:
+    if attempt.result is None or attempt.messages is None:
         return attempt
     try:
-        lowered = lower(lifted, result.messages)
-        attempt.body = orjson.dumps({**body, "input": lowered.items})
+        lowered = lower(lifted, attempt.messages)
+        attempt.body = attempt.subject.client.with_elements(lowered.items)
     except Exception:
         log.exception("mapping the compacted input back failed; forwarding the original request")
         return failed(attempt.subject, attempt.window)

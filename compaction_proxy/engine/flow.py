@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, cast
@@ -63,16 +63,29 @@ log = logging.getLogger("compaction_proxy.flow")
 class FlowResult:
     """What to forward and what to tell the client about it.
 
-    `save` stores the new checkpoint; the caller runs it only once the upstream accepted the
-    compacted request (a 2xx), so a compaction the upstream refused never becomes sticky.
+    `messages`: what goes upstream in place of the request's messages (the pipeline's result,
+    or the checkpoint view on a hit); None: the client's request as it came. The forwarding
+    routes splice them into the client's own bytes (compaction_proxy/forwarded.py), so the
+    flow serializes nothing. `save` stores the new checkpoint; the caller runs it only once
+    the upstream accepted the compacted request (a 2xx), so a compaction the upstream refused
+    never becomes sticky.
     """
 
-    body: bytes | None  # None: forward the client's original bytes
+    messages: Sequence[Mapping[str, Any]] | None
     result: CompactionResult
     checkpoint: str  # "hit" | "new" (stored once the upstream accepts it) | "none"
     warnings: list[str] = field(default_factory=list)
     save: Callable[[], Awaitable[str | None]] | None = None
     prepared: PrepareState = "none"  # X-Compaction-Prepared (compaction_proxy/summaries/prepare.py)
+    request: Mapping[str, Any] | None = None  # the body `messages` belong in
+
+    @property
+    def body(self) -> bytes | None:
+        """The request with `messages`, serialized whole by orjson (what the preview shows and
+        `compact --out` writes); None when nothing changed."""
+        if self.messages is None:
+            return None
+        return orjson.dumps({**(self.request or {}), "messages": list(self.messages)})
 
 
 class CompactionFlow:
@@ -242,7 +255,7 @@ class CompactionFlow:
         if mode is Mode.DRY_RUN:
             return FlowResult(None, result, "hit" if lookup.hit else "none", warnings)
         if result.changed:
-            body = orjson.dumps({**data, "messages": result.messages})
+            body = result.messages
             checkpoints = self.checkpoints
             # Nothing is stored for a preview or a forced run, after a failed summary, or when
             # the store just failed the lookup (it would fail the write too).
@@ -254,7 +267,7 @@ class CompactionFlow:
                 or checkpoints is None
                 or lookup.store_error
             ):
-                return FlowResult(body, result, "none", warnings, prepared=prepared)
+                return FlowResult(body, result, "none", warnings, prepared=prepared, request=data)
             saved_lookup = lookup
 
             async def save() -> str | None:
@@ -269,9 +282,11 @@ class CompactionFlow:
                     await preparer.consume(namespace, used, key)
                 return error
 
-            return FlowResult(body, result, "new", warnings, save, prepared)
+            return FlowResult(body, result, "new", warnings, save, prepared, request=data)
         if lookup.hit:
-            return FlowResult(orjson.dumps(effective), result, "hit", warnings, prepared=prepared)
+            return FlowResult(
+                lookup.messages, result, "hit", warnings, prepared=prepared, request=data
+            )
         return FlowResult(None, result, "none", warnings, prepared=prepared)
 
     async def _find_prepared(self, namespace: str, lookup: Lookup, key: str) -> Lookup | None:

@@ -218,12 +218,16 @@ def test_routing_by_model_glob(
         )
     )
     client = proxy.openai_client()
-    for model in ("claude-3-haiku", "gpt-4o", "mistral-large", "llama-7b"):
+    for model in ("claude-3-haiku", "gpt-4o", "llama-7b"):
         client.chat.completions.create(model=model, messages=USER)
+    # A model no upstream lists is refused, not sent to the first one (a catch-all is `*`).
+    with pytest.raises(openai.NotFoundError) as refused:
+        client.chat.completions.create(model="mistral-large", messages=USER)
+    assert refused.value.code == "model_not_found"
     first_models = [r.json()["model"] for r in upstream.requests(CHAT_PATH)]
     second_models = [r.json()["model"] for r in second.requests(CHAT_PATH)]
-    # First match wins; no match goes to the first upstream.
-    assert first_models == ["gpt-4o", "mistral-large"]
+    # First match wins.
+    assert first_models == ["gpt-4o"]
     assert second_models == ["claude-3-haiku", "llama-7b"]
     assert second.last_request().headers["host"] == f"127.0.0.1:{second.port}"
 

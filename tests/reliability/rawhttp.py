@@ -77,3 +77,38 @@ def get(port: int, target: str, headers: dict[str, str] | None = None) -> RawRes
     lines = [f"GET {target} HTTP/1.1", f"Host: 127.0.0.1:{port}", "Connection: close"]
     lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
     return send_raw(port, ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+
+
+def post_chunked(
+    port: int,
+    target: str,
+    chunks: list[bytes],
+    headers: dict[str, str] | None = None,
+) -> RawResponse | None:
+    """POST ``chunks`` with ``Transfer-Encoding: chunked`` (no Content-Length), one HTTP chunk
+    each, exactly as a streaming client frames an upload."""
+    lines = [
+        f"POST {target} HTTP/1.1",
+        f"Host: 127.0.0.1:{port}",
+        "Connection: close",
+        "Transfer-Encoding: chunked",
+    ]
+    lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    body = b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for chunk in chunks if chunk)
+    return send_raw(port, head + body + b"0\r\n\r\n", until_close=True)
+
+
+def post(
+    port: int, target: str, body: bytes, headers: dict[str, str] | None = None
+) -> RawResponse | None:
+    """POST ``body`` with its Content-Length and only the headers given (no Content-Type
+    unless one is passed)."""
+    lines = [
+        f"POST {target} HTTP/1.1",
+        f"Host: 127.0.0.1:{port}",
+        "Connection: close",
+        f"Content-Length: {len(body)}",
+    ]
+    lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
+    return send_raw(port, ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)

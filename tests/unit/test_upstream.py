@@ -17,6 +17,7 @@ from aiohttp.client_reqrep import ConnectionKey
 from httpcore._exceptions import map_exceptions
 
 from compaction_proxy.config import ServerSettings, Timeouts, UpstreamSettings
+from compaction_proxy.errors import ProxyError
 from compaction_proxy.transport import (
     TRANSPORT_ERRORS,
     AiohttpUpstream,
@@ -61,24 +62,46 @@ class TestRouter:
         assert router.for_model("gpt-3.5").name == "b"
         assert router.for_model("claude").name == "c"
 
-    def test_fallback_to_first(self) -> None:
+    def test_a_model_nobody_serves_is_refused(self) -> None:
         router = Router([upstream("a", ["gpt-*"]), upstream("b", ["llama-*"])])
-        assert router.for_model("mistral-large").name == "a"
+        with pytest.raises(ProxyError) as caught:
+            router.for_model("mistral-large")
+        error = caught.value
+        assert (error.status, error.code, error.param) == (404, "model_not_found", "model")
+        assert "'mistral-large'" in error.message and "a, b" in error.message
         assert router.default.name == "a"
+        assert router.routes_by_model
 
-    @pytest.mark.parametrize("model", [None, ""])
-    def test_no_model_goes_to_default(self, model: str | None) -> None:
+    def test_the_catch_all_is_explicit(self) -> None:
+        router = Router([upstream("a", ["gpt-*"]), upstream("b", ["*"])])
+        assert router.for_model("mistral-large").name == "b"
+        assert router.routes_by_model
+        # An upstream that lists nothing serves everything (the default `models: ["*"]`).
+        listed_nothing = UpstreamSettings(name="c", base_url="http://c.test/v1")
+        assert listed_nothing.models == ["*"]
+        only = Router([listed_nothing, upstream("d", ["x"])])
+        assert only.for_model("anything").name == "c"
+        assert not only.routes_by_model  # every request goes to the first: no body is read
+
+    def test_no_model_goes_to_default(self) -> None:
         router = Router([upstream("a", ["x"]), upstream("b", ["*"])])
-        assert router.for_model(model).name == "a"
+        assert router.for_model(None).name == "a"
+        # An empty name is a name: only a pattern that matches it serves it.
+        assert router.for_model("").name == "b"
+        with pytest.raises(ProxyError):
+            Router([upstream("a", ["x-*"])]).for_model("")
 
     def test_match_is_case_sensitive_and_whole(self) -> None:
-        router = Router([upstream("a", ["nomatch"]), upstream("b", ["gpt-4o"])])
-        assert router.for_model("gpt-4o").name == "b"
+        router = Router([upstream("a", ["*"]), upstream("b", ["gpt-4o"])])
+        strict = Router([upstream("b", ["gpt-4o"])])
+        assert strict.for_model("gpt-4o").name == "b"
+        for model in ("GPT-4o", "gpt-4o-mini"):
+            with pytest.raises(ProxyError):
+                strict.for_model(model)
         assert router.for_model("GPT-4o").name == "a"
-        assert router.for_model("gpt-4o-mini").name == "a"
 
     def test_character_classes(self) -> None:
-        router = Router([upstream("a", ["nomatch"]), upstream("b", ["model-[0-9]"])])
+        router = Router([upstream("b", ["model-[0-9]"]), upstream("a", ["*"])])
         assert router.for_model("model-7").name == "b"
         assert router.for_model("model-x").name == "a"
 
@@ -87,6 +110,10 @@ class TestRouter:
         first = router.for_model("x-1")
         assert router.for_model("x-1") is first
         assert router.for_model("y").name == "b"
+        strict = Router([upstream("a", ["x-*"])])
+        for _ in range(2):  # a refusal is cached too, and still a refusal
+            with pytest.raises(ProxyError):
+                strict.for_model("y")
 
     def test_cache_is_bounded(self) -> None:
         router = Router([upstream("a")])
