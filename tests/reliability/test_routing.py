@@ -40,7 +40,7 @@ def routed(servers: dict[str, UpstreamServer], module_proxy_factory: Any) -> Pro
         upstream_entry(servers[name], name=name, api_key=KEYS[name], models=PATTERNS[name])
         for name in KEYS
     ]
-    proxy: ProxyServer = module_proxy_factory(proxy_config(*entries))
+    proxy: ProxyServer = module_proxy_factory(proxy_config(*entries, allow_anonymous_spend=True))
     return proxy
 
 
@@ -304,6 +304,7 @@ def test_a_catch_all_is_explicit(
                 "base_url": servers["audio"].base_url,
                 "api_key": KEYS["audio"],
             },  # no `models`: the catch-all
+            allow_anonymous_spend=True,
         )
     )
     with proxy.openai_client() as sdk:

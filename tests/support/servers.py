@@ -157,12 +157,19 @@ def proxy_config(
     *upstreams: dict[str, Any],
     api_keys: list[str] | None = None,
     max_body_bytes: int | None = None,
+    allow_anonymous_spend: bool = False,
     **extra: Any,
 ) -> dict[str, Any]:
-    """A proxy config dict with only the keys the tests rely on (plus any ``extra`` sections)."""
+    """A proxy config dict with only the keys the tests rely on (plus any ``extra`` sections).
+
+    ``allow_anonymous_spend``: for tests of something else (routing, bytes) that give their
+    upstreams keys without putting the proxy behind ``server.api_keys``, which ``serve``
+    otherwise refuses (compaction_proxy/preflight.py)."""
     server: dict[str, Any] = {"host": "127.0.0.1", "port": 8080}
     if api_keys is not None:
         server["api_keys"] = api_keys
+    if allow_anonymous_spend:
+        server["allow_anonymous_spend"] = True
     if max_body_bytes is not None:
         server["max_body_bytes"] = max_body_bytes
     return {"server": server, "upstreams": list(upstreams), **extra}
