@@ -100,6 +100,8 @@ def build_pipeline(
             stop_when=compaction.stop_when,
             early_stop=compaction.early_stop,
             fallback=compaction.fallback_truncation,
+            carry_user_share=compaction.carry_user_messages,
+            min_saving=compaction.min_saving,
         )
     entries = default_pipeline_entries(summarization or SummarizationSettings())
     missing = [e.strategy for e in entries if not registry.available(e.strategy)]
@@ -114,4 +116,6 @@ def build_pipeline(
         early_stop=compaction.early_stop,
         fallback=compaction.fallback_truncation,
         hysteresis=True,
+        carry_user_share=compaction.carry_user_messages,
+        min_saving=compaction.min_saving,
     )

@@ -31,7 +31,11 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from .carry import DEFAULT_CARRY_SHARE
 from .triggers import Condition, TokenRatio, parse_condition, parse_target
+
+DEFAULT_MIN_SAVING = 0.02
+"""``compaction.min_saving``: 2 % of the budget (see compaction_proxy/compaction/churn.py)."""
 
 
 def _trigger(value: object) -> Condition:
@@ -399,7 +403,8 @@ class CompactionSettings(_Model):
     ``pipeline``: explicit entries; when absent the default pipeline is derived from the
     ``summarization`` block (:func:`compaction_proxy.compaction.factory.default_pipeline_entries`).
     ``stop_when``: the pipeline's early-stop condition (default ``over_budget``; the default
-    pipeline uses its own target).
+    pipeline uses its own target).  ``carry_user_messages`` and ``min_saving`` apply to every
+    pipeline, configured or default (see :mod:`.carry` and :mod:`.churn`).
     """
 
     enabled: bool = True
@@ -407,6 +412,13 @@ class CompactionSettings(_Model):
     stop_when: TargetField | None = None
     early_stop: bool = True
     fallback_truncation: bool = True
+    # Our addition: when old turns are folded (summarized, or dropped by a sliding window or a
+    # truncation), their user messages stay verbatim, newest first, while together they fit
+    # this share of the budget (compaction_proxy/compaction/carry.py); 0: none are carried.
+    carry_user_messages: float = Field(default=DEFAULT_CARRY_SHARE, ge=0, le=0.5)
+    # Our addition: a strategy whose work saves less than this share of the budget is undone,
+    # so the forwarded prefix (and the upstream's prompt cache) stays; 0: every change is kept.
+    min_saving: float = Field(default=DEFAULT_MIN_SAVING, ge=0, lt=1)
     calibration: CalibrationSettings = CalibrationSettings()
     tokenizer: TokenizerSettings = TokenizerSettings()
 

@@ -108,6 +108,7 @@ class CompactionFlow:
         upstream_name: str,
         persist: bool = True,
         context_window: int | None = None,
+        window_source: str | None = None,
         calls: SummaryCalls | None = None,
         summarize: bool = True,
         summary_prefix: bool = True,
@@ -115,7 +116,8 @@ class CompactionFlow:
         """`credential` names the tenant (hashed into the namespace); `authorization` is what
         the summarizer may send upstream (None when the client authenticated to the proxy).
         `context_window`: the window to budget for, when not the catalog's
-        (compaction_proxy/windows.py); it is part of the checkpoint namespace. `calls`: the
+        (compaction_proxy/windows.py); it is part of the checkpoint namespace; `window_source`:
+        where it came from (the report says). `calls`: the
         request's log of summarizer HTTP calls (the request's telemetry counts them when it ends);
         None: counted as they happen.
         `summarize`: False keeps the summarizer out (a local preview, `compact --no-summarize`).
@@ -161,6 +163,7 @@ class CompactionFlow:
             size_hint=size_hint,
             summarizer=probe or summarizer,
             context_window=context_window,
+            window_source=window_source,
         )
         prepared = "none" if key is None else preparer.state(key)
         used = probe.found if probe is not None else None
@@ -177,6 +180,7 @@ class CompactionFlow:
                 size_hint=size_hint,
                 summarizer=summarizer,
                 context_window=context_window,
+                window_source=window_source,
             )
         if summarizer is not None and any(
             failure.reason == "not_shorter" for failure in result.report.failures

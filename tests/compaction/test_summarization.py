@@ -477,7 +477,12 @@ async def test_default_pipeline_runs_summarization_before_truncation() -> None:
     assert result.report.strategies[2].changed
     assert result.report.strategies[3].skipped == "early_stop"
     assert result.messages[0] is msgs[0] and is_summary(result.messages[1])
-    assert all(x is y for x, y in zip(result.messages[2:], msgs[-4:], strict=True))
+    assert all(x is y for x, y in zip(result.messages[-4:], msgs[-4:], strict=True))
+    # the folded turns' questions stay verbatim beside the summary, in order, newest first
+    # while they fit the carried share of the budget
+    carried = result.messages[2:-4]
+    assert carried and all(m["role"] == "user" and any(m is o for o in msgs) for m in carried)
+    assert carried == [m for m in msgs[1:-4] if m["role"] == "user"][-len(carried) :]
 
 
 # ------------------------------------------------------------------ settings

@@ -101,6 +101,7 @@ from ..summarizer import SummaryError, SummaryRequest
 from ..triggers import Condition, Metrics
 from ..view import CHECKPOINT_NOTE as CHECKPOINT_NOTE  # re-exported: the wrapper's closing note
 from ..view import SUMMARY_PREFIX, SUMMARY_SUFFIX, Group, GroupKind
+from ._tools import newest_non_system
 from .base import Strategy, StrategyContext, StrategyOutcome
 
 Placement = Literal["user", "system", "assistant"]
@@ -117,6 +118,12 @@ DEFAULT_SUMMARY_CAP_TOKENS = 2048
 ``maxSummaryTokens``; the core does not know the configured one)."""
 DEFAULT_SUMMARY_FLOOR_TOKENS = 64
 """Lower end of the estimated summary text: a small stretch still costs a sentence or two."""
+DEFAULT_SUMMARY_SHARE = 0.25
+"""The summary text may take at most this share of the budget (the summarizer's output limit
+is the smaller of ``maxSummaryTokens`` and this bound)."""
+DEFAULT_MAX_ROUNDS = 3
+"""Summarizer calls one event may make: the first, and two updates that fold more when the
+summary and what must stay do not fit the budget."""
 
 
 def wrap_summary(text: str) -> str:
@@ -144,6 +151,7 @@ class SummarizationStrategy(Strategy):
     """Fold older history into a summary checkpoint (see the module docstring)."""
 
     name = "summarization"
+    minimum_saving_applies = False  # a summary is paid for: whatever it saves is kept
 
     def __init__(
         self,
@@ -159,6 +167,8 @@ class SummarizationStrategy(Strategy):
         summary_ratio: float = DEFAULT_SUMMARY_RATIO,
         summary_cap_tokens: int = DEFAULT_SUMMARY_CAP_TOKENS,
         summary_floor_tokens: int = DEFAULT_SUMMARY_FLOOR_TOKENS,
+        summary_share: float = DEFAULT_SUMMARY_SHARE,
+        max_rounds: int = DEFAULT_MAX_ROUNDS,
     ) -> None:
         super().__init__(trigger=trigger, target=target, minimum_preserved=minimum_preserved)
         if retain_turns < 0:
@@ -175,6 +185,10 @@ class SummarizationStrategy(Strategy):
             raise ValueError("summary_ratio must be > 0 and < 1")
         if summary_floor_tokens < 0 or summary_cap_tokens < summary_floor_tokens:
             raise ValueError("summary estimate: need 0 <= floor <= cap")
+        if not 0 < summary_share <= 1:
+            raise ValueError("summary_share must be > 0 and <= 1")
+        if max_rounds < 1:
+            raise ValueError("max_rounds must be >= 1")
         self.retain_turns = retain_turns
         self.retain_tokens = retain_tokens
         self.target_count = target_count
@@ -183,6 +197,8 @@ class SummarizationStrategy(Strategy):
         self.summary_ratio = summary_ratio
         self.summary_cap_tokens = summary_cap_tokens
         self.summary_floor_tokens = summary_floor_tokens
+        self.summary_share = summary_share
+        self.max_rounds = max_rounds
 
     # ------------------------------------------------------------------ configuration
     @property
@@ -248,20 +264,24 @@ class SummarizationStrategy(Strategy):
         if position is None:
             return []
         if stop is not None:
-            # The least folding cut (oldest first) that reaches the target, if any.
-            earliest = stop.first_reaching(
-                non_system, [c.index for c in candidates[:position]], _index, anchored=True
-            )
-            if earliest is not None:
-                return self._fold_before(draft, non_system, candidates[earliest])
+            # The least folding cut (oldest first) that reaches the target, if any; past the
+            # retention's cut only when that one does not and a deeper one does: what is kept
+            # verbatim shrinks before a later strategy would drop it unsummarized.
+            cuts = [c.index for c in candidates]
+            earliest = stop.first_reaching(non_system, cuts[:position], _index, anchored=True)
+            if earliest is None:
+                deeper = stop.first_reaching(non_system, cuts[position:], _index, anchored=True)
+                earliest = position if deeper is None else position + deeper
+            return self._fold_before(draft, non_system, candidates[earliest])
         return self._fold_before(draft, non_system, candidates[position])
 
     def _fold_before(self, draft: Draft, non_system: list[Group], cut: Group) -> list[Group]:
         """What a cut at ``cut`` folds (empty when it is not worth a summarizer call)."""
-        folded = [g for g in non_system if g.index < cut.index and not draft.is_protected(g)]
+        stretch = [g for g in non_system if g.index < cut.index and not draft.is_fixed(g)]
+        folded = [g for g in stretch if _foldable(draft, g)]
         if all(g.kind is GroupKind.SUMMARY for g in folded):
             return []  # only an earlier summary (or nothing) before the cut
-        if not self.by_groups and not any(g.kind in _TURN_ANCHORS for g in folded):
+        if not self.by_groups and not any(g.kind in _TURN_ANCHORS for g in stretch):
             return []  # only what precedes the first turn (e.g. the rest of a truncated turn)
         return folded
 
@@ -289,19 +309,29 @@ class SummarizationStrategy(Strategy):
         if self.retain_tokens is not None:
             while len(kept) > 1 and sum(draft.group_tokens(g) for g in kept) > self.retain_tokens:
                 kept = kept[1:]
+        deepest = kept[-1]
         if self.minimum_preserved:
             floor = non_system[-self.minimum_preserved :]
             if floor[0].first < kept[0].first:
                 kept = [g for g in steps if g.first >= floor[0].first] or kept
+            deepest = next((g for g in steps if g.first >= floor[0].first), kept[0])
         if stop is not None:
             # The least folding step boundary (oldest first) that reaches the target, if any;
-            # the first step's boundary folds only what precedes the task's turn.
+            # the first step's boundary folds only what precedes the task's turn.  Past the
+            # retained steps' boundary only when that one does not reach it and a later one
+            # does (down to the newest step, above any minimum_preserved floor).
             earlier = steps[: steps.index(kept[0])]
             earliest = stop.first_reaching(
                 non_system, [g.first for g in earlier], _first, anchored=False
             )
             if earliest is not None:
                 return _fold_steps_before(draft, non_system, earlier[earliest].first)
+            later = [g for g in kept if g.first <= deepest.first]
+            deeper = stop.first_reaching(
+                non_system, [g.first for g in later], _first, anchored=False
+            )
+            cut = kept[0] if deeper is None else later[deeper]
+            return _fold_steps_before(draft, non_system, cut.first)
         return _fold_steps_before(draft, non_system, kept[0].first)
 
     def _cut(self, draft: Draft, candidates: list[Group], non_system: list[Group]) -> int | None:
@@ -330,12 +360,21 @@ class SummarizationStrategy(Strategy):
                 position += 1
         return position
 
-    def summary_estimate(self, folded_tokens: int) -> int:
+    def summary_estimate(self, folded_tokens: int, bound: int | None = None) -> int:
         """Estimated tokens of the summary text for a stretch of ``folded_tokens`` (without the
         wrapper): ``summary_ratio`` of the stretch, at least ``summary_floor_tokens``, at most
-        ``summary_cap_tokens``."""
+        ``summary_cap_tokens`` and the run's ``bound`` (:meth:`summary_bound`)."""
         share = math.ceil(folded_tokens * self.summary_ratio)
-        return min(self.summary_cap_tokens, max(self.summary_floor_tokens, share))
+        cap = self.summary_cap_tokens if bound is None else min(self.summary_cap_tokens, bound)
+        return min(cap, max(self.summary_floor_tokens, share))
+
+    def summary_bound(self, draft: Draft) -> int:
+        """The most tokens the summary text may have in this run: ``summary_share`` of the
+        budget, less the wrapper, at least ``summary_floor_tokens`` (see "The summary's size"
+        in the module docstring)."""
+        overhead = draft.measure(self.summary_message("")).token_count
+        share = math.floor(draft.budget.limit * self.summary_share) - overhead
+        return max(self.summary_floor_tokens, share)
 
     # ------------------------------------------------------------------ running
     def apply(self, draft: Draft, ctx: StrategyContext) -> StrategyOutcome:
@@ -362,59 +401,136 @@ class SummarizationStrategy(Strategy):
                     f"checkpoint costs {overhead})",
                 ),
             )
+        marker = draft.summary_marker
+        if marker is None or not marker.matches(self.summary_message("")):
+            return _failed(
+                "error",
+                f"the pipeline's summary marker does not recognise {self.placement!r} "
+                "checkpoints; configure the placement through the pipeline",
+                0,
+            )
+        bound = self.summary_bound(draft)
         previous = [
             unwrap_summary(str(draft.message(g.first).get("content", "")))
             for g in folded
             if g.kind is GroupKind.SUMMARY
         ]
-        indices = sorted(i for g in folded if g.kind is not GroupKind.SUMMARY for i in g.members)
+        indices = _shown(draft, folded)
         request = SummaryRequest(
             messages=tuple(_as_dict(draft.message(i)) for i in indices),
             previous_summary="\n\n".join(previous) if previous else None,
             model=ctx.model,
+            max_tokens=bound,
         )
-        try:
-            text = await summarizer.summarize(request)
-        except SummaryError as error:
-            return _failed(error.reason, error.message, len(indices))
-        except Exception as error:  # a summarizer bug must not fail the request
-            detail = str(error)[:_ERROR_DETAIL_CHARS]
-            return _failed("error", f"summarizer raised {type(error).__name__}: {detail}", 0)
-        text = text.strip() if isinstance(text, str) else ""
-        if not text:
-            return _failed("empty", "the summarizer returned no text", len(indices))
-        message = self.summary_message(text)
-        marker = draft.summary_marker
-        if marker is None or not marker.matches(message):
-            return _failed(
-                "error",
-                f"the pipeline's summary marker does not recognise {self.placement!r} "
-                "checkpoints; configure the placement through the pipeline",
-                len(indices),
+        text: str | None = None
+        accepted = folded
+        shown = len(indices)
+        notes: list[str] = []
+        for round_number in range(1, self.max_rounds + 1):
+            try:
+                answer = await summarizer.summarize(request)
+            except SummaryError as error:
+                if text is None:
+                    return _failed(error.reason, error.message, shown)
+                notes.append(f"folding more failed ({error.reason}); the summary before is kept")
+                break
+            except Exception as error:  # a summarizer bug must not fail the request
+                detail = str(error)[:_ERROR_DETAIL_CHARS]
+                if text is None:
+                    return _failed(
+                        "error", f"summarizer raised {type(error).__name__}: {detail}", 0
+                    )
+                notes.append("folding more failed (error); the summary before is kept")
+                break
+            answer = answer.strip() if isinstance(answer, str) else ""
+            if not answer:
+                if text is None:
+                    return _failed("empty", "the summarizer returned no text", shown)
+                notes.append("folding more failed (empty); the summary before is kept")
+                break
+            text, accepted = answer, folded
+            new_tokens = draft.measure(self.summary_message(text)).token_count
+            if round_number == self.max_rounds or self._fits(draft, folded, new_tokens, bound):
+                break
+            more = self._deeper(draft, folded)
+            extra = _shown(draft, more)
+            if not extra:
+                break
+            # What must stay and the summary do not fit: fold more, into this summary.
+            folded = sorted([*folded, *more], key=_index)
+            shown += len(extra)
+            earlier = [
+                unwrap_summary(str(draft.message(g.first).get("content", "")))
+                for g in more
+                if g.kind is GroupKind.SUMMARY
+            ]
+            notes.append(
+                f"the summary ({new_tokens} tokens) and what stays did not fit the budget: "
+                f"folded {len(more)} more group(s) into it"
             )
+            request = SummaryRequest(
+                messages=tuple(_as_dict(draft.message(i)) for i in extra),
+                previous_summary="\n\n".join([*earlier, text]),
+                model=ctx.model,
+                max_tokens=bound,
+            )
+        assert text is not None
+        message = self.summary_message(text)
         new_tokens = draft.measure(message).token_count
+        old_tokens = sum(draft.group_tokens(g) for g in accepted)
         if new_tokens >= old_tokens:
             return _failed(
                 "not_shorter",
                 f"the summary ({new_tokens} tokens) is not shorter than what it would replace "
                 f"({old_tokens} tokens)",
-                len(indices),
+                shown,
             )
-        in_turn = any(draft.view.in_newest_turn(g) for g in folded)
-        for group in folded:
-            draft.drop(group)
-        if in_turn:
-            draft.insert_after_task([message])  # "progress so far": the task stays first
+        in_turn = any(draft.view.in_newest_turn(g) for g in accepted)
+        for group in accepted:
+            draft.drop(group, release=group.kind is GroupKind.SUMMARY)
+        if in_turn:  # "progress so far": the task stays first
+            draft.insert_after_task([message], paid_by=self.name)
         else:
-            draft.insert_after_system([message])
+            draft.insert_after_system([message], paid_by=self.name)
         kind = "updated the summary with" if previous else "summarized"
+        folded_groups = sum(1 for g in accepted if g.kind is not GroupKind.SUMMARY)
         return StrategyOutcome(
             changed=True,
             notes=(
-                f"{kind} {len(indices)} message(s) in {len(folded) - len(previous)} group(s): "
-                f"{old_tokens} -> {new_tokens} tokens",
+                f"{kind} {shown} message(s) in {folded_groups} group(s): "
+                f"{old_tokens} -> {new_tokens} tokens (at most {bound} allowed)",
+                *notes,
             ),
         )
+
+    def _fits(self, draft: Draft, folded: Sequence[Group], new_tokens: int, bound: int) -> bool:
+        """Whether folding ``folded`` into a checkpoint of ``new_tokens`` tokens keeps the
+        summary within its bound and the request within the budget."""
+        overhead = draft.measure(self.summary_message("")).token_count
+        if new_tokens - overhead > bound:
+            return False
+        after = draft.prompt_tokens - sum(draft.group_tokens(g) for g in folded) + new_tokens
+        return draft.calibration.apply(after) <= draft.budget.limit
+
+    def _deeper(self, draft: Draft, folded: Sequence[Group]) -> list[Group]:
+        """What to fold next when the summary and what stays do not fit: the older turns
+        still kept verbatim (all but the newest turn), else the older steps of the newest
+        turn; never the task, the newest step, a carried user message or the
+        ``minimum_preserved`` floor."""
+        view = draft.view
+        taken = {g.index for g in folded}
+        floor = newest_non_system(draft, self.minimum_preserved)
+        candidates = [
+            g
+            for g in draft.groups
+            if g.kind is not GroupKind.SYSTEM
+            and draft.is_kept(g)
+            and g.index not in taken
+            and g.index not in floor
+            and _foldable(draft, g)
+        ]
+        older = [g for g in candidates if not view.in_newest_turn(g)]
+        return older or [g for g in candidates if view.in_newest_turn(g)]
 
 
 class _TargetStop:
@@ -433,6 +549,7 @@ class _TargetStop:
         self.target = strategy.effective_target(ctx)
         self.base = draft.metrics()
         self.overhead = draft.measure(strategy.summary_message("")).token_count
+        self.bound = strategy.summary_bound(draft)
         self.turn_live: dict[int, int] = {}
         for group in draft.groups:
             if group.turn and draft.state(group) is not GroupState.DROPPED:
@@ -473,11 +590,13 @@ class _TargetStop:
             while taken < len(non_system) and positions[taken] < cut:
                 group = non_system[taken]
                 taken += 1
-                if draft.is_protected(group):
+                if draft.is_fixed(group):
                     continue
+                anchor = anchor or group.kind in _TURN_ANCHORS
+                if not _foldable(draft, group):
+                    continue  # a carried user message: it stays where it is
                 tally.add(group)
                 worth = worth or group.kind is not GroupKind.SUMMARY
-                anchor = anchor or group.kind in _TURN_ANCHORS
             if worth and (anchor or not anchored) and tally.reached():
                 return number
         return None
@@ -491,14 +610,15 @@ class _TargetStop:
         anchored: bool,
     ) -> int | None:
         for number, cut in enumerate(cuts):
-            folded = [
+            stretch = [
                 g
                 for g, at in zip(non_system, positions, strict=True)
-                if at < cut and not self.draft.is_protected(g)
+                if at < cut and not self.draft.is_fixed(g)
             ]
+            folded = [g for g in stretch if _foldable(self.draft, g)]
             if all(g.kind is GroupKind.SUMMARY for g in folded):
                 continue
-            if anchored and not any(g.kind in _TURN_ANCHORS for g in folded):
+            if anchored and not any(g.kind in _TURN_ANCHORS for g in stretch):
                 continue
             if self.reached(folded):
                 return number
@@ -534,7 +654,7 @@ class _Tally:
     def reached(self) -> bool:
         stop = self.stop
         draft, base = stop.draft, stop.base
-        added = stop.overhead + stop.strategy.summary_estimate(self.tokens)
+        added = stop.overhead + stop.strategy.summary_estimate(self.tokens, stop.bound)
         remaining = base.messages
         projected: Metrics = replace(
             base,
@@ -562,10 +682,18 @@ def _first(group: Group) -> int:
 
 def _fold_steps_before(draft: Draft, non_system: list[Group], cut: int) -> list[Group]:
     """What a step-shape cut at message ``cut`` folds (the task is protected, so never)."""
-    folded = [g for g in non_system if g.first < cut and not draft.is_protected(g)]
+    folded = [g for g in non_system if g.first < cut and _foldable(draft, g)]
     if all(g.kind is GroupKind.SUMMARY for g in folded):
         return []  # only an earlier summary (or nothing) before the kept steps
     return folded
+
+
+def _foldable(draft: Draft, group: Group) -> bool:
+    """A group a summary may take in: not protected by the invariants, and not pinned unless
+    it is an earlier summary (a carried user message stays where it is, verbatim)."""
+    if draft.is_fixed(group):
+        return False
+    return not draft.is_pinned(group) or group.kind is GroupKind.SUMMARY
 
 
 def _is_turn_boundary(group: Group) -> bool:
@@ -603,6 +731,23 @@ def _non_system_messages(draft: Draft) -> int:
     return sum(
         g.message_count for g in draft.groups if g.kind is not GroupKind.SYSTEM and draft.is_kept(g)
     )
+
+
+def _shown(draft: Draft, groups: Sequence[Group]) -> list[int]:
+    """The message indices a summary of ``groups`` is made from: their members (an earlier
+    summary goes as ``previous_summary``), and the carried user messages among them, which
+    stay in place but tell the summarizer what was asked."""
+    indices = sorted(i for g in groups if g.kind is not GroupKind.SUMMARY for i in g.members)
+    if not indices:
+        return indices
+    low, high = indices[0], indices[-1]
+    carried = [
+        i
+        for g in draft.groups
+        if g.kind is GroupKind.USER and draft.is_pinned(g) and low < g.first < high
+        for i in g.members
+    ]
+    return sorted({*indices, *carried})
 
 
 def _as_dict(message: Message) -> dict[str, Any]:
