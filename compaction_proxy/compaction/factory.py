@@ -7,7 +7,8 @@ targets" in docs/architecture.md):
 
 1. ``context_pruning`` (from ``summarization.contextPruning``, unless ``enabled: false`` is
    written explicitly);
-2. ``tool_result_compaction`` (keep the newest tool-call group);
+2. ``tool_result_compaction`` (keep the newest tool-call group; each collapsed group capped
+   at a share of the budget, :mod:`.strategies.scaled_collapse`);
 3. ``summarization`` when ``summarization.enabled`` (the block's ``retainRecent`` and
    ``placement``, same trigger and target).  It needs a summarizer at run time
    (:func:`~.pipeline.compact_async`); without one (the synchronous ``compact``, a CLI without
@@ -37,7 +38,10 @@ from .settings import (
     ToolResultCompactionEntry,
     TruncationEntry,
 )
+from .strategies.base import Strategy
 from .strategies.registry import StrategyRegistry, default_registry
+from .strategies.scaled_collapse import ScaledToolResultCompaction
+from .strategies.tool_result_compaction import ToolResultCompactionStrategy
 from .triggers import Condition, TokenRatio
 
 logger = logging.getLogger(__name__)
@@ -85,6 +89,20 @@ def default_pipeline_entries(summarization: SummarizationSettings) -> list[Strat
     return entries
 
 
+def _scaled(strategy: Strategy) -> Strategy:
+    """The built-in collapse of the default pipeline, with its cap scaled to the budget
+    (:mod:`.strategies.scaled_collapse`); any other strategy as it is."""
+    if type(strategy) is not ToolResultCompactionStrategy:
+        return strategy
+    return ScaledToolResultCompaction(
+        keep_last_tool_call_groups=strategy.keep_last_tool_call_groups,
+        max_summary_chars=strategy.max_summary_chars,
+        trigger=strategy._trigger,
+        target=strategy._target,
+        minimum_preserved=strategy.minimum_preserved,
+    )
+
+
 def build_pipeline(
     compaction: CompactionSettings,
     summarization: SummarizationSettings | None = None,
@@ -109,7 +127,9 @@ def build_pipeline(
         logger.warning(
             "default compaction pipeline: %s not available yet, left out", ", ".join(missing)
         )
-    strategies = tuple(registry.build(e) for e in entries if registry.available(e.strategy))
+    strategies = tuple(
+        _scaled(registry.build(e)) for e in entries if registry.available(e.strategy)
+    )
     return Pipeline(
         strategies,
         stop_when=compaction.stop_when or default_target(),

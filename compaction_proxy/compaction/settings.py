@@ -182,7 +182,9 @@ class SummarizationSettings(_CamelModel):
     # Our addition: a second, lower threshold. A request that crosses it goes upstream as it
     # is while the summary its trigger will need is made in the background; when the trigger
     # fires, that prepared summary is used and the request does not wait. ``false``: off.
-    prepare: PrepareField = TokenRatio(0.6)
+    # 0.7: two thirds of the way from the landing point (0.5) to the trigger (0.8). Lower, a
+    # summary is prepared right after every event and small windows pay one call per event.
+    prepare: PrepareField = TokenRatio(0.7)
     # Unused prepared summaries expire after this long (a conversation that stopped growing).
     prepare_ttl: int = Field(default=1800, ge=10, le=86_400)
     # Background summaries in flight per process; the oldest is dropped for a new one.

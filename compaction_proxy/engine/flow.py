@@ -167,6 +167,11 @@ class CompactionFlow:
         )
         prepared = "none" if key is None else preparer.state(key)
         used = probe.found if probe is not None else None
+        if probe is not None and not probe.looked and result.changed:
+            # The trigger fired and the strategies before summarization reached the target:
+            # a summary prepared for this moment was paid for; it is used rather than left to
+            # expire (and it puts the next event further away). No waiting for a job here.
+            used = await self.preparer.find(namespace, lookup)
         if used is not None:
             # The trigger fired and a summary was made ahead of time: continue from it (the
             # first run stopped at the summarizer and is discarded).
@@ -282,6 +287,9 @@ class CompactionFlow:
                 point = firing_point(self.compactor.settings_for(model)[1], now)
                 if point is None:
                     return "empty"  # growth alone would never fire anything
+                ahead = point - now.tokens
+                if not await self._needs_summary(effective, size_hint, context_window, ahead):
+                    return "empty"  # the strategies before it will do: nothing to pay for
                 summarizer = self._summarizer_for(
                     model, namespace, authorization, upstream_name, None, effective, summary_prefix
                 )
@@ -291,7 +299,7 @@ class CompactionFlow:
                     size_hint=size_hint,
                     summarizer=summarizer,
                     context_window=context_window,
-                    anticipate=point - now.tokens,
+                    anticipate=ahead,
                 )
                 if made.report.failures:
                     for failure in made.report.failures:
@@ -315,6 +323,31 @@ class CompactionFlow:
                 return "made" if saved else "failed"
 
         return job
+
+    async def _needs_summary(
+        self,
+        effective: dict[str, Any],
+        size_hint: int,
+        context_window: int | None,
+        ahead: int,
+    ) -> bool:
+        """Whether the pipeline, at the point where it fires, would ask for a summary at all:
+        the same run without a summarizer reaches summarization and finds it unavailable.
+        When the strategies before it reach the target (a collapse of old tool results), a
+        summary made ahead would be paid for and never used."""
+        dry = await self.compactor.run(
+            effective,
+            Mode.NORMAL,
+            size_hint=size_hint,
+            context_window=context_window,
+            anticipate=ahead,
+        )
+        return any(
+            r.name == "summarization"
+            and r.fired
+            and any(n.startswith("summarizer not available") for n in r.notes)
+            for r in dry.report.walk()
+        )
 
     async def _lookup(self, namespace: str, messages: list[dict[str, Any]]) -> Lookup:
         if self.checkpoints is None:

@@ -33,7 +33,7 @@ from .summarizer_fakes import TOK
 from .test_properties import rich_conversations
 
 EXAMPLES = int(os.environ.get("PROPERTY_EXAMPLES", "300"))
-_ANCHORS = (GroupKind.USER, GroupKind.SUMMARY)
+_ANCHORS = (GroupKind.USER,)
 
 
 def projected_reach(stop: _TargetStop, folded: Sequence[Group]) -> bool:

@@ -98,7 +98,7 @@ from typing import Any, Literal, cast, get_args
 from ..draft import Draft, GroupState
 from ..messages import Message
 from ..summarizer import SummaryError, SummaryRequest
-from ..triggers import Condition, Metrics
+from ..triggers import Always, Condition, Metrics
 from ..view import CHECKPOINT_NOTE as CHECKPOINT_NOTE  # re-exported: the wrapper's closing note
 from ..view import SUMMARY_PREFIX, SUMMARY_SUFFIX, Group, GroupKind
 from ._tools import newest_non_system
@@ -109,7 +109,10 @@ PLACEMENTS: tuple[str, ...] = get_args(Placement)
 
 SUMMARY_OPEN = SUMMARY_PREFIX + "\n"
 _EXACT_SUFFIX = SUMMARY_SUFFIX
-_TURN_ANCHORS = frozenset({GroupKind.USER, GroupKind.SUMMARY})
+_TURN_ANCHORS = frozenset({GroupKind.USER})
+"""A turn-shape stretch is worth a call only with a user message in it (a carried one counts):
+an earlier summary and the rest of a truncated turn after it are not (a summary is pinned, so
+that rest sits after it, and would be folded again on the next run)."""
 _ERROR_DETAIL_CHARS = 200
 DEFAULT_SUMMARY_RATIO = 0.2
 """Estimated summary size as a share of the tokens folded (see "Stopping at the target")."""
@@ -264,14 +267,16 @@ class SummarizationStrategy(Strategy):
         if position is None:
             return []
         if stop is not None:
-            # The least folding cut (oldest first) that reaches the target, if any; past the
-            # retention's cut only when that one does not and a deeper one does: what is kept
-            # verbatim shrinks before a later strategy would drop it unsummarized.
-            cuts = [c.index for c in candidates]
-            earliest = stop.first_reaching(non_system, cuts[:position], _index, anchored=True)
-            if earliest is None:
-                deeper = stop.first_reaching(non_system, cuts[position:], _index, anchored=True)
-                earliest = position if deeper is None else position + deeper
+            # A summary is paid for by the call, not by what it folds: fold what the retention
+            # allows, so the next event is far away (a fold that only just reaches the target
+            # fires again a turn or two later).  When even that misses the target, fold all but
+            # the newest turn: what is kept verbatim shrinks before a later strategy would drop
+            # it unsummarized.  Not for an ``always`` target, which no fold can meet.
+            earliest = position
+            if stop.reachable and not stop.reached(
+                self._fold_before(draft, non_system, candidates[position])
+            ):
+                earliest = len(candidates) - 1
             return self._fold_before(draft, non_system, candidates[earliest])
         return self._fold_before(draft, non_system, candidates[position])
 
@@ -315,24 +320,12 @@ class SummarizationStrategy(Strategy):
             if floor[0].first < kept[0].first:
                 kept = [g for g in steps if g.first >= floor[0].first] or kept
             deepest = next((g for g in steps if g.first >= floor[0].first), kept[0])
-        if stop is not None:
-            # The least folding step boundary (oldest first) that reaches the target, if any;
-            # the first step's boundary folds only what precedes the task's turn.  Past the
-            # retained steps' boundary only when that one does not reach it and a later one
-            # does (down to the newest step, above any minimum_preserved floor).
-            earlier = steps[: steps.index(kept[0])]
-            earliest = stop.first_reaching(
-                non_system, [g.first for g in earlier], _first, anchored=False
-            )
-            if earliest is not None:
-                return _fold_steps_before(draft, non_system, earlier[earliest].first)
-            later = [g for g in kept if g.first <= deepest.first]
-            deeper = stop.first_reaching(
-                non_system, [g.first for g in later], _first, anchored=False
-            )
-            cut = kept[0] if deeper is None else later[deeper]
-            return _fold_steps_before(draft, non_system, cut.first)
-        return _fold_steps_before(draft, non_system, kept[0].first)
+        # As in the turn shape: the retained steps stay, unless they alone miss the target;
+        # then all but the newest step are folded (above any minimum_preserved floor).
+        retained = _fold_steps_before(draft, non_system, kept[0].first)
+        if stop is not None and stop.reachable and not stop.reached(retained):
+            return _fold_steps_before(draft, non_system, deepest.first)
+        return retained
 
     def _cut(self, draft: Draft, candidates: list[Group], non_system: list[Group]) -> int | None:
         """Position in ``candidates`` of the cut the minimum retention allows (the most folding
@@ -550,6 +543,10 @@ class _TargetStop:
         self.base = draft.metrics()
         self.overhead = draft.measure(strategy.summary_message("")).token_count
         self.bound = strategy.summary_bound(draft)
+        # Folding can meet the target (it is not ``always``): when no cut reaches it, the
+        # deepest one is taken, since the pipeline would otherwise drop what the summary left
+        # verbatim to get there.
+        self.reachable = not isinstance(self.target, Always)
         self.turn_live: dict[int, int] = {}
         for group in draft.groups:
             if group.turn and draft.state(group) is not GroupState.DROPPED:
