@@ -9,18 +9,18 @@ compaction event), and replaces the stretch with one message placed right after 
 
 Selection has two shapes.
 
-* **Turns** (LibreChat's ``retainRecent``, the default): keep at least the last
-  ``retain_turns`` user-led turns (default 2) verbatim and fold the oldest turns, as far as
-  needed to reach the target ("Stopping at the target" below) and at most everything between
-  the system block and the start of the first retained turn.  Cuts are made only at turn
+* **Turns** (LibreChat's ``retainRecent``, the default): keep the last ``retain_turns``
+  user-led turns (default 2) verbatim and fold everything between the system block and the
+  start of the first retained turn (fewer retained when that misses the target, see "Stopping
+  at the target" below).  Cuts are made only at turn
   boundaries (a user message), so a tool call is never separated from its results.
   ``retain_tokens`` caps the retained tail: while the retained turns exceed it, one turn fewer
   is retained, but never fewer than the newest turn.  ``retain_turns=0`` may fold everything
   except the newest turn (LibreChat: "summarize everything", with the newest turn always kept).
 * **Steps** (an agent loop: the newest turn holds more than ``retain_turns`` steps, so keeping
   whole turns cannot help): a step counts as a turn.  The newest ``retain_turns`` steps (at
-  least one, fewer while they exceed ``retain_tokens``) stay verbatim; the oldest steps, earlier
-  turns first, are folded (as far as the target needs, at most everything older) into one
+  least one, fewer while they exceed ``retain_tokens``) stay verbatim; everything older, earlier
+  turns first, is folded (down to the newest step when that misses the target) into one
   summary placed right after the task message ("progress so far"; see "Agent loops" in
   docs/architecture.md), or after the system block when only earlier turns are folded.  The
   task message is never folded.
@@ -44,10 +44,23 @@ folded); folding such a group also keeps the output a fixpoint when a later stra
 it.  ``minimum_preserved`` keeps the newest N non-system groups out of the stretch.
 Mid-conversation system/developer messages are never folded; they stay in place and are not sent to
 the summarizer.  Nothing happens (and the summarizer is not called) when the stretch holds nothing
-but an earlier summary, or, in the turn shape, when it holds neither a user message nor an earlier
-summary: only assistant/tool messages from before the first user message (a greeting, or what a
-truncation left of an older turn), which are not worth a call and would otherwise be folded again on
-the next run after a forced compaction.
+but an earlier summary, or, in the turn shape, when it holds no user message (a carried one counts):
+only assistant/tool messages from before the first user message, after an earlier summary or not (a
+greeting, or what a truncation left of an older turn), which are not worth a call and would
+otherwise be folded again on the next run after a forced compaction.
+
+Pins (see compaction_proxy/compaction/carry.py): an earlier summary in the stretch is pinned, and
+folded all the same (into the new one); a carried user message in the stretch stays where it is,
+verbatim, and is shown to the summarizer with the messages around it.  The new summary is pinned
+for the rest of the run, so no later strategy drops it.
+
+The summary's size: at most ``summary_share`` (a quarter) of the budget, less the wrapper
+(:meth:`SummarizationStrategy.summary_bound`), sent as ``SummaryRequest.max_tokens``.  When the
+summary is over that bound, or it and what stays do not fit the budget, more is folded into it
+(:meth:`SummarizationStrategy._deeper`: the older retained turns, then the older steps; never a
+carried user message, the task, the newest step or the ``minimum_preserved`` floor) by a further
+call with the summary so far as ``previous_summary`` (the update prompt), at most ``max_rounds``
+(3) calls in all.  A further call that fails keeps the summary before it.
 
 Rolling update: a summary checkpoint inside the stretch (a ``summary`` group of the view) is
 not sent as a message; its text, taken out of the wrapper, becomes the request's
@@ -70,18 +83,20 @@ pipeline's summary marker then recognises system-role checkpoints too
 
 Triggers and targets: the trigger is the configured one (the default pipeline's
 ``token_ratio: 0.8``; ``over_budget`` when none is configured; the message count rule in the
-group shape).  One summarizer call per compaction event.
+group shape).  One summarizer call per compaction event (more only to fold more, above).
 
-Stopping at the target (turn and step shapes): ``retain_turns``/``retain_tokens`` give the
-*minimum* kept, not the maximum.  Of the cuts the selection allows (turn boundaries; in an agent
-loop, step boundaries), the one folding least is chosen among those where the estimated result
--- everything kept plus one checkpoint -- no longer fires the strategy's target
-(:meth:`~.base.Strategy.effective_target`; the default pipeline's ``token_ratio: 0.5``).  The
-checkpoint is estimated as the empty wrapper plus :meth:`SummarizationStrategy.summary_estimate`:
-``summary_ratio`` (0.2) of the folded tokens, at least ``summary_floor_tokens`` (64), at most
-``summary_cap_tokens`` (2048, half the summarizer's default ``maxSummaryTokens``, which the core
-does not know).  When no cut reaches the target, or in force mode, or without a context (the
-bare :meth:`SummarizationStrategy.select`), the fold goes as far as the minimum retention allows.
+Stopping at the target (turn and step shapes): a summary costs one call whatever it folds, so
+the fold goes as far as ``retain_turns``/``retain_tokens`` allow and the next event is far away
+(a fold that only just reaches the target fires again a turn or two later).  When the estimated
+result of that fold -- everything kept plus one checkpoint -- still fires the strategy's target
+(:meth:`~.base.Strategy.effective_target`; the default pipeline's ``token_ratio: 0.5``), all but
+the newest turn (in an agent loop: step) is folded instead, so what is kept verbatim shrinks
+before a later strategy would drop it unsummarized; not for an ``always`` target, which no fold
+meets.  The checkpoint is estimated as the empty wrapper plus
+:meth:`SummarizationStrategy.summary_estimate`: ``summary_ratio`` (0.2) of the folded tokens, at
+least ``summary_floor_tokens`` (64), at most ``summary_cap_tokens`` (2048) and the bound.  In
+force mode, or without a context (the bare :meth:`SummarizationStrategy.select`), the fold goes
+as far as the retention allows.
 The output is then under the target, so the trigger does not fire on it again (idempotence);
 the prefix stays stable because the checkpoint, not the cut, is reused on later requests.  The
 group shape keeps the Agent Framework's semantics (``target_count``) and ignores the target.
