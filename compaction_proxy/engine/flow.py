@@ -287,9 +287,6 @@ class CompactionFlow:
                 point = firing_point(self.compactor.settings_for(model)[1], now)
                 if point is None:
                     return "empty"  # growth alone would never fire anything
-                ahead = point - now.tokens
-                if not await self._needs_summary(effective, size_hint, context_window, ahead):
-                    return "empty"  # the strategies before it will do: nothing to pay for
                 summarizer = self._summarizer_for(
                     model, namespace, authorization, upstream_name, None, effective, summary_prefix
                 )
@@ -299,7 +296,7 @@ class CompactionFlow:
                     size_hint=size_hint,
                     summarizer=summarizer,
                     context_window=context_window,
-                    anticipate=ahead,
+                    anticipate=point - now.tokens,
                 )
                 if made.report.failures:
                     for failure in made.report.failures:
@@ -323,31 +320,6 @@ class CompactionFlow:
                 return "made" if saved else "failed"
 
         return job
-
-    async def _needs_summary(
-        self,
-        effective: dict[str, Any],
-        size_hint: int,
-        context_window: int | None,
-        ahead: int,
-    ) -> bool:
-        """Whether the pipeline, at the point where it fires, would ask for a summary at all:
-        the same run without a summarizer reaches summarization and finds it unavailable.
-        When the strategies before it reach the target (a collapse of old tool results), a
-        summary made ahead would be paid for and never used."""
-        dry = await self.compactor.run(
-            effective,
-            Mode.NORMAL,
-            size_hint=size_hint,
-            context_window=context_window,
-            anticipate=ahead,
-        )
-        return any(
-            r.name == "summarization"
-            and r.fired
-            and any(n.startswith("summarizer not available") for n in r.notes)
-            for r in dry.report.walk()
-        )
 
     async def _lookup(self, namespace: str, messages: list[dict[str, Any]]) -> Lookup:
         if self.checkpoints is None:

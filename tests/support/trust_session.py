@@ -177,8 +177,7 @@ def run_trust_session(
             model=model, messages=conversation, tools=TOOLS
         )
         completion = raw.parse()
-        recorded = upstream.requests(CHAT)
-        upstream.clear()  # keeps each fetch small
+        recorded = upstream.take(CHAT)  # read and cleared at once: no call is lost
         forwarded = [r.json() for r in recorded if not is_summarizer_text(r.text)]
         assert len(forwarded) >= 1, f"request {index}: nothing forwarded"
         strategies = raw.headers.get("x-compaction-strategies", "")
