@@ -20,6 +20,16 @@ and without `summarization.prepare`: how much longer the compaction turns take t
 ones (p50 and max), and the summarizer calls per event.
 
     python -m bench.session --latency [--requests 60] [--out bench/results/session-prepare.md]
+
+`--matrix`: what compaction keeps, with LibreChat's `summarization:` example pasted as its docs
+give it and only `models: {<name>: {context_window: W}}` besides, for chat sessions (a rule in
+every user message, ~900-token tool results) and single-turn agent loops, at 8k, 32k and 128k
+windows, with the summarizer and without (`enabled: false`): summarizer calls per request,
+compaction events, the prefix-stable share, summaries forwarded after the first, responses
+naming a summarization whose summary was not forwarded, facts and user rules carried to the
+last request, forwarded against raw tokens (tests/support/trust_session.py drives them).
+
+    python -m bench.session --matrix [--windows 8k,32k,128k] [--out bench/results/...]
 """
 
 from __future__ import annotations
@@ -44,6 +54,12 @@ from tests.support.servers import (
     write_config,
 )
 from tests.support.timed_loop import Session, drive
+from tests.support.trust_session import (
+    LIBRECHAT_BLOCK,
+    LIBRECHAT_UPSTREAM,
+    TrustReport,
+    run_trust_session,
+)
 
 
 @dataclass(frozen=True)
@@ -208,6 +224,101 @@ def latency_report(args: argparse.Namespace) -> str:
     return "\n".join(lines) + "\n"
 
 
+WINDOWS = {"8k": 8_192, "32k": 32_768, "128k": 131_072}
+MATRIX_REQUESTS = {
+    ("chat", "8k"): 130,
+    ("loop", "8k"): 80,
+    ("chat", "32k"): 200,
+    ("loop", "32k"): 160,
+    ("chat", "128k"): 420,
+    ("loop", "128k"): 360,
+}
+"""Requests per run: a chat request is half a turn (65 turns at 8k, 100 at 32k); the 128k runs
+are long enough to pass the trigger a few times."""
+
+
+def trust_run(work: Path, shape: str, window: int, summarizer: bool, requests: int) -> TrustReport:
+    upstream = UpstreamServer(work / "upstream.log", context_window=window).start()
+    model = f"acc-{window // 1024}k"
+    block = dict(LIBRECHAT_BLOCK) if summarizer else {**LIBRECHAT_BLOCK, "enabled": False}
+    config = proxy_config(
+        upstream_entry(upstream, name=LIBRECHAT_UPSTREAM),
+        models={model: {"context_window": window}},
+        store={"backend": "sqlite", "path": str(work / "checkpoints.db")},
+        summarization=block,
+    )
+    proxy = ProxyServer(write_config(work / "proxy.yaml", config), work / "proxy.log").start()
+    try:
+        return run_trust_session(
+            proxy.openai_client(),
+            upstream,
+            model=model,
+            shape=shape,  # type: ignore[arg-type]
+            requests=requests,
+        )
+    finally:
+        proxy.stop()
+        upstream.stop()
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def matrix_report(args: argparse.Namespace) -> str:
+    tokenizer = TokenizerProvider(EncodingLoader(directories=[tiktoken_cache_dir()])).get(
+        "o200k_base"
+    )
+    rows = []
+    for label in args.windows.split(","):
+        window = WINDOWS[label]
+        for shape in ("chat", "loop"):
+            for summarizer in (True, False):
+                requests = MATRIX_REQUESTS[(shape, label)]
+                work = Path(tempfile.mkdtemp(prefix=f"matrix-{shape}-{label}-"))
+                report = trust_run(work, shape, window, summarizer, requests)
+                raw = sum(
+                    tokenizer.count_messages(s.raw) + tokenizer.reply_priming for s in report.steps
+                )
+                forwarded = sum(s.prompt_tokens for s in report.steps)
+                calls = report.summarizer_calls
+                rows.append(
+                    f"| {shape} | {label} | {'yes' if summarizer else 'no'} | {report.requests} | "
+                    f"{calls} | {calls / report.requests:.3f} | {report.events} | "
+                    f"{report.stable_share():.0%} | {_share(report.summary_share())} | "
+                    f"{len(report.false_summary_reports())} | {report.facts_carried():.0%} | "
+                    f"{report.rules_carried():.0%} | {forwarded / raw:.0%} |"
+                )
+                print(rows[-1], flush=True)
+    command = f"python -m bench.session --matrix --windows {args.windows}"
+    lines = [
+        "# What compaction keeps: LibreChat's block verbatim, chat sessions and agent loops",
+        "",
+        f"- Date: {datetime.date.today().isoformat()}, {platform.processor() or platform.machine()}",
+        f"- Command: `{command}`",
+        "- Config: LibreChat's `summarization:` example exactly as its docs give it "
+        "(`maxSummaryTokens: 4096`, `reserveRatio: 0.05`, trigger `token_ratio` 0.8, its "
+        "`contextPruning` block), `models: {acc-Nk: {context_window: N}}` and nothing else; "
+        '"summarizer: no" adds `enabled: false`. Real processes, SQLite checkpoints; the fake '
+        "upstream enforces the window and plays the summarizer (its summary lists the FACT "
+        "tokens it was shown, never the rules).",
+        "- chat: two requests per turn (the user's message stating `keep RULE-n as it is`, "
+        "then the tool call and its ~900-token result); loop: one task (with a rule), then one "
+        "tool step per request (results alternate ~900 and ~110 tokens).",
+        "- summaries kept: of the requests after the first one forwarded with a summary, the "
+        "share forwarded with one; false reports: responses whose `X-Compaction-Strategies` "
+        "names summarization while the forwarded request holds no summary; facts and rules: "
+        "the share present in the last forwarded request.",
+        "",
+        "| shape | window | summarizer | requests | summarizer calls | calls per request | "
+        "events | prefix stable | summaries kept | false reports | facts carried | "
+        "rules carried | forwarded / raw |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *rows,
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=sorted(SHAPES), default="turns")
@@ -218,7 +329,16 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--latency", action="store_true", help="prepare on/off, timed")
     parser.add_argument("--summarizer-delay-ms", type=int, default=2_000)
+    parser.add_argument("--matrix", action="store_true", help="what compaction keeps")
+    parser.add_argument("--windows", default="8k,32k,128k", help="matrix only")
     args = parser.parse_args()
+    if args.matrix:
+        text = matrix_report(args)
+        print(text)
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(text, encoding="utf-8")
+        return
     if args.latency:
         text = latency_report(args)
         print(text)

@@ -10,9 +10,9 @@ from compaction_proxy.compaction import CompactionReport, ConversationView, Stra
 def render(report: CompactionReport, view: ConversationView | None = None) -> str:
     lines = [
         f"model            {report.model}  (tokenizer {report.tokenizer}, mode {report.mode})",
-        f"context window   {report.context_window:>9,}",
-        f"output reserve   {report.output_reserve:>9,}",
-        f"safety reserve   {report.safety_reserve:>9,}",
+        f"context window   {report.context_window:>9,}{_source(report, 'window_source')}",
+        f"output reserve   {report.output_reserve:>9,}{_source(report, 'output_source')}",
+        f"safety reserve   {report.safety_reserve:>9,}{_ratio(report)}",
         f"budget           {report.budget:>9,}",
         f"tokens           {report.tokens_before:>9,} -> {report.tokens_after:,}"
         f"  ({_saved(report.tokens_before, report.tokens_after)})",
@@ -30,6 +30,30 @@ def render(report: CompactionReport, view: ConversationView | None = None) -> st
     if report.warnings:
         lines += ["", "warnings:", *(f"  - {w}" for w in report.warnings)]
     return "\n".join(lines)
+
+
+_SOURCES = {
+    "config": "declared in models:",
+    "learned": "learned from a refusal",
+    "discovered": "published by the upstream",
+    "builtin": "built-in table",
+    "default": "default_context_window",
+    "given": "given",
+    "request": "the request's max_tokens",
+    "model": "the model's max_output_tokens",
+}
+
+
+def _source(report: CompactionReport, key: str) -> str:
+    source = report.budget_sources.get(key)
+    if key == "output_source" and source == "default":
+        return "  (default: a quarter of the window, at most 4,096)"
+    return f"  ({_SOURCES.get(str(source), str(source))})" if source else ""
+
+
+def _ratio(report: CompactionReport) -> str:
+    ratio = report.budget_sources.get("reserve_ratio")
+    return f"  (reserveRatio {ratio:g} of the window)" if isinstance(ratio, float | int) else ""
 
 
 def _saved(before: int, after: int) -> str:

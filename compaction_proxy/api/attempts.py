@@ -147,6 +147,7 @@ async def compact(
             # A forced compaction is a one-off: it must not become the sticky prefix.
             persist=mode is Mode.NORMAL,
             context_window=None if window is None else window.tokens,
+            window_source=None if window is None else window.source,
             calls=calls,
             summary_prefix=subject.summary_prefix,
             tenant=tenant(scope),

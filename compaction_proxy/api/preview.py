@@ -105,6 +105,7 @@ async def preview(ctx: RequestContext, scope: Scope, receive: Receive, send: Sen
                 upstream_name=upstream.name,
                 persist=False,
                 context_window=window.tokens,
+                window_source=window.source,
                 # `dry-run-local`: what compaction would do without calling the summarizer.
                 summarize=mode is not Mode.DRY_RUN_LOCAL,
                 summary_prefix=body is None,  # as the Responses route: the transcript form

@@ -1,9 +1,21 @@
 """Model facts, the token budget and the calibration ratio.
 
 The budget is what the prompt may use: ``window - output_reserve - reserve_ratio * window``.
-The output reserve is the request's ``max_completion_tokens`` (or ``max_tokens``), else the
-model's default output.  ``reserve_ratio`` is a safety margin for counting error, applied once
-(LibreChat subtracts it twice).
+One rule gives the output reserve, whatever the window's source (declared in ``models:``,
+learned from a refusal, published by the upstream, the built-in table or the default guess):
+
+1. the request's ``max_completion_tokens`` (or ``max_tokens``) when it sends one, at most the
+   window (source ``request``);
+2. else the model's ``max_output_tokens`` (a ``models:`` entry's, else the built-in table's),
+   at most half the window, so a window far below the model's published one still leaves a
+   prompt budget (source ``model``);
+3. else :data:`DEFAULT_OUTPUT_SHARE` of the window, at most :data:`DEFAULT_OUTPUT_CAP` tokens
+   (source ``default``): 2,048 for an 8,192 window, 4,096 from a 16k window on.
+
+``reserve_ratio`` (LibreChat's ``reserveRatio``) is the margin for counting error, applied once
+to the window (LibreChat subtracts it twice).  :class:`Budget` keeps where each part came from,
+for the report, the preview and ``compact``.  :func:`output_reserve` is the one place the
+reserve is decided, so a bound on what a client may ask for fits there.
 
 Facts come from a built-in table, matched by exact name, then glob, then the longest name
 prefix that ends at a ``-`` (so dated variants such as ``gpt-4o-2024-08-06`` resolve, while
@@ -17,6 +29,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
+from typing import Any, Literal
 
 O200K = "o200k_base"
 CL100K = "cl100k_base"
@@ -26,11 +39,13 @@ CL100K = "cl100k_base"
 class ModelFacts:
     """What the budget needs to know about a model.
 
-    ``max_output_tokens`` is the output reserve used when the request sets no limit.
+    ``max_output_tokens`` is the output reserve used when the request sets no limit; ``None``
+    when nothing says it (an unknown model): the default reserve then applies (see the module
+    docstring).
     """
 
     context_window: int
-    max_output_tokens: int
+    max_output_tokens: int | None
     encoding: str = O200K
 
 
@@ -86,7 +101,12 @@ the full 8k would leave no prompt budget) and the gpt-4 family's 4k output limit
 """
 
 DEFAULT_CONTEXT_WINDOW = 128_000
-DEFAULT_MAX_OUTPUT_TOKENS = 4_096
+DEFAULT_OUTPUT_SHARE = 0.25
+"""The default output reserve's share of the window (no request limit, no model figure)."""
+DEFAULT_OUTPUT_CAP = 4_096
+"""The default output reserve's upper end, in tokens."""
+MODEL_OUTPUT_SHARE = 0.5
+"""A model's ``max_output_tokens`` reserves at most this share of the window."""
 
 
 def _is_glob(pattern: str) -> bool:
@@ -123,7 +143,7 @@ class ModelCatalog:
         overrides: Mapping[str, FactsOverride | ModelFacts] | None = None,
         *,
         default_context_window: int = DEFAULT_CONTEXT_WINDOW,
-        default_max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
+        default_max_output_tokens: int | None = None,
         default_encoding: str = O200K,
         builtins: Mapping[str, ModelFacts] = BUILTIN_MODELS,
     ) -> None:
@@ -174,6 +194,14 @@ class ModelCatalog:
             self._known[model] = (configured, builtin)
         return configured, builtin
 
+    def window_source(self, model: str) -> str:
+        """Where :meth:`facts_for`'s window comes from: ``config``, ``builtin`` or
+        ``default``."""
+        configured, builtin = self.known_windows(model)
+        if configured is not None:
+            return "config"
+        return "builtin" if builtin is not None else "default"
+
     def _resolve(self, model: str) -> ModelFacts:
         names = _names(model)
         base: ModelFacts | None = None
@@ -205,18 +233,55 @@ def _names(model: str) -> list[str]:
     return [model, model.rsplit("/", 1)[-1]] if "/" in model else [model]
 
 
+OutputSource = Literal["request", "model", "default"]
+"""Where an output reserve came from (see the module docstring)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Budget:
-    """The prompt budget for one request and how it was derived."""
+    """The prompt budget for one request and how it was derived.
+
+    ``window_source``: where the window came from (``config``, ``learned``, ``discovered``,
+    ``builtin``, ``default``; ``given`` when the caller passed the facts themselves);
+    ``output_source``: ``request``, ``model`` or ``default``; ``reserve_ratio``: the share of
+    the window kept as ``safety_reserve``.
+    """
 
     context_window: int
     output_reserve: int
     safety_reserve: int
+    window_source: str = "given"
+    output_source: OutputSource = "model"
+    reserve_ratio: float = 0.0
 
     @property
     def limit(self) -> int:
         """Tokens the prompt (messages + tools + priming) may use; never negative."""
         return max(0, self.context_window - self.output_reserve - self.safety_reserve)
+
+    def sources(self) -> dict[str, Any]:
+        """Where each part came from, JSON-ready (the report's ``budget`` entry)."""
+        return {
+            "window_source": self.window_source,
+            "output_source": self.output_source,
+            "reserve_ratio": self.reserve_ratio,
+        }
+
+
+def output_reserve(
+    facts: ModelFacts,
+    *,
+    max_completion_tokens: int | None = None,
+    max_tokens: int | None = None,
+) -> tuple[int, OutputSource]:
+    """The output reserve and its source, by the one rule of the module docstring."""
+    window = facts.context_window
+    requested = max_completion_tokens if max_completion_tokens is not None else max_tokens
+    if requested is not None and requested >= 0:
+        return min(requested, window), "request"
+    if facts.max_output_tokens is not None:
+        return min(facts.max_output_tokens, math.floor(window * MODEL_OUTPUT_SHARE)), "model"
+    return min(DEFAULT_OUTPUT_CAP, math.floor(window * DEFAULT_OUTPUT_SHARE)), "default"
 
 
 def compute_budget(
@@ -225,16 +290,21 @@ def compute_budget(
     max_completion_tokens: int | None = None,
     max_tokens: int | None = None,
     reserve_ratio: float = 0.05,
+    window_source: str = "given",
 ) -> Budget:
     """Budget = window - output reserve - reserve_ratio x window (the ratio applied once)."""
     if not 0 <= reserve_ratio < 1:
         raise ValueError("reserve_ratio must be in [0, 1)")
-    requested = max_completion_tokens if max_completion_tokens is not None else max_tokens
-    output = requested if requested is not None and requested >= 0 else facts.max_output_tokens
+    output, source = output_reserve(
+        facts, max_completion_tokens=max_completion_tokens, max_tokens=max_tokens
+    )
     return Budget(
         context_window=facts.context_window,
-        output_reserve=min(output, facts.context_window),
+        output_reserve=output,
         safety_reserve=math.floor(reserve_ratio * facts.context_window),
+        window_source=window_source,
+        output_source=source,
+        reserve_ratio=reserve_ratio,
     )
 
 

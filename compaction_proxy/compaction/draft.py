@@ -13,6 +13,18 @@ and the newest step (see "Groups and invariants" in docs/architecture.md) are pr
 attempt to touch them raises :class:`ProtectedGroupError`; decisions are per whole group, so a tool
 call is never separated from its results (invariant 3).
 
+*Pinned* groups are protected the same way for the rest of a run, but only by the run's own rule
+(see "What compaction may never do" in docs/architecture.md): a summary checkpoint (one the run
+inserted, or one it started with) and the user messages carried verbatim beside it.  Strategies
+skip them (:meth:`removable`, :meth:`is_protected`); only the summarization strategy folds a
+pinned summary into its new one (``drop(..., release=True)``), and only the pipeline releases
+pins, when the budget cannot be met otherwise (invariant 8).  Pins follow the message objects,
+so they survive :meth:`commit`.  Messages a strategy paid for (a summary) are recorded in
+:attr:`paid`, so the pipeline can tell whether they reached the output.
+
+:meth:`savepoint` and :meth:`rollback` undo a committed strategy whose saving was too small to
+be worth a new prefix (see :mod:`.churn`).
+
 :meth:`project` renders the output: original relative order, a replaced group's messages at the
 group's first position, inserted messages before their position.  :meth:`commit` re-bases the
 draft on its own projection (re-grouping it, reusing every known count) so the next strategy
@@ -85,6 +97,20 @@ class ChangeCounters:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Savepoint:
+    """A committed draft's state, to return to with :meth:`Draft.rollback`."""
+
+    view: ConversationView
+    pending: tuple[list[Message], list[MessageStats]] | None
+    message_tokens: int
+    message_count: int
+    counters: ChangeCounters
+    changed: bool
+    pins: tuple[tuple[int, Message], ...]
+    paid: int
+
+
 class Draft:
     """Mutable compaction state over an immutable view; see the module docstring."""
 
@@ -107,6 +133,9 @@ class Draft:
         self._changed = False
         self._counters = ChangeCounters()
         self._pending: tuple[list[Message], list[MessageStats]] | None = None
+        self._pins: dict[int, Message] = {}  # id(message) -> message, kept alive
+        self.paid: list[tuple[str, Message]] = []
+        """(strategy name, message) for every message a strategy paid for (a summary)."""
         self._reset(view)
 
     # ------------------------------------------------------------------ state
@@ -135,6 +164,12 @@ class Draft:
         groups = view.groups
         self._state = [GroupState.KEPT] * len(groups)
         self._protected = [view.is_protected(g) for g in groups]
+        pins = self._pins
+        self._pinned = (
+            [any(id(view.messages[m]) in pins for m in g.members) for g in groups]
+            if pins
+            else [False] * len(groups)
+        )
         self._group_tokens = [g.token_count for g in groups]
         self._group_messages = [g.message_count for g in groups]
         self._group_tool = [g.kind is GroupKind.TOOL_CALL for g in groups]
@@ -147,11 +182,7 @@ class Draft:
         self._message_count = len(view.messages)
         self._group_count = len(groups)
         self._tool_call_groups = sum(self._group_tool)
-        self._turn_live: dict[int, int] = {}
-        for group in groups:
-            if group.turn:
-                self._turn_live[group.turn] = self._turn_live.get(group.turn, 0) + 1
-        self._live_turns = len(self._turn_live)
+        self._count_turns()
 
     @property
     def changed(self) -> bool:
@@ -181,10 +212,82 @@ class Draft:
         return self._state[_index(group)] is GroupState.KEPT
 
     def is_protected(self, group: Group | int) -> bool:
-        """True for system groups, the newest user message and the newest step."""
+        """True for system groups, the newest user message, the newest step and pinned groups:
+        what no strategy may drop, replace or edit."""
+        if self._pending is not None:
+            self._materialize()
+        index = _index(group)
+        return self._protected[index] or self._pinned[index]
+
+    def is_fixed(self, group: Group | int) -> bool:
+        """True for what the invariants protect (system groups, the newest user message, the
+        newest step); pins aside."""
         if self._pending is not None:
             self._materialize()
         return self._protected[_index(group)]
+
+    def is_pinned(self, group: Group | int) -> bool:
+        """True for a group pinned for this run (a summary, a carried user message)."""
+        if self._pending is not None:
+            self._materialize()
+        return self._pinned[_index(group)]
+
+    def pin(self, messages: Sequence[Message]) -> None:
+        """Pin the groups holding ``messages`` (by identity) for the rest of the run."""
+        if not messages:
+            return
+        if self._pending is not None:
+            self._materialize()
+        for message in messages:
+            self._pins[id(message)] = message
+        self._repin()
+
+    def unpin(self, kind: GroupKind) -> list[Group]:
+        """Release every pinned group of ``kind`` (the pipeline, for the budget); returns them."""
+        if self._pending is not None:
+            self._materialize()
+        released = [
+            g
+            for g in self._view.groups
+            if g.kind is kind and self._pinned[g.index] and self._state[g.index] is GroupState.KEPT
+        ]
+        for group in released:
+            for member in group.members:
+                self._pins.pop(id(self._view.messages[member]), None)
+        self._repin()
+        return released
+
+    def pinned_groups(self, kind: GroupKind | None = None) -> list[Group]:
+        """Kept pinned groups (of ``kind``), oldest first."""
+        if self._pending is not None:
+            self._materialize()
+        return [
+            g
+            for g in self._view.groups
+            if self._pinned[g.index]
+            and self._state[g.index] is GroupState.KEPT
+            and (kind is None or g.kind is kind)
+        ]
+
+    def _repin(self) -> None:
+        view, pins = self._view, self._pins
+        self._pinned = [any(id(view.messages[m]) in pins for m in g.members) for g in view.groups]
+        self._count_turns()
+
+    def _counts_as_turn(self, group: Group) -> bool:
+        """A carried user message alone does not keep its turn alive: once the rest of the
+        turn is folded, the turn is gone (``turns_exceed``, sliding windows)."""
+        return bool(group.turn) and not (group.kind is GroupKind.USER and self._pinned[group.index])
+
+    def _count_turns(self) -> None:
+        """Live groups per turn, from the current decisions."""
+        self._turn_live: dict[int, int] = {}
+        state = self._state
+        for group in self._view.groups:
+            if group.turn and state[group.index] is not GroupState.DROPPED:
+                live = self._turn_live.get(group.turn, 0)
+                self._turn_live[group.turn] = live + self._counts_as_turn(group)
+        self._live_turns = sum(1 for n in self._turn_live.values() if n > 0)
 
     def group_tokens(self, group: Group | int) -> int:
         """Current tokens of a kept group (after edits)."""
@@ -217,6 +320,7 @@ class Draft:
             if (
                 self._state[group.index] is GroupState.KEPT
                 and not self._protected[group.index]
+                and not self._pinned[group.index]
                 and (kinds is None or group.kind in kinds)
             ):
                 yield group
@@ -278,12 +382,14 @@ class Draft:
         data = canonical_bytes(message)
         return MessageStats(len(data), self.tokenizer.count_message(message, data))
 
-    def _require_editable(self, index: int, action: str) -> Group:
+    def _require_editable(self, index: int, action: str, *, release: bool = False) -> Group:
         if self._pending is not None:
             self._materialize()
         group = self._view.groups[index]
         if self._protected[index]:
             raise ProtectedGroupError(f"cannot {action} protected {group.kind} group {index}")
+        if self._pinned[index] and not release:
+            raise ProtectedGroupError(f"cannot {action} pinned {group.kind} group {index}")
         if self._state[index] is not GroupState.KEPT:
             raise ProtectedGroupError(
                 f"cannot {action} group {index}: already {self._state[index].value}"
@@ -297,7 +403,7 @@ class Draft:
         self._group_count -= 1
         if self._group_tool[index]:
             self._tool_call_groups -= 1
-        if group.turn:
+        if group.turn and self._counts_as_turn(group):
             live = self._turn_live[group.turn] - 1
             self._turn_live[group.turn] = live
             if live == 0:
@@ -308,9 +414,12 @@ class Draft:
         self._changed = True
         self._structural = self._structural or structural
 
-    def drop(self, group: Group | int) -> None:
-        """Remove a whole group (all its messages, wherever they sit)."""
-        target = self._require_editable(_index(group), "drop")
+    def drop(self, group: Group | int, *, release: bool = False) -> None:
+        """Remove a whole group (all its messages, wherever they sit).
+
+        ``release``: the group may be pinned (a summary folded into a new one).
+        """
+        target = self._require_editable(_index(group), "drop", release=release)
         self._remove_group_totals(target)
         self._state[target.index] = GroupState.DROPPED
         self._counters = _bump(
@@ -373,10 +482,14 @@ class Draft:
         if old is None:
             self._counters = _bump(self._counters, messages_edited=1)
 
-    def insert(self, position: int, messages: Sequence[Message]) -> None:
+    def insert(
+        self, position: int, messages: Sequence[Message], *, paid_by: str | None = None
+    ) -> None:
         """Insert synthetic messages before message ``position`` (``len`` = at the end).
 
         Each inserted message counts as one group (a summary checkpoint) in the metrics.
+        ``paid_by``: the strategy that paid for them (a summary): they are pinned for the rest
+        of the run and recorded in :attr:`paid`.
         """
         if self._pending is not None:
             self._materialize()
@@ -385,6 +498,10 @@ class Draft:
         if position > self.view.insert_limit:
             raise ProtectedGroupError("cannot insert after the newest user message's first step")
         entries = [(m, self.measure(m)) for m in messages]
+        if paid_by is not None:
+            for message in messages:
+                self._pins[id(message)] = message
+                self.paid.append((paid_by, message))
         self._inserts.setdefault(position, []).extend(entries)
         self._message_tokens += sum(s.token_count for _, s in entries)
         self._message_count += len(entries)
@@ -393,17 +510,23 @@ class Draft:
         self._counters = _bump(self._counters, messages_inserted=len(entries))
         self._mark()
 
-    def insert_after_system(self, messages: Sequence[Message]) -> None:
+    def insert_after_system(
+        self, messages: Sequence[Message], *, paid_by: str | None = None
+    ) -> None:
         """Insert right after the leading system/developer messages (summary placement)."""
-        self.insert(min(self.view.leading_system_end, self.view.tail_start), messages)
+        self.insert(
+            min(self.view.leading_system_end, self.view.tail_start), messages, paid_by=paid_by
+        )
 
-    def insert_after_task(self, messages: Sequence[Message]) -> None:
+    def insert_after_task(self, messages: Sequence[Message], *, paid_by: str | None = None) -> None:
         """Insert right after the newest user message: "progress so far" in an agent loop.
 
         The task stays first, then the summary of the steps already taken, then the recent
         steps (see "Agent loops" in docs/architecture.md).
         """
-        self.insert(min(self.view.tail_start + 1, self.view.insert_limit), messages)
+        self.insert(
+            min(self.view.tail_start + 1, self.view.insert_limit), messages, paid_by=paid_by
+        )
 
     def trim_newest(self, index: int, message: Message) -> None:
         """Replace a tool result of a protected group: the last resort of the pipeline.
@@ -489,6 +612,41 @@ class Draft:
         self._inserts = {}
         self._message_tokens = sum(s.token_count for s in stats)
         self._message_count = len(messages)
+
+    def savepoint(self) -> Savepoint:
+        """The committed state, to :meth:`rollback` to (a strategy's work undone)."""
+        if self._dirty:
+            raise RuntimeError("savepoint of a draft with uncommitted decisions")
+        return Savepoint(
+            view=self._view,
+            pending=self._pending,
+            message_tokens=self._message_tokens,
+            message_count=self._message_count,
+            counters=self._counters,
+            changed=self._changed,
+            pins=tuple(self._pins.items()),
+            paid=len(self.paid),
+        )
+
+    def rollback(self, point: Savepoint) -> None:
+        """Return to ``point`` (taken by :meth:`savepoint` on this draft), uncommitted
+        decisions included."""
+        self._pins = dict(point.pins)
+        del self.paid[point.paid :]
+        self._counters = point.counters
+        if point.pending is not None:
+            self._pending = point.pending
+            self._dirty = False
+            self._structural = False
+            self._replacements = {}
+            self._edits = {}
+            self._inserts = {}
+            self._message_tokens = point.message_tokens
+            self._message_count = point.message_count
+        else:
+            self._pending = None
+            self._reset(point.view)
+        self._changed = point.changed
 
     def _edited_view(self) -> ConversationView:
         view = self._view

@@ -15,7 +15,8 @@ holds (early stop; see "Triggers and targets" in docs/architecture.md):
 
 1. ``context_pruning`` (from ``summarization.contextPruning``, unless ``enabled: false`` is
    written explicitly);
-2. ``tool_result_compaction`` (keep the newest tool-call group);
+2. ``tool_result_compaction`` (keep the newest tool-call group; each collapsed group capped
+   at a share of the budget, :mod:`.strategies.scaled_collapse`);
 3. ``summarization`` when ``summarization.enabled`` (the block's ``retainRecent`` and
    ``placement``, same trigger and target).  It needs a summarizer at run time
    (:func:`~.pipeline.compact_async`); without one (the synchronous ``compact``, a CLI without
@@ -45,7 +46,10 @@ from .settings import (
     ToolResultCompactionEntry,
     TruncationEntry,
 )
+from .strategies.base import Strategy
 from .strategies.registry import StrategyRegistry, default_registry
+from .strategies.scaled_collapse import ScaledToolResultCompaction
+from .strategies.tool_result_compaction import ToolResultCompactionStrategy
 from .triggers import Condition, TokenRatio
 
 logger = logging.getLogger(__name__)
@@ -93,6 +97,20 @@ def default_pipeline_entries(summarization: SummarizationSettings) -> list[Strat
     return entries
 
 
+def _scaled(strategy: Strategy) -> Strategy:
+    """The built-in collapse of the default pipeline, with its cap scaled to the budget
+    (:mod:`.strategies.scaled_collapse`); any other strategy as it is."""
+    if type(strategy) is not ToolResultCompactionStrategy:
+        return strategy
+    return ScaledToolResultCompaction(
+        keep_last_tool_call_groups=strategy.keep_last_tool_call_groups,
+        max_summary_chars=strategy.max_summary_chars,
+        trigger=strategy._trigger,
+        target=strategy._target,
+        minimum_preserved=strategy.minimum_preserved,
+    )
+
+
 def build_pipeline(
     compaction: CompactionSettings,
     summarization: SummarizationSettings | None = None,
@@ -111,6 +129,8 @@ def build_pipeline(
             early_stop=early_stop,
             fallback=compaction.fallback_truncation,
             hysteresis=early_stop and bool(compaction.hysteresis),
+            carry_user_share=compaction.carry_user_messages,
+            min_saving=compaction.min_saving,
         )
     entries = default_pipeline_entries(summarization or SummarizationSettings())
     missing = [e.strategy for e in entries if not registry.available(e.strategy)]
@@ -118,7 +138,9 @@ def build_pipeline(
         logger.warning(
             "default compaction pipeline: %s not available yet, left out", ", ".join(missing)
         )
-    strategies = tuple(registry.build(e) for e in entries if registry.available(e.strategy))
+    strategies = tuple(
+        _scaled(registry.build(e)) for e in entries if registry.available(e.strategy)
+    )
     early_stop = compaction.early_stop is not False
     return Pipeline(
         strategies,
@@ -126,4 +148,6 @@ def build_pipeline(
         early_stop=early_stop,
         fallback=compaction.fallback_truncation,
         hysteresis=early_stop and compaction.hysteresis is not False,
+        carry_user_share=compaction.carry_user_messages,
+        min_saving=compaction.min_saving,
     )

@@ -10,12 +10,21 @@
    ``stop_when`` condition no longer fires.  ``stop_when`` defaults to ``over_budget`` ("stop as
    soon as the budget holds"); the default pipeline uses its own target (``token_ratio: 0.5``)
    so it compacts towards it.
-3. Fallback: if the request is still over budget, drop the oldest groups the invariants allow.
-4. Last resort: if nothing is left to drop and it still does not fit, soft-trim the largest
-   tool results (even the newest step's) to head + marker + tail until it does
-   (:class:`~.strategies.last_resort.OversizedResultTrim`).  If even that cannot fit (user or
-   system text alone is too large: never cut), the smallest valid list goes out and the
-   report carries a warning.
+3. Fallback: if the request is still over budget, drop the oldest groups the invariants and
+   the run's pins allow.
+4. Pins released (see :mod:`.carry`): still over budget, the carried user messages go, oldest
+   first; then the last resort: if nothing is left to drop and it still does not fit,
+   soft-trim the largest tool results (even the newest step's) to head + marker + tail until
+   it does (:class:`~.strategies.last_resort.OversizedResultTrim`); then, only if that was not
+   enough, the summaries, and the report says which summary did not reach the model
+   (:attr:`~.report.CompactionReport.unforwarded`).  If even that cannot fit (user or system
+   text alone is too large: never cut), the smallest valid list goes out and the report
+   carries a warning.
+
+Pins (:mod:`.carry`): before any strategy runs, every summary checkpoint and the newest user
+messages that fit ``Pipeline.carry_user_share`` of the budget are pinned, so no strategy drops
+them; the summarization strategy pins the summary it makes.  Churn (:mod:`.churn`): a
+strategy whose work saves less than ``Pipeline.min_saving`` of the budget is undone.
 
 Determinism and idempotency: everything is a function of the input; every strategy's target
 is met (or nothing removable is left) on its output, so compacting the output again with the
@@ -35,15 +44,17 @@ gets the warning ``"<strategy> failed (<reason>): <message>; fell back to <next>
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
 from .budget import Budget, Calibration, ModelCatalog, ModelFacts, compute_budget
+from .carry import carry_user_messages, pin_summaries
 from .draft import Draft
 from .messages import Message
-from .report import CompactionReport, StrategyReport
+from .report import CompactionReport, StrategyFailure, StrategyReport
 from .strategies.base import Strategy, StrategyContext
 from .strategies.composite import (
     FallbackTruncation,
@@ -58,7 +69,7 @@ from .summarizer import Summarizer
 from .tokenizer_provider import TokenizerProvider
 from .tokens import Tokenizer
 from .triggers import Condition, Metrics, OverBudget, firing_tokens
-from .view import DEFAULT_SUMMARY_MARKER, SummaryMarker, build_view
+from .view import DEFAULT_SUMMARY_MARKER, GroupKind, SummaryMarker, build_view
 
 
 class Mode(StrEnum):
@@ -121,6 +132,13 @@ class Pipeline:
     ``summary_marker``: how checkpoints are recognised; ``None`` (the default) derives it from
     the strategies (:func:`summary_marker_for`: ``system`` joins the roles only when a
     summarization strategy places its summary there).
+    ``carry_user_share``: the share of the budget the newest user messages may take to be
+    carried verbatim when their turns are folded (:mod:`.carry`); 0 (the core's default, the
+    anchors' behaviour): none are.  The configuration's default is
+    :data:`~.carry.DEFAULT_CARRY_SHARE`.
+    ``min_saving``: the share of the budget a strategy's work must save to be kept
+    (:mod:`.churn`); 0 (the core's default): every change is kept.  The configuration's default
+    is :data:`~.settings.DEFAULT_MIN_SAVING`.
     """
 
     strategies: tuple[Strategy, ...] = ()
@@ -129,6 +147,8 @@ class Pipeline:
     fallback: bool = True
     summary_marker: SummaryMarker | None = None
     hysteresis: bool = False
+    carry_user_share: float = 0.0
+    min_saving: float = 0.0
 
     def marker(self) -> SummaryMarker:
         """The summary marker this pipeline uses (see ``summary_marker``)."""
@@ -163,7 +183,9 @@ class CompactionRequest:
     provider that picks one by the model's encoding; ``facts``, the model's facts or a catalog to
     resolve them from ``model`` (default: the built-in catalog); ``reserve_ratio``, the budget's
     safety reserve; ``calibration``; ``mode``; ``summary_marker``, how summary checkpoints are
-    recognised (default: the pipeline's, :meth:`Pipeline.marker`).
+    recognised (default: the pipeline's, :meth:`Pipeline.marker`); ``window_source``, where the
+    window in ``facts`` came from, for the report (the edge knows a learned or discovered one;
+    default: the catalog's own answer, or ``given`` for bare facts).
     """
 
     messages: Sequence[Message]
@@ -178,6 +200,26 @@ class CompactionRequest:
     calibration: Calibration | None = None
     mode: Mode = Mode.NORMAL
     summary_marker: SummaryMarker | None = None
+    window_source: str | None = None
+
+
+def request_budget(request: CompactionRequest, facts: ModelFacts) -> Budget:
+    """The budget of ``request`` for the model ``facts`` (one rule, see :mod:`.budget`)."""
+    source = request.window_source
+    if source is None:
+        catalog = request.facts
+        source = (
+            (catalog or ModelCatalog()).window_source(request.model)
+            if not isinstance(catalog, ModelFacts)
+            else "given"
+        )
+    return compute_budget(
+        facts,
+        max_completion_tokens=request.max_completion_tokens,
+        max_tokens=request.max_tokens,
+        reserve_ratio=request.reserve_ratio,
+        window_source=source,
+    )
 
 
 def compact(request: CompactionRequest) -> CompactionResult:
@@ -208,12 +250,7 @@ async def compact_async(
         tokenizer = tokenizer.get(model_facts.encoding)
     calibration = request.calibration or Calibration()
     marker = request.summary_marker if request.summary_marker is not None else pipeline.marker()
-    budget = compute_budget(
-        model_facts,
-        max_completion_tokens=request.max_completion_tokens,
-        max_tokens=request.max_tokens,
-        reserve_ratio=request.reserve_ratio,
-    )
+    budget = request_budget(request, model_facts)
     view = build_view(request.messages, tokenizer, summary_marker=marker)
     draft = Draft(
         view,
@@ -225,7 +262,14 @@ async def compact_async(
     )
     tokens_before = draft.prompt_tokens
     metrics_before = draft.metrics()
-    ctx = StrategyContext(force=request.mode is Mode.FORCE, summarizer=summarizer, model=model)
+    pin_summaries(draft)
+    carry_user_messages(draft, pipeline.carry_user_share)
+    ctx = StrategyContext(
+        force=request.mode is Mode.FORCE,
+        summarizer=summarizer,
+        model=model,
+        min_saving=math.ceil(pipeline.min_saving * budget.limit),
+    )
 
     reports = await run_sequence_async(
         pipeline.strategies,
@@ -247,15 +291,28 @@ async def compact_async(
             settled = await run_strategy_async(strategy, draft, ctx)
             if settled.changed:
                 reports.append(settled)
+    if pipeline.fallback and draft.over_budget() and draft.unpin(GroupKind.USER):
+        released = await run_strategy_async(FallbackTruncation(), draft, StrategyContext())
+        fallback_report = _merged(fallback_report, released, "carried user messages released")
     last_resort = None
     trim = OversizedResultTrim()
     if trim.should_run(draft, StrategyContext()):
         last_resort = await run_strategy_async(trim, draft, StrategyContext())
+    unforwarded: list[StrategyFailure] = []
+    if pipeline.fallback and draft.over_budget():
+        summaries = [
+            (draft.message(g.first), g.token_count) for g in draft.unpin(GroupKind.SUMMARY)
+        ]
+        if summaries:
+            released = await run_strategy_async(FallbackTruncation(), draft, StrategyContext())
+            fallback_report = _merged(fallback_report, released, "summaries released")
+            unforwarded = _gone(draft, summaries)
     warnings: list[str] = []
     ran = tuple(r for r in (*reports, fallback_report, last_resort) if r is not None)
     for strategy_report in ran:
         warnings.extend(strategy_report.warnings)
     warnings.extend(failure_warnings([r for top in ran for r in top.walk()]))
+    warnings.extend(f"{f.strategy}: {f.message}" for f in unforwarded)
     if draft.over_budget():
         tokens_now = calibration.apply(draft.prompt_tokens)
         if any(True for _ in draft.removable()):
@@ -284,6 +341,7 @@ async def compact_async(
         fallback=fallback_report,
         warnings=tuple(warnings),
         last_resort=last_resort,
+        unforwarded=tuple(unforwarded),
     )
     return CompactionResult(
         messages=out if changed else list(request.messages),
@@ -336,9 +394,42 @@ def _report(
         output_reserve=budget.output_reserve,
         safety_reserve=budget.safety_reserve,
         budget=budget.limit,
+        budget_sources=budget.sources(),
         calibration=calibration.effective,
         **figures,
     )
+
+
+def _merged(first: StrategyReport | None, then: StrategyReport, note: str) -> StrategyReport:
+    """One fallback report for the fallback and the run after a release of pins."""
+    then = replace(then, notes=(note, *then.notes))
+    if first is None:
+        return then
+    return replace(
+        first,
+        fired=True,
+        changed=first.changed or then.changed,
+        tokens_after=then.tokens_after,
+        groups_affected=first.groups_affected + then.groups_affected,
+        messages_affected=first.messages_affected + then.messages_affected,
+        notes=(*first.notes, *then.notes),
+        warnings=(*first.warnings, *then.warnings),
+    )
+
+
+def _gone(draft: Draft, summaries: Sequence[tuple[Message, int]]) -> list[StrategyFailure]:
+    """The released summaries the fallback dropped: paid for and not forwarded."""
+    present = {id(m) for m in draft.project()}
+    return [
+        StrategyFailure(
+            "summarization",
+            "discarded",
+            f"a summary of {tokens} tokens was made and not forwarded: the system messages, "
+            "the newest user message and the newest step leave no room for it",
+        )
+        for message, tokens in summaries
+        if id(message) not in present
+    ]
 
 
 def firing_point(pipeline: Pipeline, metrics: Metrics) -> int | None:

@@ -7,7 +7,7 @@ metrics count from it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -100,14 +100,25 @@ class CompactionReport:
     warnings: tuple[str, ...] = ()
     last_resort: StrategyReport | None = None
     """The oversized-result trim, when it ran (nothing else was left and it still did not fit)."""
+    unforwarded: tuple[StrategyFailure, ...] = ()
+    """Work the proxy paid for that did not reach the model (a summary the budget left no room
+    for; reason ``discarded``).  The strategy is then not named in :attr:`changed_by`, the
+    warnings say it, and the summarizer outcome is counted as ``discarded``."""
+    budget_sources: Mapping[str, Any] = field(default_factory=dict)
+    """Where the budget's parts came from: ``window_source``, ``output_source``,
+    ``reserve_ratio`` (see :class:`~.budget.Budget`)."""
 
     @property
     def changed_by(self) -> tuple[str, ...]:
         """Names of the strategies that changed something, in order (a header value).
 
-        Nested pipelines are looked into: the header names what acted, not its container.
+        Nested pipelines are looked into: the header names what acted, not its container.  A
+        strategy whose paid work did not reach the model (:attr:`unforwarded`) is not named.
         """
-        return tuple(r.name for r in self.walk() if r.changed and not r.children)
+        lost = {f.strategy for f in self.unforwarded}
+        return tuple(
+            r.name for r in self.walk() if r.changed and not r.children and r.name not in lost
+        )
 
     def walk(self) -> Iterator[StrategyReport]:
         """Every strategy report, nested ones included, then the fallback's and the last
@@ -143,6 +154,7 @@ class CompactionReport:
                 "output_reserve": self.output_reserve,
                 "safety_reserve": self.safety_reserve,
                 "limit": self.budget,
+                **self.budget_sources,
             },
             "calibration": self.calibration,
             "tokens_before": self.tokens_before,
@@ -154,4 +166,5 @@ class CompactionReport:
             "last_resort": self.last_resort.to_dict() if self.last_resort else None,
             "warnings": list(self.warnings),
             "failures": [f._asdict() for f in self.failures],
+            "unforwarded": [f._asdict() for f in self.unforwarded],
         }

@@ -31,7 +31,11 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from .carry import DEFAULT_CARRY_SHARE
 from .triggers import Condition, TokenRatio, parse_condition, parse_target
+
+DEFAULT_MIN_SAVING = 0.02
+"""``compaction.min_saving``: 2 % of the budget (see compaction_proxy/compaction/churn.py)."""
 
 
 def _trigger(value: object) -> Condition:
@@ -178,7 +182,9 @@ class SummarizationSettings(_CamelModel):
     # Our addition: a second, lower threshold. A request that crosses it goes upstream as it
     # is while the summary its trigger will need is made in the background; when the trigger
     # fires, that prepared summary is used and the request does not wait. ``false``: off.
-    prepare: PrepareField = TokenRatio(0.6)
+    # 0.7: two thirds of the way from the landing point (0.5) to the trigger (0.8). Lower, a
+    # summary is prepared right after every event and small windows pay one call per event.
+    prepare: PrepareField = TokenRatio(0.7)
     # Unused prepared summaries expire after this long (a conversation that stopped growing).
     prepare_ttl: int = Field(default=1800, ge=10, le=86_400)
     # Background summaries in flight per process; the oldest is dropped for a new one.
@@ -432,7 +438,8 @@ class CompactionSettings(_Model):
     entry acted the later ones run towards ``stop_when`` whatever their own trigger says.
     ``stop_when`` and ``hysteresis`` need ``early_stop`` (a plain pipeline has neither).
     ``fallback_truncation``: the proxy's own guarantee that the request fits, whatever the
-    composition.
+    composition. ``carry_user_messages`` and ``min_saving`` apply to every pipeline, configured
+    or default (see :mod:`.carry` and :mod:`.churn`).
     """
 
     enabled: bool = True
@@ -441,6 +448,13 @@ class CompactionSettings(_Model):
     early_stop: bool | None = None
     hysteresis: bool | None = None
     fallback_truncation: bool = True
+    # Our addition: when old turns are folded (summarized, or dropped by a sliding window or a
+    # truncation), their user messages stay verbatim, newest first, while together they fit
+    # this share of the budget (compaction_proxy/compaction/carry.py); 0: none are carried.
+    carry_user_messages: float = Field(default=DEFAULT_CARRY_SHARE, ge=0, le=0.5)
+    # Our addition: a strategy whose work saves less than this share of the budget is undone,
+    # so the forwarded prefix (and the upstream's prompt cache) stays; 0: every change is kept.
+    min_saving: float = Field(default=DEFAULT_MIN_SAVING, ge=0, lt=1)
     calibration: CalibrationSettings = CalibrationSettings()
     tokenizer: TokenizerSettings = TokenizerSettings()
 

@@ -38,6 +38,9 @@ class SummaryRequest:
     an earlier strategy made up may follow in their current form); ``None``: not available
     (the edge may find it itself).  ``tools``: the request's ``tools``, as sent;
     ``None``: not available or none.
+    ``max_tokens``: the most tokens the summary may have, from the budget it must fit (the
+    summarizer's output limit is the smaller of this and its own ``maxSummaryTokens``);
+    ``None``: only the summarizer's own limit.
     """
 
     messages: tuple[dict[str, Any], ...]
@@ -45,6 +48,7 @@ class SummaryRequest:
     model: str
     prefix: tuple[dict[str, Any], ...] | None = None
     tools: tuple[dict[str, Any], ...] | None = None
+    max_tokens: int | None = None
 
 
 class SummaryError(Exception):

@@ -40,7 +40,7 @@ from compaction_proxy.compaction import (
     compact_async,
     compute_budget,
 )
-from compaction_proxy.compaction.pipeline import unchanged_result
+from compaction_proxy.compaction.pipeline import request_budget, unchanged_result
 from compaction_proxy.compaction.prompt_bound import prompt_bound
 from compaction_proxy.compaction.tokens import EnvelopeTokenizer
 from compaction_proxy.config import Settings
@@ -164,6 +164,7 @@ class Compactor:
         summarizer: Summarizer | None = None,
         context_window: int | None = None,
         anticipate: int = 0,
+        window_source: str | None = None,
     ) -> CompactionResult:
         """Compact a validated chat body.
 
@@ -178,9 +179,14 @@ class Compactor:
 
         `anticipate`: tokens of growth to compact for as if they were already there (a
         summary prepared ahead of its trigger, compaction_proxy/summaries/prepare.py); 0 otherwise.
+
+        `window_source`: where `context_window` came from (compaction_proxy/windows.py), for
+        the report; None: the catalog says (config, builtin or default).
         """
         if size_hint < _INLINE_BYTES:
-            return await self._run(body, mode, summarizer, context_window, anticipate)
+            return await self._run(
+                body, mode, summarizer, context_window, anticipate, window_source
+            )
         quiet_checked = False
         if (
             size_hint < _QUIET_INLINE_BYTES
@@ -190,7 +196,9 @@ class Compactor:
         ):
             # Most requests of an agent session fire nothing: their quiet check (cached
             # counts) costs less than the hop to the thread, and stays here.
-            quiet, _ = self._quiet_result(self._request(body, mode, context_window, anticipate))
+            quiet, _ = self._quiet_result(
+                self._request(body, mode, context_window, anticipate, window_source)
+            )
             if quiet is not None:
                 return quiet
             quiet_checked = True
@@ -202,7 +210,15 @@ class Compactor:
             )
         here = on_main_loop(summarizer, asyncio.get_running_loop())
         return await self.offload.run(
-            self._run(body, mode, here, context_window, anticipate, quiet_checked=quiet_checked)
+            self._run(
+                body,
+                mode,
+                here,
+                context_window,
+                anticipate,
+                window_source,
+                quiet_checked=quiet_checked,
+            )
         )
 
     async def _run(
@@ -212,10 +228,11 @@ class Compactor:
         summarizer: Summarizer | None,
         context_window: int | None,
         anticipate: int,
+        window_source: str | None,
         *,
         quiet_checked: bool = False,
     ) -> CompactionResult:
-        request = self._request(body, mode, context_window, anticipate)
+        request = self._request(body, mode, context_window, anticipate, window_source)
         # (The debug log wants the view's groups: no quiet path then.)
         if mode is Mode.NORMAL and not self.debug and not quiet_checked:
             quiet, request = self._quiet_result(request)
@@ -246,15 +263,13 @@ class Compactor:
         assert isinstance(facts, ModelFacts | ModelCatalog)
         model_facts = facts if isinstance(facts, ModelFacts) else facts.facts_for(request.model)
         tokenizer = self.tokenizers.get(model_facts.encoding)
-        request = replace(request, facts=model_facts, tokenizer=tokenizer)
+        source = request.window_source
+        if source is None and isinstance(facts, ModelCatalog):
+            source = facts.window_source(request.model)  # said before the facts are resolved
+        request = replace(request, facts=model_facts, tokenizer=tokenizer, window_source=source)
         if not isinstance(tokenizer, EnvelopeTokenizer):
             return None, request
-        budget = compute_budget(
-            model_facts,
-            max_completion_tokens=request.max_completion_tokens,
-            max_tokens=request.max_tokens,
-            reserve_ratio=request.reserve_ratio,
-        )
+        budget = request_budget(request, model_facts)
         limit = self._quiet.limit(request.pipeline, budget.limit)
         if limit is None:
             return None, request
@@ -267,18 +282,14 @@ class Compactor:
     def facts_for(self, model: str, context_window: int | None = None) -> ModelFacts:
         """The catalog's facts for `model`, with `context_window` in place of its window.
 
-        The default output reserve shrinks with the window, to at most a quarter of it: an
-        unknown local model learned to have 4,096 tokens would otherwise keep the default
-        4,096-token reserve, leaving no prompt budget (and no room for a summary).
+        The output reserve is not adjusted here: the budget's one rule
+        (compaction_proxy/compaction/budget.py) bounds it by whatever window is used, so a
+        window learned from a refusal gets the reserve a declared one of the same size gets.
         """
         facts = self.catalog.facts_for(model)
         if context_window is None or context_window == facts.context_window:
             return facts
-        return replace(
-            facts,
-            context_window=context_window,
-            max_output_tokens=min(facts.max_output_tokens, max(1, context_window // 4)),
-        )
+        return replace(facts, context_window=context_window)
 
     def output_reserve(self, body: Mapping[str, Any], context_window: int | None = None) -> int:
         """The completion budget the request's prompt budget leaves room for."""
@@ -294,6 +305,7 @@ class Compactor:
         mode: Mode,
         context_window: int | None = None,
         anticipate: int = 0,
+        window_source: str | None = None,
     ) -> CompactionRequest:
         model: str = body["model"]
         tools = body.get("tools") or body.get("functions")
@@ -309,6 +321,7 @@ class Compactor:
             reserve_ratio=self.settings.summarization.reserve_ratio,
             calibration=replace(self.calibration_for(model), offset=anticipate),
             mode=mode,
+            window_source=window_source if context_window is not None else None,
         )
 
     def calibrate(self, model: str, reported: int, counted: int) -> None:

@@ -147,6 +147,7 @@ class CompactionFlow:
         upstream_name: str,
         persist: bool = True,
         context_window: int | None = None,
+        window_source: str | None = None,
         calls: SummaryCalls | None = None,
         summarize: bool = True,
         summary_prefix: bool = True,
@@ -160,7 +161,8 @@ class CompactionFlow:
         summarizer may spend an operator's key for this caller (by default it may not: the
         edge says who was let in, compaction_proxy/admission.py).
         `context_window`: the window to budget for, when not the catalog's
-        (compaction_proxy/windows.py); it is part of the checkpoint namespace. `calls`: the
+        (compaction_proxy/windows.py); it is part of the checkpoint namespace; `window_source`:
+        where it came from (the report says). `calls`: the
         request's log of summarizer HTTP calls (the request's telemetry counts them when it ends);
         None: counted as they happen.
         `summarize`: False keeps the summarizer out (a local preview, `compact --no-summarize`).
@@ -207,9 +209,15 @@ class CompactionFlow:
             size_hint=size_hint,
             summarizer=probe or summarizer,
             context_window=context_window,
+            window_source=window_source,
         )
         prepared = "none" if key is None else preparer.state(key)
         used = probe.found if probe is not None else None
+        if probe is not None and not probe.looked and result.changed:
+            # The trigger fired and the strategies before summarization reached the target:
+            # a summary prepared for this moment was paid for; it is used rather than left to
+            # expire (and it puts the next event further away). No waiting for a job here.
+            used = await self.preparer.find(namespace, lookup)
         if used is not None:
             # The trigger fired and a summary was made ahead of time: continue from it (the
             # first run stopped at the summarizer and is discarded).
@@ -223,6 +231,7 @@ class CompactionFlow:
                 size_hint=size_hint,
                 summarizer=summarizer,
                 context_window=context_window,
+                window_source=window_source,
             )
         if summarizer is not None and any(
             failure.reason == "not_shorter" for failure in result.report.failures

@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 
 __all__ = ["AFTER_OK_CALL", "final_outcomes"]
 
-AFTER_OK_CALL = frozenset({"not_shorter", "empty", "error"})
-"""Outcomes the strategy may report after an HTTP call that itself succeeded."""
+AFTER_OK_CALL = frozenset({"not_shorter", "empty", "error", "discarded"})
+"""Outcomes the strategy may report after an HTTP call that itself succeeded (``discarded``:
+the summary was made and then not forwarded, see ``CompactionReport.unforwarded``)."""
 
 
 def final_outcomes(calls: Sequence[str], failures: Iterable[StrategyFailure]) -> list[str]:

@@ -196,7 +196,8 @@ class Telemetry:
             if ctx.compaction_seconds is not None:
                 m.compaction_seconds.observe(ctx.compaction_seconds)
             if report is not None:
-                failures = report.failures
+                # A summary made and then not forwarded counts as `discarded`, not `ok`.
+                failures = (*report.failures, *report.unforwarded)
             calls = ctx.summarizer_calls
             outcomes = self._count_summaries(calls.outcomes if calls is not None else (), failures)
             failed = [o for o in outcomes if o != "ok"]

@@ -385,6 +385,11 @@ class PreparedProbe:
         self._looked = False
         self.found: Lookup | None = None
 
+    @property
+    def looked(self) -> bool:
+        """Whether the pipeline asked for a summary (and so the store was looked in)."""
+        return self._looked
+
     async def summarize(self, request: SummaryRequest) -> str:
         if not self._looked:
             self._looked = True

@@ -299,6 +299,7 @@ class HttpSummarizer:
         upstream: UpstreamSettings,
         window: SummarizerWindow,
         tokenizer: Tokenizer,
+        note: str = "",
     ) -> list[dict[str, Any]] | None:
         """The prefix-form messages for ``request``, or ``None`` for the transcript form."""
         mode = self._settings.reuse_prefix
@@ -312,7 +313,7 @@ class HttpSummarizer:
             not self._same_upstream_and_model(request.model, upstream) or has_binary(prefix)
         ):
             return None
-        final = instruction(self.prompts, request.previous_summary)
+        final = instruction(self.prompts, request.previous_summary) + note
         if not fits(prefix, request.tools, final, window, tokenizer):
             log.info("summary call: the request's prefix does not fit the summarizer's window")
             return None
@@ -328,6 +329,12 @@ class HttpSummarizer:
             limit = min(
                 DEFAULT_MAX_SUMMARY_TOKENS, facts.max_output_tokens or DEFAULT_MAX_SUMMARY_TOKENS
             )
+        # The budget the summary must fit bounds it too (the core's `max_tokens`): the model is
+        # told, so it writes a shorter checkpoint rather than being cut at the limit.
+        note = ""
+        if request.max_tokens is not None and 0 < request.max_tokens < limit:
+            limit = request.max_tokens
+            note = length_note(limit)
         tokenizer = self._tokenizer_for(model)
         count = tokenizer.count_text
         window = SummarizerWindow(facts.context_window, limit)
@@ -335,10 +342,10 @@ class HttpSummarizer:
         off_loop = len(request.messages) + len(request.prefix or ()) >= OFF_LOOP_MESSAGES
         if off_loop:
             messages = await asyncio.to_thread(
-                self._prefix_messages, request, upstream, window, tokenizer
+                self._prefix_messages, request, upstream, window, tokenizer, note
             )
         else:
-            messages = self._prefix_messages(request, upstream, window, tokenizer)
+            messages = self._prefix_messages(request, upstream, window, tokenizer, note)
         if messages is not None:
             extra: dict[str, Any] = {}
             context = self._request
@@ -363,7 +370,10 @@ class HttpSummarizer:
             )
 
         async def call(system: str, user: str) -> str:
-            messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+            messages = [
+                {"role": "system", "content": system + note},
+                {"role": "user", "content": user},
+            ]
             return await self._complete(upstream, model, limit, messages, count)
 
         return await fold(chunks, request.previous_summary, self.prompts, call)
@@ -459,6 +469,14 @@ class HttpSummarizer:
         if upstream.api_key is not None:
             return f"Bearer {upstream.api_key.get_secret_value()}"
         return self._authorization
+
+
+def length_note(limit: int) -> str:
+    """What the summarizer is told when the budget bounds the checkpoint below its own limit."""
+    return (
+        f"\n\nThe checkpoint must fit in {limit} tokens: it shares a small context window, "
+        "so keep every section short and drop what matters least first."
+    )
 
 
 def _split_parameters(

@@ -64,7 +64,7 @@ def test_overrides_by_name_and_glob_merge_over_builtins() -> None:
     )
     assert catalog.facts_for("gpt-4o") == ModelFacts(64_000, 16_384, "o200k_base")
     assert catalog.facts_for("gpt-4o-mini").context_window == 128_000
-    assert catalog.facts_for("llama-3") == ModelFacts(8_000, 4_096, "cl100k_base")
+    assert catalog.facts_for("llama-3") == ModelFacts(8_000, None, "cl100k_base")
     assert catalog.facts_for("exact") == ModelFacts(1000, 100, "cl100k_base")
 
 
@@ -107,3 +107,50 @@ def test_known_windows_tell_a_known_window_from_the_default_guess() -> None:
     assert catalog.known_windows("openai/gpt-4o-2024-08-06") == (None, 128_000)
     assert catalog.known_windows("mystery-model") == (None, None)
     assert catalog.facts_for("mystery-model").context_window == 99_999  # the guess
+
+
+# ---------------------------------------------------------------- one output-reserve rule
+
+
+@pytest.mark.parametrize(
+    ("window", "reserve"), [(4_096, 1_024), (8_192, 2_048), (16_384, 4_096), (131_072, 4_096)]
+)
+def test_default_reserve_is_a_quarter_of_the_window_at_most_4096(window: int, reserve: int) -> None:
+    budget = compute_budget(ModelFacts(window, None), reserve_ratio=0.05)
+    assert (budget.output_reserve, budget.output_source) == (reserve, "default")
+
+
+def test_a_declared_8k_window_without_max_output_reserves_the_default() -> None:
+    """Issue 19 item 2: a declared 8,192 window with no `max_output_tokens` used to reserve
+    4,096 (budget 3,687) while the same window learned from a refusal reserved 2,048."""
+    declared = ModelCatalog({"acc-8k": FactsOverride(context_window=8_192)}).facts_for("acc-8k")
+    budget = compute_budget(declared, reserve_ratio=0.05, window_source="config")
+    assert (budget.output_reserve, budget.safety_reserve, budget.limit) == (2_048, 409, 5_735)
+    learned = ModelCatalog().facts_for("acc-8k")  # unknown model, window from elsewhere
+    same = compute_budget(
+        ModelFacts(8_192, learned.max_output_tokens), reserve_ratio=0.05, window_source="learned"
+    )
+    assert same.limit == budget.limit
+    assert same.sources() == {
+        "window_source": "learned",
+        "output_source": "default",
+        "reserve_ratio": 0.05,
+    }
+
+
+def test_the_models_output_figure_then_the_requests_limit_win() -> None:
+    facts = ModelFacts(128_000, 16_384)
+    assert compute_budget(facts).output_source == "model"
+    assert compute_budget(facts).output_reserve == 16_384
+    # a window far below the model's own: at most half of it
+    assert compute_budget(ModelFacts(8_192, 16_384)).output_reserve == 4_096
+    asked = compute_budget(ModelFacts(8_192, None), max_tokens=500)
+    assert (asked.output_reserve, asked.output_source) == (500, "request")
+    assert compute_budget(facts, max_completion_tokens=0).output_reserve == 0
+
+
+def test_window_source_from_the_catalog() -> None:
+    catalog = ModelCatalog({"local-*": FactsOverride(context_window=16_384)})
+    assert catalog.window_source("local-x") == "config"
+    assert catalog.window_source("gpt-4o") == "builtin"
+    assert catalog.window_source("mystery") == "default"

@@ -82,7 +82,9 @@ def test_default_pipeline_fires_at_80_and_compacts_towards_50() -> None:
     assert names == ["context_pruning", "tool_result_compaction", "summarization", "truncation"]
     pruning, collapse, summarization, truncation = report.strategies
     assert pruning.fired and not pruning.changed  # results far below minPrunableToolChars
-    assert collapse.fired and collapse.changed
+    # collapsing 200-character results saves under 2 % of the budget: undone, the prefix stays
+    assert collapse.fired and not collapse.changed
+    assert any("under the minimum" in n for n in collapse.notes)
     # the synchronous compact has no summarizer: skipped with a note, nothing faked
     assert summarization.fired and not summarization.changed and not summarization.failed
     assert any("summarizer not available" in n for n in summarization.notes)
@@ -91,7 +93,7 @@ def test_default_pipeline_fires_at_80_and_compacts_towards_50() -> None:
     assert result.messages[0] == msgs[0]
     # the newest turn is intact
     assert result.messages[-4:] == msgs[-4:]
-    assert report.changed_by == ("tool_result_compaction", "truncation")
+    assert report.changed_by == ("truncation",)
 
 
 def test_output_is_idempotent_and_deterministic() -> None:
@@ -312,7 +314,8 @@ def test_token_budget_entry_from_settings_runs_children_then_its_fallback() -> N
                         {"strategy": "selective_tool_calls", "trigger": "never"},
                     ],
                 }
-            ]
+            ],
+            "min_saving": 0,  # the composition itself, not the minimum saving, is under test
         }
     )
     pipeline = build_pipeline(settings)
@@ -342,7 +345,8 @@ def test_token_budget_early_stop() -> None:
                         {"strategy": "truncation", "trigger": "always"},
                     ],
                 }
-            ]
+            ],
+            "min_saving": 0,  # the composition itself, not the minimum saving, is under test
         }
     )
     report = run(msgs, build_pipeline(settings), ModelFacts(10 * total, 0)).report

@@ -477,7 +477,15 @@ async def test_default_pipeline_runs_summarization_before_truncation() -> None:
     assert result.report.strategies[2].changed
     assert result.report.strategies[3].skipped == "early_stop"
     assert result.messages[0] is msgs[0] and is_summary(result.messages[1])
-    assert all(x is y for x, y in zip(result.messages[2:], msgs[-4:], strict=True))
+    # The folded turns' questions stay verbatim beside the summary, in order, newest first
+    # while they fit the carried share of the budget; they stay, so reaching the target takes
+    # folding every answer but the newest turn's (rather than truncation dropping two of them
+    # unsummarized).
+    assert all(x is y for x, y in zip(result.messages[-2:], msgs[-2:], strict=True))
+    carried = result.messages[2:-2]
+    assert carried and all(m["role"] == "user" and any(m is o for o in msgs) for m in carried)
+    assert carried == [m for m in msgs[1:-2] if m["role"] == "user"][-len(carried) :]
+    assert result.report.tokens_after <= 0.5 * result.report.budget
 
 
 # ------------------------------------------------------------------ settings
@@ -676,7 +684,10 @@ def estimated(strategy: SummarizationStrategy, folded: list[Any], kept: list[Any
     return TOK.count_messages(kept) + checkpoint_tokens + text
 
 
-async def test_many_turns_fold_only_the_oldest_ones_down_to_the_target() -> None:
+async def test_many_turns_fold_everything_before_the_retained_turns() -> None:
+    """Issue 19 item 6: a summary costs one call whatever it folds, so an event folds what
+    retainRecent allows (not the least that just reaches the target, which the next turn or
+    two would fire again)."""
     msgs = chat(20)  # 41 messages filling 0.9 of the budget; the target is 0.5
     facts = facts_for(msgs, 0.9)
     strategy = targeted(2)
@@ -684,23 +695,28 @@ async def test_many_turns_fold_only_the_oldest_ones_down_to_the_target() -> None
     result = await run_async(strategy, msgs, fake, facts=facts)
     assert result.changed
     (request,) = fake.calls
-    folded = len(request.messages)
-    assert list(request.messages) == msgs[1 : 1 + folded]  # the oldest turns, whole
-    assert folded % 2 == 0 and 0 < folded < 40 - 4
+    assert list(request.messages) == msgs[1:-4]  # every turn but the two retained, whole
     out = result.messages
     assert out[0] is msgs[0] and is_summary(out[1])
-    kept = out[2:]
-    assert len(kept) > 4  # more than retainRecent's two turns stay verbatim
-    assert all(x is y for x, y in zip(kept, msgs[1 + folded :], strict=True))
-    assert result.report.tokens_after <= 0.5 * result.report.budget
-    # The least folding cut: folding one turn fewer would not reach the target by the estimate.
-    budget = result.report.budget
-    assert estimated(strategy, msgs[1 : 1 + folded], [msgs[0], *kept]) <= 0.5 * budget
-    assert estimated(strategy, msgs[1 : folded - 1], [msgs[0], *msgs[folded - 1 :]]) > 0.5 * budget
+    assert all(x is y for x, y in zip(out[2:], msgs[-4:], strict=True))
+    assert result.report.tokens_after < 0.3 * result.report.budget  # far under the target
     # idempotent: the output is under the target, so the trigger does not fire again
     again = FakeSummarizer()
     assert not (await run_async(strategy, out, again, facts=facts)).changed
     assert again.calls == []
+
+
+async def test_retained_turns_over_the_target_shrink_to_the_newest_turn() -> None:
+    """What is kept verbatim shrinks first: when the two retained turns alone miss the target,
+    all but the newest turn is folded, rather than a later strategy dropping them unread."""
+    msgs = [s(), *chat(6)[1:-4], U("q1 " + "x" * 1500), A("a1 " + "y" * 1500), U("q2"), A("a2")]
+    facts = facts_for(msgs, 0.9)
+    fake = FakeSummarizer("the gist")
+    result = await run_async(targeted(2), msgs, fake, facts=facts)
+    (request,) = fake.calls
+    assert list(request.messages) == msgs[1:-2]
+    assert all(x is y for x, y in zip(result.messages[2:], msgs[-2:], strict=True))
+    assert result.report.tokens_after <= 0.5 * result.report.budget
 
 
 async def test_without_a_reachable_target_the_fold_goes_as_far_as_retention_allows() -> None:
@@ -723,22 +739,18 @@ async def test_force_folds_as_far_as_retention_allows() -> None:
     assert list(fake.calls[0].messages) == msgs[1:-4]
 
 
-async def test_a_long_agent_loop_folds_only_its_oldest_steps() -> None:
+async def test_a_long_agent_loop_folds_every_step_but_the_retained_ones() -> None:
     msgs = loop(30)  # 62 messages, one task and 30 steps
     facts = facts_for(msgs, 0.9)
     strategy = targeted(2)
     fake = FakeSummarizer("progress so far")
     result = await run_async(strategy, msgs, fake, facts=facts)
     (request,) = fake.calls
-    folded = len(request.messages)
-    assert list(request.messages) == msgs[2 : 2 + folded]  # the oldest steps, whole
-    assert folded % 2 == 0 and 0 < folded < 60 - 4
+    assert list(request.messages) == msgs[2:-4]  # every step but the two retained, whole
     out = result.messages
     assert out[0] is msgs[0] and out[1] is msgs[1]  # the task stays first
     assert out[2] == {"role": "user", "content": wrap_summary("progress so far")}
-    kept = out[3:]
-    assert len(kept) > 4  # more than the two retained steps
-    assert all(x is y for x, y in zip(kept, msgs[2 + folded :], strict=True))
+    assert all(x is y for x, y in zip(out[3:], msgs[-4:], strict=True))
     assert result.report.tokens_after <= 0.5 * result.report.budget
     again = FakeSummarizer()
     assert not (await run_async(strategy, out, again, facts=facts)).changed

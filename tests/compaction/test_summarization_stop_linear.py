@@ -33,14 +33,14 @@ from .summarizer_fakes import TOK
 from .test_properties import rich_conversations
 
 EXAMPLES = int(os.environ.get("PROPERTY_EXAMPLES", "300"))
-_ANCHORS = (GroupKind.USER, GroupKind.SUMMARY)
+_ANCHORS = (GroupKind.USER,)
 
 
 def projected_reach(stop: _TargetStop, folded: Sequence[Group]) -> bool:
     """The projection as written before the running tally: every sum taken anew."""
     draft, base = stop.draft, stop.base
     folded_tokens = sum(draft.group_tokens(g) for g in folded)
-    added = stop.overhead + stop.strategy.summary_estimate(folded_tokens)
+    added = stop.overhead + stop.strategy.summary_estimate(folded_tokens, stop.bound)
     per_turn: dict[int, int] = {}
     for group in folded:
         if group.turn:

@@ -1033,7 +1033,12 @@ def create_app(
 
     async def requests_route(request: Request) -> Any:
         if request.method == "DELETE":
+            # `?take=1`: the requests cleared, in the same step, so one arriving between a
+            # read and a clear is never lost.
+            taken = [recorded.to_json() for recorded in fake.requests]
             fake.requests.clear()
+            if request.query_params.get("take"):
+                return _json(taken)
             return _json({"cleared": True})
         return _json([recorded.to_json() for recorded in fake.requests])
 

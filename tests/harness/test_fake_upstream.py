@@ -344,3 +344,15 @@ def test_a_prompt_that_extends_an_earlier_one_reports_cached_tokens(
     other = direct.chat.completions.create(model="gpt-4o", messages=longer, tools=TOOLS)  # type: ignore[arg-type]
     assert other.usage is not None and other.usage.prompt_tokens_details is not None
     assert other.usage.prompt_tokens_details.cached_tokens == 0
+
+
+def test_take_reads_and_clears_in_one_step(direct: openai.OpenAI, upstream: UpstreamServer) -> None:
+    """What the session drivers count summarizer calls with: a request recorded between a
+    read and a clear was lost (a background summary call, miscounted)."""
+    for text in ("one", "two"):
+        direct.chat.completions.create(model="m", messages=[{"role": "user", "content": text}])
+    taken = upstream.take("/v1/chat/completions")
+    assert [r.json()["messages"][0]["content"] for r in taken] == ["one", "two"]
+    assert upstream.requests() == []
+    direct.chat.completions.create(model="m", messages=[{"role": "user", "content": "three"}])
+    assert [r.json()["messages"][0]["content"] for r in upstream.take()] == ["three"]

@@ -1,6 +1,6 @@
 """Summaries prepared ahead of time, through real processes (compaction_proxy/summaries/prepare.py).
 
-An agent loop is driven request by request through the prepare threshold (0.6 of the budget)
+An agent loop is driven request by request through the prepare threshold (0.6 of the budget here)
 to the trigger (0.8) and on, against a window-enforcing fake upstream whose summarizer takes
 2 s and whose model takes a little while too, as real ones do. With `prepare` the request on
 which compaction happens must not wait for the summarizer; the summarizer is still called once
@@ -101,11 +101,12 @@ def without_prepare(
 def test_compaction_turns_do_not_wait_for_the_summarizer(
     with_prepare: Session, without_prepare: Session
 ) -> None:
-    # Without prepare, every compaction turn waits for the 2 s summarizer: the reference.
-    assert without_prepare.events
-    assert all(s.seconds >= SUMMARIZER_DELAY_MS / 1000 for s in without_prepare.events)
-    # With it, each event continues from a summary made ahead of time...
-    events = with_prepare.events
+    # Without prepare, every turn that summarizes waits for the 2 s summarizer: the reference.
+    # (An event that only collapses old tool results calls no summarizer.)
+    assert without_prepare.summarized
+    assert all(s.seconds >= SUMMARIZER_DELAY_MS / 1000 for s in without_prepare.summarized)
+    # With it, each event that summarizes continues from a summary made ahead of time...
+    events = with_prepare.summarized
     assert len(events) >= 2
     assert all(s.prepared == "ready" for s in events), [(s.index, s.prepared) for s in events]
     # ...so it takes what an ordinary turn takes: far less than one summarizer call (a turn
@@ -127,8 +128,8 @@ def test_requests_between_the_thresholds_go_upstream_untouched(with_prepare: Ses
 def test_one_summarizer_call_per_compaction_event(
     with_prepare: Session, without_prepare: Session
 ) -> None:
-    assert without_prepare.summarizer_calls == len(without_prepare.events)
-    expected = len(with_prepare.events) + pending_at_end(with_prepare)
+    assert without_prepare.summarizer_calls == len(without_prepare.summarized)
+    expected = len(with_prepare.summarized) + pending_at_end(with_prepare)
     assert with_prepare.summarizer_calls == expected
 
 
@@ -181,10 +182,10 @@ def test_two_replicas_over_redis_prepare_each_summary_once(
     store = {"backend": "redis", "url": redis_url}
     replicas = [proxy_factory(prepare_config(upstream, store, prepare=True)) for _ in range(2)]
     session = _run(upstream, replicas)
-    assert len(session.events) >= 2
-    assert session.summarizer_calls == len(session.events) + pending_at_end(session)
+    assert len(session.summarized) >= 2
+    assert session.summarizer_calls == len(session.summarized) + pending_at_end(session)
     # Each replica used summaries the other may have made.
-    assert all(s.prepared == "ready" for s in session.events)
+    assert all(s.prepared == "ready" for s in session.summarized)
 
 
 def test_nothing_is_prepared_for_dry_runs_forced_runs_or_off(

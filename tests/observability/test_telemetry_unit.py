@@ -416,3 +416,19 @@ def test_the_calibration_column_is_weighted_by_tokens() -> None:
         telemetry.record_request(ctx, "POST", "/v1/chat/completions")
     (model,) = telemetry.snapshot()["models"]
     assert model["calibration"] == pytest.approx(150_007 / 100_010, abs=1e-4)
+
+
+def test_a_summary_made_and_not_forwarded_counts_as_discarded() -> None:
+    """Issue 19 item 1: paid for and dropped is reported as such, never as ``ok``."""
+    from dataclasses import replace
+
+    telemetry = Telemetry(Settings())
+    lost = StrategyFailure("summarization", "discarded", "a summary of 90 tokens was not sent")
+    report = replace(_report(changed=("summarization", "fallback_truncation")), unforwarded=(lost,))
+    assert report.changed_by == ("fallback_truncation",)
+    telemetry.record_request(_ctx(telemetry, report, ["ok"]), "POST", "/v1/chat/completions")
+    assert _summary_totals(telemetry) == {"discarded": 1}
+    data = telemetry.snapshot()
+    assert data["strategies"] == {"fallback_truncation": 1}
+    assert data["recent"][0]["summarizer_failures"] == ["discarded"]
+    assert data["summarizer"]["recent_failures"][0]["reason"] == "discarded"

@@ -31,7 +31,10 @@ def agent_conversation(steps: int, topic: str = "parser") -> list[dict[str, Any]
     ]
     for step in range(steps):
         if step % 2 == 1:
-            messages.append({"role": "assistant", "content": f"Progress after step {step}."})
+            # Long enough that collapsing old tool results alone (2 % of the budget each)
+            # does not reach the target: the event summarizes.
+            progress = f"Progress after step {step}: " + "checked the module and noted it. " * 20
+            messages.append({"role": "assistant", "content": progress})
             messages.append({"role": "user", "content": f"Good. Remember FACT-U{step}. Go on."})
             continue
         call_id = f"call_{topic}_{step}"

@@ -408,3 +408,21 @@ async def test_images_and_base64_never_reach_the_summarizer(
     assert len(request.content) < 10_000
     user = sent(route)[0]["messages"][1]["content"]
     assert "[image]" in user and "[binary data, " in user and "private" not in user
+
+
+async def test_the_budget_bounds_the_summary_below_max_summary_tokens(
+    mock: respx.MockRouter, client: httpx.AsyncClient
+) -> None:
+    """Issue 19 item 1: the core's ``max_tokens`` (a share of the budget the summary must fit)
+    lowers the output limit, and the model is told; a larger bound changes nothing."""
+    route = mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion())
+    summarizer = HttpSummarizer(summ(maxSummaryTokens=4096), upstreams(), client)
+    await summarizer.summarize(SummaryRequest(STRETCH, None, "gpt-4o", max_tokens=1_400))
+    body, _ = sent(route)
+    assert body["max_completion_tokens"] == 1_400
+    assert body["messages"][0]["content"].startswith(CHECKPOINT_PROMPT)
+    assert "must fit in 1400 tokens" in body["messages"][0]["content"]
+    await summarizer.summarize(SummaryRequest(STRETCH, None, "gpt-4o", max_tokens=9_000))
+    body, _ = sent(route)
+    assert body["max_completion_tokens"] == 4096
+    assert body["messages"][0]["content"] == CHECKPOINT_PROMPT

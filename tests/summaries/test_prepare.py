@@ -256,7 +256,7 @@ async def test_the_probe_stops_the_first_run_only_when_something_is_prepared() -
 def test_the_prepare_setting_takes_any_trigger_form_or_false() -> None:
     from compaction_proxy.compaction.triggers import TokenRatio, TokensExceed
 
-    assert SummarizationSettings().prepare == TokenRatio(0.6)
+    assert SummarizationSettings().prepare == TokenRatio(0.7)
     assert SummarizationSettings.model_validate({"prepare": False}).prepare is None
     ours = SummarizationSettings.model_validate({"prepare": {"tokens_exceed": 9000}})
     assert ours.prepare == TokensExceed(9000)

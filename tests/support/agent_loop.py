@@ -104,8 +104,7 @@ def run_loop(
             model=model, messages=conversation, tools=TOOLS
         )
         completion = raw.parse()
-        recorded = upstream.requests(CHAT)
-        upstream.clear()  # keeps each fetch small: the loop's bodies reach ~100 KB
+        recorded = upstream.take(CHAT)  # keeps each fetch small: the bodies reach ~100 KB
         summaries = [r for r in recorded if is_summarizer_text(r.text)]
         forwarded = [r.json() for r in recorded if not is_summarizer_text(r.text)]
         assert len(forwarded) == 1, f"step {index}: {len(forwarded)} forwarded requests"

@@ -92,6 +92,15 @@ class UpstreamServer(ServerProcess):
         recorded = [Recorded.from_json(item) for item in response.json()]
         return [r for r in recorded if path is None or r.path == path]
 
+    def take(self, path: str | None = None) -> list[Recorded]:
+        """What :meth:`requests` returns, cleared in the same step: a request that arrives
+        between reading and clearing (a background summary call) is counted next time, never
+        lost."""
+        response = self.client.delete("/_requests", params={"take": "1"})
+        response.raise_for_status()
+        recorded = [Recorded.from_json(item) for item in response.json()]
+        return [r for r in recorded if path is None or r.path == path]
+
     def last_request(self, path: str | None = None) -> Recorded:
         recorded = self.requests(path)
         assert recorded, f"the upstream received no request{f' on {path}' if path else ''}"

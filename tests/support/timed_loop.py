@@ -28,6 +28,7 @@ class Step:
     checkpoint: str
     prepared: str
     warnings: list[str]
+    strategies: str = ""
 
 
 @dataclass
@@ -40,6 +41,11 @@ class Session:
     @property
     def events(self) -> list[Step]:
         return [s for s in self.steps if s.checkpoint == "new"]
+
+    @property
+    def summarized(self) -> list[Step]:
+        """The events where summarization acted (others only collapsed or dropped)."""
+        return [s for s in self.events if "summarization" in s.strategies.split(",")]
 
     @property
     def ordinary(self) -> list[Step]:
@@ -77,8 +83,7 @@ def drive(
         )
         seconds = time.perf_counter() - started
         raw.parse()
-        recorded = upstream.requests(CHAT)
-        upstream.clear()
+        recorded = upstream.take(CHAT)  # read and cleared at once: no background call is lost
         forwarded = [r.json() for r in recorded if not is_summarizer_text(r.text)]
         summaries = [r for r in recorded if is_summarizer_text(r.text)]
         session.summarizer_calls += len(summaries)
@@ -92,6 +97,7 @@ def drive(
                 checkpoint=raw.headers.get("x-compaction-checkpoint", ""),
                 prepared=raw.headers.get("x-compaction-prepared", ""),
                 warnings=raw.headers.get_list("x-compaction-warning"),
+                strategies=raw.headers.get("x-compaction-strategies", ""),
             )
         )
         add_step(conversation, index, report)

@@ -121,8 +121,8 @@ def sized(compactor: Compactor, low: float, high: float) -> dict[str, Any]:
 
 
 async def test_past_the_prepare_threshold_the_view_is_built(compactor: Compactor) -> None:
-    """Between prepare (0.6) and trigger (0.8): the metrics reach `Preparer.wants`."""
-    body = sized(compactor, 0.6, 0.8)
+    """Between prepare (0.7) and trigger (0.8): the metrics reach `Preparer.wants`."""
+    body = sized(compactor, 0.7, 0.8)
     result = await compactor.run(body, Mode.NORMAL, size_hint=0)
     prepare = compactor.settings.summarization.prepare
     assert prepare is not None and result.metrics is not None
@@ -236,6 +236,6 @@ def sized_estimated(compactor: Compactor) -> dict[str, Any]:
     while True:
         body = agent_body(steps)
         report = compactor.run_sync(body, Mode.DRY_RUN).report
-        if report.tokens_before >= 0.65 * report.budget:
+        if report.tokens_before >= 0.72 * report.budget:
             return body
         steps += 1

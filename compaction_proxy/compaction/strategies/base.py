@@ -51,12 +51,15 @@ class StrategyContext:
     ``model``: the chat request's model (passed on in a summary request).
     ``engaged``: an earlier strategy of a hysteresis pipeline acted; this one runs towards
     its target even if its own trigger no longer fires (see ``Pipeline.hysteresis``).
+    ``min_saving``: the fewest tokens a strategy's work must save to be kept (see
+    :mod:`..churn`); 0: every change is kept.
     """
 
     force: bool = False
     summarizer: Summarizer | None = None
     model: str = ""
     engaged: bool = False
+    min_saving: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +83,9 @@ class Strategy(ABC):
     position_aged: ClassVar[bool] = False
     """True for a strategy whose decisions depend on where a message sits in the array (so a
     later drop can make it act again); the pipeline re-runs it on the final array."""
+    minimum_saving_applies: ClassVar[bool] = True
+    """False for a strategy whose work is paid for (a summary): it is kept whatever it saves
+    (see :mod:`..churn`)."""
 
     def __init__(
         self,

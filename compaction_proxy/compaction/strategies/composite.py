@@ -29,6 +29,7 @@ import dataclasses
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
+from ..churn import held_to_minimum, savepoint_for
 from ..draft import Draft
 from ..report import StrategyReport
 from ..triggers import Always, Condition, OverBudget, TokensExceed
@@ -71,9 +72,11 @@ async def run_strategy_async(
     if not strategy.should_run(draft, ctx):
         return skipped_report(strategy.name, tokens_before, "trigger")
     counters_before = draft.counters
+    point = savepoint_for(strategy, draft, ctx)
     outcome = await strategy.apply_async(draft, ctx)
-    delta = draft.counters - counters_before
     draft.commit()
+    outcome = held_to_minimum(draft, point, outcome, tokens_before, ctx)
+    delta = draft.counters - counters_before
     return StrategyReport(
         strategy.name,
         fired=True,

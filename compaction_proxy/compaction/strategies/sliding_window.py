@@ -13,7 +13,9 @@ Two shapes, after the two anchors:
 
 Either way system groups, the newest user message and the newest step are never touched, and
 groups are never split; the turn shape never drops part of a turn, so it leaves the running
-turn of an agent loop alone (the group shape counts its steps).
+turn of an agent loop alone (the group shape counts its steps), except that a carried user
+message (see compaction_proxy/compaction/carry.py) stays in place, verbatim, when the rest of
+its turn goes; a turn of which only that message is left no longer counts as a turn.
 """
 
 from __future__ import annotations
@@ -98,9 +100,12 @@ class SlidingWindowStrategy(Strategy):
         for turn in sorted(turns):
             if draft.metrics().turns <= keep or not self.keep_going(draft, ctx):
                 break
-            removable = [g for g in turns[turn] if not draft.is_protected(g)]
-            if len(removable) != len(turns[turn]):
+            if any(draft.is_fixed(g) for g in turns[turn]):
                 continue  # part of this turn is protected (the running turn): keep it whole
+            removable = [g for g in turns[turn] if not draft.is_protected(g)]
+            if not removable:
+                continue  # only a carried user message is left of this turn
+            # A carried user message stays where it is, verbatim; the rest of the turn goes.
             for group_index in removable:
                 draft.drop(group_index)
             dropped += 1

@@ -9,18 +9,18 @@ compaction event), and replaces the stretch with one message placed right after 
 
 Selection has two shapes.
 
-* **Turns** (LibreChat's ``retainRecent``, the default): keep at least the last
-  ``retain_turns`` user-led turns (default 2) verbatim and fold the oldest turns, as far as
-  needed to reach the target ("Stopping at the target" below) and at most everything between
-  the system block and the start of the first retained turn.  Cuts are made only at turn
+* **Turns** (LibreChat's ``retainRecent``, the default): keep the last ``retain_turns``
+  user-led turns (default 2) verbatim and fold everything between the system block and the
+  start of the first retained turn (fewer retained when that misses the target, see "Stopping
+  at the target" below).  Cuts are made only at turn
   boundaries (a user message), so a tool call is never separated from its results.
   ``retain_tokens`` caps the retained tail: while the retained turns exceed it, one turn fewer
   is retained, but never fewer than the newest turn.  ``retain_turns=0`` may fold everything
   except the newest turn (LibreChat: "summarize everything", with the newest turn always kept).
 * **Steps** (an agent loop: the newest turn holds more than ``retain_turns`` steps, so keeping
   whole turns cannot help): a step counts as a turn.  The newest ``retain_turns`` steps (at
-  least one, fewer while they exceed ``retain_tokens``) stay verbatim; the oldest steps, earlier
-  turns first, are folded (as far as the target needs, at most everything older) into one
+  least one, fewer while they exceed ``retain_tokens``) stay verbatim; everything older, earlier
+  turns first, is folded (down to the newest step when that misses the target) into one
   summary placed right after the task message ("progress so far"; see "Agent loops" in
   docs/architecture.md), or after the system block when only earlier turns are folded.  The
   task message is never folded.
@@ -44,10 +44,23 @@ folded); folding such a group also keeps the output a fixpoint when a later stra
 it.  ``minimum_preserved`` keeps the newest N non-system groups out of the stretch.
 Mid-conversation system/developer messages are never folded; they stay in place and are not sent to
 the summarizer.  Nothing happens (and the summarizer is not called) when the stretch holds nothing
-but an earlier summary, or, in the turn shape, when it holds neither a user message nor an earlier
-summary: only assistant/tool messages from before the first user message (a greeting, or what a
-truncation left of an older turn), which are not worth a call and would otherwise be folded again on
-the next run after a forced compaction.
+but an earlier summary, or, in the turn shape, when it holds no user message (a carried one counts):
+only assistant/tool messages from before the first user message, after an earlier summary or not (a
+greeting, or what a truncation left of an older turn), which are not worth a call and would
+otherwise be folded again on the next run after a forced compaction.
+
+Pins (see compaction_proxy/compaction/carry.py): an earlier summary in the stretch is pinned, and
+folded all the same (into the new one); a carried user message in the stretch stays where it is,
+verbatim, and is shown to the summarizer with the messages around it.  The new summary is pinned
+for the rest of the run, so no later strategy drops it.
+
+The summary's size: at most ``summary_share`` (a quarter) of the budget, less the wrapper
+(:meth:`SummarizationStrategy.summary_bound`), sent as ``SummaryRequest.max_tokens``.  When the
+summary is over that bound, or it and what stays do not fit the budget, more is folded into it
+(:meth:`SummarizationStrategy._deeper`: the older retained turns, then the older steps; never a
+carried user message, the task, the newest step or the ``minimum_preserved`` floor) by a further
+call with the summary so far as ``previous_summary`` (the update prompt), at most ``max_rounds``
+(3) calls in all.  A further call that fails keeps the summary before it.
 
 Rolling update: a summary checkpoint inside the stretch (a ``summary`` group of the view) is
 not sent as a message; its text, taken out of the wrapper, becomes the request's
@@ -70,18 +83,20 @@ pipeline's summary marker then recognises system-role checkpoints too
 
 Triggers and targets: the trigger is the configured one (the default pipeline's
 ``token_ratio: 0.8``; ``over_budget`` when none is configured; the message count rule in the
-group shape).  One summarizer call per compaction event.
+group shape).  One summarizer call per compaction event (more only to fold more, above).
 
-Stopping at the target (turn and step shapes): ``retain_turns``/``retain_tokens`` give the
-*minimum* kept, not the maximum.  Of the cuts the selection allows (turn boundaries; in an agent
-loop, step boundaries), the one folding least is chosen among those where the estimated result
--- everything kept plus one checkpoint -- no longer fires the strategy's target
-(:meth:`~.base.Strategy.effective_target`; the default pipeline's ``token_ratio: 0.5``).  The
-checkpoint is estimated as the empty wrapper plus :meth:`SummarizationStrategy.summary_estimate`:
-``summary_ratio`` (0.2) of the folded tokens, at least ``summary_floor_tokens`` (64), at most
-``summary_cap_tokens`` (2048, half the summarizer's default ``maxSummaryTokens``, which the core
-does not know).  When no cut reaches the target, or in force mode, or without a context (the
-bare :meth:`SummarizationStrategy.select`), the fold goes as far as the minimum retention allows.
+Stopping at the target (turn and step shapes): a summary costs one call whatever it folds, so
+the fold goes as far as ``retain_turns``/``retain_tokens`` allow and the next event is far away
+(a fold that only just reaches the target fires again a turn or two later).  When the estimated
+result of that fold -- everything kept plus one checkpoint -- still fires the strategy's target
+(:meth:`~.base.Strategy.effective_target`; the default pipeline's ``token_ratio: 0.5``), all but
+the newest turn (in an agent loop: step) is folded instead, so what is kept verbatim shrinks
+before a later strategy would drop it unsummarized; not for an ``always`` target, which no fold
+meets.  The checkpoint is estimated as the empty wrapper plus
+:meth:`SummarizationStrategy.summary_estimate`: ``summary_ratio`` (0.2) of the folded tokens, at
+least ``summary_floor_tokens`` (64), at most ``summary_cap_tokens`` (2048) and the bound.  In
+force mode, or without a context (the bare :meth:`SummarizationStrategy.select`), the fold goes
+as far as the retention allows.
 The output is then under the target, so the trigger does not fire on it again (idempotence);
 the prefix stays stable because the checkpoint, not the cut, is reused on later requests.  The
 group shape keeps the Agent Framework's semantics (``target_count``) and ignores the target.
@@ -98,9 +113,10 @@ from typing import Any, Literal, cast, get_args
 from ..draft import Draft, GroupState
 from ..messages import Message
 from ..summarizer import SummaryError, SummaryRequest
-from ..triggers import Condition, Metrics
+from ..triggers import Always, Condition, Metrics
 from ..view import CHECKPOINT_NOTE as CHECKPOINT_NOTE  # re-exported: the wrapper's closing note
 from ..view import SUMMARY_PREFIX, SUMMARY_SUFFIX, Group, GroupKind
+from ._tools import newest_non_system
 from .base import Strategy, StrategyContext, StrategyOutcome
 
 Placement = Literal["user", "system", "assistant"]
@@ -108,7 +124,10 @@ PLACEMENTS: tuple[str, ...] = get_args(Placement)
 
 SUMMARY_OPEN = SUMMARY_PREFIX + "\n"
 _EXACT_SUFFIX = SUMMARY_SUFFIX
-_TURN_ANCHORS = frozenset({GroupKind.USER, GroupKind.SUMMARY})
+_TURN_ANCHORS = frozenset({GroupKind.USER})
+"""A turn-shape stretch is worth a call only with a user message in it (a carried one counts):
+an earlier summary and the rest of a truncated turn after it are not (a summary is pinned, so
+that rest sits after it, and would be folded again on the next run)."""
 _ERROR_DETAIL_CHARS = 200
 DEFAULT_SUMMARY_RATIO = 0.2
 """Estimated summary size as a share of the tokens folded (see "Stopping at the target")."""
@@ -117,6 +136,12 @@ DEFAULT_SUMMARY_CAP_TOKENS = 2048
 ``maxSummaryTokens``; the core does not know the configured one)."""
 DEFAULT_SUMMARY_FLOOR_TOKENS = 64
 """Lower end of the estimated summary text: a small stretch still costs a sentence or two."""
+DEFAULT_SUMMARY_SHARE = 0.25
+"""The summary text may take at most this share of the budget (the summarizer's output limit
+is the smaller of ``maxSummaryTokens`` and this bound)."""
+DEFAULT_MAX_ROUNDS = 3
+"""Summarizer calls one event may make: the first, and two updates that fold more when the
+summary and what must stay do not fit the budget."""
 
 
 def wrap_summary(text: str) -> str:
@@ -144,6 +169,7 @@ class SummarizationStrategy(Strategy):
     """Fold older history into a summary checkpoint (see the module docstring)."""
 
     name = "summarization"
+    minimum_saving_applies = False  # a summary is paid for: whatever it saves is kept
 
     def __init__(
         self,
@@ -159,6 +185,8 @@ class SummarizationStrategy(Strategy):
         summary_ratio: float = DEFAULT_SUMMARY_RATIO,
         summary_cap_tokens: int = DEFAULT_SUMMARY_CAP_TOKENS,
         summary_floor_tokens: int = DEFAULT_SUMMARY_FLOOR_TOKENS,
+        summary_share: float = DEFAULT_SUMMARY_SHARE,
+        max_rounds: int = DEFAULT_MAX_ROUNDS,
     ) -> None:
         super().__init__(trigger=trigger, target=target, minimum_preserved=minimum_preserved)
         if retain_turns < 0:
@@ -175,6 +203,10 @@ class SummarizationStrategy(Strategy):
             raise ValueError("summary_ratio must be > 0 and < 1")
         if summary_floor_tokens < 0 or summary_cap_tokens < summary_floor_tokens:
             raise ValueError("summary estimate: need 0 <= floor <= cap")
+        if not 0 < summary_share <= 1:
+            raise ValueError("summary_share must be > 0 and <= 1")
+        if max_rounds < 1:
+            raise ValueError("max_rounds must be >= 1")
         self.retain_turns = retain_turns
         self.retain_tokens = retain_tokens
         self.target_count = target_count
@@ -183,6 +215,8 @@ class SummarizationStrategy(Strategy):
         self.summary_ratio = summary_ratio
         self.summary_cap_tokens = summary_cap_tokens
         self.summary_floor_tokens = summary_floor_tokens
+        self.summary_share = summary_share
+        self.max_rounds = max_rounds
 
     # ------------------------------------------------------------------ configuration
     @property
@@ -248,20 +282,26 @@ class SummarizationStrategy(Strategy):
         if position is None:
             return []
         if stop is not None:
-            # The least folding cut (oldest first) that reaches the target, if any.
-            earliest = stop.first_reaching(
-                non_system, [c.index for c in candidates[:position]], _index, anchored=True
-            )
-            if earliest is not None:
-                return self._fold_before(draft, non_system, candidates[earliest])
+            # A summary is paid for by the call, not by what it folds: fold what the retention
+            # allows, so the next event is far away (a fold that only just reaches the target
+            # fires again a turn or two later).  When even that misses the target, fold all but
+            # the newest turn: what is kept verbatim shrinks before a later strategy would drop
+            # it unsummarized.  Not for an ``always`` target, which no fold can meet.
+            earliest = position
+            if stop.reachable and not stop.reached(
+                self._fold_before(draft, non_system, candidates[position])
+            ):
+                earliest = len(candidates) - 1
+            return self._fold_before(draft, non_system, candidates[earliest])
         return self._fold_before(draft, non_system, candidates[position])
 
     def _fold_before(self, draft: Draft, non_system: list[Group], cut: Group) -> list[Group]:
         """What a cut at ``cut`` folds (empty when it is not worth a summarizer call)."""
-        folded = [g for g in non_system if g.index < cut.index and not draft.is_protected(g)]
+        stretch = [g for g in non_system if g.index < cut.index and not draft.is_fixed(g)]
+        folded = [g for g in stretch if _foldable(draft, g)]
         if all(g.kind is GroupKind.SUMMARY for g in folded):
             return []  # only an earlier summary (or nothing) before the cut
-        if not self.by_groups and not any(g.kind in _TURN_ANCHORS for g in folded):
+        if not self.by_groups and not any(g.kind in _TURN_ANCHORS for g in stretch):
             return []  # only what precedes the first turn (e.g. the rest of a truncated turn)
         return folded
 
@@ -289,20 +329,18 @@ class SummarizationStrategy(Strategy):
         if self.retain_tokens is not None:
             while len(kept) > 1 and sum(draft.group_tokens(g) for g in kept) > self.retain_tokens:
                 kept = kept[1:]
+        deepest = kept[-1]
         if self.minimum_preserved:
             floor = non_system[-self.minimum_preserved :]
             if floor[0].first < kept[0].first:
                 kept = [g for g in steps if g.first >= floor[0].first] or kept
-        if stop is not None:
-            # The least folding step boundary (oldest first) that reaches the target, if any;
-            # the first step's boundary folds only what precedes the task's turn.
-            earlier = steps[: steps.index(kept[0])]
-            earliest = stop.first_reaching(
-                non_system, [g.first for g in earlier], _first, anchored=False
-            )
-            if earliest is not None:
-                return _fold_steps_before(draft, non_system, earlier[earliest].first)
-        return _fold_steps_before(draft, non_system, kept[0].first)
+            deepest = next((g for g in steps if g.first >= floor[0].first), kept[0])
+        # As in the turn shape: the retained steps stay, unless they alone miss the target;
+        # then all but the newest step are folded (above any minimum_preserved floor).
+        retained = _fold_steps_before(draft, non_system, kept[0].first)
+        if stop is not None and stop.reachable and not stop.reached(retained):
+            return _fold_steps_before(draft, non_system, deepest.first)
+        return retained
 
     def _cut(self, draft: Draft, candidates: list[Group], non_system: list[Group]) -> int | None:
         """Position in ``candidates`` of the cut the minimum retention allows (the most folding
@@ -330,12 +368,21 @@ class SummarizationStrategy(Strategy):
                 position += 1
         return position
 
-    def summary_estimate(self, folded_tokens: int) -> int:
+    def summary_estimate(self, folded_tokens: int, bound: int | None = None) -> int:
         """Estimated tokens of the summary text for a stretch of ``folded_tokens`` (without the
         wrapper): ``summary_ratio`` of the stretch, at least ``summary_floor_tokens``, at most
-        ``summary_cap_tokens``."""
+        ``summary_cap_tokens`` and the run's ``bound`` (:meth:`summary_bound`)."""
         share = math.ceil(folded_tokens * self.summary_ratio)
-        return min(self.summary_cap_tokens, max(self.summary_floor_tokens, share))
+        cap = self.summary_cap_tokens if bound is None else min(self.summary_cap_tokens, bound)
+        return min(cap, max(self.summary_floor_tokens, share))
+
+    def summary_bound(self, draft: Draft) -> int:
+        """The most tokens the summary text may have in this run: ``summary_share`` of the
+        budget, less the wrapper, at least ``summary_floor_tokens`` (see "The summary's size"
+        in the module docstring)."""
+        overhead = draft.measure(self.summary_message("")).token_count
+        share = math.floor(draft.budget.limit * self.summary_share) - overhead
+        return max(self.summary_floor_tokens, share)
 
     # ------------------------------------------------------------------ running
     def apply(self, draft: Draft, ctx: StrategyContext) -> StrategyOutcome:
@@ -362,59 +409,136 @@ class SummarizationStrategy(Strategy):
                     f"checkpoint costs {overhead})",
                 ),
             )
+        marker = draft.summary_marker
+        if marker is None or not marker.matches(self.summary_message("")):
+            return _failed(
+                "error",
+                f"the pipeline's summary marker does not recognise {self.placement!r} "
+                "checkpoints; configure the placement through the pipeline",
+                0,
+            )
+        bound = self.summary_bound(draft)
         previous = [
             unwrap_summary(str(draft.message(g.first).get("content", "")))
             for g in folded
             if g.kind is GroupKind.SUMMARY
         ]
-        indices = sorted(i for g in folded if g.kind is not GroupKind.SUMMARY for i in g.members)
+        indices = _shown(draft, folded)
         request = SummaryRequest(
             messages=tuple(_as_dict(draft.message(i)) for i in indices),
             previous_summary="\n\n".join(previous) if previous else None,
             model=ctx.model,
+            max_tokens=bound,
         )
-        try:
-            text = await summarizer.summarize(request)
-        except SummaryError as error:
-            return _failed(error.reason, error.message, len(indices))
-        except Exception as error:  # a summarizer bug must not fail the request
-            detail = str(error)[:_ERROR_DETAIL_CHARS]
-            return _failed("error", f"summarizer raised {type(error).__name__}: {detail}", 0)
-        text = text.strip() if isinstance(text, str) else ""
-        if not text:
-            return _failed("empty", "the summarizer returned no text", len(indices))
-        message = self.summary_message(text)
-        marker = draft.summary_marker
-        if marker is None or not marker.matches(message):
-            return _failed(
-                "error",
-                f"the pipeline's summary marker does not recognise {self.placement!r} "
-                "checkpoints; configure the placement through the pipeline",
-                len(indices),
+        text: str | None = None
+        accepted = folded
+        shown = len(indices)
+        notes: list[str] = []
+        for round_number in range(1, self.max_rounds + 1):
+            try:
+                answer = await summarizer.summarize(request)
+            except SummaryError as error:
+                if text is None:
+                    return _failed(error.reason, error.message, shown)
+                notes.append(f"folding more failed ({error.reason}); the summary before is kept")
+                break
+            except Exception as error:  # a summarizer bug must not fail the request
+                detail = str(error)[:_ERROR_DETAIL_CHARS]
+                if text is None:
+                    return _failed(
+                        "error", f"summarizer raised {type(error).__name__}: {detail}", 0
+                    )
+                notes.append("folding more failed (error); the summary before is kept")
+                break
+            answer = answer.strip() if isinstance(answer, str) else ""
+            if not answer:
+                if text is None:
+                    return _failed("empty", "the summarizer returned no text", shown)
+                notes.append("folding more failed (empty); the summary before is kept")
+                break
+            text, accepted = answer, folded
+            new_tokens = draft.measure(self.summary_message(text)).token_count
+            if round_number == self.max_rounds or self._fits(draft, folded, new_tokens, bound):
+                break
+            more = self._deeper(draft, folded)
+            extra = _shown(draft, more)
+            if not extra:
+                break
+            # What must stay and the summary do not fit: fold more, into this summary.
+            folded = sorted([*folded, *more], key=_index)
+            shown += len(extra)
+            earlier = [
+                unwrap_summary(str(draft.message(g.first).get("content", "")))
+                for g in more
+                if g.kind is GroupKind.SUMMARY
+            ]
+            notes.append(
+                f"the summary ({new_tokens} tokens) and what stays did not fit the budget: "
+                f"folded {len(more)} more group(s) into it"
             )
+            request = SummaryRequest(
+                messages=tuple(_as_dict(draft.message(i)) for i in extra),
+                previous_summary="\n\n".join([*earlier, text]),
+                model=ctx.model,
+                max_tokens=bound,
+            )
+        assert text is not None
+        message = self.summary_message(text)
         new_tokens = draft.measure(message).token_count
+        old_tokens = sum(draft.group_tokens(g) for g in accepted)
         if new_tokens >= old_tokens:
             return _failed(
                 "not_shorter",
                 f"the summary ({new_tokens} tokens) is not shorter than what it would replace "
                 f"({old_tokens} tokens)",
-                len(indices),
+                shown,
             )
-        in_turn = any(draft.view.in_newest_turn(g) for g in folded)
-        for group in folded:
-            draft.drop(group)
-        if in_turn:
-            draft.insert_after_task([message])  # "progress so far": the task stays first
+        in_turn = any(draft.view.in_newest_turn(g) for g in accepted)
+        for group in accepted:
+            draft.drop(group, release=group.kind is GroupKind.SUMMARY)
+        if in_turn:  # "progress so far": the task stays first
+            draft.insert_after_task([message], paid_by=self.name)
         else:
-            draft.insert_after_system([message])
+            draft.insert_after_system([message], paid_by=self.name)
         kind = "updated the summary with" if previous else "summarized"
+        folded_groups = sum(1 for g in accepted if g.kind is not GroupKind.SUMMARY)
         return StrategyOutcome(
             changed=True,
             notes=(
-                f"{kind} {len(indices)} message(s) in {len(folded) - len(previous)} group(s): "
-                f"{old_tokens} -> {new_tokens} tokens",
+                f"{kind} {shown} message(s) in {folded_groups} group(s): "
+                f"{old_tokens} -> {new_tokens} tokens (at most {bound} allowed)",
+                *notes,
             ),
         )
+
+    def _fits(self, draft: Draft, folded: Sequence[Group], new_tokens: int, bound: int) -> bool:
+        """Whether folding ``folded`` into a checkpoint of ``new_tokens`` tokens keeps the
+        summary within its bound and the request within the budget."""
+        overhead = draft.measure(self.summary_message("")).token_count
+        if new_tokens - overhead > bound:
+            return False
+        after = draft.prompt_tokens - sum(draft.group_tokens(g) for g in folded) + new_tokens
+        return draft.calibration.apply(after) <= draft.budget.limit
+
+    def _deeper(self, draft: Draft, folded: Sequence[Group]) -> list[Group]:
+        """What to fold next when the summary and what stays do not fit: the older turns
+        still kept verbatim (all but the newest turn), else the older steps of the newest
+        turn; never the task, the newest step, a carried user message or the
+        ``minimum_preserved`` floor."""
+        view = draft.view
+        taken = {g.index for g in folded}
+        floor = newest_non_system(draft, self.minimum_preserved)
+        candidates = [
+            g
+            for g in draft.groups
+            if g.kind is not GroupKind.SYSTEM
+            and draft.is_kept(g)
+            and g.index not in taken
+            and g.index not in floor
+            and _foldable(draft, g)
+        ]
+        older = [g for g in candidates if not view.in_newest_turn(g)]
+        return older or [g for g in candidates if view.in_newest_turn(g)]
 
 
 class _TargetStop:
@@ -433,6 +557,11 @@ class _TargetStop:
         self.target = strategy.effective_target(ctx)
         self.base = draft.metrics()
         self.overhead = draft.measure(strategy.summary_message("")).token_count
+        self.bound = strategy.summary_bound(draft)
+        # Folding can meet the target (it is not ``always``): when no cut reaches it, the
+        # deepest one is taken, since the pipeline would otherwise drop what the summary left
+        # verbatim to get there.
+        self.reachable = not isinstance(self.target, Always)
         self.turn_live: dict[int, int] = {}
         for group in draft.groups:
             if group.turn and draft.state(group) is not GroupState.DROPPED:
@@ -473,11 +602,13 @@ class _TargetStop:
             while taken < len(non_system) and positions[taken] < cut:
                 group = non_system[taken]
                 taken += 1
-                if draft.is_protected(group):
+                if draft.is_fixed(group):
                     continue
+                anchor = anchor or group.kind in _TURN_ANCHORS
+                if not _foldable(draft, group):
+                    continue  # a carried user message: it stays where it is
                 tally.add(group)
                 worth = worth or group.kind is not GroupKind.SUMMARY
-                anchor = anchor or group.kind in _TURN_ANCHORS
             if worth and (anchor or not anchored) and tally.reached():
                 return number
         return None
@@ -491,14 +622,15 @@ class _TargetStop:
         anchored: bool,
     ) -> int | None:
         for number, cut in enumerate(cuts):
-            folded = [
+            stretch = [
                 g
                 for g, at in zip(non_system, positions, strict=True)
-                if at < cut and not self.draft.is_protected(g)
+                if at < cut and not self.draft.is_fixed(g)
             ]
+            folded = [g for g in stretch if _foldable(self.draft, g)]
             if all(g.kind is GroupKind.SUMMARY for g in folded):
                 continue
-            if anchored and not any(g.kind in _TURN_ANCHORS for g in folded):
+            if anchored and not any(g.kind in _TURN_ANCHORS for g in stretch):
                 continue
             if self.reached(folded):
                 return number
@@ -534,7 +666,7 @@ class _Tally:
     def reached(self) -> bool:
         stop = self.stop
         draft, base = stop.draft, stop.base
-        added = stop.overhead + stop.strategy.summary_estimate(self.tokens)
+        added = stop.overhead + stop.strategy.summary_estimate(self.tokens, stop.bound)
         remaining = base.messages
         projected: Metrics = replace(
             base,
@@ -562,10 +694,18 @@ def _first(group: Group) -> int:
 
 def _fold_steps_before(draft: Draft, non_system: list[Group], cut: int) -> list[Group]:
     """What a step-shape cut at message ``cut`` folds (the task is protected, so never)."""
-    folded = [g for g in non_system if g.first < cut and not draft.is_protected(g)]
+    folded = [g for g in non_system if g.first < cut and _foldable(draft, g)]
     if all(g.kind is GroupKind.SUMMARY for g in folded):
         return []  # only an earlier summary (or nothing) before the kept steps
     return folded
+
+
+def _foldable(draft: Draft, group: Group) -> bool:
+    """A group a summary may take in: not protected by the invariants, and not pinned unless
+    it is an earlier summary (a carried user message stays where it is, verbatim)."""
+    if draft.is_fixed(group):
+        return False
+    return not draft.is_pinned(group) or group.kind is GroupKind.SUMMARY
 
 
 def _is_turn_boundary(group: Group) -> bool:
@@ -603,6 +743,23 @@ def _non_system_messages(draft: Draft) -> int:
     return sum(
         g.message_count for g in draft.groups if g.kind is not GroupKind.SYSTEM and draft.is_kept(g)
     )
+
+
+def _shown(draft: Draft, groups: Sequence[Group]) -> list[int]:
+    """The message indices a summary of ``groups`` is made from: their members (an earlier
+    summary goes as ``previous_summary``), and the carried user messages among them, which
+    stay in place but tell the summarizer what was asked."""
+    indices = sorted(i for g in groups if g.kind is not GroupKind.SUMMARY for i in g.members)
+    if not indices:
+        return indices
+    low, high = indices[0], indices[-1]
+    carried = [
+        i
+        for g in draft.groups
+        if g.kind is GroupKind.USER and draft.is_pinned(g) and low < g.first < high
+        for i in g.members
+    ]
+    return sorted({*indices, *carried})
 
 
 def _as_dict(message: Message) -> dict[str, Any]:

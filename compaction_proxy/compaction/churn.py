@@ -1,0 +1,60 @@
+"""The minimum saving: a strategy that saves too little does not rewrite the prefix.
+
+Every change to the forwarded prefix costs the upstream's prompt cache and a new checkpoint, so
+a change must be worth it.  A strategy whose work saves fewer than ``StrategyContext.min_saving``
+tokens (the pipeline's ``min_saving`` share of the budget; 2 % by default in the configuration)
+is undone and reported as not changing anything, so a pipeline whose tool-result compaction
+would shave 7-30 tokens off every request leaves the prefix alone instead (see "What compaction
+may never do" in docs/architecture.md).
+
+The rule does not apply when the request is over budget before the strategy (a change is due
+anyway, and every saving spares later ones), to a strategy that paid for its work (a summary:
+:attr:`~.strategies.base.Strategy.minimum_saving_applies` is false), to a container (a nested
+pipeline: its children were each held to it), or where ``min_saving`` is 0 (the core's default;
+the fallback and the last resort run with it).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .strategies.base import StrategyContext, StrategyOutcome
+
+if TYPE_CHECKING:
+    from .draft import Draft, Savepoint
+    from .strategies.base import Strategy
+
+
+def savepoint_for(strategy: Strategy, draft: Draft, ctx: StrategyContext) -> Savepoint | None:
+    """A savepoint to undo ``strategy``'s run with, when the minimum applies to it."""
+    if ctx.min_saving <= 0 or not strategy.minimum_saving_applies or draft.over_budget():
+        return None
+    return draft.savepoint()
+
+
+def held_to_minimum(
+    draft: Draft,
+    point: Savepoint | None,
+    outcome: StrategyOutcome,
+    tokens_before: int,
+    ctx: StrategyContext,
+) -> StrategyOutcome:
+    """``outcome``, or the strategy's work undone (back to ``point``) when it saved too little.
+
+    ``draft`` is committed; ``tokens_before`` is its prompt count when the strategy started.
+    """
+    if point is None or not outcome.changed or outcome.children:
+        return outcome
+    saved = tokens_before - draft.prompt_tokens
+    if saved >= ctx.min_saving:
+        return outcome
+    draft.rollback(point)
+    return StrategyOutcome(
+        changed=False,
+        notes=(
+            *outcome.notes,
+            f"not applied: it saves {saved} token(s), under the minimum of {ctx.min_saving}, "
+            "so the prefix stays as it was",
+        ),
+        warnings=outcome.warnings,
+    )
