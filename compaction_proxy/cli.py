@@ -26,7 +26,7 @@ from compaction_proxy.config import (
     load_settings,
     override_server,
 )
-from compaction_proxy.errors import ProxyError
+from compaction_proxy.http import ProxyError
 
 if TYPE_CHECKING:
     from compaction_proxy.compaction import CompactionResult, Mode
@@ -235,8 +235,8 @@ async def _run_flow(
 
     Returns the result and what to say about the summarizer (its calls, or why there were none).
     """
-    from compaction_proxy.admission import ALLOWED
     from compaction_proxy.engine import build_flow
+    from compaction_proxy.http import ALLOWED
     from compaction_proxy.transport import plain_httpx_client
     from compaction_proxy.upstream import Router
 
@@ -282,9 +282,10 @@ async def _run_flow(
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from compaction_proxy import client_limits, preflight
+    from compaction_proxy import preflight
     from compaction_proxy.app import create_app
-    from compaction_proxy.http_protocol import FIELD_LIMIT_ENV
+    from compaction_proxy.http import client_limits
+    from compaction_proxy.http.protocol import FIELD_LIMIT_ENV
     from compaction_proxy.logs import configure_logging, logging_config
 
     settings = load_settings(args.config)
@@ -304,7 +305,7 @@ def _serve(args: argparse.Namespace) -> int:
         "port": server.port,
         "loop": "uvloop",
         # httptools with bounded headers (431 past server.max_header_bytes / _field_bytes)
-        "http": "compaction_proxy.http_protocol:BoundedHttpToolsProtocol",
+        "http": "compaction_proxy.http.protocol:BoundedHttpToolsProtocol",
         "h11_max_incomplete_event_size": server.max_header_bytes,
         "lifespan": "on",
         "access_log": False,
@@ -315,7 +316,7 @@ def _serve(args: argparse.Namespace) -> int:
         "timeout_keep_alive": server.client_keepalive_timeout,
         "backlog": 4096,
     }
-    # The protocol reads these in every worker (compaction_proxy/client_limits.py).
+    # The protocol reads these in every worker (compaction_proxy/http/client_limits.py).
     os.environ[FIELD_LIMIT_ENV] = str(server.max_header_field_bytes)
     env = client_limits.ENV
     os.environ[env["header_timeout"]] = str(server.client_header_timeout)

@@ -53,14 +53,14 @@ class ServerSettings(Strict):
     metrics_keys: list[SecretStr] = Field(default_factory=list)
     # Without api_keys, anyone who reaches the proxy spends the upstreams' api_keys (requests
     # routed to them, summaries made on them); serve refuses that unless this says it is meant
-    # (compaction_proxy/preflight.py, compaction_proxy/admission.py).
+    # (compaction_proxy/preflight.py, compaction_proxy/http/_admission.py).
     allow_anonymous_spend: bool = False
     max_body_bytes: int = Field(32 * 1024 * 1024, gt=0)
     # Request headers: the whole block (request line included) and any one header; 431 past
     # either, answered by the HTTP protocol before anything is held in memory.
     max_header_bytes: int = Field(64 * 1024, ge=1024)
     max_header_field_bytes: int = Field(16 * 1024, ge=256)
-    # Slow and idle clients, nginx's model (compaction_proxy/client_limits.py): seconds to
+    # Slow and idle clients, nginx's model (compaction_proxy/http/client_limits.py): seconds to
     # send the headers, the longest gap between two reads of a body, idle between requests.
     client_header_timeout: float = Field(60.0, gt=0)
     client_body_timeout: float = Field(60.0, gt=0)

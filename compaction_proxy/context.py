@@ -6,8 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from compaction_proxy.admission import KnownCallers
-from compaction_proxy.drain import DEFAULT_GRACE_SECONDS, Drain
+from compaction_proxy.http import DEFAULT_GRACE_SECONDS, Drain, KnownCallers
 
 if TYPE_CHECKING:
     import httpx
@@ -44,10 +43,10 @@ class AppState:
     # Prometheus metrics and the dashboard's data; one per app.
     telemetry: Telemetry
     shutting_down: bool = False
-    # Callers whose own key an upstream accepted recently (compaction_proxy/admission.py).
+    # Callers whose own key an upstream accepted recently (compaction_proxy/http/_admission.py).
     known_callers: KnownCallers = field(default_factory=KnownCallers)
     # The requests in flight, answered properly when a shutdown cuts them
-    # (compaction_proxy/drain.py).
+    # (compaction_proxy/http/_drain.py).
     drain: Drain = field(default_factory=lambda: Drain(DEFAULT_GRACE_SECONDS))
 
     @property

@@ -51,7 +51,7 @@ def serving_problems(settings: Settings) -> list[str]:
     with an `api_key` goes out on that key (and its summaries are made on it), whoever sent it.
     An upstream forwarding cannot reach (`models: []`, not the first, which takes requests
     without a model) is spent only by the proxy's own calls, which let in only known callers
-    (compaction_proxy/admission.py), so it is allowed.
+    (compaction_proxy/http/_admission.py), so it is allowed.
     """
     server = settings.server
     if server.api_keys or server.allow_anonymous_spend:

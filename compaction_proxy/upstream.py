@@ -16,9 +16,8 @@ from dataclasses import dataclass
 import aiohttp
 import httpx
 
-from compaction_proxy.asgi import Scope
 from compaction_proxy.config import UpstreamSettings
-from compaction_proxy.errors import ProxyError
+from compaction_proxy.http import ProxyError, Scope
 from compaction_proxy.transport import UpstreamTimeout
 
 # RFC 9110 §7.6.1, plus headers a proxy must recompute itself.

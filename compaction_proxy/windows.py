@@ -178,7 +178,7 @@ class WindowBook:
         listing when the upstream has no `api_key` of its own (None when the caller
         authenticated to the proxy: that key is not the upstream's). `may_spend`: whether
         the listing may be read with the upstream's own `api_key` for this caller
-        (compaction_proxy/admission.py); when not, a listing already read is still used.
+        (compaction_proxy/http/_admission.py); when not, a listing already read is still used.
         """
         configured = self.configured(model)
         if configured is not None:

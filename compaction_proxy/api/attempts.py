@@ -28,11 +28,11 @@ from compaction_proxy.api.requests import (
     spending,
     tenant,
 )
-from compaction_proxy.asgi import Receive, Scope, Send
 from compaction_proxy.compaction import CompactionResult, Mode
 from compaction_proxy.config import UpstreamSettings
 from compaction_proxy.context import RequestContext
 from compaction_proxy.forwarded import ClientBody
+from compaction_proxy.http import Receive, Scope, Send
 from compaction_proxy.overflow import Overflow, detect_overflow
 from compaction_proxy.summaries.summarizer import SummaryCalls
 from compaction_proxy.upstream import upstream_headers, upstream_url

@@ -4,7 +4,7 @@ The page polls the data every 2 s. When `server.api_keys` is set both need one o
 `Authorization: Bearer <key>` or `X-Api-Key`, and for the page alone also `?key=<key>` so a
 browser can open it; the page then drops the key from the address bar and sends it as a
 header. The check is the one every side route passes (compaction_proxy/app.py,
-compaction_proxy/auth.py); a page refused gets :func:`send_unauthorized_page`. The key is never
+compaction_proxy/http/_auth.py); a page refused gets :func:`send_unauthorized_page`. The key is never
 written into the page, and the access log prints the path without the query string.
 """
 
@@ -17,7 +17,7 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from compaction_proxy.asgi import Send, send_bytes
+from compaction_proxy.http import Send, send_bytes
 
 router = APIRouter()
 

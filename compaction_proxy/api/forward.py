@@ -22,10 +22,18 @@ from dataclasses import dataclass
 
 from compaction_proxy.api.stream_events import EventRelay
 from compaction_proxy.api.usage import UsageProbe
-from compaction_proxy.asgi import Receive, Scope, Send, send_error
 from compaction_proxy.config import UpstreamSettings
-from compaction_proxy.drain import InFlight, in_flight, retry_after_header, shutdown_error
-from compaction_proxy.errors import ProxyError
+from compaction_proxy.http import (
+    InFlight,
+    ProxyError,
+    Receive,
+    Scope,
+    Send,
+    in_flight,
+    retry_after_header,
+    send_error,
+    shutdown_error,
+)
 from compaction_proxy.overflow import MAX_ERROR_BODY
 from compaction_proxy.transport import TRANSPORT_ERRORS, Body, UpstreamReply, UpstreamTransport
 from compaction_proxy.upstream import classify_error, response_headers
@@ -305,7 +313,7 @@ async def _end_for_shutdown(
     events: EventRelay | None,
     extra_headers: list[tuple[bytes, bytes]] | None,
 ) -> None:
-    """The shutdown's cut (compaction_proxy/drain.py): a 503 when nothing went out yet, an
+    """The shutdown's cut (compaction_proxy/http/_drain.py): a 503 when nothing went out yet, an
     error event after the last whole event of a stream. A compressed stream cannot take an
     event: it is left unfinished, which closes the connection (the client sees a cut)."""
     error = shutdown_error(flight.grace_seconds)

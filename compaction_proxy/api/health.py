@@ -40,7 +40,7 @@ class Ready:
 
     def body(self, *, detailed: bool = True) -> dict[str, object]:
         """``detailed`` False: the status only. Behind server.api_keys a probe without a key
-        gets no checks (compaction_proxy/auth.py): they name the store and the encodings."""
+        gets no checks (compaction_proxy/http/_auth.py): they name the store and the encodings."""
         if not detailed:
             return {"status": self.status}
         return {"status": self.status, "checks": self.checks}

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from compaction_proxy.asgi import Scope, header
 from compaction_proxy.compaction.validation import SizeLimits
 from compaction_proxy.context import AppState
+from compaction_proxy.http import Scope, header
 
 
 def size_limits(state: AppState, scope: Scope) -> SizeLimits | None:

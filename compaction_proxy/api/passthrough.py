@@ -26,18 +26,19 @@ from collections.abc import AsyncIterator
 
 from compaction_proxy.api.forward import Outcome, StreamedBody, forward
 from compaction_proxy.api.routing import ModelRead, json_model, readable_encoding, route
-from compaction_proxy.asgi import (
+from compaction_proxy.config import UpstreamSettings
+from compaction_proxy.context import RequestContext
+from compaction_proxy.http import (
     ClientGone,
+    ProxyError,
     Receive,
     Scope,
     Send,
+    bad_request,
     content_length,
     header,
     too_large,
 )
-from compaction_proxy.config import UpstreamSettings
-from compaction_proxy.context import RequestContext
-from compaction_proxy.errors import ProxyError, bad_request
 from compaction_proxy.jsonspans import BOM
 from compaction_proxy.multipart import FieldReader, Unreadable, boundary_of
 from compaction_proxy.upstream import upstream_headers, upstream_url

@@ -28,11 +28,18 @@ from compaction_proxy.api.requests import (
     tenant,
     validate_chat,
 )
-from compaction_proxy.asgi import Receive, Scope, Send, read_body, send_bytes
 from compaction_proxy.compaction import Mode
 from compaction_proxy.compaction.validation import nesting_issue
 from compaction_proxy.context import RequestContext
-from compaction_proxy.errors import ProxyError, bad_request
+from compaction_proxy.http import (
+    ProxyError,
+    Receive,
+    Scope,
+    Send,
+    bad_request,
+    read_body,
+    send_bytes,
+)
 from compaction_proxy.responses import (
     Lifted,
     is_responses_body,
@@ -91,7 +98,7 @@ async def preview(ctx: RequestContext, scope: Scope, receive: Receive, send: Sen
     run_mode = Mode.FORCE if mode is Mode.FORCE else Mode.NORMAL
     upstream = ctx.state.router.for_model(data["model"])
     # The answer carries the summary: an operator's key pays for it only for a caller
-    # authenticated by server.api_keys (compaction_proxy/admission.py).
+    # authenticated by server.api_keys (compaction_proxy/http/_admission.py).
     spend = preview_spending(ctx)
     try:
         with StoreBudget(ctx.state.settings.store.request_budget):

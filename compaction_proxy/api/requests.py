@@ -9,17 +9,18 @@ from typing import Any
 
 import orjson
 
-from compaction_proxy.admission import (
-    ALLOWED,
-    PREVIEW_UNAUTHENTICATED,
-    UNKNOWN_CALLER,
-    Spending,
-)
-from compaction_proxy.asgi import Scope, header
 from compaction_proxy.compaction import CompactionResult, Mode, validate_messages
 from compaction_proxy.config import UpstreamSettings
 from compaction_proxy.context import RequestContext
-from compaction_proxy.errors import bad_request
+from compaction_proxy.http import (
+    ALLOWED,
+    PREVIEW_UNAUTHENTICATED,
+    UNKNOWN_CALLER,
+    Scope,
+    Spending,
+    bad_request,
+    header,
+)
 from compaction_proxy.windows import Window
 
 log = logging.getLogger("compaction_proxy.chat")
@@ -168,7 +169,7 @@ def tenant(scope: Scope) -> str | None:
 
 def spending(ctx: RequestContext, scope: Scope) -> Spending:
     """Whether the proxy may spend an operator credential for this request's caller
-    (compaction_proxy/admission.py): authenticated by `server.api_keys`, a key an upstream
+    (compaction_proxy/http/_admission.py): authenticated by `server.api_keys`, a key an upstream
     accepted recently, or `server.allow_anonymous_spend`."""
     if ctx.authenticated or ctx.state.settings.server.allow_anonymous_spend:
         return ALLOWED

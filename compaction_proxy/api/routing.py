@@ -26,10 +26,9 @@ from typing import Any
 
 import orjson
 
-from compaction_proxy.asgi import Scope, header
 from compaction_proxy.config import UpstreamSettings
 from compaction_proxy.context import RequestContext
-from compaction_proxy.errors import ProxyError, bad_request
+from compaction_proxy.http import ProxyError, Scope, bad_request, header
 from compaction_proxy.jsonspans import ScanError, decode_string, lenient_member
 
 

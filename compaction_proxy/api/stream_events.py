@@ -25,7 +25,7 @@ import re
 
 import orjson
 
-from compaction_proxy.errors import ProxyError
+from compaction_proxy.http import ProxyError
 
 MAX_HELD = 1 << 20
 """Bytes of one unfinished event held at most; a longer event is relayed as it comes."""

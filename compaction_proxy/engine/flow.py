@@ -14,7 +14,7 @@ strategy"; the request itself never fails because of them.
 The namespace of every key the flow uses (checkpoints, prepared summaries, summaries in
 flight) holds the request's scope (compaction_proxy/summaries/checkpoints.py: system block,
 tools, per-user fields), and a summarizer paid with an operator's key runs only for a caller
-let in (compaction_proxy/admission.py); otherwise the pipeline runs without it, says why, and
+let in (compaction_proxy/http/_admission.py); otherwise the pipeline runs without it, says why, and
 stores nothing a summary would have made.
 """
 
@@ -30,7 +30,6 @@ from typing import Any, cast
 import httpx
 import orjson
 
-from compaction_proxy.admission import UNKNOWN_CALLER, Spending
 from compaction_proxy.compaction import (
     CompactionReport,
     CompactionResult,
@@ -42,6 +41,7 @@ from compaction_proxy.compaction import (
 from compaction_proxy.config import Settings
 from compaction_proxy.engine.compactor import Compactor
 from compaction_proxy.engine.hit_report import CHECKPOINT_STEP, as_sent, checkpoint_meta
+from compaction_proxy.http import UNKNOWN_CALLER, Spending
 from compaction_proxy.summaries.checkpoints import Checkpoints, Lookup, namespace_for, scope_of
 from compaction_proxy.summaries.flight import GuardedSummarizer, SummaryFlights
 from compaction_proxy.summaries.prefix import ForwardedRequest
@@ -106,7 +106,7 @@ class CompactionFlow:
         self.summarizer = summarizer
         self.flights = flights
         self.preparer = Preparer(settings.summarization, self.checkpoints)
-        # Requests whose summary was withheld, by reason (compaction_proxy/admission.py):
+        # Requests whose summary was withheld, by reason (compaction_proxy/http/_admission.py):
         # `compaction_proxy_summaries_withheld_total`.
         self.withheld: Counter[str] = Counter()
 
@@ -159,7 +159,7 @@ class CompactionFlow:
         `tenant`: the `X-Compaction-Tenant` header, which joins the body's system block, tools
         and per-user fields in the namespace (:func:`scope_of`). `spend`: whether the
         summarizer may spend an operator's key for this caller (by default it may not: the
-        edge says who was let in, compaction_proxy/admission.py).
+        edge says who was let in, compaction_proxy/http/_admission.py).
         `context_window`: the window to budget for, when not the catalog's
         (compaction_proxy/windows.py); it is part of the checkpoint namespace; `window_source`:
         where it came from (the report says). `calls`: the

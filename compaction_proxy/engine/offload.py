@@ -40,7 +40,7 @@ from compaction_proxy.compaction import Summarizer
 from compaction_proxy.compaction.summarizer import SummaryRequest
 from compaction_proxy.compaction.validation import LimitIssue, SizeLimits, size_issue
 from compaction_proxy.engine.body_codec import decode, encode
-from compaction_proxy.errors import ProxyError
+from compaction_proxy.http import ProxyError
 
 log = logging.getLogger("compaction_proxy.offload")
 

@@ -275,7 +275,7 @@ class PreparedSummaries:
 
 class WithheldSummaries:
     """``compaction_proxy_summaries_withheld_total`` by reason, read from the flow's counts at
-    scrape time (compaction_proxy/admission.py)."""
+    scrape time (compaction_proxy/http/_admission.py)."""
 
     REASONS = ("unknown_caller", "preview_unauthenticated")
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from compaction_proxy.api import stream_events
 from compaction_proxy.api.stream_events import EventRelay
-from compaction_proxy.errors import ProxyError
+from compaction_proxy.http import ProxyError
 from tests.support.sse import sse_data
 
 CHAT = [

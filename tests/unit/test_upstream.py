@@ -17,7 +17,7 @@ from aiohttp.client_reqrep import ConnectionKey
 from httpcore._exceptions import map_exceptions
 
 from compaction_proxy.config import ServerSettings, Timeouts, UpstreamSettings
-from compaction_proxy.errors import ProxyError
+from compaction_proxy.http import ProxyError
 from compaction_proxy.transport import (
     TRANSPORT_ERRORS,
     AiohttpUpstream,

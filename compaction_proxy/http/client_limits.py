@@ -1,6 +1,6 @@
 """What a slow, idle or greedy client may hold of the server, and the log line when it bites.
 
-The HTTP protocol (compaction_proxy/http_protocol.py) enforces these; they are nginx's model:
+The HTTP protocol (compaction_proxy/http/protocol.py) enforces these; they are nginx's model:
 
 - ``server.client_header_timeout`` (60 s, nginx's ``client_header_timeout``): a request's
   headers must be complete this long after the connection opened or, on a kept-alive

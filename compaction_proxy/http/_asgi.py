@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from compaction_proxy.errors import ProxyError
+from compaction_proxy.http._errors import ProxyError
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

@@ -1,7 +1,7 @@
 """uvicorn's httptools protocol with bounds on request headers, slow clients and connections.
 
 Slow and idle clients, and the number of connections, are bounded here too, with nginx's
-model (compaction_proxy/client_limits.py has the rules and defaults): a header timeout, a
+model (compaction_proxy/http/client_limits.py has the rules and defaults): a header timeout, a
 body timeout between reads, the keep-alive timeout (uvicorn's own, with a log line), and a
 connection limit at which the least recently active connection without a request being
 answered is closed. Each one that bites logs one rate-limited line.
@@ -36,7 +36,7 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from compaction_proxy.client_limits import bites, client_limits
+from compaction_proxy.http.client_limits import bites, client_limits
 
 DEFAULT_MAX_HEADER_BYTES = 64 * 1024
 DEFAULT_MAX_HEADER_FIELD_BYTES = 16 * 1024

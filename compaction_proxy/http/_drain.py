@@ -36,7 +36,7 @@ from contextvars import ContextVar
 from types import FrameType
 from typing import Any
 
-from compaction_proxy.errors import ProxyError
+from compaction_proxy.http._errors import ProxyError
 
 log = logging.getLogger("compaction_proxy.shutdown")
 
