@@ -33,6 +33,7 @@ from compaction_proxy.api.preview import preview
 from compaction_proxy.api.requests import credential
 from compaction_proxy.api.responses import responses
 from compaction_proxy.config import Settings, load_settings
+from compaction_proxy.config.preflight import validate_summarization_config
 from compaction_proxy.context import AppState, RequestContext
 from compaction_proxy.engine import Compactor, build_flow
 from compaction_proxy.http import (
@@ -60,7 +61,6 @@ from compaction_proxy.http import (
 from compaction_proxy.logs import ACCESS, access_line
 from compaction_proxy.observability.telemetry import Telemetry
 from compaction_proxy.summaries.stores.factory import make_store
-from compaction_proxy.summaries.summarizer import validate_summarization_config
 from compaction_proxy.transport import (
     HttpxUpstream,
     UpstreamTransport,

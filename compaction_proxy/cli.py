@@ -1,8 +1,8 @@
 """Command line: `serve` runs the proxy, `check-config` validates a file, `compact` compacts one.
 
 One core, several faces: the CLI calls the same configuration loader, the same start-up checks
-(compaction_proxy/preflight.py) and, for `compact`, the same compaction flow as the HTTP edge,
-summarizer included, so what the command prints is what the server does.
+(compaction_proxy/config/preflight.py) and, for `compact`, the same compaction flow as the HTTP
+edge, summarizer included, so what the command prints is what the server does.
 """
 
 from __future__ import annotations
@@ -106,8 +106,8 @@ def _source(file: str | None) -> str:
 
 def _load_checked(file: str | None, *, serving: bool = False) -> Settings:
     """The settings, refused with every problem the run would trip on
-    (compaction_proxy/preflight.py); `serving`: what `serve` would refuse too."""
-    from compaction_proxy import preflight
+    (compaction_proxy/config/preflight.py); `serving`: what `serve` would refuse too."""
+    from compaction_proxy.config import preflight
 
     settings = load_settings(file)
     preflight.check(settings, source=_source(file), serving=serving)
@@ -282,8 +282,8 @@ async def _run_flow(
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from compaction_proxy import preflight
     from compaction_proxy.app import create_app
+    from compaction_proxy.config import preflight
     from compaction_proxy.http import client_limits
     from compaction_proxy.http.protocol import FIELD_LIMIT_ENV
     from compaction_proxy.logs import configure_logging, logging_config

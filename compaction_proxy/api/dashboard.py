@@ -4,8 +4,8 @@ The page polls the data every 2 s. When `server.api_keys` is set both need one o
 `Authorization: Bearer <key>` or `X-Api-Key`, and for the page alone also `?key=<key>` so a
 browser can open it; the page then drops the key from the address bar and sends it as a
 header. The check is the one every side route passes (compaction_proxy/app.py,
-compaction_proxy/http/_auth.py); a page refused gets :func:`send_unauthorized_page`. The key is never
-written into the page, and the access log prints the path without the query string.
+compaction_proxy/http/_auth.py); a page refused gets :func:`send_unauthorized_page`. The key is
+never written into the page, and the access log prints the path without the query string.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Configuration models for the compaction core (pydantic v2).
 
-``compaction_proxy/config.py`` embeds :class:`CompactionSettings` under ``compaction:`` (and, per
+``compaction_proxy/config/`` embeds :class:`CompactionSettings` under ``compaction:`` (and, per
 model, under ``models.<pattern>.compaction``) and :class:`SummarizationSettings` under
 ``summarization:``; these models are the only validation there is.
 

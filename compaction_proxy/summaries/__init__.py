@@ -8,12 +8,7 @@ here that talks HTTP, SQLite or Redis stays outside ``compaction_proxy.compactio
 
 from .contract import Summarizer, SummaryError, SummaryRequest
 from .prompts import CHECKPOINT_PROMPT, PROMPT_VERSION, UPDATE_PROMPT, PromptSet
-from .summarizer import (
-    HttpSummarizer,
-    SummarizerStats,
-    SummaryCallRecord,
-    validate_summarization_config,
-)
+from .summarizer import HttpSummarizer, SummarizerStats, SummaryCallRecord
 from .transcript import TranscriptOptions
 
 __all__ = [
@@ -28,5 +23,4 @@ __all__ = [
     "SummaryError",
     "SummaryRequest",
     "TranscriptOptions",
-    "validate_summarization_config",
 ]

@@ -43,7 +43,11 @@ import orjson
 from compaction_proxy.compaction.budget import ModelCatalog, ModelFacts
 from compaction_proxy.compaction.settings import SummarizationSettings
 from compaction_proxy.compaction.tokens import CharacterEstimatorTokenizer, Tokenizer
-from compaction_proxy.config import ConfigError, Settings, UpstreamSettings
+from compaction_proxy.config import ConfigError, Settings, UpstreamSettings, find_upstream
+from compaction_proxy.config.preflight import (
+    SUMMARY_RESERVED_PARAMETERS,
+    validate_summarization_config,
+)
 from compaction_proxy.upstream import Router
 
 from .contract import SummaryError, SummaryRequest
@@ -60,51 +64,11 @@ OFF_LOOP_MESSAGES = 2_000  # a summary request this long is prepared on a worker
 """At most this many summarizer calls for one stretch: a bigger one is refused, not paid for."""
 
 LimitParam = Literal["max_completion_tokens", "max_tokens"]
-_RESERVED_PARAMETERS = frozenset({"model", "messages", "stream", "n"})
 
 log = logging.getLogger("compaction_proxy.summaries")
 
 
 # ------------------------------------------------------------------ configuration
-
-
-def find_upstream(upstreams: Sequence[UpstreamSettings], name: str) -> UpstreamSettings | None:
-    """The upstream called ``name``: an exact match first, else a case-insensitive one."""
-    exact = next((u for u in upstreams if u.name == name), None)
-    if exact is not None:
-        return exact
-    folded = name.casefold()
-    return next((u for u in upstreams if u.name.casefold() == folded), None)
-
-
-def validate_summarization_config(settings: Settings) -> None:
-    """Start-up check of the ``summarization`` block; raises :class:`ConfigError`.
-
-    An unknown ``provider`` would otherwise surface only as a failed summary on the first long
-    conversation, as a warning header nobody reads.
-    """
-    summ = settings.summarization
-    if summ.provider is not None:
-        if not summ.provider.strip():
-            raise ConfigError(
-                "summarization.provider: must not be empty (omit it to use the "
-                "request's own upstream)"
-            )
-        if find_upstream(settings.upstreams, summ.provider) is None:
-            names = ", ".join(u.name for u in settings.upstreams)
-            raise ConfigError(
-                f"summarization.provider: no upstream named {summ.provider!r}; "
-                f"configured upstreams: {names}"
-            )
-    if summ.model is not None and not summ.model.strip():
-        raise ConfigError(
-            "summarization.model: must not be empty (omit it to use the request's own model)"
-        )
-    for key in sorted(_RESERVED_PARAMETERS & set(summ.parameters)):
-        raise ConfigError(
-            f"summarization.parameters.{key}: set by the proxy itself "
-            "(the summary call is one non-streaming completion); remove it"
-        )
 
 
 # ------------------------------------------------------------------ metrics
@@ -491,7 +455,7 @@ def _split_parameters(
     (older OpenAI-compatible servers know only ``max_tokens``) and is the limit when
     ``maxSummaryTokens`` is unset.
     """
-    body = {k: v for k, v in parameters.items() if k not in _RESERVED_PARAMETERS}
+    body = {k: v for k, v in parameters.items() if k not in SUMMARY_RESERVED_PARAMETERS}
     limit = max_summary_tokens
     override = body.pop("maxSummaryTokens", None)
     if isinstance(override, int) and not isinstance(override, bool) and override > 0:

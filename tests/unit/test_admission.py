@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from compaction_proxy import preflight
-from compaction_proxy.config import ConfigError, Settings
+from compaction_proxy.config import ConfigError, Settings, preflight
 from compaction_proxy.http import Access, KnownCallers, side_access
 
 

@@ -1,6 +1,6 @@
-"""The shutdown drain (compaction_proxy/http/_drain.py) in-process: readiness while shutting down, the
-cut of what is still running, and the signal hook. The answers a real client gets from a real
-SIGTERM are tested in tests/reliability/test_shutdown.py."""
+"""The shutdown drain (compaction_proxy/http/_drain.py) in-process: readiness while shutting
+down, the cut of what is still running, and the signal hook. The answers a real client gets
+from a real SIGTERM are tested in tests/reliability/test_shutdown.py."""
 
 from __future__ import annotations
 

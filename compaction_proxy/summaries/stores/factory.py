@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from compaction_proxy.config import ConfigError, StoreSettings
+from compaction_proxy.config.preflight import INVALID_REDIS_URL, redis_url_problem
 
 from .base import CheckpointStore
 from .breaker import StoreBreaker
@@ -27,14 +28,12 @@ def make_backend(settings: StoreSettings) -> CheckpointStore:
         return MemoryStore(settings.max_entries)
     if settings.backend == "sqlite":
         return SqliteStore(settings.path)
-    if not settings.url:
-        raise ConfigError(
-            "store.url: required when store.backend is redis (e.g. redis://127.0.0.1:6379/0)"
-        )
+    problem = redis_url_problem(settings)
+    if problem is not None:
+        raise ConfigError(problem)
+    assert settings.url is not None
     try:
         return RedisStore(settings.url)
     except ValueError as exc:
         # redis-py's message about a bad URL may quote it, password included: say only where.
-        raise ConfigError(
-            "store.url: not a valid Redis URL (expected redis://[user:password@]host:port/db)"
-        ) from exc
+        raise ConfigError(INVALID_REDIS_URL) from exc

@@ -22,7 +22,13 @@ from pathlib import Path
 import tiktoken
 
 from compaction_proxy.compaction import CompactionSettings
-from compaction_proxy.config import ConfigError, Settings
+
+from ._loading import ConfigError
+from ._models import Settings, StoreSettings, find_upstream
+
+SUMMARY_RESERVED_PARAMETERS = frozenset({"model", "messages", "stream", "n"})
+"""Keys of the summary call's body the proxy sets itself (one non-streaming completion):
+``summarization.parameters`` may not name them, and the summarizer drops them."""
 
 
 def check(settings: Settings, *, source: str, serving: bool = False) -> None:
@@ -120,13 +126,30 @@ def _store_problems(settings: Settings) -> Iterator[str]:
             "use sqlite (the default) or redis, or one worker"
         )
     if store.backend == "redis":
-        # The factory's own check (url present and well formed); nothing connects here.
-        from compaction_proxy.summaries.stores.factory import make_backend
+        problem = redis_url_problem(store)
+        if problem is not None:
+            yield problem
 
-        try:
-            make_backend(store)
-        except ConfigError as error:
-            yield str(error)
+
+def redis_url_problem(store: StoreSettings) -> str | None:
+    """Why ``store.url`` is no Redis URL (missing, or not ``redis://[user:password@]host:port/db``),
+    or None; the store factory refuses the same. Nothing connects: the URL is only parsed, by
+    redis-py's own pool, as the store will parse it."""
+    if not store.url:
+        return "store.url: required when store.backend is redis (e.g. redis://127.0.0.1:6379/0)"
+    import redis.asyncio as aioredis  # only a redis store needs it
+
+    try:
+        aioredis.BlockingConnectionPool.from_url(store.url)
+    except ValueError:
+        # redis-py's message about a bad URL may quote it, password included: say only where.
+        return INVALID_REDIS_URL
+    return None
+
+
+INVALID_REDIS_URL = (
+    "store.url: not a valid Redis URL (expected redis://[user:password@]host:port/db)"
+)
 
 
 def _credential_problems(settings: Settings) -> Iterator[str]:
@@ -145,9 +168,37 @@ def _credential_problems(settings: Settings) -> Iterator[str]:
 def _summarization_problems(settings: Settings) -> Iterator[str]:
     if not settings.summarization.enabled:
         return
-    from compaction_proxy.summaries.summarizer import validate_summarization_config
-
     try:
         validate_summarization_config(settings)
     except ConfigError as error:
         yield str(error)
+
+
+def validate_summarization_config(settings: Settings) -> None:
+    """Start-up check of the ``summarization`` block; raises :class:`ConfigError`.
+
+    An unknown ``provider`` would otherwise surface only as a failed summary on the first long
+    conversation, as a warning header nobody reads.
+    """
+    summ = settings.summarization
+    if summ.provider is not None:
+        if not summ.provider.strip():
+            raise ConfigError(
+                "summarization.provider: must not be empty (omit it to use the "
+                "request's own upstream)"
+            )
+        if find_upstream(settings.upstreams, summ.provider) is None:
+            names = ", ".join(u.name for u in settings.upstreams)
+            raise ConfigError(
+                f"summarization.provider: no upstream named {summ.provider!r}; "
+                f"configured upstreams: {names}"
+            )
+    if summ.model is not None and not summ.model.strip():
+        raise ConfigError(
+            "summarization.model: must not be empty (omit it to use the request's own model)"
+        )
+    for key in sorted(SUMMARY_RESERVED_PARAMETERS & set(summ.parameters)):
+        raise ConfigError(
+            f"summarization.parameters.{key}: set by the proxy itself "
+            "(the summary call is one non-streaming completion); remove it"
+        )
