@@ -33,12 +33,11 @@ from typing import Any
 import httpx
 
 from bench.conversations import conversation, next_turn
+from compaction_proxy.checkpoints import MemoryStore, scope_of
 from compaction_proxy.compaction import Mode
 from compaction_proxy.config import Settings
 from compaction_proxy.engine import CompactionFlow, Compactor, build_flow
 from compaction_proxy.engine.hit_report import as_sent
-from compaction_proxy.summaries.checkpoints import scope_of
-from compaction_proxy.summaries.stores.memory import MemoryStore
 
 MODEL = "bench-model"
 

@@ -51,9 +51,9 @@ def _edge(config: Path, env_dir: str | None) -> tuple[Any, Any]:
         os.environ["TIKTOKEN_CACHE_DIR"] = env_dir
     import httpx
 
+    from compaction_proxy.checkpoints import make_store
     from compaction_proxy.config import load_settings
     from compaction_proxy.engine import Compactor, build_flow
-    from compaction_proxy.summaries.stores.factory import make_store
 
     settings = load_settings(config)
     compactor = Compactor(settings)
@@ -85,9 +85,9 @@ async def measure(
 ) -> dict[str, float]:
     """``configs``: one per pass (each its own store file, so pass 2 primes its own base)."""
     from compaction_proxy.api.requests import parse_chat_body, validate_chat
+    from compaction_proxy.checkpoints import chain, leading_system_count, scope_of
     from compaction_proxy.compaction import Mode, compact_async
     from compaction_proxy.forwarded import ClientBody
-    from compaction_proxy.summaries.checkpoints import chain, leading_system_count, scope_of
 
     samples: dict[str, list[float]] = {step: [] for step in STEPS}
     # Pass 1, the whole flow as the edge runs it; pass 2, its parts, on a fresh edge, so each

@@ -32,6 +32,7 @@ from compaction_proxy.api.passthrough import passthrough
 from compaction_proxy.api.preview import preview
 from compaction_proxy.api.requests import credential
 from compaction_proxy.api.responses import responses
+from compaction_proxy.checkpoints import StoredValues, make_store
 from compaction_proxy.config import Settings, load_settings
 from compaction_proxy.config.preflight import validate_summarization_config
 from compaction_proxy.context import AppState, RequestContext
@@ -60,7 +61,6 @@ from compaction_proxy.http import (
 )
 from compaction_proxy.logs import ACCESS, access_line
 from compaction_proxy.observability.telemetry import Telemetry
-from compaction_proxy.summaries.stores.factory import make_store
 from compaction_proxy.transport import (
     HttpxUpstream,
     UpstreamTransport,
@@ -400,7 +400,9 @@ def build_edge(
             else make_transport(server)
         )
     proxy_client = client
-    windows = WindowBook(settings, store, lambda: proxy_client, catalog=compactor.catalog)
+    windows = WindowBook(
+        settings, StoredValues(store), lambda: proxy_client, catalog=compactor.catalog
+    )
     flow = build_flow(settings, compactor, store, client, windows)
     telemetry = Telemetry(settings, tokenizers=compactor.tokenizers)
     telemetry.watch_windows(windows)

@@ -11,11 +11,11 @@ from compaction_proxy.http import DEFAULT_GRACE_SECONDS, Drain, KnownCallers
 if TYPE_CHECKING:
     import httpx
 
+    from compaction_proxy.checkpoints import CheckpointStore
     from compaction_proxy.compaction import CompactionReport
     from compaction_proxy.config import Settings
     from compaction_proxy.engine import CompactionFlow, Compactor
     from compaction_proxy.observability.telemetry import Telemetry
-    from compaction_proxy.summaries.stores.base import CheckpointStore
     from compaction_proxy.summaries.summarizer import SummaryCalls
     from compaction_proxy.transport import UpstreamTransport
     from compaction_proxy.upstream import Router

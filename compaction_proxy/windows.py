@@ -34,9 +34,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from compaction_proxy.checkpoints import KeyValueStore, StoreUnavailable
 from compaction_proxy.compaction import ModelCatalog
 from compaction_proxy.published_windows import parse_models_listing
-from compaction_proxy.summaries.stores.base import Checkpoint, CheckpointStore, StoreUnavailable
 
 if TYPE_CHECKING:
     import httpx
@@ -130,7 +130,7 @@ class WindowBook:
     def __init__(
         self,
         settings: Settings,
-        store: CheckpointStore | None,
+        store: KeyValueStore | None,
         client: Callable[[], httpx.AsyncClient | None],
         *,
         catalog: ModelCatalog | None = None,
@@ -250,19 +250,19 @@ class WindowBook:
     async def _read_store(self, upstream: str, model: str) -> _Learned | None:
         assert self.store is not None
         try:
-            found = await self.store.find_longest(WINDOW_NAMESPACE, [window_key(upstream, model)])
+            found = await self.store.get(WINDOW_NAMESPACE, window_key(upstream, model))
         except StoreUnavailable as exc:
             log.warning("could not read learned windows (%s): %s", self.store.name, exc)
             return None
         if found is None:
             return None
-        meta = found[1].meta
+        meta = found.value
         tokens = meta.get("window")
         if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens <= 0:
             return None
         if meta.get("upstream") != upstream or meta.get("model") != model:
             return None  # a hash collision, however unlikely, must not lend a wrong window
-        learned_at = found[1].created_at
+        learned_at = found.written_at
         return _Learned(tokens, learned_at, learned_at + self.settings.learned_ttl_seconds)
 
     async def learn(self, upstream: str, model: str, tokens: int) -> None:
@@ -279,13 +279,10 @@ class WindowBook:
         self._store_misses.pop(key, None)
         if self.store is None:
             return
-        entry = Checkpoint(
-            messages=(),
-            created_at=now,
-            meta={"window": tokens, "upstream": upstream, "model": model},
-        )
+        value = {"window": tokens, "upstream": upstream, "model": model}
         try:
-            await self.store.put(WINDOW_NAMESPACE, window_key(upstream, model), entry, ttl)
+            key_in_store = window_key(upstream, model)
+            await self.store.put(WINDOW_NAMESPACE, key_in_store, value, ttl, written_at=now)
         except StoreUnavailable as exc:
             log.warning("learned window not stored (%s unavailable): %s", self.store.name, exc)
 

@@ -16,13 +16,13 @@ from compaction_proxy.api.requests import (
     validate_chat,
 )
 from compaction_proxy.api.routing import json_model, readable_encoding, route
+from compaction_proxy.checkpoints import StoreBudget
 from compaction_proxy.compaction import Mode
 from compaction_proxy.compaction.messages import last_user_text
 from compaction_proxy.context import RequestContext
 from compaction_proxy.engine.offload import OFFLOAD_BYTES
 from compaction_proxy.forwarded import ClientBody
 from compaction_proxy.http import Receive, Scope, Send, read_body
-from compaction_proxy.summaries.stores import StoreBudget
 
 
 async def chat_completions(

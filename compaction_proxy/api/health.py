@@ -16,11 +16,10 @@ from typing import Literal
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from compaction_proxy.checkpoints import CheckpointStore, StoreBreaker, StoreUnavailable
 from compaction_proxy.compaction.encodings import BUNDLED_ENCODINGS
 from compaction_proxy.compaction.tokenizer_provider import TokenizerProvider
 from compaction_proxy.context import AppState
-from compaction_proxy.summaries.stores import StoreBreaker
-from compaction_proxy.summaries.stores.base import CheckpointStore, StoreUnavailable
 
 router = APIRouter()
 

@@ -28,6 +28,7 @@ from compaction_proxy.api.requests import (
     tenant,
     validate_chat,
 )
+from compaction_proxy.checkpoints import StoreBudget
 from compaction_proxy.compaction import Mode
 from compaction_proxy.compaction.validation import nesting_issue
 from compaction_proxy.context import RequestContext
@@ -48,7 +49,6 @@ from compaction_proxy.responses import (
     server_state,
     validate_request,
 )
-from compaction_proxy.summaries.stores import StoreBudget
 
 log = logging.getLogger("compaction_proxy.preview")
 

@@ -162,7 +162,7 @@ def authorization(scope: Scope) -> str | None:
 
 def tenant(scope: Scope) -> str | None:
     """`X-Compaction-Tenant`: an explicit namespace an app gives each of its end users; part of
-    the checkpoint key (compaction_proxy/summaries/checkpoints.py), never forwarded."""
+    the checkpoint key (compaction_proxy/checkpoints/_keys.py), never forwarded."""
     value = header(scope, b"x-compaction-tenant")
     return value.decode("latin-1") if value and value.strip() else None
 

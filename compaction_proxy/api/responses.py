@@ -33,6 +33,7 @@ from compaction_proxy.api.requests import (
     parse_json_object,
 )
 from compaction_proxy.api.routing import json_model, readable_encoding, route
+from compaction_proxy.checkpoints import StoreBudget
 from compaction_proxy.compaction import Mode
 from compaction_proxy.compaction.messages import last_user_text
 from compaction_proxy.context import RequestContext
@@ -47,7 +48,6 @@ from compaction_proxy.responses import (
     server_state,
     validate_request,
 )
-from compaction_proxy.summaries.stores import StoreBudget
 
 log = logging.getLogger("compaction_proxy.responses")
 

@@ -12,7 +12,7 @@ Every dependency that can fail (store, summarizer) degrades to "no checkpoint" o
 strategy"; the request itself never fails because of them.
 
 The namespace of every key the flow uses (checkpoints, prepared summaries, summaries in
-flight) holds the request's scope (compaction_proxy/summaries/checkpoints.py: system block,
+flight) holds the request's scope (compaction_proxy/checkpoints/_keys.py: system block,
 tools, per-user fields), and a summarizer paid with an operator's key runs only for a caller
 let in (compaction_proxy/http/_admission.py); otherwise the pipeline runs without it, says why, and
 stores nothing a summary would have made.
@@ -30,6 +30,14 @@ from typing import Any, cast
 import httpx
 import orjson
 
+from compaction_proxy.checkpoints import (
+    Checkpoints,
+    CheckpointStore,
+    Lookup,
+    StoredValues,
+    namespace_for,
+    scope_of,
+)
 from compaction_proxy.compaction import (
     CompactionReport,
     CompactionResult,
@@ -42,7 +50,6 @@ from compaction_proxy.config import Settings
 from compaction_proxy.engine.compactor import Compactor
 from compaction_proxy.engine.hit_report import CHECKPOINT_STEP, as_sent, checkpoint_meta
 from compaction_proxy.http import UNKNOWN_CALLER, Spending
-from compaction_proxy.summaries.checkpoints import Checkpoints, Lookup, namespace_for, scope_of
 from compaction_proxy.summaries.flight import GuardedSummarizer, SummaryFlights
 from compaction_proxy.summaries.prefix import ForwardedRequest
 from compaction_proxy.summaries.prepare import (
@@ -52,7 +59,6 @@ from compaction_proxy.summaries.prepare import (
     PrepareState,
     conversation_key,
 )
-from compaction_proxy.summaries.stores.base import CheckpointStore
 from compaction_proxy.summaries.summarizer import HttpSummarizer, SummaryCalls
 from compaction_proxy.windows import WindowBook
 
@@ -474,7 +480,7 @@ def build_flow(
             tokenizer_for=lambda model: compactor.tokenizers.get(catalog.facts_for(model).encoding),
         )
     flights = SummaryFlights(
-        store,
+        StoredValues(store) if store is not None else None,
         result_ttl_seconds=min(settings.store.ttl_seconds, 86_400),
         total_timeout_seconds=settings.summarization.timeout,
     )

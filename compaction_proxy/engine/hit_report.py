@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from compaction_proxy.checkpoints import FOLDED_TOKENS, Lookup
 from compaction_proxy.compaction import (
     CompactionReport,
     CompactionResult,
@@ -33,7 +34,6 @@ from compaction_proxy.compaction import (
     Tokenizer,
 )
 from compaction_proxy.engine.compactor import Compactor
-from compaction_proxy.summaries.checkpoints import FOLDED_TOKENS, Lookup
 
 __all__ = ["CHECKPOINT_STEP", "as_sent", "checkpoint_meta"]
 

@@ -20,9 +20,9 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from compaction_proxy import __version__
 
 if TYPE_CHECKING:
+    from compaction_proxy.checkpoints import StoreBreaker
     from compaction_proxy.compaction.tokenizer_provider import TokenizerProvider
     from compaction_proxy.summaries.prepare import PreparedStats
-    from compaction_proxy.summaries.stores import StoreBreaker
     from compaction_proxy.windows import WindowBook
 
 __all__ = [

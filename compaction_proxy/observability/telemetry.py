@@ -35,12 +35,12 @@ from compaction_proxy.observability.prometheus import (
 )
 
 if TYPE_CHECKING:
+    from compaction_proxy.checkpoints import StoreBreaker
     from compaction_proxy.compaction import CompactionReport
     from compaction_proxy.compaction.report import StrategyFailure
     from compaction_proxy.compaction.tokenizer_provider import TokenizerProvider
     from compaction_proxy.config import Settings
     from compaction_proxy.summaries.prepare import PreparedStats
-    from compaction_proxy.summaries.stores import StoreBreaker
     from compaction_proxy.summaries.summarizer import (
         SummarizerStats,
         SummaryCallRecord,

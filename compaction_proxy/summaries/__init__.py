@@ -1,5 +1,5 @@
 """Summaries and checkpoints at the edge: the summarizer LLM call, its prompts and input
-guards (this package), and the checkpoint stores (:mod:`compaction_proxy.summaries.stores`).
+guards (this package), and the checkpoint stores (:mod:`compaction_proxy.checkpoints`).
 
 The compaction core sees only the ``Summarizer`` protocol and ``CheckpointStore``; everything
 here that talks HTTP, SQLite or Redis stays outside ``compaction_proxy.compaction``

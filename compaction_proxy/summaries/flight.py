@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import orjson
 
+from compaction_proxy.checkpoints import KeyValueStore, StoreUnavailable
 from compaction_proxy.compaction.summarizer import Summarizer, SummaryError, SummaryRequest
-from compaction_proxy.summaries.stores.base import Checkpoint, CheckpointStore, StoreUnavailable
 
 log = logging.getLogger("compaction_proxy.summaries")
 
@@ -67,7 +67,7 @@ class SummaryFlights:
 
     def __init__(
         self,
-        store: CheckpointStore | None,
+        store: KeyValueStore | None,
         *,
         result_ttl_seconds: int = 3600,
         lock_ttl_seconds: float = 120.0,
@@ -118,20 +118,21 @@ class SummaryFlights:
         if self.store is None:
             return None
         try:
-            found = await self.store.find_longest(_RESULTS_NAMESPACE, [key])
+            found = await self.store.get(_RESULTS_NAMESPACE, key)
         except StoreUnavailable:
             return None
         if found is None:
             return None
-        text = found[1].meta.get("summary")
+        text = found.value.get("summary")
         return text if isinstance(text, str) else None
 
     async def store_result(self, key: str, text: str) -> None:
         if self.store is None:
             return
-        record = Checkpoint(messages=(), created_at=time.time(), meta={"summary": text})
         try:
-            await self.store.put(_RESULTS_NAMESPACE, key, record, self.result_ttl_seconds)
+            await self.store.put(
+                _RESULTS_NAMESPACE, key, {"summary": text}, self.result_ttl_seconds
+            )
         except StoreUnavailable:
             log.warning("summary result not shared: checkpoint store unavailable")
 

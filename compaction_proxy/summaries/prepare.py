@@ -41,11 +41,10 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from compaction_proxy.checkpoints import Checkpoints, Lookup, StoreUnavailable
 from compaction_proxy.compaction import CompactionResult, Summarizer, SummaryError, SummaryRequest
 from compaction_proxy.compaction.canonical import digest
 from compaction_proxy.compaction.settings import SummarizationSettings
-from compaction_proxy.summaries.checkpoints import Checkpoints, Lookup
-from compaction_proxy.summaries.stores.base import StoreUnavailable
 
 log = logging.getLogger("compaction_proxy.prepare")
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from compaction_proxy.summaries.stores import CheckpointStore, MemoryStore, RedisStore, SqliteStore
+from compaction_proxy.checkpoints import CheckpointStore, MemoryStore, RedisStore, SqliteStore
 
 StoreFactory = Callable[[], CheckpointStore]
 

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from compaction_proxy.summaries.checkpoints import (
+from compaction_proxy.checkpoints import (
+    Checkpoint,
     Checkpoints,
+    MemoryStore,
     chain,
     could_have_checkpoint,
     leading_system_count,
     namespace_for,
     scope_of,
 )
-from compaction_proxy.summaries.stores import MemoryStore
-from compaction_proxy.summaries.stores.base import Checkpoint
 
 U1 = {"role": "user", "content": "one"}
 A1 = {"role": "assistant", "content": "two"}

@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
+from compaction_proxy.checkpoints import MemoryStore, StoredValues
 from compaction_proxy.compaction.summarizer import SummaryError, SummaryRequest
 from compaction_proxy.summaries.flight import SummaryFlights
-from compaction_proxy.summaries.stores import MemoryStore
 
 STRETCH = ({"role": "user", "content": "first"}, {"role": "assistant", "content": "reply"})
 
@@ -36,7 +36,7 @@ def request(*extra: dict[str, str]) -> SummaryRequest:
 
 async def test_concurrent_identical_requests_share_one_call() -> None:
     inner = Recording(delay=0.05)
-    flights = SummaryFlights(MemoryStore(100))
+    flights = SummaryFlights(StoredValues(MemoryStore(100)))
     results = await asyncio.gather(
         *(flights.bind(inner, "ns").summarize(request()) for _ in range(6))
     )
@@ -45,7 +45,7 @@ async def test_concurrent_identical_requests_share_one_call() -> None:
 
 
 async def test_a_stored_result_serves_another_replica_without_a_call() -> None:
-    store = MemoryStore(100)
+    store = StoredValues(MemoryStore(100))
     first, second = Recording(), Recording()
     await SummaryFlights(store).bind(first, "ns").summarize(request())
     text = await SummaryFlights(store).bind(second, "ns").summarize(request())
@@ -55,7 +55,7 @@ async def test_a_stored_result_serves_another_replica_without_a_call() -> None:
 
 async def test_namespaces_never_share_a_result() -> None:
     inner = Recording()
-    flights = SummaryFlights(MemoryStore(100))
+    flights = SummaryFlights(StoredValues(MemoryStore(100)))
     await flights.bind(inner, "tenant-a").summarize(request())
     await flights.bind(inner, "tenant-b").summarize(request())
     assert inner.calls == 2

@@ -6,15 +6,16 @@ import asyncio
 
 import pytest
 
-from compaction_proxy.compaction import SummaryError, SummaryRequest
-from compaction_proxy.compaction.settings import SummarizationSettings
-from compaction_proxy.summaries.checkpoints import (
+from compaction_proxy.checkpoints import (
     Checkpoints,
     Lookup,
+    MemoryStore,
     chain,
     namespace_for,
     scope_of,
 )
+from compaction_proxy.compaction import SummaryError, SummaryRequest
+from compaction_proxy.compaction.settings import SummarizationSettings
 from compaction_proxy.summaries.prepare import (
     PREPARED_META,
     JobOutcome,
@@ -23,7 +24,6 @@ from compaction_proxy.summaries.prepare import (
     conversation_key,
     prepared_namespace,
 )
-from compaction_proxy.summaries.stores import MemoryStore
 
 SYSTEM = {"role": "system", "content": "s"}
 MESSAGES = [SYSTEM, *({"role": "user", "content": f"m{i}"} for i in range(6))]
@@ -271,7 +271,7 @@ def test_the_prepare_setting_takes_any_trigger_form_or_false() -> None:
 async def test_a_store_down_at_the_lease_lets_the_job_go_ahead_and_its_errors_propagate() -> None:
     from contextlib import asynccontextmanager
 
-    from compaction_proxy.summaries.stores.base import StoreUnavailable
+    from compaction_proxy.checkpoints import StoreUnavailable
 
     class DownStore(MemoryStore):
         @asynccontextmanager

@@ -1,4 +1,4 @@
-"""The store circuit breaker (compaction_proxy/summaries/stores/breaker.py), on a fake backend and
+"""The store circuit breaker (compaction_proxy/checkpoints/_breaker.py), on a fake backend and
 a fake clock: no assertion here depends on how fast the machine is."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Literal
 
 import pytest
 
-from compaction_proxy.summaries.stores import (
+from compaction_proxy.checkpoints import (
     Checkpoint,
     CheckpointStore,
     MemoryStore,
@@ -20,7 +20,7 @@ from compaction_proxy.summaries.stores import (
     StoreMarkedDown,
     StoreUnavailable,
 )
-from compaction_proxy.summaries.stores.deadline import bounded
+from compaction_proxy.checkpoints._deadline import bounded
 
 Mode = Literal["ok", "fail", "hang", "budget"]
 RECORD = Checkpoint(messages=(), created_at=1.0, meta={"x": 1})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from compaction_proxy.summaries.stores import Checkpoint, CheckpointStore
+from compaction_proxy.checkpoints import Checkpoint, CheckpointStore
 from tests.summaries.conftest import StoreFactory
 
 NS = "ns-a"

@@ -1,4 +1,4 @@
-"""One store time budget per request (compaction_proxy/summaries/stores/deadline.py), honoured by
+"""One store time budget per request (compaction_proxy/checkpoints/_deadline.py), honoured by
 the backends. Timing bounds here are generous: they fail only when a call waits out its own
 timeout instead of the budget."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from compaction_proxy.summaries.stores import (
+from compaction_proxy.checkpoints import (
     Checkpoint,
     RedisStore,
     SqliteStore,
@@ -22,7 +22,7 @@ from compaction_proxy.summaries.stores import (
     budget_left,
     store_deadline,
 )
-from compaction_proxy.summaries.stores.deadline import bounded
+from compaction_proxy.checkpoints._deadline import bounded
 from tests.reliability.hung_server import HungServer
 
 RECORD = Checkpoint(messages=(), created_at=1.0, meta={})

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from compaction_proxy.config import ConfigError, StoreSettings
-from compaction_proxy.summaries.stores import (
+from compaction_proxy.checkpoints import (
     MemoryStore,
     RedisStore,
     SqliteStore,
     StoreBreaker,
     make_store,
 )
+from compaction_proxy.config import ConfigError, StoreSettings
 
 
 async def test_each_backend(tmp_path: Path, redis_url: str) -> None:
@@ -22,7 +22,7 @@ async def test_each_backend(tmp_path: Path, redis_url: str) -> None:
         StoreSettings.model_validate({"backend": "sqlite", "path": str(tmp_path / "x" / "cp.db")})
     )
     redis_store = make_store(StoreSettings.model_validate({"backend": "redis", "url": redis_url}))
-    # Every backend sits behind the circuit breaker (compaction_proxy/summaries/stores/breaker.py).
+    # Every backend sits behind the circuit breaker (compaction_proxy/checkpoints/_breaker.py).
     assert all(isinstance(s, StoreBreaker) for s in (memory, sqlite, redis_store))
     assert isinstance(memory.inner, MemoryStore)
     assert isinstance(sqlite.inner, SqliteStore)

@@ -15,18 +15,20 @@ import orjson
 import pytest
 import redis
 
-from compaction_proxy.summaries.checkpoints import Checkpoints, Lookup, chain
-from compaction_proxy.summaries.stores import (
+from compaction_proxy.checkpoints import (
     FORMAT_VERSION,
     Checkpoint,
+    Checkpoints,
     CheckpointStore,
     ForeignValue,
+    Lookup,
     MemoryStore,
     RedisStore,
     SqliteStore,
+    chain,
 )
-from compaction_proxy.summaries.stores.base import Foreign
-from compaction_proxy.summaries.stores.sqlite import _delete_foreign
+from compaction_proxy.checkpoints._contract import Foreign
+from compaction_proxy.checkpoints._sqlite import _delete_foreign
 from tests.summaries.conftest import StoreFactory
 from tests.summaries.test_store_contract import chain as keys_chain
 from tests.summaries.test_store_contract import checkpoint

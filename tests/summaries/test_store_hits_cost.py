@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from compaction_proxy.summaries.stores import Checkpoint, SqliteStore
-from compaction_proxy.summaries.stores.base import ForeignValue
-from compaction_proxy.summaries.stores.decoded import DecodedCheckpoints, pick_longest
+from compaction_proxy.checkpoints import Checkpoint, ForeignValue, SqliteStore
+from compaction_proxy.checkpoints._decoded import DecodedCheckpoints, pick_longest
 from tests.summaries.test_store_contract import chain
 
 _OLD_SCHEMA = """CREATE TABLE checkpoints (

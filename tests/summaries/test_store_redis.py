@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis
 
-from compaction_proxy.summaries.stores import RedisStore, StoreUnavailable
+from compaction_proxy.checkpoints import RedisStore, StoreUnavailable
 from tests.summaries.test_store_contract import chain, checkpoint
 from tests.support.redis_server import RedisServer
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from compaction_proxy.summaries.stores import Checkpoint, SqliteStore, StoreUnavailable
+from compaction_proxy.checkpoints import Checkpoint, SqliteStore, StoreUnavailable
 from tests.summaries.test_store_contract import chain, checkpoint
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -115,7 +115,7 @@ async def test_closed_store_raises_store_unavailable(tmp_path: Path) -> None:
 
 _WRITER = textwrap.dedent("""
     import asyncio, sys
-    from compaction_proxy.summaries.stores import Checkpoint, SqliteStore
+    from compaction_proxy.checkpoints import Checkpoint, SqliteStore
 
     async def main(path: str, worker: str) -> None:
         store = SqliteStore(path)
@@ -155,7 +155,7 @@ async def test_several_processes_write_one_file(tmp_path: Path) -> None:
 
 async def test_short_lookups_read_inline_and_long_ones_on_the_thread(tmp_path: Path) -> None:
     """The result is the same either way; only where the query runs differs."""
-    from compaction_proxy.summaries.stores import sqlite as sqlite_module
+    from compaction_proxy.checkpoints import _sqlite as sqlite_module
 
     store = SqliteStore(tmp_path / "cp.db")
     record = Checkpoint(messages=({"role": "user", "content": "x"},), created_at=0.0)

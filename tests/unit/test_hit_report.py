@@ -13,11 +13,11 @@ from typing import Any
 import httpx
 import pytest
 
+from compaction_proxy.checkpoints import MemoryStore
 from compaction_proxy.compaction import Mode
 from compaction_proxy.config import Settings
 from compaction_proxy.engine import CompactionFlow, Compactor, build_flow
 from compaction_proxy.engine.hit_report import CHECKPOINT_STEP
-from compaction_proxy.summaries.stores.memory import MemoryStore
 
 MODEL = "small-model"
 

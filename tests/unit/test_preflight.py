@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from compaction_proxy.checkpoints import make_backend
 from compaction_proxy.cli import main
 from compaction_proxy.config import ConfigError, Settings, load_settings, override_server, preflight
-from compaction_proxy.summaries.stores import make_backend
 
 WriteConfig = Callable[[str], Path]
 KEYED = {"name": "openai", "base_url": "https://api.openai.com/v1", "api_key": "sk-up-SECRET"}

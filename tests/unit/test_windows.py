@@ -17,12 +17,16 @@ import httpx
 import orjson
 import pytest
 
+from compaction_proxy.checkpoints import (
+    Checkpoint,
+    MemoryStore,
+    SqliteStore,
+    StoredValues,
+    StoreUnavailable,
+)
 from compaction_proxy.config import Settings, UpstreamSettings
 from compaction_proxy.engine.compactor import Compactor
 from compaction_proxy.overflow import Overflow
-from compaction_proxy.summaries.stores.base import Checkpoint, StoreUnavailable
-from compaction_proxy.summaries.stores.memory import MemoryStore
-from compaction_proxy.summaries.stores.sqlite import SqliteStore
 from compaction_proxy.windows import (
     FAILED_LISTING_SECONDS,
     MIN_LEARNED_WINDOW,
@@ -91,7 +95,8 @@ def _book(
 ) -> WindowBook:
     client = listing.client() if listing is not None else None
     clock = clock or Clock()
-    return WindowBook(settings, store, lambda: client, clock=clock, monotonic=clock)
+    values = StoredValues(store) if store is not None else None
+    return WindowBook(settings, values, lambda: client, clock=clock, monotonic=clock)
 
 
 async def _settle() -> None:
@@ -283,8 +288,8 @@ async def test_replicas_share_learned_windows(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """Two books on one store (two replicas, or a replica and its restart) on every backend."""
+    from compaction_proxy.checkpoints import make_store
     from compaction_proxy.config import StoreSettings
-    from compaction_proxy.summaries.stores.factory import make_store
 
     url = request.getfixturevalue("redis_url") if backend == "redis" else None
     store = make_store(

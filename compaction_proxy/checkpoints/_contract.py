@@ -56,9 +56,10 @@ class Checkpoint:
     """The compacted form of a message prefix.
 
     ``messages``: the non-system messages that replace the prefix (summary message, kept and
-    trimmed messages), as plain OpenAI dicts; empty for records that only carry ``meta``
-    (shared summaries, learned context windows). ``meta``: free-form facts for reports
-    (strategies, tokens before/after, summary model); JSON-serializable.
+    trimmed messages), as plain OpenAI dicts; empty for the values of :mod:`._keyvalue`
+    (shared summaries, learned context windows), which are the ``meta`` alone. ``meta``:
+    free-form facts for reports (strategies, tokens before/after, summary model);
+    JSON-serializable.
     """
 
     messages: tuple[dict[str, Any], ...]

@@ -5,11 +5,11 @@ from __future__ import annotations
 from compaction_proxy.config import ConfigError, StoreSettings
 from compaction_proxy.config.preflight import INVALID_REDIS_URL, redis_url_problem
 
-from .base import CheckpointStore
-from .breaker import StoreBreaker
-from .memory import MemoryStore
-from .redis import RedisStore
-from .sqlite import SqliteStore
+from ._breaker import StoreBreaker
+from ._contract import CheckpointStore
+from ._memory import MemoryStore
+from ._redis import RedisStore
+from ._sqlite import SqliteStore
 
 
 def make_store(settings: StoreSettings) -> StoreBreaker:

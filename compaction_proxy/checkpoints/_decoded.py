@@ -21,7 +21,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .base import Checkpoint, Foreign, ForeignValue
+from ._contract import Checkpoint, Foreign, ForeignValue
 
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
 """Stored bytes the memo holds at most (the decoded objects take a few times that)."""

@@ -24,7 +24,7 @@ from contextlib import asynccontextmanager
 from contextvars import ContextVar, Token
 from types import TracebackType
 
-from .base import StoreUnavailable
+from ._contract import StoreUnavailable
 
 _active: ContextVar[tuple[StoreBudget, ...]] = ContextVar("store_budgets", default=())
 

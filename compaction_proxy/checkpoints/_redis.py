@@ -7,7 +7,7 @@
 * A Redis that is down or unreachable must not stall requests: connect and socket timeouts are
   short, redis-py's own retries are limited to one immediate retry (which reconnects a pooled
   connection after a Redis restart), and every operation is also bounded by ``op_timeout``
-  and by what is left of the request's store budget (:mod:`.deadline`). Any backend error
+  and by what is left of the request's store budget (:mod:`._deadline`). Any backend error
   becomes :class:`StoreUnavailable`.
 """
 
@@ -24,16 +24,10 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from .base import (
-    Checkpoint,
-    Foreign,
-    StoreUnavailable,
-    log_foreign,
-    ttl_at_least_one,
-)
-from .deadline import bounded
-from .decoded import pick_longest
-from .leases import polled_lock
+from ._contract import Checkpoint, Foreign, StoreUnavailable, log_foreign, ttl_at_least_one
+from ._deadline import bounded
+from ._decoded import pick_longest
+from ._leases import polled_lock
 
 T = TypeVar("T")
 
@@ -94,7 +88,7 @@ class RedisStore:
         )
         self._client: aioredis.Redis = aioredis.Redis.from_pool(pool)  # owns the pool
         self.foreign_values = 0
-        """Foreign values met by lookups (and deleted); see :mod:`.base`."""
+        """Foreign values met by lookups (and deleted); see :mod:`._contract`."""
 
     def _key(self, namespace: str, key: str) -> str:
         return f"{KEY_PREFIX}{namespace}:{key}"

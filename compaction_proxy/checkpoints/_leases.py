@@ -14,7 +14,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 
-from .base import StoreUnavailable
+from ._contract import StoreUnavailable
 
 
 class LeaseTable:

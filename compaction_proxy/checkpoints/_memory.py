@@ -12,9 +12,9 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 
-from .base import Checkpoint, Foreign, log_foreign, ttl_at_least_one
-from .decoded import pick_longest
-from .leases import LeaseTable
+from ._contract import Checkpoint, Foreign, log_foreign, ttl_at_least_one
+from ._decoded import pick_longest
+from ._leases import LeaseTable
 
 
 class MemoryStore:
@@ -27,7 +27,7 @@ class MemoryStore:
         self._max_entries = max(1, max_entries)
         self._leases = LeaseTable()
         self.foreign_values = 0
-        """Foreign values met by lookups (and deleted); see :mod:`.base`."""
+        """Foreign values met by lookups (and deleted); see :mod:`._contract`."""
 
     def __len__(self) -> int:
         return len(self._entries)

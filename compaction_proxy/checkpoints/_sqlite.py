@@ -27,16 +27,10 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TypeVar
 
-from .base import (
-    Checkpoint,
-    Foreign,
-    StoreUnavailable,
-    log_foreign,
-    ttl_at_least_one,
-)
-from .deadline import bounded
-from .decoded import Picked, pick_longest
-from .leases import polled_lock
+from ._contract import Checkpoint, Foreign, StoreUnavailable, log_foreign, ttl_at_least_one
+from ._deadline import bounded
+from ._decoded import Picked, pick_longest
+from ._leases import polled_lock
 
 T = TypeVar("T")
 
@@ -89,7 +83,7 @@ class SqliteStore:
         self._reader: sqlite3.Connection | None = None
         self._closed = False
         self.foreign_values = 0
-        """Foreign values met by lookups (and deleted); see :mod:`.base`."""
+        """Foreign values met by lookups (and deleted); see :mod:`._contract`."""
 
     # -------------------------------------------------------------- plumbing
 

@@ -45,8 +45,8 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Literal, NoReturn, TypeVar
 
-from .base import Checkpoint, CheckpointStore, StoreUnavailable
-from .deadline import StoreBudgetSpent
+from ._contract import Checkpoint, CheckpointStore, StoreUnavailable
+from ._deadline import StoreBudgetSpent
 
 log = logging.getLogger("compaction_proxy.stores")
 
@@ -292,7 +292,7 @@ class StoreBreaker:
 
     @property
     def foreign_values(self) -> int:
-        """Foreign values the backend met (see :mod:`.base`); 0 when it does not count them."""
+        """Foreign values the backend met (see :mod:`._contract`); 0 when it does not count them."""
         count = getattr(self.inner, "foreign_values", 0)
         return count if isinstance(count, int) else 0
 
