@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from compaction_proxy.config import Settings
     from compaction_proxy.engine import CompactionFlow, Compactor
     from compaction_proxy.observability.telemetry import Telemetry
-    from compaction_proxy.summaries.summarizer import SummaryCalls
+    from compaction_proxy.summarizer import SummaryCalls
     from compaction_proxy.transport import UpstreamTransport
     from compaction_proxy.upstream import Router
     from compaction_proxy.windows import WindowBook

@@ -34,7 +34,7 @@ from compaction_proxy.context import RequestContext
 from compaction_proxy.forwarded import ClientBody
 from compaction_proxy.http import Receive, Scope, Send
 from compaction_proxy.overflow import Overflow, detect_overflow
-from compaction_proxy.summaries.summarizer import SummaryCalls
+from compaction_proxy.summarizer import SummaryCalls
 from compaction_proxy.upstream import upstream_headers, upstream_url
 from compaction_proxy.windows import MIN_LEARNED_WINDOW, SHRINK, Window, window_after_refusal
 

@@ -93,7 +93,7 @@ class Checkpoints:
 
     async def find_in(self, namespace: str, lookup: Lookup) -> Lookup | None:
         """The longest checkpoint for ``lookup``'s request in another ``namespace`` (prepared
-        summaries, :mod:`compaction_proxy.summaries.prepare`), reusing its chain: the chain starts
+        summaries, :mod:`compaction_proxy.engine.prepare`), reusing its chain: the chain starts
         from the request's own namespace, so the keys are the same request's in both.
 
         ``None`` on a miss or a store failure (logged): a missing prepared summary only means

@@ -6,7 +6,7 @@ The core never talks to a model itself.  The summarization strategy hands a
 :func:`~compaction_proxy.compaction.pipeline.compact_async` and gets back the summary text, or a
 :class:`SummaryError` saying why there is none.  Everything model-facing -- prompts, transcript
 guards (images, reasoning, oversized messages), chunking, the HTTP call, single-flight and
-back-off -- lives behind this protocol in :mod:`compaction_proxy.summaries`.
+back-off -- lives behind this protocol in :mod:`compaction_proxy.summarizer`.
 
 A failure never fails the request: the strategy changes nothing, reports the failure, and the
 pipeline moves on to its next strategy (truncation at worst).

@@ -178,7 +178,7 @@ class Compactor:
         catalog (a window learned from a refusal or published by the upstream).
 
         `anticipate`: tokens of growth to compact for as if they were already there (a
-        summary prepared ahead of its trigger, compaction_proxy/summaries/prepare.py); 0 otherwise.
+        summary prepared ahead of its trigger, compaction_proxy/engine/prepare.py); 0 otherwise.
 
         `window_source`: where `context_window` came from (compaction_proxy/windows.py), for
         the report; None: the catalog says (config, builtin or default).

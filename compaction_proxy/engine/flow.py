@@ -49,17 +49,21 @@ from compaction_proxy.compaction import (
 from compaction_proxy.config import Settings
 from compaction_proxy.engine.compactor import Compactor
 from compaction_proxy.engine.hit_report import CHECKPOINT_STEP, as_sent, checkpoint_meta
-from compaction_proxy.http import UNKNOWN_CALLER, Spending
-from compaction_proxy.summaries.flight import GuardedSummarizer, SummaryFlights
-from compaction_proxy.summaries.prefix import ForwardedRequest
-from compaction_proxy.summaries.prepare import (
+from compaction_proxy.engine.prepare import (
     JobOutcome,
     PreparedProbe,
     Preparer,
     PrepareState,
     conversation_key,
 )
-from compaction_proxy.summaries.summarizer import HttpSummarizer, SummaryCalls
+from compaction_proxy.http import UNKNOWN_CALLER, Spending
+from compaction_proxy.summarizer import (
+    ForwardedRequest,
+    GuardedSummarizer,
+    HttpSummarizer,
+    SummaryCalls,
+    SummaryFlights,
+)
 from compaction_proxy.windows import WindowBook
 
 log = logging.getLogger("compaction_proxy.flow")
@@ -82,7 +86,7 @@ class FlowResult:
     checkpoint: str  # "hit" | "new" (stored once the upstream accepts it) | "none"
     warnings: list[str] = field(default_factory=list)
     save: Callable[[], Awaitable[str | None]] | None = None
-    prepared: PrepareState = "none"  # X-Compaction-Prepared (compaction_proxy/summaries/prepare.py)
+    prepared: PrepareState = "none"  # X-Compaction-Prepared (compaction_proxy/engine/prepare.py)
     request: Mapping[str, Any] | None = None  # the body `messages` belong in
 
     @property
@@ -199,7 +203,7 @@ class CompactionFlow:
                 model, namespace, authorization, upstream_name, calls, effective, summary_prefix
             )
         )
-        # Background summaries (compaction_proxy/summaries/prepare.py): only for ordinary requests.
+        # Background summaries (compaction_proxy/engine/prepare.py): only for ordinary requests.
         preparer = self.preparer
         key = (
             conversation_key(lookup)
@@ -408,7 +412,7 @@ class CompactionFlow:
             authorization = None
         # The request as it goes upstream (the checkpoint view on a hit): a summary call built
         # on its prefix is served from the upstream's prompt cache
-        # (compaction_proxy/summaries/prefix.py). Without it (`summary_prefix=False`) the
+        # (compaction_proxy/summarizer/_prefix.py). Without it (`summary_prefix=False`) the
         # summarizer sends the transcript form.
         forwarded = ForwardedRequest.from_body(body, upstream_name) if summary_prefix else None
         bound = self.summarizer.bind(authorization=authorization, calls=calls, request=forwarded)

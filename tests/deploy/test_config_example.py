@@ -33,7 +33,7 @@ from compaction_proxy.compaction.settings import (
     entry_to_config,
 )
 from compaction_proxy.config import ConfigError, Settings, effective_config, load_settings
-from compaction_proxy.summaries.summarizer import DEFAULT_MAX_SUMMARY_TOKENS
+from compaction_proxy.summarizer import DEFAULT_MAX_SUMMARY_TOKENS
 from tests.deploy.files import CONFIG_EXAMPLE, REPO_ROOT, dockerfile
 
 EXAMPLE_ONLY = ("models",)  # sections whose content is an example, not the default ({})

@@ -17,6 +17,7 @@ from compaction_proxy.api.usage import UsageProbe
 from compaction_proxy.compaction.messages import last_user_text
 from compaction_proxy.compaction.report import CompactionReport, StrategyFailure, StrategyReport
 from compaction_proxy.compaction.settings import SummarizationSettings
+from compaction_proxy.compaction.summarizer import SummaryError, SummaryRequest
 from compaction_proxy.config import Settings, UpstreamSettings
 from compaction_proxy.context import AppState, RequestContext
 from compaction_proxy.observability.dashboard import RecentRow
@@ -24,8 +25,7 @@ from compaction_proxy.observability.labels import LabelCap, route_of
 from compaction_proxy.observability.outcomes import final_outcomes
 from compaction_proxy.observability.prices import Prices
 from compaction_proxy.observability.telemetry import Telemetry
-from compaction_proxy.summaries.contract import SummaryError, SummaryRequest
-from compaction_proxy.summaries.summarizer import (
+from compaction_proxy.summarizer import (
     HttpSummarizer,
     SummarizerStats,
     SummaryCallRecord,

@@ -1,5 +1,5 @@
 """Single-flight, back-off and the time budget around the summarizer
-(compaction_proxy/summaries/flight.py)."""
+(compaction_proxy/summarizer/_flights.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from compaction_proxy.checkpoints import MemoryStore, StoredValues
 from compaction_proxy.compaction.summarizer import SummaryError, SummaryRequest
-from compaction_proxy.summaries.flight import SummaryFlights
+from compaction_proxy.summarizer import SummaryFlights
 
 STRETCH = ({"role": "user", "content": "first"}, {"role": "assistant", "content": "reply"})
 

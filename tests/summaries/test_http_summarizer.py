@@ -16,11 +16,15 @@ import respx
 
 from compaction_proxy.compaction.budget import ModelFacts
 from compaction_proxy.compaction.settings import SummarizationSettings
+from compaction_proxy.compaction.summarizer import SummaryError, SummaryRequest
 from compaction_proxy.config import ConfigError, Settings, UpstreamSettings
 from compaction_proxy.config.preflight import validate_summarization_config
-from compaction_proxy.summaries.contract import SummaryError, SummaryRequest
-from compaction_proxy.summaries.prompts import CHECKPOINT_PROMPT, UPDATE_PROMPT
-from compaction_proxy.summaries.summarizer import HttpSummarizer, SummaryCallRecord
+from compaction_proxy.summarizer import (
+    CHECKPOINT_PROMPT,
+    UPDATE_PROMPT,
+    HttpSummarizer,
+    SummaryCallRecord,
+)
 
 OPENAI = "https://api.openai.test/v1"
 LOCAL = "http://local.test:8000/v1"

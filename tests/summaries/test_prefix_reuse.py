@@ -1,4 +1,4 @@
-"""Cache-aligned summary calls (compaction_proxy/summaries/prefix.py): the request's own prefix
+"""Cache-aligned summary calls (compaction_proxy/summarizer/_prefix.py): the request's own prefix
 plus one instruction, and when the transcript form is used instead."""
 
 from __future__ import annotations
@@ -13,17 +13,21 @@ import respx
 
 from compaction_proxy.compaction.budget import ModelFacts
 from compaction_proxy.compaction.settings import SummarizationSettings
+from compaction_proxy.compaction.summarizer import SummaryRequest
 from compaction_proxy.config import UpstreamSettings
-from compaction_proxy.summaries.contract import SummaryRequest
-from compaction_proxy.summaries.prefix import (
+from compaction_proxy.summarizer import (
+    CHECKPOINT_PROMPT,
+    UPDATE_PROMPT,
+    HttpSummarizer,
+    SummarizerStats,
+)
+from compaction_proxy.summarizer._prefix import (
     PREFIX_MARKER,
     ForwardedRequest,
     has_binary,
     place_stretch,
     stretch_end,
 )
-from compaction_proxy.summaries.prompts import CHECKPOINT_PROMPT, UPDATE_PROMPT
-from compaction_proxy.summaries.summarizer import HttpSummarizer, SummarizerStats
 
 OPENAI = "https://api.openai.test/v1"
 OTHER = "https://other.test/v1"

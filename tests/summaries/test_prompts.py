@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from compaction_proxy.summaries.prompts import (
+from compaction_proxy.summarizer._prompts import (
     CHECKPOINT_PROMPT,
     DEFAULT_PROMPTS,
     PROMPT_VERSION,

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from compaction_proxy.compaction.summarizer import SummaryError
 from compaction_proxy.compaction.tokens import CharacterEstimatorTokenizer
-from compaction_proxy.summaries.contract import SummaryError
-from compaction_proxy.summaries.prompts import DEFAULT_PROMPTS, PromptSet
-from compaction_proxy.summaries.transcript import (
+from compaction_proxy.summarizer import DEFAULT_PROMPTS, PromptSet
+from compaction_proxy.summarizer._transcript import (
     SummarizerWindow,
     TranscriptOptions,
     chunk_blocks,

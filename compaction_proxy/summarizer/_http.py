@@ -1,7 +1,7 @@
 """``HttpSummarizer``: the summary call to an OpenAI-compatible upstream.
 
 One non-streaming ``POST {base_url}/chat/completions`` per transcript chunk (see
-:mod:`.transcript`), with our prompts as the system message, ``summarization.parameters``
+:mod:`._transcript`), with our prompts as the system message, ``summarization.parameters``
 merged into the body and ``maxSummaryTokens`` as the output limit. Anything short of a usable
 summary is a :class:`SummaryError` with a machine-readable reason, because a failed summary must
 make the pipeline move on, never become a checkpoint:
@@ -15,7 +15,7 @@ make the pipeline move on, never become a checkpoint:
 
 The call's form: by default, when the summarizer is the request's own upstream and model, the
 forwarded request's own prefix plus one instruction, so the upstream's prompt cache serves the
-conversation (:mod:`.prefix`, ``summarization.reusePrefix``); otherwise, or when that prefix
+conversation (:mod:`._prefix`, ``summarization.reusePrefix``); otherwise, or when that prefix
 holds binary content or does not fit, the plain-text transcript.
 
 Which upstream: ``summarization.provider`` names one (case-insensitively; LibreChat configs say
@@ -33,7 +33,6 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
 
@@ -42,6 +41,7 @@ import orjson
 
 from compaction_proxy.compaction.budget import ModelCatalog, ModelFacts
 from compaction_proxy.compaction.settings import SummarizationSettings
+from compaction_proxy.compaction.summarizer import SummaryError, SummaryRequest
 from compaction_proxy.compaction.tokens import CharacterEstimatorTokenizer, Tokenizer
 from compaction_proxy.config import ConfigError, Settings, UpstreamSettings, find_upstream
 from compaction_proxy.config.preflight import (
@@ -50,99 +50,23 @@ from compaction_proxy.config.preflight import (
 )
 from compaction_proxy.upstream import Router
 
-from .contract import SummaryError, SummaryRequest
-from .prefix import ForwardedRequest, fits, has_binary, instruction, place_stretch, tool_choice_for
-from .prompts import PromptSet
-from .transcript import SummarizerWindow, TranscriptOptions, fold, plan_chunks, render_blocks
+from ._prefix import ForwardedRequest, fits, has_binary, instruction, place_stretch, tool_choice_for
+from ._prompts import PromptSet
+from ._stats import SummarizerStats, SummaryCallRecord, SummaryCalls
+from ._transcript import SummarizerWindow, TranscriptOptions, fold, plan_chunks, render_blocks
 
 DEFAULT_TIMEOUT_SECONDS = 60.0
 DEFAULT_MAX_SUMMARY_TOKENS = 4096
 """Output limit when ``maxSummaryTokens`` is unset (LibreChat sends none; an unbounded
 checkpoint defeats its purpose). Clamped to the summarizer model's own output limit."""
 MAX_CHUNKS = 16
-OFF_LOOP_MESSAGES = 2_000  # a summary request this long is prepared on a worker thread
 """At most this many summarizer calls for one stretch: a bigger one is refused, not paid for."""
+OFF_LOOP_MESSAGES = 2_000
+"""A summary request this long is prepared on a worker thread."""
 
 LimitParam = Literal["max_completion_tokens", "max_tokens"]
 
 log = logging.getLogger("compaction_proxy.summaries")
-
-
-# ------------------------------------------------------------------ configuration
-
-
-# ------------------------------------------------------------------ metrics
-
-
-@dataclass(frozen=True, slots=True)
-class SummaryCallRecord:
-    """One summarizer HTTP call, for metrics: ``outcome`` is ``ok`` or a failure reason.
-
-    ``per_request``: the outcome also went to the :class:`SummaryCalls` of the request the call
-    was made for, and that request counts it when it ends (reconciled with its report); a
-    listener must then not count it a second time. False: no request keeps the call, so it is
-    counted as it happens.
-    """
-
-    upstream: str
-    model: str
-    outcome: str
-    seconds: float
-    per_request: bool = False
-    cached_tokens: int = 0
-    """``usage.prompt_tokens_details.cached_tokens`` of the reply (0: none or not reported)."""
-    form: str = "transcript"
-    """``prefix`` (the request's own prefix plus an instruction) or ``transcript``."""
-
-
-@dataclass(slots=True)
-class SummaryCalls:
-    """The outcomes of the summarizer HTTP calls made for one request, in order.
-
-    The edge creates one per request and hands it to the flow, which binds it to that request's
-    summarizer (:meth:`HttpSummarizer.bind`). Telemetry reads it when the request ends, because
-    only then can the calls be reconciled with the report's failures: a back-off never reaches
-    the HTTP summarizer, and an ``ok`` call whose summary the pipeline then rejects
-    (``not_shorter``) must count once, under that reason. Explicit rather than a context
-    variable, so what a request made is visible where it is created and where it is read.
-    """
-
-    outcomes: list[str] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class SummarizerStats:
-    """Counts and total latency per (upstream, model, outcome); the edge exports them.
-
-    ``listeners`` are called with every record as it happens (e.g. a Prometheus histogram).
-    ``cached_tokens``: prompt tokens the upstream served from its cache, per (upstream, model);
-    ``forms``: calls per form (``prefix``, ``transcript``).
-    """
-
-    calls: dict[tuple[str, str, str], int] = field(default_factory=dict)
-    seconds: dict[tuple[str, str, str], float] = field(default_factory=dict)
-    cached_tokens: dict[tuple[str, str], int] = field(default_factory=dict)
-    forms: dict[str, int] = field(default_factory=dict)
-    listeners: list[Callable[[SummaryCallRecord], None]] = field(default_factory=list)
-
-    def record(self, record: SummaryCallRecord) -> None:
-        key = (record.upstream, record.model, record.outcome)
-        self.calls[key] = self.calls.get(key, 0) + 1
-        self.seconds[key] = self.seconds.get(key, 0.0) + record.seconds
-        if record.cached_tokens:
-            where = (record.upstream, record.model)
-            self.cached_tokens[where] = self.cached_tokens.get(where, 0) + record.cached_tokens
-        self.forms[record.form] = self.forms.get(record.form, 0) + 1
-        for listener in self.listeners:
-            listener(record)
-
-    def count(self, outcome: str) -> int:
-        """Calls with ``outcome`` over every upstream and model."""
-        return sum(n for (_, _, o), n in self.calls.items() if o == outcome)
-
-    def total_cached_tokens(self) -> int:
-        """Cached prompt tokens over every upstream and model."""
-        return sum(self.cached_tokens.values())
 
 
 # ------------------------------------------------------------------ the summarizer
@@ -228,7 +152,7 @@ class HttpSummarizer:
         ``calls``: the request's log, which gets the outcome of every HTTP call this instance
         makes (the shared :attr:`stats` still records each one). ``request``: the chat
         request's messages and tools as they go upstream, from which a :class:`SummaryRequest`
-        without a ``prefix`` gets one (:mod:`.prefix`).
+        without a ``prefix`` gets one (:mod:`._prefix`).
         """
         bound = copy.copy(self)
         bound._authorization = authorization

@@ -1,6 +1,6 @@
 """Cache-aligned summary calls: the forwarded request's own prefix plus one instruction.
 
-A summary call in the transcript form (:mod:`.transcript`) is a new prompt the upstream has
+A summary call in the transcript form (:mod:`._transcript`) is a new prompt the upstream has
 never seen: every token of the stretch is read at full price. When the summarizer is the
 request's own upstream and model, the upstream has just read (and cached) the very messages
 being folded, as part of the chat requests that carried them. So the call is built as that
@@ -41,8 +41,8 @@ from typing import Any
 
 from compaction_proxy.compaction.tokens import Tokenizer
 
-from .prompts import PromptSet
-from .transcript import SummarizerWindow, scrub_text
+from ._prompts import PromptSet
+from ._transcript import SummarizerWindow, scrub_text
 
 PREFIX_MARKER = "[compaction-proxy: checkpoint request]"
 """The first line of the instruction that ends a prefix-form summary call (tests and fakes

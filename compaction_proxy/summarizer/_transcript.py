@@ -30,8 +30,9 @@ from typing import Any
 
 import orjson
 
-from .contract import SummaryError
-from .prompts import PromptSet, user_message
+from compaction_proxy.compaction.summarizer import SummaryError
+
+from ._prompts import PromptSet, user_message
 
 REASONING_PART_TYPES = frozenset({"thinking", "reasoning", "redacted_thinking"})
 TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})

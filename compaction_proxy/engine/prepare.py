@@ -80,9 +80,9 @@ def conversation_key(lookup: Lookup) -> str | None:
 
     Every request of the stretch being prepared shares it: they all extend the same checkpoint
     and the same first messages after it. The chain starts from the request's namespace, which
-    holds its system block, tools and per-user fields (compaction_proxy/summaries/
-    checkpoints.py), so two conversations of one tenant that open with the same three
-    messages under different system prompts, tools or users have different keys. Two that
+    holds its system block, tools and per-user fields (compaction_proxy/checkpoints/_keys.py),
+    so two conversations of one tenant that open with the same three messages under different
+    system prompts, tools or users have different keys. Two that
     share all of it share the key: one may wait for the other's job, or be told ``ready`` for
     a summary that is not its own, and then summarizes as without ``prepare``. Nothing is ever
     used for the wrong conversation: prepared checkpoints are found by the full chain.
