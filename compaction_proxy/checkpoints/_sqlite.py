@@ -108,23 +108,7 @@ class SqliteStore:
         """The connection, opened on the store's thread at first use."""
         if self._conn is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(
-                self.path,
-                timeout=self._busy_timeout_ms / 1000,
-                isolation_level=None,
-                check_same_thread=False,
-            )
-            try:
-                conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
-                conn.execute("PRAGMA journal_mode = WAL")
-                conn.execute("PRAGMA synchronous = NORMAL")
-                _migrate(conn)
-                for statement in _SCHEMA:
-                    conn.execute(statement)
-            except sqlite3.Error:
-                conn.close()
-                raise
-            self._conn = conn
+            self._conn = _open_shared(self.path, self._busy_timeout_ms)
         return self._conn
 
     # -------------------------------------------------------------- the protocol
@@ -301,6 +285,54 @@ def _without_rowid(conn: sqlite3.Connection) -> bool:
         "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'checkpoints'"
     ).fetchone()
     return row is not None and "WITHOUT ROWID" in str(row[0]).upper()
+
+
+def _connect(path: Path, busy_timeout_ms: int) -> sqlite3.Connection:
+    return sqlite3.connect(
+        path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False
+    )
+
+
+def _open_shared(
+    path: Path, busy_timeout_ms: int, *, clock: Callable[[], float] = time.monotonic
+) -> sqlite3.Connection:
+    """Open the file in WAL mode with its schema, retrying while another process holds it.
+
+    ``busy_timeout`` does not cover everything: while another process is creating the file or
+    switching it to WAL, SQLite answers ``database is locked`` at once rather than calling the
+    busy handler (it cannot wait without risking a deadlock). Several uvicorn workers starting
+    together meet exactly that, so the whole open is retried, with a short backoff, for as long
+    as the busy timeout allows. The switch to WAL is made only when the file is not in WAL
+    already (the mode is persistent), so only its first opener needs the exclusive lock."""
+    deadline = clock() + busy_timeout_ms / 1000
+    pause = 0.005
+    while True:
+        conn = _connect(path, busy_timeout_ms)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            mode = conn.execute("PRAGMA journal_mode").fetchone()
+            if mode is None or str(mode[0]).lower() != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            _migrate(conn)
+            for statement in _SCHEMA:
+                conn.execute(statement)
+        except sqlite3.OperationalError as exc:
+            conn.close()
+            if not _contended(exc) or clock() >= deadline:
+                raise
+            time.sleep(pause)  # on the store's own thread, never the event loop
+            pause = min(pause * 2, 0.1)
+            continue
+        except sqlite3.Error:
+            conn.close()
+            raise
+        return conn
+
+
+def _contended(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
 
 
 def _migrate(conn: sqlite3.Connection) -> None:

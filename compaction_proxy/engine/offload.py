@@ -31,6 +31,7 @@ import ctypes.util
 import gc
 import logging
 import multiprocessing
+import os
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
@@ -55,6 +56,8 @@ THREAD_PARSE_VALUES = 200_000
 """Up to this size and about this many JSON values (orjson: ~15 ms of GIL either way) a body
 is parsed on the thread; past either, in the worker process."""
 _COUNT_SLICE = 1 << 20
+PARENT_POLL_SECONDS = 1.0
+"""How often the parse worker checks that the proxy process that started it is alive."""
 
 
 # --------------------------------------------------------------------------- the collector
@@ -140,6 +143,25 @@ def parse_in_worker(
         _trim()
 
 
+# --------------------------------------------------------------------------- the worker's life
+
+
+def watch_parent(parent: int, poll: float = PARENT_POLL_SECONDS) -> None:
+    """The parse worker's initializer: it exits as soon as the proxy that started it is gone.
+
+    A proxy killed with SIGKILL (an OOM kill, ``docker kill``, a supervisor's last resort)
+    never shuts its pool down, and the worker, blocked on a queue whose write end it holds
+    itself, would otherwise live on as an orphan holding its memory. The worker is reparented
+    when its parent dies, so a changed parent pid is the signal."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll)
+        os._exit(0)  # nothing of the worker's is worth finishing: its caller is gone
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 # --------------------------------------------------------------------------- the thread
 
 
@@ -176,7 +198,10 @@ class Offload:
             if self._pool is None:
                 # spawn: a fork of a process with running threads and loops is not safe.
                 self._pool = concurrent.futures.ProcessPoolExecutor(
-                    max_workers=1, mp_context=multiprocessing.get_context("spawn")
+                    max_workers=1,
+                    mp_context=multiprocessing.get_context("spawn"),
+                    initializer=watch_parent,
+                    initargs=(os.getpid(),),
                 )
             return self._pool
 

@@ -158,6 +158,7 @@ def test_an_explicit_redis_server_wins(monkeypatch: pytest.MonkeyPatch, tmp_path
         (programs.redis_server, "redis-server", "redis-server"),
         (programs.compose, "docker-compose", "docker-compose"),
         (programs.chromium, "chromium", "chromium"),
+        (lambda: programs.find_npm() or programs.fail(programs.NPM), "npm", "npm"),
     ],
 )
 def test_a_missing_program_fails_with_how_to_install_it(
@@ -189,10 +190,10 @@ def test_lookup_lists_debian_packages_for_the_script(
     listed = result.stdout.split()
     # chromium and docker-compose are nowhere on an empty PATH; redis-server is still found
     # through the wheel where the test extra brings one.
-    assert {"chromium", "docker-compose"} <= set(listed)
+    assert {"chromium", "docker-compose", "npm"} <= set(listed)
     has_wheel = programs._package_bin(programs.REDIS_PACKAGE, "redis-server") is not None
     assert ("redis-server" in listed) is not has_wheel
-    assert set(listed) <= {"chromium", "docker-compose", "redis-server"}
+    assert set(listed) <= {"chromium", "docker-compose", "redis-server", "npm"}
 
 
 # ----------------------------------------------------------------------------- scripts/test-deps
@@ -209,7 +210,14 @@ def _run_test_deps(tmp_path: Path, *, missing: str, root: bool, apt: bool) -> tu
     stubs = tmp_path / "stubs"
     stubs.mkdir()
     calls = tmp_path / "apt-calls"
-    _stub(stubs, "fake-python", f"printf '{missing}'")
+    installs = tmp_path / "claude-installs"
+    _stub(
+        stubs,
+        "fake-python",
+        f'if [ "$2" = tests.support.claude_code ]; then echo "$@" >> {installs}; '
+        f"echo /cache/claude; else printf '{missing}'; fi",
+    )
+    _stub(stubs, "npm", "exit 0")
     _stub(stubs, "id", f"echo {0 if root else 1000}")
     if apt:
         _stub(stubs, "apt-get", f'echo "$@" >> {calls}')
@@ -222,6 +230,8 @@ def _run_test_deps(tmp_path: Path, *, missing: str, root: bool, apt: bool) -> tu
         [str(TEST_DEPS)], env=env, capture_output=True, text=True, timeout=60, check=False
     )
     recorded = calls.read_text() if calls.exists() else ""
+    if installs.exists():
+        recorded += "".join(f"python {line}" for line in installs.read_text().splitlines(True))
     return result.returncode, result.stdout + result.stderr, recorded
 
 
@@ -230,20 +240,25 @@ def test_test_deps_installs_what_is_missing_with_apt_as_root(tmp_path: Path) -> 
         tmp_path, missing="chromium\\ndocker-compose\\n", root=True, apt=True
     )
     assert code == 0, output
-    assert apt_calls.splitlines() == ["update -qq", "install -y -qq chromium docker-compose"]
+    assert apt_calls.splitlines() == [
+        "update -qq",
+        "install -y -qq chromium docker-compose",
+        "python -m tests.support.claude_code install",
+    ]
     assert "installed chromium docker-compose" in output
+    assert "Claude Code at /cache/claude" in output
 
 
 def test_test_deps_names_what_to_install_when_it_cannot(tmp_path: Path) -> None:
     code, output, apt_calls = _run_test_deps(tmp_path, missing="chromium\\n", root=False, apt=True)
     assert code == 0, "the tests then fail one by one, each with its own message"
-    assert apt_calls == ""
+    assert apt_calls == "python -m tests.support.claude_code install\n"
     assert "missing chromium" in output and "apt-get install chromium" in output
 
 
 def test_test_deps_does_nothing_when_nothing_is_missing(tmp_path: Path) -> None:
     code, output, apt_calls = _run_test_deps(tmp_path, missing="", root=True, apt=True)
-    assert code == 0 and apt_calls == ""
+    assert code == 0 and apt_calls == "python -m tests.support.claude_code install\n"
     assert "every program the tests start is installed" in output
 
 

@@ -3,8 +3,8 @@
 The baseline the ``/v1/messages`` adapter has to beat: in an 80-step Bash session Claude Code
 is refused ("prompt is too long") and survives only by compacting itself; with its
 auto-compact off it dies at the first refusal. These also check the fake against a real
-client: none of Claude Code's requests may break the fake's rules. Skipped, with the reason,
-where Claude Code cannot be installed (see tests/support/claude_code.py).
+client: none of Claude Code's requests may break the fake's rules. ``scripts/test-deps``
+installs Claude Code; without it these fail, saying how to install it.
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ request has not yet reached the upstream), not a duration.
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import socket
 import time
 from pathlib import Path
@@ -189,3 +191,55 @@ def _wait_for(proxy: ProxyServer, offset: int, text: str) -> bool:
 def test_a_preview_of_a_million_messages_is_refused_too(default_proxy: ProxyServer) -> None:
     error = assert_openai_error(post(default_proxy, tiny(MILLION), "/v1/compaction/preview"), 413)
     assert (error["code"], error["param"]) == ("too_many_messages", "messages")
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            stat = (entry / "stat").read_text()
+            # "pid (comm) state ppid ...": the name may hold spaces, so split after its ")".
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+
+
+def _wait(predicate: Any, bound: float = 30.0) -> bool:
+    deadline = time.monotonic() + bound
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_the_parse_worker_exits_when_the_proxy_is_killed(
+    proxy_factory: Any, upstream: UpstreamServer
+) -> None:
+    """A proxy killed with SIGKILL (an OOM kill, ``docker kill``) leaves no parse worker
+    behind holding memory: the worker notices its parent is gone and exits."""
+    proxy: ProxyServer = proxy_factory(proxy_config(upstream_entry(upstream)))
+    assert proxy.proc is not None
+    pid = proxy.proc.pid
+    before = set(_children(pid))
+    # Past the thread-parse limits: parsed (and refused) in the worker process.
+    assert post(proxy, tiny(MILLION)).status_code == 413
+    workers = [
+        child
+        for child in set(_children(pid)) - before
+        if b"multiprocessing" in Path(f"/proc/{child}/cmdline").read_bytes()
+    ]
+    assert workers, "no parse worker was started"
+    os.kill(pid, signal.SIGKILL)
+    proxy.proc.wait(timeout=BOUND)
+    assert _wait(lambda: not any(_alive(worker) for worker in workers)), workers

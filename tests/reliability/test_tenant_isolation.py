@@ -60,6 +60,9 @@ def isolation_config(upstream: UpstreamServer, *, prepare: bool = False) -> dict
     extra: dict[str, Any] = {}
     if prepare:
         extra["compaction"] = {"pipeline": SUMMARIZE_FIRST}
+        # Well below the trigger (0.8): one step of this session is ~730 tokens, more than the
+        # gap between the default prepare threshold (0.7) and the trigger on an 8k window.
+        summarization["prepare"] = {"token_ratio": 0.5}
     else:
         summarization["prepare"] = False  # no background call to muddle the counts
     return proxy_config(

@@ -153,6 +153,64 @@ async def test_several_processes_write_one_file(tmp_path: Path) -> None:
     await store.close()
 
 
+class _LockedWhileAnotherOpens(sqlite3.Connection):
+    """A connection that meets what a second worker meets while the first one is switching a
+    new file to WAL: ``database is locked`` at once, whatever the busy timeout."""
+
+    refusals = 0
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:  # type: ignore[override]
+        if sql.startswith("PRAGMA journal_mode") and type(self).refusals > 0:
+            type(self).refusals -= 1
+            raise sqlite3.OperationalError("database is locked")
+        return super().execute(sql, *args)
+
+
+def _locked_connect(path: Path, busy_timeout_ms: int) -> sqlite3.Connection:
+    return sqlite3.connect(
+        path,
+        timeout=busy_timeout_ms / 1000,
+        isolation_level=None,
+        check_same_thread=False,
+        factory=_LockedWhileAnotherOpens,
+    )
+
+
+async def test_an_open_that_meets_another_process_creating_the_file_waits_its_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store opened while another process holds the new file answers once it is free,
+    rather than failing its first request (as four workers starting together once did)."""
+    from compaction_proxy.summaries.stores import sqlite as sqlite_module
+
+    monkeypatch.setattr(sqlite_module, "_connect", _locked_connect)
+    _LockedWhileAnotherOpens.refusals = 3
+    store = SqliteStore(tmp_path / "cp.db")
+    await store.put(
+        "ns", "k", Checkpoint(messages=({"role": "user", "content": "x"},), created_at=0.0), 60
+    )
+    assert _LockedWhileAnotherOpens.refusals == 0
+    hit = await store.find_longest("ns", ["k"])
+    assert hit is not None and hit[0] == 1
+    await store.close()
+
+
+async def test_an_open_that_stays_locked_past_the_busy_timeout_fails_as_unavailable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from compaction_proxy.summaries.stores import sqlite as sqlite_module
+
+    monkeypatch.setattr(sqlite_module, "_connect", _locked_connect)
+    _LockedWhileAnotherOpens.refusals = 10**9
+    store = SqliteStore(tmp_path / "cp.db", busy_timeout_ms=50)
+    with pytest.raises(StoreUnavailable, match="locked"):
+        await store.put(
+            "ns", "k", Checkpoint(messages=({"role": "user", "content": "x"},), created_at=0.0), 60
+        )
+    _LockedWhileAnotherOpens.refusals = 0
+    await store.close()
+
+
 async def test_short_lookups_read_inline_and_long_ones_on_the_thread(tmp_path: Path) -> None:
     """The result is the same either way; only where the query runs differs."""
     from compaction_proxy.checkpoints import _sqlite as sqlite_module

@@ -98,9 +98,9 @@ step 11 with ``terminal_reason: "api_error"``. A preserved-thinking rejection ("
 bound to a different conversation", the fake's ``thinking_binding: enforce``) of the kept turn
 after its own compaction is retried without the thinking; the session still finishes.
 
-Installing reaches the npm registry; it happens once, into :func:`cache_dir`, and where npm or
-the registry is missing a test that needs Claude Code is skipped with the reason. Run
-``python -m tests.support.claude_code install`` to install ahead of a test run.
+Installing reaches the npm registry, so it is part of the set-up, never of a test:
+``scripts/test-deps`` runs ``python -m tests.support.claude_code install`` once, into
+:func:`cache_dir`; a test that needs Claude Code and does not find it fails, saying so.
 """
 
 from __future__ import annotations
@@ -242,13 +242,24 @@ def ensure_binary() -> Path:
 
 
 def require_binary() -> Path:
-    """For tests: the binary, or a skip with the reason it cannot be had."""
+    """For tests: the installed binary, or a failure saying how to install it.
+
+    Never an install: nothing downloads at test time. ``scripts/test-deps`` (part of the
+    README's test command) installs it ahead of the run."""
     import pytest
 
     try:
-        return ensure_binary()
+        found = find_binary()
     except Unavailable as exc:
-        pytest.skip(f"Claude Code unavailable: {exc}")
+        pytest.fail(str(exc), pytrace=False)
+    if found is None:
+        pytest.fail(
+            f"Claude Code {VERSION} is not installed in {cache_dir()}: run scripts/test-deps "
+            "(or `python -m tests.support.claude_code install`), or set "
+            f"{BINARY_ENV} to a claude binary",
+            pytrace=False,
+        )
+    return found
 
 
 # --------------------------------------------------------------------------- sessions

@@ -59,6 +59,13 @@ CHROMIUM = Missing(
     "download is never used); set CHROMIUM_PATH to use another Chromium build.",
 )
 
+NPM = Missing(
+    "npm",
+    "npm",
+    "The Claude Code tests run the real `claude` CLI, which `scripts/test-deps` installs from "
+    "the npm registry (tests/support/claude_code.py; nothing is downloaded at test time).",
+)
+
 
 def fail(missing: Missing) -> NoReturn:
     """Fails the running test (or fixture) with ``missing``'s instructions."""
@@ -129,9 +136,18 @@ def chromium() -> str:
     return find_chromium() or fail(CHROMIUM)
 
 
+def find_npm() -> str | None:
+    return shutil.which("npm")
+
+
 def missing() -> list[Missing]:
     """The programs the tests need that this machine does not have."""
-    finders = ((REDIS, find_redis_server), (COMPOSE, find_compose), (CHROMIUM, find_chromium))
+    finders = (
+        (REDIS, find_redis_server),
+        (COMPOSE, find_compose),
+        (CHROMIUM, find_chromium),
+        (NPM, find_npm),
+    )
     return [program for program, find in finders if not find()]
 
 
