@@ -181,7 +181,7 @@ async def test_an_open_that_meets_another_process_creating_the_file_waits_its_tu
 ) -> None:
     """A store opened while another process holds the new file answers once it is free,
     rather than failing its first request (as four workers starting together once did)."""
-    from compaction_proxy.summaries.stores import sqlite as sqlite_module
+    from compaction_proxy.checkpoints import _sqlite as sqlite_module
 
     monkeypatch.setattr(sqlite_module, "_connect", _locked_connect)
     _LockedWhileAnotherOpens.refusals = 3
@@ -198,7 +198,7 @@ async def test_an_open_that_meets_another_process_creating_the_file_waits_its_tu
 async def test_an_open_that_stays_locked_past_the_busy_timeout_fails_as_unavailable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from compaction_proxy.summaries.stores import sqlite as sqlite_module
+    from compaction_proxy.checkpoints import _sqlite as sqlite_module
 
     monkeypatch.setattr(sqlite_module, "_connect", _locked_connect)
     _LockedWhileAnotherOpens.refusals = 10**9
