@@ -61,14 +61,14 @@ from compaction_proxy.http import (
 )
 from compaction_proxy.logs import ACCESS, access_line
 from compaction_proxy.observability.telemetry import Telemetry
-from compaction_proxy.transport import (
+from compaction_proxy.upstream import (
     HttpxUpstream,
+    Router,
     UpstreamTransport,
+    WindowBook,
     make_transport,
     plain_httpx_client,
 )
-from compaction_proxy.upstream import Router
-from compaction_proxy.windows import WindowBook
 
 log = logging.getLogger("compaction_proxy.app")
 
@@ -383,7 +383,7 @@ def build_edge(
     Nothing here connects anywhere: the store, the published windows and the aiohttp session
     connect on first use, inside the server's event loop. `client` is the httpx client for the
     proxy's own calls (the summarizer, published windows), `transport` what forwarding uses;
-    None: a plain client (compaction_proxy/transport.py) and the configured
+    None: a plain client (compaction_proxy/upstream/_transport.py) and the configured
     `server.upstream_transport`.
     """
     if settings.summarization.enabled:

@@ -31,7 +31,7 @@ from compaction_proxy.http import ProxyError
 if TYPE_CHECKING:
     from compaction_proxy.compaction import CompactionResult, Mode
     from compaction_proxy.engine import Compactor
-    from compaction_proxy.responses import Lifted
+    from compaction_proxy.wire.responses import Lifted
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -188,15 +188,15 @@ def _compact(args: argparse.Namespace) -> int:
 
 def _responses_body(data: object) -> dict[str, Any] | None:
     """``data`` when it is a Responses body (``input`` and no ``messages``), else None."""
-    from compaction_proxy.responses import is_responses_body
+    from compaction_proxy.wire.responses import is_responses_body
 
     return data if isinstance(data, dict) and is_responses_body(data) else None
 
 
 def _lift_responses(body: dict[str, Any]) -> tuple[Lifted | None, str]:
-    """The chat-shaped view the pipeline takes (compaction_proxy/responses/), or None and why
+    """The chat-shaped view the pipeline takes (compaction_proxy/wire/responses/), or None and why
     not."""
-    from compaction_proxy.responses import lift, server_state, validate_request
+    from compaction_proxy.wire.responses import lift, server_state, validate_request
 
     held_by = server_state(body)
     if held_by is not None:
@@ -211,7 +211,7 @@ def _responses_out(
     body: dict[str, Any], lifted: Lifted, messages: Sequence[Any], model: str
 ) -> dict[str, Any]:
     """The Responses body to write: the compacted ``input``, every other field as it was."""
-    from compaction_proxy.responses import lower
+    from compaction_proxy.wire.responses import lower
 
     return {**body, "model": model, "input": lower(lifted, messages).items}
 
@@ -237,8 +237,7 @@ async def _run_flow(
     """
     from compaction_proxy.engine import build_flow
     from compaction_proxy.http import ALLOWED
-    from compaction_proxy.transport import plain_httpx_client
-    from compaction_proxy.upstream import Router
+    from compaction_proxy.upstream import Router, plain_httpx_client
 
     model: str = body["model"]
     upstream = Router(settings.upstreams).for_model(model)

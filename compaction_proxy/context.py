@@ -17,9 +17,7 @@ if TYPE_CHECKING:
     from compaction_proxy.engine import CompactionFlow, Compactor
     from compaction_proxy.observability.telemetry import Telemetry
     from compaction_proxy.summarizer import SummaryCalls
-    from compaction_proxy.transport import UpstreamTransport
-    from compaction_proxy.upstream import Router
-    from compaction_proxy.windows import WindowBook
+    from compaction_proxy.upstream import Router, UpstreamTransport, WindowBook
 
 
 @dataclass(slots=True)
@@ -33,9 +31,9 @@ class AppState:
     # httpx client for the proxy's own calls (the summarizer, published windows); cookie-less,
     # no default headers.
     client: httpx.AsyncClient
-    # What forwarding uses (compaction_proxy/transport.py).
+    # What forwarding uses (compaction_proxy/upstream/_transport.py).
     transport: UpstreamTransport
-    # Learned and discovered context windows (compaction_proxy/windows.py).
+    # Learned and discovered context windows (compaction_proxy/upstream/_windows.py).
     windows: WindowBook
     # Checkpoint, pipeline, checkpoint again: one request's compaction
     # (compaction_proxy/engine/flow.py).

@@ -31,12 +31,19 @@ from compaction_proxy.api.requests import (
 from compaction_proxy.compaction import CompactionResult, Mode
 from compaction_proxy.config import UpstreamSettings
 from compaction_proxy.context import RequestContext
-from compaction_proxy.forwarded import ClientBody
 from compaction_proxy.http import Receive, Scope, Send
-from compaction_proxy.overflow import Overflow, detect_overflow
 from compaction_proxy.summarizer import SummaryCalls
-from compaction_proxy.upstream import upstream_headers, upstream_url
-from compaction_proxy.windows import MIN_LEARNED_WINDOW, SHRINK, Window, window_after_refusal
+from compaction_proxy.upstream import (
+    MIN_LEARNED_WINDOW,
+    SHRINK,
+    Overflow,
+    Window,
+    detect_overflow,
+    upstream_headers,
+    upstream_url,
+    window_after_refusal,
+)
+from compaction_proxy.wire import ClientBody
 
 log = logging.getLogger("compaction_proxy.attempts")
 
@@ -49,7 +56,7 @@ _FAILED = (b"x-compaction-warning", b"compaction failed; the original request wa
 
 def as_chat(attempt: Attempt) -> Attempt:
     """A chat-completions attempt as forwarded: the client's bytes with the new messages in
-    place of theirs (compaction_proxy/forwarded.py). A message read back from a checkpoint
+    place of theirs (compaction_proxy/wire/_forwarded.py). A message read back from a checkpoint
     that equals one the client sent goes as the client's bytes too (``copies``)."""
     if attempt.messages is not None:
         attempt.body = attempt.subject.client.with_elements(attempt.messages, copies=True)
@@ -63,7 +70,7 @@ class Subject:
 
     ``client``: the client's body: its bytes (``raw``, forwarded whenever compaction changes
     nothing or fails), its parsed form and the member an attempt rewrites (``messages``,
-    ``input``), scanned once for every attempt (compaction_proxy/forwarded.py).
+    ``input``), scanned once for every attempt (compaction_proxy/wire/_forwarded.py).
     ``data``: the chat-shaped body the core works on (the client's own for chat completions).
     ``reshape``: sets the body an attempt made on ``data`` is forwarded as (by default
     :func:`as_chat`); an attempt it cannot turn is returned with ``result`` None and the
@@ -262,9 +269,9 @@ async def after_refusal(
 ) -> Attempt | None:
     """Learn from an overflow refusal; the compacted retry, or None when there is none.
 
-    The window learned is kept (compaction_proxy/windows.py) even when no retry follows. The retry
-    is compacted for `min(learned, the window the refused attempt used)`, or 80 % of the latter
-    when the upstream states a window no smaller than ours (our count was off, not the
+    The window learned is kept (compaction_proxy/upstream/_windows.py) even when no retry follows.
+    The retry is compacted for `min(learned, the window the refused attempt used)`, or 80 % of the
+    latter when the upstream states a window no smaller than ours (our count was off, not the
     window), and is sent only when it came out smaller than what was refused.
     """
     state = ctx.state

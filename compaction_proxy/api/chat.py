@@ -12,17 +12,17 @@ from compaction_proxy.api.limits import compacted_model, size_limits
 from compaction_proxy.api.requests import (
     compaction_mode,
     effective_window,
-    parse_chat_body,
-    validate_chat,
+    readable_encoding,
+    route,
 )
-from compaction_proxy.api.routing import json_model, readable_encoding, route
 from compaction_proxy.checkpoints import StoreBudget
 from compaction_proxy.compaction import Mode
 from compaction_proxy.compaction.messages import last_user_text
 from compaction_proxy.context import RequestContext
 from compaction_proxy.engine.offload import OFFLOAD_BYTES
-from compaction_proxy.forwarded import ClientBody
 from compaction_proxy.http import Receive, Scope, Send, read_body
+from compaction_proxy.upstream import json_model
+from compaction_proxy.wire import ClientBody, parse_chat_body, validate_chat
 
 
 async def chat_completions(
@@ -86,7 +86,7 @@ async def untouched(
     ctx: RequestContext, scope: Scope, receive: Receive, send: Send, raw: bytes
 ) -> Outcome:
     """``X-Compaction: off``: the client's bytes go upstream as they came, whatever JSON they
-    hold; only ``model`` is read, to route them (compaction_proxy/api/routing.py)."""
+    hold; only ``model`` is read, to route them (compaction_proxy/upstream/_routing.py)."""
     readable_encoding(ctx, scope)
     read = json_model(raw)
     upstream = route(ctx, read)

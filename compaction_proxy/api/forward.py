@@ -34,9 +34,15 @@ from compaction_proxy.http import (
     send_error,
     shutdown_error,
 )
-from compaction_proxy.overflow import MAX_ERROR_BODY
-from compaction_proxy.transport import TRANSPORT_ERRORS, Body, UpstreamReply, UpstreamTransport
-from compaction_proxy.upstream import classify_error, response_headers
+from compaction_proxy.upstream import (
+    MAX_ERROR_BODY,
+    TRANSPORT_ERRORS,
+    Body,
+    UpstreamReply,
+    UpstreamTransport,
+    classify_error,
+    response_headers,
+)
 
 log = logging.getLogger("compaction_proxy.forward")
 

@@ -6,12 +6,12 @@ by `server.max_body_bytes`) and the answer streams back.
 
 Routing reads the model wherever the body carries it, at any size and however it is framed
 (Content-Length or chunked), so a key never goes to an upstream that does not serve the
-request's model (compaction_proxy/api/routing.py has the rule):
+request's model (compaction_proxy/upstream/_routing.py has the rule):
 
 - a JSON body (declared `application/json` or `+json`, or undeclared and starting with `{`)
   is read whole and routed by its top-level `model`;
 - a multipart/form-data upload (audio transcriptions, image edits) is read up to its `model`
-  field (compaction_proxy/multipart.py), and the rest streams through;
+  field (compaction_proxy/wire/_multipart.py), and the rest streams through;
 - any other body (a file part, `application/octet-stream`) names no model and streams to the
   first upstream, as a request without a body does (`GET /v1/models`).
 
@@ -25,7 +25,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 from compaction_proxy.api.forward import Outcome, StreamedBody, forward
-from compaction_proxy.api.routing import ModelRead, json_model, readable_encoding, route
+from compaction_proxy.api.requests import readable_encoding, route
 from compaction_proxy.config import UpstreamSettings
 from compaction_proxy.context import RequestContext
 from compaction_proxy.http import (
@@ -39,9 +39,8 @@ from compaction_proxy.http import (
     header,
     too_large,
 )
-from compaction_proxy.jsonspans import BOM
-from compaction_proxy.multipart import FieldReader, Unreadable, boundary_of
-from compaction_proxy.upstream import upstream_headers, upstream_url
+from compaction_proxy.upstream import ModelRead, json_model, upstream_headers, upstream_url
+from compaction_proxy.wire import BOM, FieldReader, Unreadable, boundary_of
 
 _NO_BODY = frozenset({"GET", "HEAD", "DELETE", "OPTIONS"})
 _SPACE = b" \t\r\n"

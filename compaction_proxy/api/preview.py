@@ -3,7 +3,7 @@
 It takes a chat-completions body exactly as the client would send it, so a user can paste a
 failing request and see the compacted messages and the report. A Responses body (``input``, no
 ``messages``) is previewed the same way: its items are compacted on the same core
-(compaction_proxy/responses/) and the answer shows the ``input`` that would be forwarded.
+(compaction_proxy/wire/responses/) and the answer shows the ``input`` that would be forwarded.
 `X-Compaction: force` runs the pipeline as if every trigger fired; `off` shows the request
 untouched.
 """
@@ -21,12 +21,9 @@ from compaction_proxy.api.requests import (
     compaction_mode,
     credential,
     effective_window,
-    parse_chat_body,
-    parse_json_object,
     preview_spending,
     report_headers,
     tenant,
-    validate_chat,
 )
 from compaction_proxy.checkpoints import StoreBudget
 from compaction_proxy.compaction import Mode
@@ -41,7 +38,8 @@ from compaction_proxy.http import (
     read_body,
     send_bytes,
 )
-from compaction_proxy.responses import (
+from compaction_proxy.wire import parse_chat_body, parse_json_object, validate_chat
+from compaction_proxy.wire.responses import (
     Lifted,
     is_responses_body,
     lift,

@@ -1,15 +1,13 @@
-"""What the chat and preview routes share: reading a chat-completions request, its headers,
-the window it is budgeted for, who is asking (credential, tenant, whether an operator
-credential may be spent for them), and the report headers of its compaction."""
+"""What the routes share: the upstream a request goes to (by the rule of
+compaction_proxy/upstream/_routing.py), its headers, the window it is budgeted for, who is
+asking (credential, tenant, whether an operator credential may be spent for them), and the
+report headers of its compaction. The body itself is read by compaction_proxy/wire/."""
 
 from __future__ import annotations
 
 import logging
-from typing import Any
 
-import orjson
-
-from compaction_proxy.compaction import CompactionResult, Mode, validate_messages
+from compaction_proxy.compaction import CompactionResult, Mode
 from compaction_proxy.config import UpstreamSettings
 from compaction_proxy.context import RequestContext
 from compaction_proxy.http import (
@@ -21,7 +19,7 @@ from compaction_proxy.http import (
     bad_request,
     header,
 )
-from compaction_proxy.windows import Window
+from compaction_proxy.upstream import ModelRead, Window
 
 log = logging.getLogger("compaction_proxy.chat")
 
@@ -34,48 +32,16 @@ _MODES = {
 }
 
 
-def parse_chat_body(raw: bytes) -> dict[str, Any]:
-    """The request as a dict, or a 400 that says exactly what is wrong with it."""
-    data = parse_json_object(raw)
-    if "messages" not in data:
-        raise bad_request(
-            "'messages' is required", param="messages", code="missing_required_parameter"
-        )
-    if not isinstance(data["messages"], list):
-        raise bad_request(
-            f"'messages' must be an array, not {type(data['messages']).__name__}",
-            param="messages",
-            code="invalid_type",
-        )
-    model = data.get("model")
-    if not isinstance(model, str):
-        raise bad_request(
-            "'model' is required and must be a string"
-            if model is None
-            else f"'model' must be a string, not {type(model).__name__}",
-            param="model",
-            code="missing_required_parameter" if model is None else "invalid_type",
-        )
-    return data
+def route(ctx: RequestContext, read: ModelRead) -> UpstreamSettings:
+    """The upstream for a body that says ``read`` about its model (sets ``ctx.model``)."""
+    if read.model is not None:
+        ctx.model = read.model
+    return ctx.state.router.route(read)
 
 
-def parse_json_object(raw: bytes) -> dict[str, Any]:
-    """The body as a JSON object, or a 400 saying why it is not one (every route that reads
-    its body: chat completions, the Responses API)."""
-    if not raw.strip():
-        raise bad_request("the request body is empty; expected a JSON object", code="invalid_json")
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise bad_request(
-            f"the request body is not valid JSON: {exc}", code="invalid_json"
-        ) from None
-    if not isinstance(data, dict):
-        raise bad_request(
-            f"the request body must be a JSON object, not {type(data).__name__}",
-            code="invalid_json",
-        )
-    return data
+def readable_encoding(ctx: RequestContext, scope: Scope) -> None:
+    """Refuse a compressed body when the proxy must read its model (it never inflates)."""
+    ctx.state.router.check_encoding(header(scope, b"content-encoding"))
 
 
 def compaction_mode(scope: Scope) -> Mode | None:
@@ -93,12 +59,6 @@ def compaction_mode(scope: Scope) -> Mode | None:
             code="invalid_header",
         )
     return _MODES[value]
-
-
-def validate_chat(data: dict[str, Any]) -> None:
-    issue = validate_messages(data["messages"])
-    if issue is not None:
-        raise bad_request(issue.message, param=issue.param, code="invalid_messages")
 
 
 def report_headers(result: CompactionResult, mode: Mode) -> list[tuple[bytes, bytes]]:
@@ -128,7 +88,7 @@ async def effective_window(
     model: str,
     spend: Spending | None = None,
 ) -> Window:
-    """The window to budget `model` for (compaction_proxy/windows.py).
+    """The window to budget `model` for (compaction_proxy/upstream/_windows.py).
 
     `spend`: whether a listing may be read with the upstream's own `api_key` for this caller
     (default: :func:`spending`). Never fails the request: a problem here means budgeting with

@@ -2,12 +2,12 @@
 
 A stateless Responses agent (``store: false``, the whole ``input`` re-sent every turn) grows
 exactly as a chat agent does, so it gets exactly the same compaction: the body's items are
-shown to the core as chat messages (compaction_proxy/responses/), the compaction shared with the
-chat route runs on them (compaction_proxy/api/attempts.py: checkpoint lookup, pipeline, summaries,
-report headers, the checkpoint saved once the upstream accepts), and each attempt is mapped back to
-items (:func:`as_responses`). The reply, JSON or typed SSE events, is relayed byte for byte; an
-overflow refusal is compacted away and retried as for chat completions. Summary calls get the
-plain-text transcript, not the chat-shaped view as a prefix: the view carries ``input_text``
+shown to the core as chat messages (compaction_proxy/wire/responses/), the compaction shared with
+the chat route runs on them (compaction_proxy/api/attempts.py: checkpoint lookup, pipeline,
+summaries, report headers, the checkpoint saved once the upstream accepts), and each attempt is
+mapped back to items (:func:`as_responses`). The reply, JSON or typed SSE events, is relayed byte
+for byte; an overflow refusal is compacted away and retried as for chat completions. Summary calls
+get the plain-text transcript, not the chat-shaped view as a prefix: the view carries ``input_text``
 parts and custom tool calls a strict chat-completions server refuses.
 
 What stays untouched: a request that continues server-side state (``previous_response_id``,
@@ -30,17 +30,18 @@ from compaction_proxy.api.requests import (
     compaction_mode,
     effective_window,
     header_safe,
-    parse_json_object,
+    readable_encoding,
+    route,
 )
-from compaction_proxy.api.routing import json_model, readable_encoding, route
 from compaction_proxy.checkpoints import StoreBudget
 from compaction_proxy.compaction import Mode
 from compaction_proxy.compaction.messages import last_user_text
 from compaction_proxy.context import RequestContext
 from compaction_proxy.engine.offload import OFFLOAD_BYTES
-from compaction_proxy.forwarded import ClientBody
 from compaction_proxy.http import Receive, Scope, Send, bad_request, read_body
-from compaction_proxy.responses import (
+from compaction_proxy.upstream import json_model
+from compaction_proxy.wire import ClientBody, parse_json_object
+from compaction_proxy.wire.responses import (
     Lifted,
     input_items,
     lift,
@@ -129,7 +130,7 @@ def as_responses(attempt: Attempt, *, lifted: Lifted) -> Attempt:
     Unchanged requests and dry runs keep the client's bytes. Otherwise the pipeline's messages
     are mapped back to items and only ``input`` is replaced, in the client's own bytes: every
     other field, and every item the proxy did not change, goes upstream as the client wrote it
-    (compaction_proxy/forwarded.py). A failure here is a compaction failure: the original is
+    (compaction_proxy/wire/_forwarded.py). A failure here is a compaction failure: the original is
     forwarded.
     """
     if attempt.result is None or attempt.messages is None:

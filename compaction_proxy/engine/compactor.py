@@ -180,8 +180,8 @@ class Compactor:
         `anticipate`: tokens of growth to compact for as if they were already there (a
         summary prepared ahead of its trigger, compaction_proxy/engine/prepare.py); 0 otherwise.
 
-        `window_source`: where `context_window` came from (compaction_proxy/windows.py), for
-        the report; None: the catalog says (config, builtin or default).
+        `window_source`: where `context_window` came from (compaction_proxy/upstream/_windows.py),
+        for the report; None: the catalog says (config, builtin or default).
         """
         if size_hint < _INLINE_BYTES:
             return await self._run(

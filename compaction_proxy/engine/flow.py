@@ -64,7 +64,7 @@ from compaction_proxy.summarizer import (
     SummaryCalls,
     SummaryFlights,
 )
-from compaction_proxy.windows import WindowBook
+from compaction_proxy.upstream import WindowBook
 
 log = logging.getLogger("compaction_proxy.flow")
 
@@ -75,7 +75,7 @@ class FlowResult:
 
     `messages`: what goes upstream in place of the request's messages (the pipeline's result,
     or the checkpoint view on a hit); None: the client's request as it came. The forwarding
-    routes splice them into the client's own bytes (compaction_proxy/forwarded.py), so the
+    routes splice them into the client's own bytes (compaction_proxy/wire/_forwarded.py), so the
     flow serializes nothing. `save` stores the new checkpoint; the caller runs it only once
     the upstream accepted the compacted request (a 2xx), so a compaction the upstream refused
     never becomes sticky.
@@ -171,8 +171,8 @@ class CompactionFlow:
         summarizer may spend an operator's key for this caller (by default it may not: the
         edge says who was let in, compaction_proxy/http/_admission.py).
         `context_window`: the window to budget for, when not the catalog's
-        (compaction_proxy/windows.py); it is part of the checkpoint namespace; `window_source`:
-        where it came from (the report says). `calls`: the
+        (compaction_proxy/upstream/_windows.py); it is part of the checkpoint namespace;
+        `window_source`: where it came from (the report says). `calls`: the
         request's log of summarizer HTTP calls (the request's telemetry counts them when it ends);
         None: counted as they happen.
         `summarize`: False keeps the summarizer out (a local preview, `compact --no-summarize`).

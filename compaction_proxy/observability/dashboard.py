@@ -22,7 +22,7 @@ from compaction_proxy.observability.labels import ROUTE_CHAT, ROUTE_RESPONSES
 if TYPE_CHECKING:
     from compaction_proxy.compaction.report import StrategyFailure
     from compaction_proxy.observability.prices import Prices
-    from compaction_proxy.windows import WindowBook
+    from compaction_proxy.upstream import WindowBook
 
 __all__ = ["MINUTES", "RECENT_FAILURES", "RECENT_REQUESTS", "Dashboard", "RecentRow"]
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from compaction_proxy.checkpoints import StoreBreaker
     from compaction_proxy.compaction.tokenizer_provider import TokenizerProvider
     from compaction_proxy.engine.prepare import PreparedStats
-    from compaction_proxy.windows import WindowBook
+    from compaction_proxy.upstream import WindowBook
 
 __all__ = [
     "CONTENT_TYPE",
@@ -305,7 +305,8 @@ class WithheldSummaries:
 
 class ContextWindows:
     """``compaction_proxy_context_window_tokens``: learned and discovered windows in use, read
-    from the :class:`~compaction_proxy.windows.WindowBook` at scrape time (bounded by its table)."""
+    from the :class:`~compaction_proxy.upstream._windows.WindowBook` at scrape time (bounded by its
+    table)."""
 
     def __init__(self, book: WindowBook) -> None:
         self._book = book

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from compaction_proxy.config import Settings
     from compaction_proxy.engine.prepare import PreparedStats
     from compaction_proxy.summarizer import SummarizerStats, SummaryCallRecord, SummaryCalls
-    from compaction_proxy.windows import WindowBook
+    from compaction_proxy.upstream import WindowBook
 
 log = logging.getLogger("compaction_proxy.metrics")  # the name operators already filter on
 

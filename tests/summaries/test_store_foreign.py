@@ -162,7 +162,7 @@ async def test_a_valid_shorter_prefix_behind_foreign_longer_ones_is_found(
 
 
 async def test_learned_window_records_round_trip(store_factory: StoreFactory) -> None:
-    """compaction_proxy/windows.py stores ``messages=()`` with the window in ``meta``: not
+    """compaction_proxy/upstream/_windows.py stores ``messages=()`` with the window in ``meta``: not
     foreign."""
     store = store_factory()
     record = Checkpoint(

@@ -18,18 +18,16 @@ from httpcore._exceptions import map_exceptions
 
 from compaction_proxy.config import ServerSettings, Timeouts, UpstreamSettings
 from compaction_proxy.http import ProxyError
-from compaction_proxy.transport import (
+from compaction_proxy.upstream import (
     TRANSPORT_ERRORS,
     AiohttpUpstream,
     HttpxUpstream,
-    UpstreamTimeout,
-    make_transport,
-    plain_httpx_client,
-)
-from compaction_proxy.upstream import (
     Router,
     UpstreamFailure,
+    UpstreamTimeout,
     classify_error,
+    make_transport,
+    plain_httpx_client,
     response_headers,
     upstream_headers,
 )

@@ -1,5 +1,5 @@
-"""compaction_proxy/windows.py: which window a request is budgeted for, learned and discovered
-windows.
+"""compaction_proxy/upstream/_windows.py: which window a request is budgeted for, learned and
+discovered windows.
 
 The store is a real MemoryStore or SqliteStore (the contract the book relies on); the upstream
 listing is served by an httpx MockTransport that counts its calls.
@@ -26,8 +26,8 @@ from compaction_proxy.checkpoints import (
 )
 from compaction_proxy.config import Settings, UpstreamSettings
 from compaction_proxy.engine.compactor import Compactor
-from compaction_proxy.overflow import Overflow
-from compaction_proxy.windows import (
+from compaction_proxy.upstream import Overflow
+from compaction_proxy.upstream._windows import (
     FAILED_LISTING_SECONDS,
     MIN_LEARNED_WINDOW,
     STORE_MISS_SECONDS,

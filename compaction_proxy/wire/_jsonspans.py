@@ -4,7 +4,7 @@ The proxy parses a request with orjson to compact it, but forwards the client's 
 everything it did not change: a parsed number is a float or a 64-bit integer
 (``1180591620717411303424`` would come back as ``1.1805916207174113e+21``, ``1.10`` as
 ``1.1``), so re-serializing the parsed body would change fields the proxy never touched. This
-module finds the byte spans the splicing needs (compaction_proxy/forwarded.py): the top-level
+module finds the byte spans the splicing needs (compaction_proxy/wire/_forwarded.py): the top-level
 members of an object, and the elements of one array member (``messages``, ``input``).
 
 It is a lexical scanner, not a parser: strings, brackets and separators are found exactly,

@@ -14,7 +14,7 @@ from typing import Any
 
 from compaction_proxy.compaction.validation import MAX_CONTENT_PARTS, ValidationIssue, nesting_issue
 
-from .items import CALL_KEYS, MESSAGE_ROLES, OUTPUT_KEYS, PART_OUTPUTS, item_type
+from ._items import CALL_KEYS, MESSAGE_ROLES, OUTPUT_KEYS, PART_OUTPUTS, item_type
 
 MAX_ITEMS = 100_000
 """Input items per request: far above any real conversation."""

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .lift import Lifted, input_items, lift
-from .lower import Lowered, LowerError, lower
-from .validation import validate_request
+from ._lift import Lifted, input_items, lift
+from ._lower import Lowered, LowerError, lower
+from ._validation import validate_request
 
 __all__ = [
     "Lifted",

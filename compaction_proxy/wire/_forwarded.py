@@ -5,7 +5,7 @@ member changes: ``messages`` (chat completions) or ``input`` (the Responses API)
 the parsed body again would also rewrite every other field as orjson reads it: integers past
 64 bits become floats (``"seed": 1180591620717411303424`` as ``1.1805916207174113e+21``),
 ``1.10`` becomes ``1.1``, escapes and spacing change. So the forwarded body is the client's own
-bytes with only that member's value replaced (compaction_proxy/jsonspans.py finds the spans),
+bytes with only that member's value replaced (compaction_proxy/wire/_jsonspans.py finds the spans),
 and within the new array every element the proxy did not change is the client's own slice
 (runs of consecutive elements as one slice, separators included). Only elements the proxy
 made or edited are serialized, from their parsed form.
@@ -33,7 +33,7 @@ from typing import Any
 
 import orjson
 
-from compaction_proxy.jsonspans import ObjectSpans, ScanError, scan_object
+from ._jsonspans import ObjectSpans, ScanError, scan_object
 
 log = logging.getLogger("compaction_proxy.forwarded")
 

@@ -36,13 +36,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from compaction_proxy.checkpoints import KeyValueStore, StoreUnavailable
 from compaction_proxy.compaction import ModelCatalog
-from compaction_proxy.published_windows import parse_models_listing
+
+from ._published_windows import parse_models_listing
 
 if TYPE_CHECKING:
     import httpx
 
     from compaction_proxy.config import Settings, UpstreamSettings
-    from compaction_proxy.overflow import Overflow
+
+    from ._overflow import Overflow
 
 log = logging.getLogger("compaction_proxy.windows")
 

@@ -42,7 +42,7 @@ from typing import Any
 
 import orjson
 
-from .items import TEXT_OUTPUTS, Kind, classify, item_type
+from ._items import TEXT_OUTPUTS, Kind, classify, item_type
 
 Item = dict[str, Any]
 """One input item as the client sent it (never mutated)."""

@@ -24,8 +24,8 @@ from typing import Any
 
 from compaction_proxy.compaction.canonical import canonical_bytes
 
-from .items import MESSAGE_ROLES, PART_OUTPUTS, TEXT_OUTPUTS, Kind, item_type
-from .lift import Item, Lifted, Unit
+from ._items import MESSAGE_ROLES, PART_OUTPUTS, TEXT_OUTPUTS, Kind, item_type
+from ._lift import Item, Lifted, Unit
 
 
 class LowerError(ValueError):
