@@ -7,7 +7,7 @@ even on a busy machine. For each size, a session sends requests that each add on
 (bench/agent_bodies.py); every step is timed with the thread's CPU clock and the median over
 the requests is reported.
 
-Steps (what `compaction_proxy/api/chat.py` and `compaction_proxy/engine/flow.py` do for one request):
+Steps (what `compaction_proxy/api/_chat.py` and `compaction_proxy/engine/_flow.py` do for one request):
 
 * parse: `parse_chat_body` (orjson);
 * validate: `validate_chat` (shape and nesting checks);

@@ -25,19 +25,26 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from compaction_proxy import __version__
-from compaction_proxy.api import dashboard, health, metrics
-from compaction_proxy.api.chat import chat_completions
-from compaction_proxy.api.forward import Outcome
-from compaction_proxy.api.passthrough import passthrough
-from compaction_proxy.api.preview import preview
-from compaction_proxy.api.requests import credential
-from compaction_proxy.api.responses import responses
+from compaction_proxy.api import (
+    AppState,
+    Outcome,
+    RequestContext,
+    chat_completions,
+    credential,
+    dashboard_router,
+    health_router,
+    metrics_router,
+    passthrough,
+    preview,
+    responses,
+    send_unauthorized_page,
+)
 from compaction_proxy.checkpoints import StoredValues, make_store
 from compaction_proxy.config import Settings, load_settings
 from compaction_proxy.config.preflight import validate_summarization_config
-from compaction_proxy.context import AppState, RequestContext
 from compaction_proxy.engine import Compactor, build_flow
 from compaction_proxy.http import (
+    ACCESS,
     Access,
     ArrivedAfterCut,
     ClientGone,
@@ -48,6 +55,7 @@ from compaction_proxy.http import (
     Scope,
     Send,
     UnsafePath,
+    access_line,
     error_body,
     header,
     key_matches,
@@ -59,7 +67,6 @@ from compaction_proxy.http import (
     shutdown_error,
     side_access,
 )
-from compaction_proxy.logs import ACCESS, access_line
 from compaction_proxy.observability.telemetry import Telemetry
 from compaction_proxy.upstream import (
     HttpxUpstream,
@@ -130,7 +137,7 @@ class ProxyApp:
                 if access is Access.DENIED:
                     ctx.status = 401
                     if path == _DASHBOARD_PAGE and self.state.settings.dashboard.enabled:
-                        await dashboard.send_unauthorized_page(send, ctx.response_headers)
+                        await send_unauthorized_page(send, ctx.response_headers)
                         return
                     raise ProxyError(401, _UNAUTHORIZED, code="invalid_api_key")
                 state = scope.setdefault("state", {})
@@ -341,10 +348,10 @@ def _build_fastapi(state: AppState) -> FastAPI:
     )
     app.state.proxy = state
     app.add_exception_handler(StarletteHTTPException, _route_error)
-    app.include_router(health.router)
-    app.include_router(metrics.router)
+    app.include_router(health_router)
+    app.include_router(metrics_router)
     if state.settings.dashboard.enabled:
-        app.include_router(dashboard.router)
+        app.include_router(dashboard_router)
     return app
 
 

@@ -126,7 +126,7 @@ def _compact(args: argparse.Namespace) -> int:
 
     from compaction_proxy.compaction import Mode, build_view, validate_messages
     from compaction_proxy.engine import Compactor
-    from compaction_proxy.report_text import render
+    from compaction_proxy.observability.report_text import render
 
     settings = _load_checked(args.config)
     try:
@@ -283,9 +283,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     from compaction_proxy.app import create_app
     from compaction_proxy.config import preflight
-    from compaction_proxy.http import client_limits
+    from compaction_proxy.http import client_limits, configure_logging, logging_config
     from compaction_proxy.http.protocol import FIELD_LIMIT_ENV
-    from compaction_proxy.logs import configure_logging, logging_config
 
     settings = load_settings(args.config)
     overrides = {

@@ -27,7 +27,7 @@ log = logging.getLogger("compaction_proxy.checkpoints")
 FOLDED_TOKENS = "folded_tokens"
 """Meta key: how many tokens fewer a checkpoint's messages have than the client messages they
 stand for, so a hit can report the client's count without counting them
-(compaction_proxy/engine/hit_report.py)."""
+(compaction_proxy/engine/_hit_report.py)."""
 OFF_LOOP_MESSAGES = 2_000
 """From this many messages the chain is hashed on a worker thread."""
 
@@ -93,7 +93,7 @@ class Checkpoints:
 
     async def find_in(self, namespace: str, lookup: Lookup) -> Lookup | None:
         """The longest checkpoint for ``lookup``'s request in another ``namespace`` (prepared
-        summaries, :mod:`compaction_proxy.engine.prepare`), reusing its chain: the chain starts
+        summaries, :mod:`compaction_proxy.engine._prepare`), reusing its chain: the chain starts
         from the request's own namespace, so the keys are the same request's in both.
 
         ``None`` on a miss or a store failure (logged): a missing prepared summary only means

@@ -5,16 +5,25 @@ configured pipeline for a request's model (tokenizers, catalog, worker thread, c
 :class:`CompactionFlow` wraps one request's compaction in checkpoints and a guarded summarizer.
 The modules:
 
-* ``compactor``: the core run for a model, on the compaction thread (``calibration``: the
-  upstream's count over ours; ``quiet``: the limit under which a request skips the view);
-* ``flow``: one request's compaction (lookup, compact, save once accepted); ``hit_report``:
+* ``_compactor``: the core run for a model, on the compaction thread (``_calibration``: the
+  upstream's count over ours; ``_quiet``: the limit under which a request skips the view);
+* ``_flow``: one request's compaction (lookup, compact, save once accepted); ``_hit_report``:
   a checkpoint hit's report in the client's terms;
-* ``prepare``: summaries prepared in the background, before the trigger needs them;
-* ``offload``: large bodies parsed off the event loop (``body_codec``: what a worker process
+* ``_prepare``: summaries prepared in the background, before the trigger needs them;
+* ``_offload``: large bodies parsed off the event loop (``_body_codec``: what a worker process
   sends back).
 """
 
-from compaction_proxy.engine.compactor import Compactor
-from compaction_proxy.engine.flow import CompactionFlow, FlowResult, build_flow
+from ._compactor import Compactor
+from ._flow import CompactionFlow, FlowResult, build_flow
+from ._offload import OFFLOAD_BYTES
+from ._prepare import PreparedStats
 
-__all__ = ["CompactionFlow", "Compactor", "FlowResult", "build_flow"]
+__all__ = [
+    "OFFLOAD_BYTES",
+    "CompactionFlow",
+    "Compactor",
+    "FlowResult",
+    "PreparedStats",
+    "build_flow",
+]

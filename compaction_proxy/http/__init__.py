@@ -8,7 +8,9 @@ What the routes and the app use is named here:
 * ``_paths``: the request path made safe before it is routed or forwarded;
 * ``_auth``: the inbound key check of every path;
 * ``_admission``: who may make the proxy spend an operator's upstream key;
-* ``_drain``: the requests still running at shutdown, answered instead of cut.
+* ``_drain``: the requests still running at shutdown, answered instead of cut;
+* ``_logs``: the process's logs as JSON lines, the access line of every request, and the
+  ``COMPACTION_DEBUG`` switch of the per-request decision log.
 
 Two modules are named from outside by module, by the CLI that starts uvicorn, and this face
 does not import them, so importing the app does not load uvicorn: :mod:`.protocol` (uvicorn
@@ -48,11 +50,22 @@ from ._drain import (
     shutdown_error,
 )
 from ._errors import ProxyError, bad_request, error_body
+from ._logs import (
+    ACCESS,
+    DECISIONS,
+    JsonFormatter,
+    access_line,
+    configure_logging,
+    debug_enabled,
+    logging_config,
+)
 from ._paths import API_PREFIX, SafePath, UnsafePath, needs_normalizing, normalize
 
 __all__ = [
+    "ACCESS",
     "ALLOWED",
     "API_PREFIX",
+    "DECISIONS",
     "DEFAULT_GRACE_SECONDS",
     "KNOWN_TTL_SECONDS",
     "PREVIEW_UNAUTHENTICATED",
@@ -62,6 +75,7 @@ __all__ = [
     "ClientGone",
     "Drain",
     "InFlight",
+    "JsonFormatter",
     "KnownCallers",
     "Message",
     "ProxyError",
@@ -71,12 +85,16 @@ __all__ = [
     "Send",
     "Spending",
     "UnsafePath",
+    "access_line",
     "bad_request",
+    "configure_logging",
     "content_length",
+    "debug_enabled",
     "error_body",
     "header",
     "in_flight",
     "key_matches",
+    "logging_config",
     "needs_normalizing",
     "normalize",
     "presented_key",

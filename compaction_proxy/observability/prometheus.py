@@ -22,7 +22,7 @@ from compaction_proxy import __version__
 if TYPE_CHECKING:
     from compaction_proxy.checkpoints import StoreBreaker
     from compaction_proxy.compaction.tokenizer_provider import TokenizerProvider
-    from compaction_proxy.engine.prepare import PreparedStats
+    from compaction_proxy.engine import PreparedStats
     from compaction_proxy.upstream import WindowBook
 
 __all__ = [
@@ -237,7 +237,7 @@ class TokenizerFallback:
 class PreparedSummaries:
     """``compaction_proxy_prepared_summaries_total`` by outcome (made, used, wasted: expired
     unused, failed, dropped: cancelled for a newer job) and the jobs in flight, read from the
-    :class:`~compaction_proxy.engine.prepare.PreparedStats` at scrape time."""
+    :class:`~compaction_proxy.engine._prepare.PreparedStats` at scrape time."""
 
     OUTCOMES = ("made", "used", "wasted", "failed", "dropped")  # prepare.Outcome
 

@@ -1,4 +1,4 @@
-"""The background-summary bookkeeping (compaction_proxy/engine/prepare.py), without a server."""
+"""The background-summary bookkeeping (compaction_proxy/engine/_prepare.py), without a server."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from compaction_proxy.checkpoints import (
 )
 from compaction_proxy.compaction import SummaryError, SummaryRequest
 from compaction_proxy.compaction.settings import SummarizationSettings
-from compaction_proxy.engine.prepare import (
+from compaction_proxy.engine._prepare import (
     PREPARED_META,
     JobOutcome,
     PreparedProbe,

@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from compaction_proxy.api.forward import forward, send_held
+from compaction_proxy.api._forward import forward, send_held
 from compaction_proxy.config import UpstreamSettings
 from compaction_proxy.upstream import MAX_ERROR_BODY
 

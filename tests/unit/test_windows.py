@@ -25,7 +25,7 @@ from compaction_proxy.checkpoints import (
     StoreUnavailable,
 )
 from compaction_proxy.config import Settings, UpstreamSettings
-from compaction_proxy.engine.compactor import Compactor
+from compaction_proxy.engine import Compactor
 from compaction_proxy.upstream import Overflow
 from compaction_proxy.upstream._windows import (
     FAILED_LISTING_SECONDS,

@@ -47,15 +47,6 @@ from compaction_proxy.compaction import (
     firing_point,
 )
 from compaction_proxy.config import Settings
-from compaction_proxy.engine.compactor import Compactor
-from compaction_proxy.engine.hit_report import CHECKPOINT_STEP, as_sent, checkpoint_meta
-from compaction_proxy.engine.prepare import (
-    JobOutcome,
-    PreparedProbe,
-    Preparer,
-    PrepareState,
-    conversation_key,
-)
 from compaction_proxy.http import UNKNOWN_CALLER, Spending
 from compaction_proxy.summarizer import (
     ForwardedRequest,
@@ -65,6 +56,16 @@ from compaction_proxy.summarizer import (
     SummaryFlights,
 )
 from compaction_proxy.upstream import WindowBook
+
+from ._compactor import Compactor
+from ._hit_report import CHECKPOINT_STEP, as_sent, checkpoint_meta
+from ._prepare import (
+    JobOutcome,
+    PreparedProbe,
+    Preparer,
+    PrepareState,
+    conversation_key,
+)
 
 log = logging.getLogger("compaction_proxy.flow")
 
@@ -86,7 +87,7 @@ class FlowResult:
     checkpoint: str  # "hit" | "new" (stored once the upstream accepts it) | "none"
     warnings: list[str] = field(default_factory=list)
     save: Callable[[], Awaitable[str | None]] | None = None
-    prepared: PrepareState = "none"  # X-Compaction-Prepared (compaction_proxy/engine/prepare.py)
+    prepared: PrepareState = "none"  # X-Compaction-Prepared (compaction_proxy/engine/_prepare.py)
     request: Mapping[str, Any] | None = None  # the body `messages` belong in
 
     @property
@@ -203,7 +204,7 @@ class CompactionFlow:
                 model, namespace, authorization, upstream_name, calls, effective, summary_prefix
             )
         )
-        # Background summaries (compaction_proxy/engine/prepare.py): only for ordinary requests.
+        # Background summaries (compaction_proxy/engine/_prepare.py): only for ordinary requests.
         preparer = self.preparer
         key = (
             conversation_key(lookup)
@@ -249,7 +250,7 @@ class CompactionFlow:
             summarizer.reject()
         view_tokens = result.report.tokens_before  # the view's own count, before as_sent
         # On a hit, report what the client sent, not the view
-        # (compaction_proxy/engine/hit_report.py).
+        # (compaction_proxy/engine/_hit_report.py).
         result = await as_sent(result, data["messages"], lookup, self.compactor)
         if used is not None:  # the prepared view is this event's result
             result = replace(result, changed=True, report=_as_prepared(result.report, used))

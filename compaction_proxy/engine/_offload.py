@@ -13,7 +13,7 @@ event loop: every other client waited. Three things keep the loop free now:
   :data:`THREAD_PARSE_VALUES`) is parsed in a worker process,
   which also applies ``server.max_messages`` / ``max_content_parts`` there: a refused body is
   never built in this process at all. An accepted one comes back in pieces
-  (compaction_proxy/engine/body_codec.py) rebuilt on the thread.
+  (compaction_proxy/engine/_body_codec.py) rebuilt on the thread.
 - **No full collections** while a large body is alive (:func:`full_collections_paused`): the
   cyclic collector's oldest generation walks every object in the process, a million of them
   per large body, holding the GIL for a hundred milliseconds and more each time. JSON data
@@ -40,8 +40,9 @@ from typing import Any, TypeVar
 from compaction_proxy.compaction import Summarizer
 from compaction_proxy.compaction.summarizer import SummaryRequest
 from compaction_proxy.compaction.validation import LimitIssue, SizeLimits, size_issue
-from compaction_proxy.engine.body_codec import decode, encode
 from compaction_proxy.http import ProxyError
+
+from ._body_codec import decode, encode
 
 log = logging.getLogger("compaction_proxy.offload")
 

@@ -3,7 +3,7 @@
 A stateless Responses agent (``store: false``, the whole ``input`` re-sent every turn) grows
 exactly as a chat agent does, so it gets exactly the same compaction: the body's items are
 shown to the core as chat messages (compaction_proxy/wire/responses/), the compaction shared with
-the chat route runs on them (compaction_proxy/api/attempts.py: checkpoint lookup, pipeline,
+the chat route runs on them (compaction_proxy/api/_attempts.py: checkpoint lookup, pipeline,
 summaries, report headers, the checkpoint saved once the upstream accepts), and each attempt is
 mapped back to items (:func:`as_responses`). The reply, JSON or typed SSE events, is relayed byte
 for byte; an overflow refusal is compacted away and retried as for chat completions. Summary calls
@@ -23,21 +23,10 @@ import logging
 from functools import partial
 from typing import Any
 
-from compaction_proxy.api.attempts import Attempt, Subject, compact, failed, send_with_retries
-from compaction_proxy.api.forward import Outcome
-from compaction_proxy.api.limits import compacted_model, size_limits
-from compaction_proxy.api.requests import (
-    compaction_mode,
-    effective_window,
-    header_safe,
-    readable_encoding,
-    route,
-)
 from compaction_proxy.checkpoints import StoreBudget
 from compaction_proxy.compaction import Mode
 from compaction_proxy.compaction.messages import last_user_text
-from compaction_proxy.context import RequestContext
-from compaction_proxy.engine.offload import OFFLOAD_BYTES
+from compaction_proxy.engine import OFFLOAD_BYTES
 from compaction_proxy.http import Receive, Scope, Send, bad_request, read_body
 from compaction_proxy.upstream import json_model
 from compaction_proxy.wire import ClientBody, parse_json_object
@@ -48,6 +37,18 @@ from compaction_proxy.wire.responses import (
     lower,
     server_state,
     validate_request,
+)
+
+from ._attempts import Attempt, Subject, compact, failed, send_with_retries
+from ._context import RequestContext
+from ._forward import Outcome
+from ._limits import compacted_model, size_limits
+from ._requests import (
+    compaction_mode,
+    effective_window,
+    header_safe,
+    readable_encoding,
+    route,
 )
 
 log = logging.getLogger("compaction_proxy.responses")

@@ -8,7 +8,7 @@ A client that goes away after the reply's last byte has not gone away: Codex CLI
 connection right after ``response.completed``, while the upstream's transfer has yet to end.
 Such a reply was delivered (every byte of its declared length, a stream's final event, a JSON
 body that parses whole): it is a 200 in the access log and its usage is read for calibration.
-Streams are relayed whole event by whole event (compaction_proxy/api/stream_events.py), which
+Streams are relayed whole event by whole event (compaction_proxy/api/_stream_events.py), which
 is also what tells their final event.
 """
 
@@ -20,8 +20,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
-from compaction_proxy.api.stream_events import EventRelay
-from compaction_proxy.api.usage import UsageProbe
 from compaction_proxy.config import UpstreamSettings
 from compaction_proxy.http import (
     InFlight,
@@ -43,6 +41,9 @@ from compaction_proxy.upstream import (
     classify_error,
     response_headers,
 )
+
+from ._stream_events import EventRelay
+from ._usage import UsageProbe
 
 log = logging.getLogger("compaction_proxy.forward")
 

@@ -15,20 +15,9 @@ from typing import Any
 
 import orjson
 
-from compaction_proxy.api.limits import compacted_model, size_limits
-from compaction_proxy.api.requests import (
-    authorization,
-    compaction_mode,
-    credential,
-    effective_window,
-    preview_spending,
-    report_headers,
-    tenant,
-)
 from compaction_proxy.checkpoints import StoreBudget
 from compaction_proxy.compaction import Mode
 from compaction_proxy.compaction.validation import nesting_issue
-from compaction_proxy.context import RequestContext
 from compaction_proxy.http import (
     ProxyError,
     Receive,
@@ -48,6 +37,18 @@ from compaction_proxy.wire.responses import (
     validate_request,
 )
 
+from ._context import RequestContext
+from ._limits import compacted_model, size_limits
+from ._requests import (
+    authorization,
+    compaction_mode,
+    credential,
+    effective_window,
+    preview_spending,
+    report_headers,
+    tenant,
+)
+
 log = logging.getLogger("compaction_proxy.preview")
 
 MAX_NESTING = 128
@@ -64,7 +65,7 @@ async def preview(ctx: RequestContext, scope: Scope, receive: Receive, send: Sen
     raw = await read_body(scope, receive, ctx.state.settings.server.max_body_bytes)
     ctx.bytes_in = len(raw)
     # The compacting routes' size limits, a large body checked off the event loop (so a
-    # hostile one is refused without being built here; compaction_proxy/engine/offload.py).
+    # hostile one is refused without being built here; compaction_proxy/engine/_offload.py).
     await ctx.state.compactor.offload.parse(
         raw,
         parse_json_object,

@@ -36,7 +36,7 @@ class AppState:
     # Learned and discovered context windows (compaction_proxy/upstream/_windows.py).
     windows: WindowBook
     # Checkpoint, pipeline, checkpoint again: one request's compaction
-    # (compaction_proxy/engine/flow.py).
+    # (compaction_proxy/engine/_flow.py).
     flow: CompactionFlow
     # Prometheus metrics and the dashboard's data; one per app.
     telemetry: Telemetry

@@ -9,7 +9,6 @@ import logging
 
 from compaction_proxy.compaction import CompactionResult, Mode
 from compaction_proxy.config import UpstreamSettings
-from compaction_proxy.context import RequestContext
 from compaction_proxy.http import (
     ALLOWED,
     PREVIEW_UNAUTHENTICATED,
@@ -20,6 +19,8 @@ from compaction_proxy.http import (
     header,
 )
 from compaction_proxy.upstream import ModelRead, Window
+
+from ._context import RequestContext
 
 log = logging.getLogger("compaction_proxy.chat")
 

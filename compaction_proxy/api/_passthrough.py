@@ -1,7 +1,7 @@
 """Every /v1 path the proxy does not compact: relayed both ways, routed by the body's model.
 
 Models, embeddings, files, audio, the Responses API's routes other than `POST /v1/responses`
-(compaction_proxy/api/responses.py): the request goes upstream as the client sent it (bounded
+(compaction_proxy/api/_responses.py): the request goes upstream as the client sent it (bounded
 by `server.max_body_bytes`) and the answer streams back.
 
 Routing reads the model wherever the body carries it, at any size and however it is framed
@@ -24,10 +24,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from compaction_proxy.api.forward import Outcome, StreamedBody, forward
-from compaction_proxy.api.requests import readable_encoding, route
 from compaction_proxy.config import UpstreamSettings
-from compaction_proxy.context import RequestContext
 from compaction_proxy.http import (
     ClientGone,
     ProxyError,
@@ -41,6 +38,10 @@ from compaction_proxy.http import (
 )
 from compaction_proxy.upstream import ModelRead, json_model, upstream_headers, upstream_url
 from compaction_proxy.wire import BOM, FieldReader, Unreadable, boundary_of
+
+from ._context import RequestContext
+from ._forward import Outcome, StreamedBody, forward
+from ._requests import readable_encoding, route
 
 _NO_BODY = frozenset({"GET", "HEAD", "DELETE", "OPTIONS"})
 _SPACE = b" \t\r\n"

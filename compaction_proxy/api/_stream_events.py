@@ -16,7 +16,7 @@ clean end possible: after the last whole event, one error event in the route's o
 
 The relay also knows whether the last event it sent ends the reply (``data: [DONE]``,
 ``response.completed``, ``response.failed``, ``response.incomplete``): a client that closes right
-after it has been answered in full (compaction_proxy/api/forward.py).
+after it has been answered in full (compaction_proxy/api/_forward.py).
 """
 
 from __future__ import annotations

@@ -8,12 +8,21 @@ from __future__ import annotations
 
 import logging
 import logging.config
+import os
 import time
 from typing import Any
 
 import orjson
 
 ACCESS = logging.getLogger("compaction_proxy.access")
+DECISIONS = logging.getLogger("compaction_proxy.compaction")
+"""The per-request decision log (the compactor writes it), on when :func:`debug_enabled`."""
+
+
+def debug_enabled() -> bool:
+    """``COMPACTION_DEBUG`` is set to a true value: the decision log is on."""
+    return os.environ.get("COMPACTION_DEBUG", "").strip().lower() in ("1", "true", "yes", "on")
+
 
 _RESERVED = set(vars(logging.makeLogRecord({})).keys()) | {"message", "asctime", "color_message"}
 
@@ -74,10 +83,6 @@ def logging_config(level: str = "info") -> dict[str, Any]:
     its own DEBUG level, so it does not also need `server.log_level: debug` (which would make
     every other logger verbose too).
     """
-    # Imported here: the compactor owns the switch and the logger, and pulls in the core.
-    from compaction_proxy.engine.compactor import debug_enabled
-    from compaction_proxy.engine.compactor import log as decisions
-
     loggers: dict[str, dict[str, Any]] = {
         "uvicorn": {"handlers": [], "propagate": True},
         "uvicorn.error": {"handlers": [], "propagate": True},
@@ -88,7 +93,7 @@ def logging_config(level: str = "info") -> dict[str, Any]:
         "httpcore": {"level": "WARNING"},
     }
     if debug_enabled():
-        loggers[decisions.name] = {"level": "DEBUG"}
+        loggers[DECISIONS.name] = {"level": "DEBUG"}
     return {
         "version": 1,
         "disable_existing_loggers": False,

@@ -2,7 +2,7 @@
 
 It owns what the pure core must not: the tokenizer provider (encodings loaded at start-up),
 the model catalog, one pipeline per configured model pattern, the compaction thread and parse
-worker that keep large bodies off the event loop (compaction_proxy/engine/offload.py), and
+worker that keep large bodies off the event loop (compaction_proxy/engine/_offload.py), and
 debug logging of decisions.
 """
 
@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import hashlib
-import logging
-import os
 import threading
 from collections.abc import Mapping
 from dataclasses import replace
@@ -44,11 +42,13 @@ from compaction_proxy.compaction.pipeline import request_budget, unchanged_resul
 from compaction_proxy.compaction.prompt_bound import prompt_bound
 from compaction_proxy.compaction.tokens import EnvelopeTokenizer
 from compaction_proxy.config import Settings
-from compaction_proxy.engine.calibration import CalibrationBook
-from compaction_proxy.engine.offload import OFFLOAD_BYTES, Offload, on_main_loop
-from compaction_proxy.engine.quiet import QuietLimits
+from compaction_proxy.http import DECISIONS, debug_enabled
 
-log = logging.getLogger("compaction_proxy.compaction")
+from ._calibration import CalibrationBook
+from ._offload import OFFLOAD_BYTES, Offload, on_main_loop
+from ._quiet import QuietLimits
+
+log = DECISIONS  # the per-request decision log, on with COMPACTION_DEBUG
 
 # Requests smaller than this are compacted inline: a thread hop costs more than counting them.
 _INLINE_BYTES = OFFLOAD_BYTES
@@ -62,10 +62,6 @@ _BUILTIN_ENCODINGS = ("o200k_base", "cl100k_base")
 # Summarization settings that change when or how a summary is made, not what it says: a
 # changed value must not orphan every stored checkpoint.
 _NOT_SHAPING = {"timeout", "dry_run", "prepare", "prepare_ttl", "prepare_max_in_flight"}
-
-
-def debug_enabled() -> bool:
-    return os.environ.get("COMPACTION_DEBUG", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 class Compactor:
@@ -169,7 +165,7 @@ class Compactor:
         """Compact a validated chat body.
 
         A body of ``size_hint`` bytes from :data:`_INLINE_BYTES` up is compacted on the
-        compaction thread (compaction_proxy/engine/offload.py), its summarizer calls sent back
+        compaction thread (compaction_proxy/engine/_offload.py), its summarizer calls sent back
         to this loop: counting, grouping and every strategy stay off the event loop. Only the
         quiet check of a request of at most :data:`_QUIET_INLINE_MESSAGES` messages stays
         here: it is what most agent requests need, and cheaper than the hop.
@@ -178,7 +174,7 @@ class Compactor:
         catalog (a window learned from a refusal or published by the upstream).
 
         `anticipate`: tokens of growth to compact for as if they were already there (a
-        summary prepared ahead of its trigger, compaction_proxy/engine/prepare.py); 0 otherwise.
+        summary prepared ahead of its trigger, compaction_proxy/engine/_prepare.py); 0 otherwise.
 
         `window_source`: where `context_window` came from (compaction_proxy/upstream/_windows.py),
         for the report; None: the catalog says (config, builtin or default).
@@ -251,7 +247,7 @@ class Compactor:
         In an agent session every message but the newest step has been counted before, so
         `prompt_bound` gives the exact count for the price of one serialization pass and
         that step's tokenization; the view, the draft and the triggers would only confirm
-        that nothing fires (compaction_proxy/engine/quiet.py says when that is sure). The report is
+        that nothing fires (compaction_proxy/engine/_quiet.py says when that is sure). The report is
         the one the full path writes for such a request; `metrics` is left out (the view's groups
         and turns are not known), which `Preparer.wants` reads as "not past the prepare
         threshold": the limit is kept under that threshold.
@@ -329,8 +325,8 @@ class Compactor:
 
         tiktoken miscounts models that are not OpenAI's behind OpenAI-compatible APIs; the
         triggers then compare the calibrated count. Weighted by request size, small requests
-        ignored (compaction_proxy/engine/calibration.py): the ratio that matters is that of requests
-        near the budget, and one odd response cannot make compaction wild.
+        ignored (compaction_proxy/engine/_calibration.py): the ratio that matters is that of
+        requests near the budget, and one odd response cannot make compaction wild.
         """
         bounds = self.settings.compaction.calibration
         if not bounds.enabled:

@@ -5,7 +5,7 @@ They bound the work compaction does, so they apply to requests the proxy compact
 ``X-Compaction: off`` (the body goes upstream as it came), and not for a model whose
 compaction is disabled. The check itself is in the core (compaction_proxy/compaction/
 validation.py: ``size_issue``); large bodies are checked where they are parsed, off the event
-loop (compaction_proxy/engine/offload.py).
+loop (compaction_proxy/engine/_offload.py).
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from compaction_proxy.compaction.validation import SizeLimits
-from compaction_proxy.context import AppState
 from compaction_proxy.http import Scope, header
+
+from ._context import AppState
 
 
 def size_limits(state: AppState, scope: Scope) -> SizeLimits | None:

@@ -19,7 +19,8 @@ from fastapi.responses import JSONResponse
 from compaction_proxy.checkpoints import CheckpointStore, StoreBreaker, StoreUnavailable
 from compaction_proxy.compaction.encodings import BUNDLED_ENCODINGS
 from compaction_proxy.compaction.tokenizer_provider import TokenizerProvider
-from compaction_proxy.context import AppState
+
+from ._context import AppState
 
 router = APIRouter()
 

@@ -46,7 +46,7 @@ _UNAUTHORIZED_PAGE = b"""<!doctype html><html lang="en"><head><meta charset="utf
 
 @cache
 def page() -> bytes:
-    return resources.files("compaction_proxy").joinpath("static/dashboard.html").read_bytes()
+    return resources.files("compaction_proxy.api").joinpath("static/dashboard.html").read_bytes()
 
 
 async def send_unauthorized_page(send: Send, headers: list[tuple[bytes, bytes]]) -> None:

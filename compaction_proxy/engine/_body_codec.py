@@ -1,6 +1,6 @@
 """A parsed JSON body in pieces, so rebuilding it never holds the GIL for long.
 
-A body parsed in the worker process (compaction_proxy/engine/offload.py) has to come back
+A body parsed in the worker process (compaction_proxy/engine/_offload.py) has to come back
 as Python objects. Unpickling it whole would hold the GIL as long as parsing it did (orjson
 never releases it: 280 ms for 31 MiB of small messages), which is the stall the worker
 process exists to avoid. So :func:`encode` cuts the tree into events: any subtree up to

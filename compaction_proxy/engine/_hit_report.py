@@ -33,7 +33,8 @@ from compaction_proxy.compaction import (
     StrategyReport,
     Tokenizer,
 )
-from compaction_proxy.engine.compactor import Compactor
+
+from ._compactor import Compactor
 
 __all__ = ["CHECKPOINT_STEP", "as_sent", "checkpoint_meta"]
 

@@ -19,18 +19,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from compaction_proxy.api.forward import Outcome, forward, send_held
-from compaction_proxy.api.requests import (
-    authorization,
-    credential,
-    header_safe,
-    report_headers,
-    spending,
-    tenant,
-)
 from compaction_proxy.compaction import CompactionResult, Mode
 from compaction_proxy.config import UpstreamSettings
-from compaction_proxy.context import RequestContext
 from compaction_proxy.http import Receive, Scope, Send
 from compaction_proxy.summarizer import SummaryCalls
 from compaction_proxy.upstream import (
@@ -44,6 +34,17 @@ from compaction_proxy.upstream import (
     window_after_refusal,
 )
 from compaction_proxy.wire import ClientBody
+
+from ._context import RequestContext
+from ._forward import Outcome, forward, send_held
+from ._requests import (
+    authorization,
+    credential,
+    header_safe,
+    report_headers,
+    spending,
+    tenant,
+)
 
 log = logging.getLogger("compaction_proxy.attempts")
 

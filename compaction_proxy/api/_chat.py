@@ -1,28 +1,29 @@
 """POST /v1/chat/completions: validate, compact, forward, stream back.
 
 The compaction attempts and the forward loop with compact-and-retry are shared with the
-Responses route (compaction_proxy/api/attempts.py); this module only reads the chat body.
+Responses route (compaction_proxy/api/_attempts.py); this module only reads the chat body.
 """
 
 from __future__ import annotations
 
-from compaction_proxy.api.attempts import Attempt, Subject, compact, send_with_retries
-from compaction_proxy.api.forward import Outcome
-from compaction_proxy.api.limits import compacted_model, size_limits
-from compaction_proxy.api.requests import (
+from compaction_proxy.checkpoints import StoreBudget
+from compaction_proxy.compaction import Mode
+from compaction_proxy.compaction.messages import last_user_text
+from compaction_proxy.engine import OFFLOAD_BYTES
+from compaction_proxy.http import Receive, Scope, Send, read_body
+from compaction_proxy.upstream import json_model
+from compaction_proxy.wire import ClientBody, parse_chat_body, validate_chat
+
+from ._attempts import Attempt, Subject, compact, send_with_retries
+from ._context import RequestContext
+from ._forward import Outcome
+from ._limits import compacted_model, size_limits
+from ._requests import (
     compaction_mode,
     effective_window,
     readable_encoding,
     route,
 )
-from compaction_proxy.checkpoints import StoreBudget
-from compaction_proxy.compaction import Mode
-from compaction_proxy.compaction.messages import last_user_text
-from compaction_proxy.context import RequestContext
-from compaction_proxy.engine.offload import OFFLOAD_BYTES
-from compaction_proxy.http import Receive, Scope, Send, read_body
-from compaction_proxy.upstream import json_model
-from compaction_proxy.wire import ClientBody, parse_chat_body, validate_chat
 
 
 async def chat_completions(
@@ -55,7 +56,7 @@ async def _compact_and_send(
     state = ctx.state
     offload = state.compactor.offload
     # A large body is parsed (and held to server.max_messages / max_content_parts) off the
-    # event loop (compaction_proxy/engine/offload.py).
+    # event loop (compaction_proxy/engine/_offload.py).
     data = await offload.parse(
         raw,
         parse_chat_body,
