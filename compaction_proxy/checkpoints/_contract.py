@@ -29,6 +29,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import orjson
 
+from compaction_proxy.compaction.errors import CompactionProxyError
 from compaction_proxy.compaction.validation import validate_messages
 
 log = logging.getLogger("compaction_proxy.stores")
@@ -39,11 +40,11 @@ FORMAT_VERSION = 1
 row without ``"v"`` (or with another value) was not written by this code: it is foreign."""
 
 
-class StoreUnavailable(Exception):
+class StoreUnavailable(CompactionProxyError):
     """The store's backend could not be reached or failed; treat as "no checkpoint"."""
 
 
-class ForeignValue(ValueError):
+class ForeignValue(CompactionProxyError, ValueError):
     """A stored value that is not a checkpoint of this format; ``reason`` says why (no data)."""
 
     def __init__(self, reason: str) -> None:

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from .errors import CompactionProxyError
+
 SummaryFailureReason = Literal["timeout", "error", "empty", "oversized", "not_shorter", "backoff"]
 """Why a summary was not produced (``SummaryError.reason``; also the report's ``failed``)."""
 
@@ -51,7 +53,7 @@ class SummaryRequest:
     max_tokens: int | None = None
 
 
-class SummaryError(Exception):
+class SummaryError(CompactionProxyError):
     """No usable summary.
 
     ``reason`` is one of ``"timeout"``, ``"error"``, ``"empty"``, ``"oversized"``,

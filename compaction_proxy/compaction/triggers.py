@@ -38,6 +38,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from .errors import CompactionProxyError
+
 
 def _no_overflow() -> int:
     return 0
@@ -56,7 +58,7 @@ class Metrics:
     overflow_messages: Callable[[], int] = field(default=_no_overflow, compare=False)
 
 
-class ConditionError(ValueError):
+class ConditionError(CompactionProxyError, ValueError):
     """A trigger/target could not be parsed; the message starts with the key path."""
 
 

@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_settings import SettingsError
 
+from compaction_proxy.compaction.errors import CompactionProxyError
 from compaction_proxy.compaction.settings import STRATEGY_NAMES
 
 from ._models import CONFIG_ENV_VAR, ENV_PREFIX, ServerSettings, Settings
@@ -21,7 +22,7 @@ from ._models import CONFIG_ENV_VAR, ENV_PREFIX, ServerSettings, Settings
 _INTERPOLATION = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
-class ConfigError(Exception):
+class ConfigError(CompactionProxyError):
     """A configuration problem, worded for the person who wrote the file."""
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from compaction_proxy.compaction.errors import CompactionProxyError
 from compaction_proxy.http._errors import ProxyError
 
 Scope = MutableMapping[str, Any]
@@ -81,7 +82,7 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
             return b"".join(parts)
 
 
-class ClientGone(Exception):
+class ClientGone(CompactionProxyError):
     """The client closed the connection; nothing is left to answer."""
 
 

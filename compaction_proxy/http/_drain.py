@@ -36,6 +36,7 @@ from contextvars import ContextVar
 from types import FrameType
 from typing import Any
 
+from compaction_proxy.compaction.errors import CompactionProxyError
 from compaction_proxy.http._errors import ProxyError
 
 log = logging.getLogger("compaction_proxy.shutdown")
@@ -70,7 +71,7 @@ class InFlight:
         self.relaying_body = False
 
 
-class ArrivedAfterCut(Exception):
+class ArrivedAfterCut(CompactionProxyError):
     """A request that came in once the cut had begun (pipelined, or just before the listener
     closed): answered like the ones cut."""
 

@@ -19,10 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import unquote
 
+from compaction_proxy.compaction.errors import CompactionProxyError
+
 API_PREFIX = "/v1"
 
 
-class UnsafePath(ValueError):
+class UnsafePath(CompactionProxyError, ValueError):
     """The path cannot be forwarded; the message says why (no path echoed back)."""
 
 

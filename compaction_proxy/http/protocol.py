@@ -31,11 +31,12 @@ import os
 from typing import Any, Literal
 
 import httptools
-import orjson
 from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from compaction_proxy.compaction.errors import CompactionProxyError
+from compaction_proxy.http._errors import error_body
 from compaction_proxy.http.client_limits import bites, client_limits
 
 DEFAULT_MAX_HEADER_BYTES = 64 * 1024
@@ -43,24 +44,17 @@ DEFAULT_MAX_HEADER_FIELD_BYTES = 16 * 1024
 FIELD_LIMIT_ENV = "COMPACTION_PROXY_SERVER__MAX_HEADER_FIELD_BYTES"
 
 
-class _HeaderTooLarge(Exception):
+class _HeaderTooLarge(CompactionProxyError):
     """Stops the parser inside a callback; httptools re-raises it wrapped."""
 
 
 def too_large_response(total: int, per_header: int) -> bytes:
     """The 431 the protocol writes itself (there is no ASGI app to answer yet)."""
-    body = orjson.dumps(
-        {
-            "error": {
-                "message": (
-                    f"request headers are too large: at most {total} bytes in all and "
-                    f"{per_header} bytes per header"
-                ),
-                "type": "invalid_request_error",
-                "param": None,
-                "code": "request_header_fields_too_large",
-            }
-        }
+    body = error_body(
+        f"request headers are too large: at most {total} bytes in all and "
+        f"{per_header} bytes per header",
+        type="invalid_request_error",
+        code="request_header_fields_too_large",
     )
     head = (
         b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
@@ -73,15 +67,8 @@ def too_large_response(total: int, per_header: int) -> bytes:
 
 def error_response(status: int, reason: str, message: str, code: str) -> bytes:
     """A complete HTTP/1.1 error in OpenAI's shape, with the connection closed after it."""
-    body = orjson.dumps(
-        {
-            "error": {
-                "message": message,
-                "type": "invalid_request_error" if status < 500 else "server_error",
-                "param": None,
-                "code": code,
-            }
-        }
+    body = error_body(
+        message, type="invalid_request_error" if status < 500 else "server_error", code=code
     )
     head = (
         f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"

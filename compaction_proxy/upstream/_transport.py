@@ -31,6 +31,7 @@ import aiohttp
 import httpx
 import yarl
 
+from compaction_proxy.compaction.errors import CompactionProxyError
 from compaction_proxy.config import ServerSettings, Timeouts
 
 Body = bytes | AsyncIterator[bytes]
@@ -54,7 +55,7 @@ PHASE_TEXT: dict[str, str] = {
 }
 
 
-class UpstreamTimeout(TimeoutError):
+class UpstreamTimeout(CompactionProxyError, TimeoutError):
     """One of the upstream's configured timeouts ran out; ``phase`` says which."""
 
     def __init__(self, phase: Phase, seconds: float) -> None:

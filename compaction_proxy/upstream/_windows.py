@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from compaction_proxy.checkpoints import KeyValueStore, StoreUnavailable
 from compaction_proxy.compaction import ModelCatalog
+from compaction_proxy.compaction.errors import CompactionProxyError
 
 from ._published_windows import parse_models_listing
 
@@ -397,7 +398,7 @@ class WindowBook:
         return rows[:MAX_SHOWN]
 
 
-class ListingUnavailable(Exception):
+class ListingUnavailable(CompactionProxyError):
     """`GET /models` answered, but not with a listing."""
 
 

@@ -32,6 +32,8 @@ from typing import Any
 
 import orjson
 
+from compaction_proxy.compaction.errors import CompactionProxyError
+
 REGEX_DEPTH = 12
 """How deeply nested a value one regular-expression match consumes; deeper ones are walked
 token by token (still exact, slower)."""
@@ -84,7 +86,7 @@ _SPACES = (b" ", b"\t", b"\n", b"\r")
 _COMMA = ord(",")
 
 
-class ScanError(ValueError):
+class ScanError(CompactionProxyError, ValueError):
     """The bytes are not the JSON structure the scan expected (at ``position``)."""
 
     def __init__(self, message: str, position: int) -> None:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from compaction_proxy.compaction.errors import CompactionProxyError
+
 MAX_PART_HEADERS = 16 * 1024
 """Bytes of one part's headers; past it the body is not a form this reader can follow."""
 
@@ -38,7 +40,7 @@ def boundary_of(content_type: bytes) -> bytes | None:
     return None
 
 
-class Unreadable(ValueError):
+class Unreadable(CompactionProxyError, ValueError):
     """The bytes do not follow the multipart framing the Content-Type announced."""
 
 

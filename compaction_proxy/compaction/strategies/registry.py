@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ..errors import CompactionProxyError
 from ..settings import (
     ClearToolUsesEntry,
     ContextPruningEntry,
@@ -40,7 +41,7 @@ from .tool_result_compaction import ToolResultCompactionStrategy
 from .truncation import TruncationStrategy
 
 
-class StrategyNotAvailable(LookupError):
+class StrategyNotAvailable(CompactionProxyError, LookupError):
     """A configured strategy has no registered builder (yet)."""
 
 

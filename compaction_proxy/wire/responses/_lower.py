@@ -23,12 +23,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from compaction_proxy.compaction.canonical import canonical_bytes
+from compaction_proxy.compaction.errors import CompactionProxyError
 
 from ._items import MESSAGE_ROLES, PART_OUTPUTS, TEXT_OUTPUTS, Kind, item_type
 from ._lift import Item, Lifted, Unit
 
 
-class LowerError(ValueError):
+class LowerError(CompactionProxyError, ValueError):
     """A compacted message that maps back to no item (a bug, never a client's fault)."""
 
 
