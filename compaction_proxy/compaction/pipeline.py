@@ -24,7 +24,8 @@
 Pins (:mod:`.carry`): before any strategy runs, every summary checkpoint and the newest user
 messages that fit ``Pipeline.carry_user_share`` of the budget are pinned, so no strategy drops
 them; the summarization strategy pins the summary it makes.  Churn (:mod:`.churn`): a
-strategy whose work saves less than ``Pipeline.min_saving`` of the budget is undone.
+strategy whose work saves less than ``Pipeline.min_saving`` of the budget is undone, except
+work a turn/message/group count demanded, work done over budget and what was paid for.
 
 Determinism and idempotency: everything is a function of the input; every strategy's target
 is met (or nothing removable is left) on its output, so compacting the output again with the

@@ -250,6 +250,25 @@ class AnyOf(Condition):
         return {"any": [c.to_config() for c in self.conditions]}
 
 
+def count_demands(condition: Condition, metrics: Metrics) -> bool:
+    """True when ``condition`` fires on ``metrics`` because of a structural count
+    (``turns_exceed``, ``messages_exceed``, ``groups_exceed``): for an ``any``, one part fires
+    by a count; for an ``all``, the whole fires and one part fires by a count.
+
+    A run a count demanded must take effect whatever it saves in tokens (the minimum saving,
+    compaction_proxy/compaction/churn.py): "keep the last 4 turns" is about turns.
+    """
+    if isinstance(condition, TurnsExceed | MessagesExceed | GroupsExceed):
+        return condition.fires(metrics)
+    if isinstance(condition, AnyOf):
+        return any(count_demands(c, metrics) for c in condition.conditions)
+    if isinstance(condition, AllOf):
+        return condition.fires(metrics) and any(
+            count_demands(c, metrics) for c in condition.conditions
+        )
+    return False
+
+
 def firing_tokens(condition: Condition, metrics: Metrics, ceiling: int) -> int | None:
     """The smallest token count above ``metrics.tokens`` (up to ``ceiling``) at which
     ``condition`` starts to fire, every other metric as it is; ``None`` when it already fires

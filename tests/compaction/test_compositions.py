@@ -23,11 +23,17 @@ Plus how the proxy's own pipelines map onto them: an explicit ``compaction.pipel
 (``early_stop: true`` makes it a token-budget composition); the default pipeline derived from
 the ``summarization`` block (LibreChat's, pasted) is a token-budget composition whose budget is
 its target, 0.5 of the request's budget, entered at 0.8 with hysteresis.
+
+The tests of one composition rule set ``min_saving: 0`` and ``carry_user_messages: 0`` where
+the proxy's two defaults would blur what they check (each says why); the interplay tests at the
+end run the seeds' configurations verbatim with both defaults on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -71,6 +77,12 @@ pipeline:
 written (YAML reads ``0x200`` as 512)."""
 
 
+ONE_MECHANISM = {"min_saving": 0, "carry_user_messages": 0}
+"""The composition alone: no churn cut (compaction/churn.py: a collapse saving ~100 tokens of a
+28k budget would be undone) and no carried user messages (compaction/carry.py: they stay beside
+the window, so "the user messages forwarded" would not be "the turns kept")."""
+
+
 def dotnet_pipeline(extra: dict[str, Any] | None = None) -> Pipeline:
     block = yaml.safe_load(DOTNET_PIPELINE_YAML)
     return build_pipeline(CompactionSettings.model_validate({**block, **(extra or {})}))
@@ -90,7 +102,7 @@ def shopping(turns: int, result_chars: int = 150) -> list[Msg]:
 
 
 def run(
-    msgs: list[Msg],
+    msgs: Sequence[Mapping[str, Any]],
     pipeline: Pipeline,
     facts: ModelFacts = WINDOW_32K,
     summarizer: FakeSummarizer | None = None,
@@ -101,12 +113,32 @@ def run(
     return asyncio.run(compact_async(request, summarizer=summarizer))
 
 
-def user_turns(messages: list[Msg]) -> list[str]:
+def user_turns(messages: Sequence[Mapping[str, Any]]) -> list[str]:
     return [
         str(m["content"])
         for m in messages
         if m["role"] == "user" and not str(m["content"]).startswith("<summary>")
     ]
+
+
+def split_turns(messages: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[Mapping[str, Any]]]:
+    """``(turns, carried)``: the user turns (a user message with a reply right after it, and the
+    newest user message) and the user messages standing alone, carried verbatim while the rest of
+    their turns went (compaction/carry.py: not turns)."""
+    users = [
+        i
+        for i, m in enumerate(messages)
+        if m["role"] == "user" and not str(m["content"]).startswith("<summary>")
+    ]
+    turns: list[str] = []
+    carried: list[Mapping[str, Any]] = []
+    for i in users:
+        after = messages[i + 1]["role"] if i + 1 < len(messages) else None
+        if i == users[-1] or after in ("assistant", "tool"):
+            turns.append(str(messages[i]["content"]))
+        else:
+            carried.append(messages[i])
+    return turns, carried
 
 
 # ------------------------------------------------------------- the plain pipeline (.NET)
@@ -129,28 +161,47 @@ def test_the_seeds_dotnet_pipeline_is_a_plain_pipeline() -> None:
     assert (pipeline.early_stop, pipeline.hysteresis) == (False, False)
 
 
+def more_turns(msgs: Sequence[Mapping[str, Any]], first: int, count: int) -> list[Any]:
+    """``msgs`` (the same dicts) and the next ``count`` shopping turns, from turn ``first`` on."""
+    return [*msgs, *shopping(first + count)[1 + 4 * first :]]
+
+
 def test_every_child_of_the_seeds_pipeline_runs_as_its_trigger_says() -> None:
     """30 turns on a 32k model: the request fits the budget all along, yet every child whose
-    trigger fires runs, in order, each on what the one before left."""
+    trigger fires runs, in order, each on what the one before left.  Summarization folds all
+    but the ``retainRecent`` turns (2), so the window's trigger, checked on what it left, does
+    not fire; five turns later (the summary then under 0x500 tokens) it does."""
     msgs = shopping(30)
     summarizer = FakeSummarizer()
-    result = run(msgs, dotnet_pipeline(), summarizer=summarizer)
+    pipeline = dotnet_pipeline(ONE_MECHANISM)
+    result = run(msgs, pipeline, summarizer=summarizer)
     report = result.report
     assert report.tokens_before < report.budget  # nothing here is about the budget
     collapse, summarization, window, truncation = report.strategies
     assert collapse.fired and collapse.changed  # over 0x200 tokens
     assert summarization.fired and summarization.changed  # over 0x500 tokens
     assert len(summarizer.calls) == 1
-    assert window.fired and window.changed  # more than 4 turns were left
+    assert window.skipped == "trigger"  # 2 turns left: not more than 4
     assert truncation.skipped == "trigger"  # under 0x8000 tokens: its trigger does not fire
     assert all(r.skipped != "early_stop" for r in report.strategies)
     for before, after in zip(report.strategies, report.strategies[1:], strict=False):
         assert after.tokens_before == before.tokens_after  # each sees the previous output
-    # "keeps only the last 4 user turns": the newest 4, the summary before them
     assert user_turns(result.messages) == [
-        f"turn {i}: what's the price of item {i}?" for i in (26, 27, 28, 29)
+        f"turn {i}: what's the price of item {i}?" for i in (28, 29)
     ]
     assert str(result.messages[1]["content"]).startswith("<summary>")
+    # five turns later: 7 turns, under 0x500 tokens once collapsed
+    later = run(more_turns(result.messages, 30, 5), pipeline, summarizer=summarizer)
+    collapse, summarization, window, truncation = later.report.strategies
+    assert collapse.fired and collapse.changed
+    assert summarization.skipped == "trigger" and len(summarizer.calls) == 1
+    assert window.fired and window.changed  # more than 4 turns were left
+    assert truncation.skipped == "trigger"
+    # "keeps only the last 4 user turns": the newest 4, the summary before them
+    assert user_turns(later.messages) == [
+        f"turn {i}: what's the price of item {i}?" for i in (31, 32, 33, 34)
+    ]
+    assert str(later.messages[1]["content"]).startswith("<summary>")
 
 
 def test_a_child_whose_trigger_does_not_fire_is_skipped_even_after_another_acted() -> None:
@@ -183,7 +234,9 @@ def test_a_nested_plain_pipeline_runs_every_child_by_its_own_trigger() -> None:
                         {"strategy": "sliding_window", "trigger": {"turns_exceed": 2}},
                     ],
                 }
-            ]
+            ],
+            # the window's turns are the user messages forwarded only with nothing carried
+            "carry_user_messages": 0,
         }
     )
     pipeline = build_pipeline(settings)
@@ -239,7 +292,9 @@ def test_a_plain_pipeline_is_idempotent() -> None:
 def test_top_level_early_stop_makes_the_token_budget_composition() -> None:
     """``early_stop: true`` over the same entries: once collapsing brought the request under
     the budget, the rest are skipped (what an explicit pipeline did before it was plain)."""
-    pipeline = dotnet_pipeline({"early_stop": True})
+    # the collapse saves ~100 tokens here: under the default min_saving it would be undone
+    # (no change: summarization would run); the early stop itself is under test
+    pipeline = dotnet_pipeline({"early_stop": True, "min_saving": 0})
     assert pipeline.early_stop and pipeline.stop_when is None  # over_budget
     summarizer = FakeSummarizer()
     report = run(shopping(30), pipeline, summarizer=summarizer).report
@@ -261,6 +316,8 @@ SEED_PYTHON_BUDGET = {
 
 
 def test_the_seeds_token_budget_example_stops_once_its_budget_holds() -> None:
+    """The seed's example verbatim, the defaults on: the collapse saves less than 2 % of the
+    model's (huge) budget, but it starts over the entry's own 16,000, so it is kept."""
     pipeline = build_pipeline(CompactionSettings.model_validate({"pipeline": [SEED_PYTHON_BUDGET]}))
     (entry,) = pipeline.strategies
     assert isinstance(entry, PipelineStrategy)
@@ -390,3 +447,95 @@ def test_the_written_out_default_pipeline_behaves_as_the_default() -> None:
     # without hysteresis the collapse's nudge under 0.8 is the end of it
     nudged = run(msgs, build_pipeline(written.model_copy(update={"hysteresis": False})), facts)
     assert 0.5 * nudged.report.budget < nudged.report.tokens_after < 0.8 * nudged.report.budget
+
+
+# ------------------------------------- the seeds' configurations verbatim, the defaults on
+
+DEFAULTS = CompactionSettings()
+
+
+def assert_carried_verbatim(
+    result: CompactionResult, sent: Sequence[Mapping[str, Any]]
+) -> list[Mapping[str, Any]]:
+    """The user messages standing alone in ``result`` are the client's own (the same dicts,
+    in the order they were said) and together fit ``carry_user_messages`` of the budget."""
+    _, carried = split_turns(result.messages)
+    said = [m for m in sent if m["role"] == "user"]
+    assert all(any(m is s for s in said) for m in carried)
+    assert carried == [m for m in said if any(m is c for c in carried)]
+    share = DEFAULTS.carry_user_messages
+    assert sum(TOK.count_message(m) for m in carried) <= share * result.report.budget
+    return carried
+
+
+def test_the_seeds_dotnet_pipeline_verbatim_compacts_as_documented_with_the_defaults_on() -> None:
+    """The churn cut and the carried user messages on (0.02, 0.15): every child still fires
+    by its trigger, the summary reaches the model, the window keeps 4 real turns although
+    dropping the others saves less than the minimum, and the user's own words stay beside."""
+    pipeline = dotnet_pipeline()
+    assert (pipeline.min_saving, pipeline.carry_user_share) == (0.02, 0.15)
+    msgs = shopping(30)
+    summarizer = FakeSummarizer()
+    result = run(msgs, pipeline, summarizer=summarizer)
+    report = result.report
+    minimum = math.ceil(pipeline.min_saving * report.budget)
+    collapse, summarization, window, truncation = report.strategies
+    assert collapse.fired  # over 0x200 tokens; it saves less than the minimum, so undone
+    assert not collapse.changed and collapse.tokens_before - collapse.tokens_after < minimum
+    assert summarization.fired and summarization.changed and len(summarizer.calls) == 1
+    assert window.skipped == "trigger" and truncation.skipped == "trigger"
+    assert str(result.messages[1]["content"]).startswith("<summary>")  # paid for, forwarded
+    assert not report.unforwarded and "summarization" in report.changed_by
+    turns, _ = split_turns(result.messages)
+    assert turns == [f"turn {i}: what's the price of item {i}?" for i in (28, 29)]
+    assert len(assert_carried_verbatim(result, msgs)) == 28  # every folded question
+    # five turns later the window's trigger fires: it drops 3 turns, under the minimum saving
+    grown = more_turns(result.messages, 30, 5)
+    later = run(grown, pipeline, summarizer=summarizer)
+    window = later.report.strategies[2]
+    assert window.fired and window.changed
+    assert window.tokens_before - window.tokens_after < minimum  # kept: the turn count asked
+    turns, _ = split_turns(later.messages)
+    assert turns == [f"turn {i}: what's the price of item {i}?" for i in (31, 32, 33, 34)]
+    assert later.messages[1] is result.messages[1]  # the summary stays before them
+    assert_carried_verbatim(later, grown)
+    assert len(summarizer.calls) == 1
+    again = run(later.messages, pipeline, summarizer=summarizer)
+    assert not again.changed and len(summarizer.calls) == 1
+
+
+def test_a_nested_plain_pipeline_holds_its_window_with_the_defaults_on() -> None:
+    """The window of 2 turns holds on real turns; the folded turns' questions stay verbatim."""
+    msgs = shopping(10)
+    settings = CompactionSettings.model_validate(
+        {
+            "pipeline": [
+                {
+                    "strategy": "pipeline",
+                    "strategies": [{"strategy": "sliding_window", "trigger": {"turns_exceed": 2}}],
+                }
+            ]
+        }
+    )
+    result = run(msgs, build_pipeline(settings), ModelFacts(100 * TOK.count_messages(msgs), 0))
+    (nested,) = result.report.strategies
+    (window,) = nested.children
+    assert window.fired and window.changed  # saves far under 2 % of this budget: kept
+    turns, _ = split_turns(result.messages)
+    assert turns == [f"turn {i}: what's the price of item {i}?" for i in (8, 9)]
+    assert len(assert_carried_verbatim(result, msgs)) == 8
+
+
+def test_an_undone_collapse_is_no_change_to_the_token_budget_composition() -> None:
+    """``early_stop: true`` over the .NET entries with the defaults on: the collapse saves
+    less than the minimum and is undone, so nothing has changed the request yet and
+    summarization runs by its trigger; after it the budget holds and the rest are skipped."""
+    pipeline = dotnet_pipeline({"early_stop": True})
+    summarizer = FakeSummarizer()
+    result = run(shopping(30), pipeline, summarizer=summarizer)
+    collapse, summarization, *rest = result.report.strategies
+    assert collapse.fired and not collapse.changed
+    assert any("under the minimum" in n for n in collapse.notes)
+    assert summarization.changed and len(summarizer.calls) == 1
+    assert [r.skipped for r in rest] == ["early_stop"] * 2
+    assert str(result.messages[1]["content"]).startswith("<summary>")

@@ -25,13 +25,29 @@ from compaction_proxy.compaction import (
 from compaction_proxy.compaction.budget import compute_budget
 from compaction_proxy.compaction.draft import Draft
 from compaction_proxy.compaction.strategies import (
+    PipelineStrategy,
     SlidingWindowStrategy,
+    Strategy,
     SummarizationStrategy,
     ToolResultCompactionStrategy,
     TruncationStrategy,
 )
+from compaction_proxy.compaction.strategies.base import StrategyContext, StrategyOutcome
 from compaction_proxy.compaction.strategies.summarization import wrap_summary
-from compaction_proxy.compaction.triggers import Always, OverBudget, TokenRatio
+from compaction_proxy.compaction.triggers import (
+    AllOf,
+    Always,
+    AnyOf,
+    Condition,
+    GroupsExceed,
+    MessagesExceed,
+    Metrics,
+    OverBudget,
+    TokenRatio,
+    TokensExceed,
+    TurnsExceed,
+    count_demands,
+)
 from compaction_proxy.compaction.view import GroupKind
 
 from .helpers import a, call, s, tool, u
@@ -232,6 +248,98 @@ def test_a_strategy_saving_too_little_leaves_the_prefix_alone() -> None:
     # over budget, every saving counts
     tight = run(msgs, Pipeline((collapse,), min_saving=0.05, fallback=False), 60)
     assert tight.report.strategies[0].changed
+
+
+def chit_chat(count: int) -> list[Msg]:
+    """``count`` turns of a few tokens each: dropping some saves next to nothing."""
+    msgs: list[Msg] = [s()]
+    for n in range(count):
+        msgs += [u(f"q{n}"), a(f"a{n}")]
+    return msgs
+
+
+def user_texts(messages: list[Msg]) -> list[str]:
+    return [str(m["content"]) for m in messages if m["role"] == "user"]
+
+
+def test_a_window_the_turn_count_demands_takes_effect_however_little_it_saves() -> None:
+    """On main the 2 % minimum undid "keep the last 4 turns" whenever the old turns were small."""
+    msgs = chit_chat(10)
+    window = TOK.count_messages(msgs) * 50  # far from the budget: 2 % of it is the whole chat
+    for strategy in (
+        SlidingWindowStrategy(trigger=TurnsExceed(4)),
+        SlidingWindowStrategy(keep_last_turns=4),
+        SlidingWindowStrategy(trigger=AnyOf((TokensExceed(10**6), TurnsExceed(4)))),
+        SlidingWindowStrategy(trigger=AllOf((TokensExceed(1), TurnsExceed(4)))),
+    ):
+        result = run(msgs, Pipeline((strategy,), min_saving=0.02), window)
+        assert result.changed and result.report.strategies[0].changed, strategy.trigger
+        assert user_texts(result.messages) == ["q6", "q7", "q8", "q9"], strategy.trigger
+    groups = run(
+        msgs, Pipeline((SlidingWindowStrategy(keep_last_groups=4),), min_saving=0.02), window
+    )
+    assert user_texts(groups.messages) == ["q8", "q9"]
+    by_messages = TruncationStrategy(trigger=MessagesExceed(5))
+    truncated = run(msgs, Pipeline((by_messages,), min_saving=0.02), window)
+    assert truncated.changed and len(truncated.messages) == 5
+
+
+def test_a_count_in_the_target_alone_is_held_to_the_minimum() -> None:
+    """The trigger decides: a token trigger with a turn target is ordinary, undoable work."""
+    msgs = chit_chat(10)
+    window = TOK.count_messages(msgs) * 50
+    strategy = SlidingWindowStrategy(trigger=TokensExceed(1), target=TurnsExceed(4))
+    result = run(msgs, Pipeline((strategy,), min_saving=0.02), window)
+    assert not result.changed and result.messages == msgs
+    assert any("under the minimum" in n for n in result.report.strategies[0].notes)
+
+
+def test_count_demands_reads_which_part_of_a_trigger_fired() -> None:
+    metrics = Metrics(tokens=100, messages=9, groups=9, turns=5, tool_call_groups=0, budget=1000)
+    assert count_demands(TurnsExceed(4), metrics)
+    assert count_demands(MessagesExceed(8), metrics) and count_demands(GroupsExceed(8), metrics)
+    assert not count_demands(TurnsExceed(5), metrics)  # the count does not fire
+    assert not count_demands(TokensExceed(10), metrics)  # fires, but not by a count
+    assert count_demands(AnyOf((TokensExceed(10**6), TurnsExceed(4))), metrics)
+    assert not count_demands(AnyOf((TokensExceed(10), TurnsExceed(5))), metrics)
+    assert count_demands(AllOf((TokensExceed(10), TurnsExceed(4))), metrics)
+    assert not count_demands(AllOf((TokensExceed(10**6), TurnsExceed(4))), metrics)
+
+
+def test_work_over_a_nested_entrys_own_budget_is_not_held_to_the_minimum() -> None:
+    """A token-budget entry's N is its composition's budget: over it, a change is due."""
+    msgs = [s(), u("go"), call("c1"), tool("c1", "x" * 400), a("done"), u("next"), a("ok")]
+    total = TOK.count_messages(msgs) + TOK.reply_priming
+    window = total * 50  # 2 % of it is more than the collapse saves
+    collapse = ToolResultCompactionStrategy(keep_last_tool_call_groups=0)
+    budgeted = PipelineStrategy([collapse], token_budget=total - 5)
+    result = run(msgs, Pipeline((budgeted,), min_saving=0.02), window)
+    (child,) = result.report.strategies[0].children
+    assert child.changed and result.changed
+    assert child.tokens_before - child.tokens_after < math.ceil(0.02 * window)
+    # the same collapse in a plain entry, under every budget: undone
+    plain = run(msgs, Pipeline((PipelineStrategy([collapse]),), min_saving=0.02), window)
+    assert not plain.changed
+
+
+class PaidNote(Strategy):
+    """Pays for a note (as a summarizer call would) that saves nothing: adds tokens."""
+
+    name = "paid_note"
+
+    def default_trigger(self) -> Condition:
+        return Always()
+
+    def apply(self, draft: Draft, ctx: StrategyContext) -> StrategyOutcome:
+        draft.insert_after_system([summary("a paid note")], paid_by=self.name)
+        return StrategyOutcome(changed=True)
+
+
+def test_a_run_that_paid_for_a_message_is_never_undone() -> None:
+    msgs = chit_chat(3)
+    result = run(msgs, Pipeline((PaidNote(),), min_saving=0.02), TOK.count_messages(msgs) * 50)
+    assert result.changed and result.messages[1] == summary("a paid note")
+    assert result.report.strategies[0].changed
 
 
 def test_rollback_returns_the_draft_to_its_savepoint() -> None:

@@ -15,6 +15,13 @@ enforcing the window and playing the summarizer, the official openai SDK as the 
 request's decision (``COMPACTION_DEBUG``) must show each child running exactly when its trigger
 fires -- never skipped because an earlier one brought the request under the budget -- and once
 the sliding window has fired, at most its 4 user turns plus the newest reach the model.
+
+The proxy's defaults are on, as a user who ports the pipeline gets them: ``min_saving`` (a
+churn cut that never undoes what the turn count demanded, compaction_proxy/compaction/churn.py)
+and ``carry_user_messages`` (the user messages of folded turns stay verbatim up to 15 % of the
+budget, compaction_proxy/compaction/carry.py).  A carried user message is not a turn: the window
+counts a user message with its replies, and the carried ones are checked apart (verbatim copies
+of what the client said earlier, within their share).
 """
 
 from __future__ import annotations
@@ -25,7 +32,9 @@ from typing import Any
 
 import pytest
 
+from compaction_proxy.compaction import EncodingLoader, TokenizerProvider
 from tests.support.agent_session import CHAT, is_summarizer_text
+from tests.support.processes import tiktoken_cache_dir
 from tests.support.servers import ProxyServer, UpstreamServer
 
 WINDOW = 32_768
@@ -51,6 +60,8 @@ TOOLS = [
     )
 ]
 THRESHOLDS = {"tool_result_compaction": 0x200, "summarization": 0x500, "truncation": 0x8000}
+CARRY_SHARE = 0.15
+"""``compaction.carry_user_messages``'s default (the config below leaves it out)."""
 
 
 def config_text(upstream: UpstreamServer, db: Path) -> str:
@@ -72,13 +83,33 @@ compaction:
 """
 
 
+def is_client_user(message: dict[str, Any]) -> bool:
+    """One of the client's own user messages (a summary checkpoint is not one)."""
+    return message.get("role") == "user" and str(message["content"]).startswith("turn ")
+
+
 def user_turns(messages: list[dict[str, Any]]) -> list[str]:
-    """The client's own user messages among ``messages`` (a summary checkpoint is not one)."""
-    return [
-        str(m["content"])
-        for m in messages
-        if m.get("role") == "user" and str(m["content"]).startswith("turn ")
-    ]
+    """The client's own user messages among ``messages``, turns and carried ones alike."""
+    return [str(m["content"]) for m in messages if is_client_user(m)]
+
+
+def split_turns(
+    messages: list[dict[str, Any]],
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """``(turns, carried)``: the user turns among ``messages`` -- a client user message with
+    its replies (an assistant message or tool results right after it), and the newest user
+    message, whose turn is running -- and the user messages that stand alone, carried verbatim
+    while the rest of their turns went (not turns: compaction_proxy/compaction/carry.py)."""
+    users = [i for i, m in enumerate(messages) if is_client_user(m)]
+    turns: list[str] = []
+    carried: list[dict[str, Any]] = []
+    for i in users:
+        after = messages[i + 1] if i + 1 < len(messages) else None
+        if i == users[-1] or (after is not None and after.get("role") in ("assistant", "tool")):
+            turns.append(str(messages[i]["content"]))
+        else:
+            carried.append(messages[i])
+    return turns, carried
 
 
 class Chat:
@@ -220,7 +251,9 @@ def test_every_child_runs_as_its_trigger_says(session: tuple[Chat, list[dict[str
 def test_only_the_last_four_turns_and_the_newest_reach_the_model_once_the_window_fired(
     session: tuple[Chat, list[dict[str, Any]]],
 ) -> None:
-    chat, _ = session
+    """Counted as the window counts: real turns (a user message with its replies, and the
+    newest); the user messages carried beside them are checked on their own below."""
+    chat, decisions = session
     fired = next(
         (i for i, s in enumerate(chat.strategies) if "sliding_window" in s.split(",")), None
     )
@@ -230,11 +263,40 @@ def test_only_the_last_four_turns_and_the_newest_reach_the_model_once_the_window
     )
     assert fired < len(chat.forwarded) // 2, "the sliding window fired late"
     for index, forwarded in enumerate(chat.forwarded[fired:], start=fired):
-        turns = user_turns(forwarded)
+        turns, _ = split_turns(forwarded)
         assert len(turns) <= 5, (index, turns)
         newest = chat.newest_turn[index]
         assert turns[-1] == f"turn {newest}: what's the price of item {newest}?", index
     last = chat.forwarded[-1]
-    assert user_turns(last)[-1] == f"turn {TURNS - 1}: what's the price of item {TURNS - 1}?"
-    assert len(user_turns(last)) <= 5
+    turns, _ = split_turns(last)
+    assert turns[-1] == f"turn {TURNS - 1}: what's the price of item {TURNS - 1}?"
+    assert len(turns) <= 5
     assert str(last[1]["content"]).startswith("<summary>")  # the older turns, summarized
+    assert len(decisions) == len(chat.forwarded)
+
+
+def test_the_user_messages_beside_the_window_are_the_clients_own_within_their_share(
+    session: tuple[Chat, list[dict[str, Any]]],
+) -> None:
+    """What the window dropped of the user's own words comes back only as carry.py carries it:
+    each a verbatim copy of an earlier user message, in the order they were said, together
+    within ``carry_user_messages`` of the request's budget; with 30 short questions all of them
+    fit, so the last request still holds every question the user asked."""
+    chat, decisions = session
+    tokenizer = TokenizerProvider(EncodingLoader(directories=[tiktoken_cache_dir()])).get(
+        "o200k_base"
+    )
+    said = [m for m in chat.conversation if is_client_user(m)]
+    assert len(said) == TURNS
+    carried_somewhere = False
+    for index, forwarded in enumerate(chat.forwarded):
+        _, carried = split_turns(forwarded)
+        newest = chat.newest_turn[index]
+        earlier = said[:newest]
+        assert all(m in earlier for m in carried), index  # verbatim, and said before
+        assert carried == [m for m in earlier if m in carried], index  # in their order
+        budget = decisions[index]["report"]["budget"]["limit"]
+        assert sum(tokenizer.count_message(m) for m in carried) <= CARRY_SHARE * budget, index
+        carried_somewhere = carried_somewhere or bool(carried)
+    assert carried_somewhere, "no user message was ever carried beside the window"
+    assert user_turns(chat.forwarded[-1]) == [str(m["content"]) for m in said]

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from ..summarizer import Summarizer
-from ..triggers import Always, Condition, OverBudget
+from ..triggers import Always, Condition, Metrics, OverBudget, count_demands
 
 if TYPE_CHECKING:
     from ..draft import Draft
@@ -53,6 +53,9 @@ class StrategyContext:
     its target even if its own trigger no longer fires (see ``Pipeline.hysteresis``).
     ``min_saving``: the fewest tokens a strategy's work must save to be kept (see
     :mod:`..churn`); 0: every change is kept.
+    ``budget``: the budget of the composition the strategy runs in, where it is not the
+    request's: a nested token-budget entry's ``tokens_exceed N``.  A strategy that starts over
+    it (or over the request's budget) is never held to ``min_saving``.
     """
 
     force: bool = False
@@ -60,6 +63,7 @@ class StrategyContext:
     model: str = ""
     engaged: bool = False
     min_saving: int = 0
+    budget: Condition | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +138,13 @@ class Strategy(ABC):
     def should_run(self, draft: Draft, ctx: StrategyContext) -> bool:
         """Whether the trigger fires on the current state (always, when forced or engaged)."""
         return ctx.force or ctx.engaged or self.trigger.fires(draft.metrics())
+
+    def count_demanded(self, metrics: Metrics) -> bool:
+        """Whether a structural count asks for this run on ``metrics`` (the state it starts
+        from): its trigger fires by ``turns_exceed``, ``messages_exceed`` or ``groups_exceed``
+        (:func:`~..triggers.count_demands`).  Such a run is kept whatever it saves in tokens
+        (:mod:`..churn`)."""
+        return count_demands(self.trigger, metrics)
 
     def keep_going(self, draft: Draft, ctx: StrategyContext) -> bool:
         """Whether the target still fires, i.e. another step is wanted."""

@@ -212,6 +212,8 @@ class PipelineStrategy(Strategy):
         return run_to_completion(self.apply_async(draft, without_summarizer(ctx)))
 
     async def apply_async(self, draft: Draft, ctx: StrategyContext) -> StrategyOutcome:
+        if self.token_budget is not None:  # its children's budget is the entry's (churn.py)
+            ctx = dataclasses.replace(ctx, budget=self.budget_condition)
         children = await run_sequence_async(
             self.strategies, draft, ctx, stop_when=self.stop_when, early_stop=self.early_stop
         )

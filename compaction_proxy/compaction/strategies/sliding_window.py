@@ -21,7 +21,7 @@ its turn goes; a turn of which only that message is left no longer counts as a t
 from __future__ import annotations
 
 from ..draft import Draft
-from ..triggers import Always, Condition, TurnsExceed
+from ..triggers import Always, Condition, Metrics, TurnsExceed
 from ..view import GroupKind
 from .base import Strategy, StrategyContext, StrategyOutcome
 
@@ -64,6 +64,12 @@ class SlidingWindowStrategy(Strategy):
         if self.keep_last_groups is not None or self.keep_last_turns is not None:
             return Always()
         return None
+
+    def count_demanded(self, metrics: Metrics) -> bool:
+        # ``keep_last_groups`` / ``keep_last_turns`` is itself a count: the window was asked for.
+        if self.keep_last_groups is not None or self.keep_last_turns is not None:
+            return True
+        return super().count_demanded(metrics)
 
     def apply(self, draft: Draft, ctx: StrategyContext) -> StrategyOutcome:
         if self.keep_last_groups is not None:
