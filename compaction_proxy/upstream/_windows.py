@@ -6,9 +6,10 @@ the model's maximum, is a guess (`default_context_window`). This module narrows 
 
 * **Learned**: when an upstream refuses a prompt as too long, the window it states (or one
   shrunk from the refused count, see :func:`window_after_refusal`) is kept per upstream and
-  model, so the wall is hit once, not every turn. Learned windows are written to the checkpoint
-  store under their own namespace (one key per upstream and model, the window in the entry's
-  `meta`), so replicas share them and a restarted proxy does not hit the wall again. An
+  model, so the wall is hit once, not every turn. Learned windows are written to the store's
+  key-value interface (:class:`~compaction_proxy.checkpoints.KeyValueStore`) under their own
+  namespace (one key per upstream and model), so replicas share them and a restarted proxy does
+  not hit the wall again. An
   in-process dict sits in front: the hot path costs a dict lookup; a cold miss asks the store
   once, and a store miss is trusted for :data:`STORE_MISS_SECONDS`.
 * **Discovered**: vLLM, SGLang, OpenRouter, LM Studio and others publish windows in

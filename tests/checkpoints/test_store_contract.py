@@ -6,7 +6,7 @@ import asyncio
 import time
 
 from compaction_proxy.checkpoints import Checkpoint, CheckpointStore
-from tests.summaries.conftest import StoreFactory
+from tests.checkpoints.conftest import StoreFactory
 
 NS = "ns-a"
 

@@ -1,4 +1,4 @@
-"""Fixtures for the summaries tests: a real redis-server, and stores of every backend.
+"""Fixtures for the checkpoint store tests: a real redis-server, and stores of every backend.
 
 - ``redis_server``, ``redis_url``, ``own_redis``: in tests/conftest.py (shared with the
   integration tests).

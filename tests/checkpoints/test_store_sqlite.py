@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from compaction_proxy.checkpoints import Checkpoint, SqliteStore, StoreUnavailable
-from tests.summaries.test_store_contract import chain, checkpoint
+from tests.checkpoints.test_store_contract import chain, checkpoint
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

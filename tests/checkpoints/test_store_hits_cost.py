@@ -11,7 +11,7 @@ import pytest
 
 from compaction_proxy.checkpoints import Checkpoint, ForeignValue, SqliteStore
 from compaction_proxy.checkpoints._decoded import DecodedCheckpoints, pick_longest
-from tests.summaries.test_store_contract import chain
+from tests.checkpoints.test_store_contract import chain
 
 _OLD_SCHEMA = """CREATE TABLE checkpoints (
     namespace TEXT NOT NULL,

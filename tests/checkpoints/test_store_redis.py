@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from compaction_proxy.checkpoints import RedisStore, StoreUnavailable
-from tests.summaries.test_store_contract import chain, checkpoint
+from tests.checkpoints.test_store_contract import chain, checkpoint
 from tests.support.redis_server import RedisServer
 
 

@@ -29,9 +29,9 @@ from compaction_proxy.checkpoints import (
 )
 from compaction_proxy.checkpoints._contract import Foreign
 from compaction_proxy.checkpoints._sqlite import _delete_foreign
-from tests.summaries.conftest import StoreFactory
-from tests.summaries.test_store_contract import chain as keys_chain
-from tests.summaries.test_store_contract import checkpoint
+from tests.checkpoints.conftest import StoreFactory
+from tests.checkpoints.test_store_contract import chain as keys_chain
+from tests.checkpoints.test_store_contract import checkpoint
 
 NS = "ns-foreign"
 

@@ -4,7 +4,7 @@ on memory, sqlite and redis alike: what learned windows and shared summaries rel
 from __future__ import annotations
 
 from compaction_proxy.checkpoints import Checkpoint, StoredValue, StoredValues
-from tests.summaries.conftest import StoreFactory
+from tests.checkpoints.conftest import StoreFactory
 
 NS = "values-ns"
 

@@ -43,7 +43,7 @@ def test_redis_needs_a_valid_url() -> None:
 
 
 async def test_memory_store_is_bounded() -> None:
-    from tests.summaries.test_store_contract import chain, checkpoint
+    from tests.checkpoints.test_store_contract import chain, checkpoint
 
     store = MemoryStore(max_entries=3)
     keys = chain(5)
