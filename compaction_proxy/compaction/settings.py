@@ -35,7 +35,8 @@ from .carry import DEFAULT_CARRY_SHARE
 from .triggers import Condition, TokenRatio, parse_condition, parse_target
 
 DEFAULT_MIN_SAVING = 0.02
-"""``compaction.min_saving``: 2 % of the budget (see compaction_proxy/compaction/churn.py)."""
+"""``compaction.min_saving``: 2 % of the budget (see
+compaction_proxy/compaction/strategies/churn.py)."""
 
 
 def _trigger(value: object) -> Condition:

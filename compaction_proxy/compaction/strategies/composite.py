@@ -29,11 +29,11 @@ import dataclasses
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
-from ..churn import held_to_minimum, savepoint_for
 from ..draft import Draft
 from ..report import StrategyReport
 from ..triggers import Always, Condition, OverBudget, TokensExceed
 from .base import Strategy, StrategyContext, StrategyOutcome
+from .churn import held_to_minimum, savepoint_for
 from .truncation import TruncationStrategy
 
 T = TypeVar("T")
