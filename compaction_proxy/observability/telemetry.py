@@ -3,7 +3,7 @@
 :meth:`Telemetry.record_request` runs once per request where the access log is written
 (``ProxyApp.__call__``), from what the request left on its context. Two things cannot wait for
 the end of the request and have their own hooks: summarizer HTTP calls (a
-:class:`~compaction_proxy.summarizer._http.SummarizerStats` listener, for their latency and for
+:class:`~compaction_proxy.summarizer.SummarizerStats` listener, for their latency and for
 calls no request keeps) and the figures read at scrape time (:mod:`.prometheus`).
 
 Telemetry reads the request through :class:`FinishedRequest`, a protocol the request context
