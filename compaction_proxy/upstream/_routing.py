@@ -123,7 +123,7 @@ class Router:
         return hit
 
     def route(self, read: ModelRead) -> UpstreamSettings:
-        """The upstream for a body that says ``read`` about its model (the rule above)."""
+        """The upstream for a body that says ``read`` about its model (the module's rule)."""
         if read.model is not None:
             return self.for_model(read.model)
         if read.problem is not None and self.routes_by_model:
