@@ -106,14 +106,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
+
+from pydantic import Field, model_validator
 
 from ..draft import Draft
+from ..fields import CamelModel
 from ..messages import Message
 from ..triggers import Condition
 from ..view import CHECKPOINT_NOTE as CHECKPOINT_NOTE  # re-exported: the wrapper's closing note
 from ..view import Group, GroupKind
 from .base import Strategy, StrategyContext, StrategyOutcome
+from .params import BuildContext, StrategyParams
 from .summary_event import SUMMARY_OPEN as SUMMARY_OPEN  # re-exported with the two below
 from .summary_event import SummaryEvent, wrap_summary
 from .summary_event import unwrap_summary as unwrap_summary
@@ -146,6 +150,62 @@ is the smaller of ``maxSummaryTokens`` and this bound)."""
 DEFAULT_MAX_ROUNDS = 3
 """Summarizer calls one event may make: the first, and two updates that fold more when the
 summary and what must stay do not fit the budget."""
+
+
+AF_DEFAULT_TARGET_COUNT = 4
+"""The Agent Framework's ``target_count`` when an entry writes only ``threshold``."""
+AF_DEFAULT_THRESHOLD = 2
+"""The Agent Framework's ``threshold`` when an entry writes only ``target_count``."""
+
+
+class RetainRecentSettings(CamelModel):
+    """How much recent history a summary leaves verbatim (whole turns only): LibreChat's
+    ``retainRecent``."""
+
+    turns: int = Field(default=2, ge=0, le=20)
+    tokens: int | None = Field(default=None, gt=0)
+
+
+class SummarizationParams(StrategyParams):
+    """``strategy: summarization``, in one of two selection shapes (module docstring).
+
+    The Agent Framework's, chosen by writing ``target_count`` and/or ``threshold`` (defaults 4
+    and 2 as in the Agent Framework; ``threshold: null`` means 0), or LibreChat's
+    ``retain_recent: {turns, tokens}`` (the default, ``turns: 2``).  Prompts and the summarizer
+    model are set in the ``summarization`` block.
+    """
+
+    target_count: int | None = Field(default=None, ge=1)
+    threshold: int | None = Field(default=None, ge=0)
+    retain_recent: RetainRecentSettings | None = None
+    placement: Placement = "user"
+
+    @property
+    def uses_group_shape(self) -> bool:
+        """True when ``target_count`` or ``threshold`` was written (Agent Framework shape)."""
+        return bool({"target_count", "threshold"} & self.model_fields_set)
+
+    @model_validator(mode="after")
+    def _check(self) -> SummarizationParams:
+        if self.uses_group_shape and self.retain_recent is not None:
+            raise ValueError(
+                "set target_count/threshold (Agent Framework shape) or retain_recent "
+                "(LibreChat shape), not both"
+            )
+        return self
+
+    def arguments(self, ctx: BuildContext) -> dict[str, Any]:
+        arguments = super().arguments(ctx)
+        retain = arguments.pop("retain_recent") or RetainRecentSettings()
+        arguments.update(retain_turns=retain.turns, retain_tokens=retain.tokens)
+        if self.uses_group_shape:
+            written = "threshold" in self.model_fields_set
+            threshold = self.threshold if written else AF_DEFAULT_THRESHOLD
+            target_count = self.target_count or AF_DEFAULT_TARGET_COUNT
+            arguments.update(target_count=target_count, threshold=threshold or 0)
+        else:
+            arguments.update(target_count=None, threshold=0)
+        return arguments
 
 
 class SummarizationStrategy(Strategy):
