@@ -35,8 +35,7 @@ from pydantic import (
 from .carry import DEFAULT_CARRY_SHARE
 from .fields import CamelModel, StrictModel, TargetField, TriggerField, error_at
 from .strategies.context_pruning import ContextPruningSettings
-from .strategies.params import StrategyEntry
-from .strategies.registry import PluginError, registry_for
+from .strategies.registry import PluginError, StrategyEntry, registry_for
 from .strategies.summarization import Placement, RetainRecentSettings
 from .triggers import Condition, TokenRatio, parse_condition
 

@@ -6,11 +6,12 @@ where it deliberately differs from the Agent Framework and LibreChat.
 """
 
 from .base import Strategy, StrategyContext, StrategyOutcome
+from .builtin import default_registry
 from .clear_tool_uses import ClearToolUsesStrategy
 from .composite import FallbackTruncation, PipelineStrategy
 from .context_pruning import ContextPruningStrategy
 from .params import BuildContext, StrategyParams
-from .registry import StrategyRegistry, UnknownStrategy, default_registry
+from .registry import StrategyRegistry, UnknownStrategy
 from .selective_tool_calls import SelectiveToolCallsStrategy
 from .sliding_window import SlidingWindowStrategy
 from .summarization import SummarizationStrategy

@@ -22,7 +22,7 @@ Writing a new strategy:
    fields are the constructor's keywords (override ``arguments`` where the config's shape
    differs), and register both under the name (:mod:`.registry`):
    ``registry.register("my_strategy", MyParams, MyStrategy)``, for a built-in in
-   ``register_builtin_strategies``, for a strategy of your own in a plug-in function listed in
+   :mod:`.builtin`, for a strategy of your own in a plug-in function listed in
    ``compaction.plugins`` ("Strategies of your own" in docs/architecture.md).
 """
 

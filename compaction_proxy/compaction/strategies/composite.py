@@ -37,7 +37,8 @@ from ..fields import TargetField
 from ..report import StrategyReport
 from ..triggers import Always, Condition, OverBudget, TokensExceed
 from .base import Strategy, StrategyContext, StrategyOutcome
-from .params import BuildContext, StrategyEntry, StrategyParams
+from .params import BuildContext, StrategyParams
+from .registry import StrategyEntry
 from .truncation import TruncationStrategy
 
 T = TypeVar("T")

@@ -1,11 +1,11 @@
-"""What a strategy's parameter model is, and how a pipeline entry becomes one.
+"""What a strategy's parameter model is, and how it becomes the strategy's arguments.
 
 Each strategy declares its parameters once, as a subclass of :class:`StrategyParams` in its own
 module (``TruncationParams`` beside ``TruncationStrategy``): the keys a ``compaction.pipeline``
-entry accepts, their defaults, ranges and cross-key rules.  The registry
-(:mod:`.registry`) maps a ``strategy:`` name to that model and the strategy class; a pipeline
-entry (:data:`StrategyEntry`) is validated by the model its name selects, and the strategy is
-built as ``StrategyClass(**params.arguments(ctx))``.  Most parameter models name the
+entry accepts, their defaults, ranges and cross-key rules.  The registry (:mod:`.registry`)
+maps a ``strategy:`` name to that model and the strategy class; a pipeline entry
+(:data:`.registry.StrategyEntry`) is validated by the model its name selects, and the strategy
+is built as ``StrategyClass(**params.arguments(ctx))``.  Most parameter models name the
 constructor's keywords exactly and need nothing more; a model whose config shape differs (a
 nested LibreChat block, two selection shapes, child entries) overrides :meth:`arguments`.
 """
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import Field, PlainValidator, SerializeAsAny, ValidationInfo
+from pydantic import Field
 
 from ..fields import StrictModel, TargetField, TriggerField
 
@@ -51,17 +51,3 @@ class StrategyParams(StrictModel):
         if self.minimum_preserved is None:
             del arguments["minimum_preserved"]
         return arguments
-
-
-def _entry(value: object, info: ValidationInfo) -> StrategyParams:
-    # Imported here: the registry imports every strategy module, and the pipeline's own
-    # parameter model holds entries of this type.
-    from .registry import registry_for
-
-    return registry_for(info.context).parse(value, info.context)
-
-
-StrategyEntry = Annotated[SerializeAsAny[StrategyParams], PlainValidator(_entry)]
-"""One pipeline entry: validated by the parameter model its ``strategy`` names in the registry
-in use (the validation context's ``strategies``, else the process's), written back with every
-key of that model."""

@@ -1,14 +1,16 @@
 """The strategies by name: each ``strategy:`` name's parameter model and class.
 
-The registry is the one list of strategies.  A ``compaction.pipeline`` entry is validated by the
-model its name selects (:meth:`StrategyRegistry.parse`, behind
-:data:`~.params.StrategyEntry`), and built as ``StrategyClass(**params.arguments(ctx))``
+The registry is the one list of strategies.  A ``compaction.pipeline`` entry
+(:data:`StrategyEntry`) is validated by the model its name selects
+(:meth:`StrategyRegistry.parse`), and built as ``StrategyClass(**params.arguments(ctx))``
 (:meth:`StrategyRegistry.build`); the names in error messages, ``check-config`` and the tests
 that hold ``config.example.yaml`` to the vocabulary all come from here.
 
-:data:`STRATEGIES` is the process's registry: the built-in strategies
-(:func:`register_builtin_strategies`) and whatever ``compaction.plugins`` registered at start-up.
-A plug-in is a function ``register(registry)`` named as ``"module:function"``::
+:data:`STRATEGIES` is the process's registry: the built-in strategies, registered into it by
+:mod:`.builtin` (which the ``strategies`` package imports, so they are there whenever any of its
+modules is), and whatever ``compaction.plugins`` registered at start-up.  This module imports no
+strategy: the pipeline's own parameter model holds entries of :data:`StrategyEntry`.  A plug-in
+is a function ``register(registry)`` named as ``"module:function"``::
 
     def register(registry: StrategyRegistry) -> None:
         registry.register("my_strategy", MyParams, MyStrategy)
@@ -23,21 +25,13 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import PlainValidator, SerializeAsAny, ValidationError, ValidationInfo
 
 from ..fields import error_at, errors_under
 from .base import Strategy
-from .clear_tool_uses import ClearToolUsesParams, ClearToolUsesStrategy
-from .composite import PipelineParams, PipelineStrategy
-from .context_pruning import ContextPruningParams, ContextPruningStrategy
 from .params import BuildContext, StrategyParams
-from .selective_tool_calls import SelectiveToolCallsParams, SelectiveToolCallsStrategy
-from .sliding_window import SlidingWindowParams, SlidingWindowStrategy
-from .summarization import SummarizationParams, SummarizationStrategy
-from .tool_result_compaction import ToolResultCompactionParams, ToolResultCompactionStrategy
-from .truncation import TruncationParams, TruncationStrategy
 
 CONTEXT_KEY = "strategies"
 """The validation-context key naming the registry to validate pipeline entries with."""
@@ -179,28 +173,9 @@ def _resolve(reference: object) -> Callable[[StrategyRegistry], Any]:
     return function  # type: ignore[no-any-return]
 
 
-def register_builtin_strategies(registry: StrategyRegistry) -> StrategyRegistry:
-    """Register every built-in strategy."""
-    registry.register("context_pruning", ContextPruningParams, ContextPruningStrategy)
-    registry.register(
-        "tool_result_compaction", ToolResultCompactionParams, ToolResultCompactionStrategy
-    )
-    registry.register("selective_tool_calls", SelectiveToolCallsParams, SelectiveToolCallsStrategy)
-    registry.register("clear_tool_uses", ClearToolUsesParams, ClearToolUsesStrategy)
-    registry.register("summarization", SummarizationParams, SummarizationStrategy)
-    registry.register("sliding_window", SlidingWindowParams, SlidingWindowStrategy)
-    registry.register("truncation", TruncationParams, TruncationStrategy)
-    registry.register("pipeline", PipelineParams, PipelineStrategy)
-    return registry
-
-
-def default_registry() -> StrategyRegistry:
-    """A fresh registry holding the built-in strategies."""
-    return register_builtin_strategies(StrategyRegistry())
-
-
-STRATEGIES = default_registry()
-"""The process's registry: the built-ins and the strategies ``compaction.plugins`` added."""
+STRATEGIES = StrategyRegistry()
+"""The process's registry: the built-ins (:mod:`.builtin`) and what ``compaction.plugins``
+added."""
 
 
 def registry_for(context: object) -> StrategyRegistry:
@@ -211,3 +186,13 @@ def registry_for(context: object) -> StrategyRegistry:
         if isinstance(chosen, StrategyRegistry):
             return chosen
     return STRATEGIES
+
+
+def _entry(value: object, info: ValidationInfo) -> StrategyParams:
+    return registry_for(info.context).parse(value, info.context)
+
+
+StrategyEntry = Annotated[SerializeAsAny[StrategyParams], PlainValidator(_entry)]
+"""One pipeline entry: validated by the parameter model its ``strategy`` names in the registry
+in use (the validation context's ``strategies``, else :data:`STRATEGIES`), written back with
+every key of that model."""

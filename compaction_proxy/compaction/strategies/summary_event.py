@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from ..draft import Draft
 from ..messages import Message
@@ -15,10 +15,7 @@ from ..summarizer import Summarizer, SummaryError, SummaryRequest
 from ..view import SUMMARY_PREFIX, SUMMARY_SUFFIX, Group, GroupKind
 from ._tools import newest_non_system
 from .base import StrategyContext, StrategyOutcome
-from .summary_selection import foldable, shown_indices
-
-if TYPE_CHECKING:
-    from .summarization import SummarizationStrategy
+from .summary_selection import Summarizing, foldable, shown_indices
 
 _ERROR_DETAIL_CHARS = 200
 SUMMARY_OPEN = SUMMARY_PREFIX + "\n"
@@ -60,7 +57,7 @@ class SummaryEvent:
 
     def __init__(
         self,
-        strategy: SummarizationStrategy,
+        strategy: Summarizing,
         draft: Draft,
         ctx: StrategyContext,
         folded: Sequence[Group],

@@ -8,15 +8,35 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from itertools import pairwise
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..draft import Draft, GroupState
-from ..triggers import Always, Metrics
+from ..messages import Message
+from ..triggers import Always, Condition, Metrics
 from ..view import Group, GroupKind
 from .base import StrategyContext
 
-if TYPE_CHECKING:
-    from .summarization import SummarizationStrategy
+
+class Summarizing(Protocol):
+    """What the fold (here and in :mod:`.summary_event`) reads of the summarization strategy."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def minimum_preserved(self) -> int: ...
+
+    @property
+    def max_rounds(self) -> int: ...
+
+    def effective_target(self, ctx: StrategyContext) -> Condition: ...
+
+    def summary_message(self, text: str) -> Message: ...
+
+    def summary_bound(self, draft: Draft) -> int: ...
+
+    def summary_estimate(self, folded_tokens: int, bound: int | None = None) -> int: ...
+
 
 TURN_ANCHORS = frozenset({GroupKind.USER})
 """A turn-shape stretch is worth a call only with a user message in it (a carried one counts):
@@ -28,13 +48,13 @@ class TargetStop:
     """Whether folding a stretch would bring the draft to the strategy's target.
 
     The draft after the fold is projected without touching it: the stretch's tokens, messages,
-    groups, tool-call groups and whole turns leave, one checkpoint (the empty wrapper plus
-    :meth:`SummarizationStrategy.summary_estimate`) arrives.  The target is reached when it no
-    longer fires on that projection.  ``overflow_messages`` is projected as "all of them", so
+    groups, tool-call groups and whole turns leave, one checkpoint (the empty wrapper plus the
+    strategy's ``summary_estimate``) arrives.  The target is reached when it no longer fires on
+    that projection.  ``overflow_messages`` is projected as "all of them", so
     an over-budget ``messages_to_refine`` target counts as not reached (fold further).
     """
 
-    def __init__(self, strategy: SummarizationStrategy, draft: Draft, ctx: StrategyContext) -> None:
+    def __init__(self, strategy: Summarizing, draft: Draft, ctx: StrategyContext) -> None:
         self.strategy = strategy
         self.draft = draft
         self.target = strategy.effective_target(ctx)
