@@ -168,7 +168,7 @@ def test_registration_rules() -> None:
     (strategy,) = build_pipeline(settings, registry=registry).strategies
     assert isinstance(strategy, TruncationStrategy) and strategy.max_n == 9
     with pytest.raises(TypeError, match="must subclass StrategyParams"):
-        registry.register("plain", dict, TruncationStrategy)  # type: ignore[type-var]
+        registry.register("plain", dict, TruncationStrategy)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="non-empty string"):
         registry.register("", StampParams, StampOldResults)
     with pytest.raises(TypeError, match="takes TruncationParams, not StampParams"):

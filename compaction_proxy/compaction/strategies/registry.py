@@ -25,7 +25,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 from pydantic import PlainValidator, SerializeAsAny, ValidationError, ValidationInfo
 
@@ -35,8 +35,6 @@ from .params import BuildContext, StrategyParams
 
 CONTEXT_KEY = "strategies"
 """The validation-context key naming the registry to validate pipeline entries with."""
-
-P = TypeVar("P", bound=StrategyParams)
 
 
 class UnknownStrategy(LookupError):
@@ -67,7 +65,7 @@ class StrategyRegistry:
     def register(
         self,
         name: str,
-        params: type[P],
+        params: type[StrategyParams],
         strategy: Callable[..., Strategy],
         *,
         replace: bool = False,
