@@ -21,6 +21,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -32,7 +33,9 @@ from pydantic_settings import (
 )
 
 from compaction_proxy.compaction import CompactionSettings, FactsOverride, SummarizationSettings
-from compaction_proxy.compaction.settings import STRATEGY_NAMES
+from compaction_proxy.compaction.settings import preload_plugins
+from compaction_proxy.compaction.strategies.params import StrategyParams
+from compaction_proxy.compaction.strategies.registry import STRATEGIES
 
 CONFIG_ENV_VAR = "COMPACTION_PROXY_CONFIG"
 ENV_PREFIX = "COMPACTION_PROXY_"
@@ -244,6 +247,14 @@ class Settings(BaseSettings):
     dashboard: DashboardSettings = Field(default_factory=DashboardSettings)
     windows: WindowSettings = Field(default_factory=WindowSettings)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _plugins_first(cls, data: Any, info: ValidationInfo) -> Any:
+        # `models` is validated before `compaction`, and its blocks may name a plug-in's strategy.
+        if isinstance(data, dict):
+            preload_plugins(data.get("compaction"), info.context)
+        return data
+
     @model_validator(mode="after")
     def _unique_upstream_names(self) -> Settings:
         names = [u.name for u in self.upstreams]
@@ -439,7 +450,7 @@ def _key_path(loc: tuple[int | str, ...], message: str) -> tuple[str, str]:
     parts: list[str] = []
     previous: object = None
     for part in loc:
-        if not (isinstance(previous, int) and part in STRATEGY_NAMES):
+        if not (isinstance(previous, int) and part in STRATEGIES.names):
             parts.append(str(part))
         previous = part
     message = message.removeprefix("Value error, ")
@@ -457,6 +468,9 @@ def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
         if isinstance(part, int) or in_mapping:
             # A list index or a key of a `dict[str, Model]` (`models.gpt-4o`): not a field.
             in_mapping = False
+            continue
+        if model is StrategyParams and part in STRATEGIES.names:
+            model = STRATEGIES.spec(part).params  # a pipeline entry: its strategy's own keys
             continue
         fields = getattr(model, "model_fields", {})
         field = fields.get(part) or next((f for f in fields.values() if f.alias == part), None)
