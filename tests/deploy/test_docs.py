@@ -21,8 +21,8 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from compaction_proxy.compaction.strategies import StrategyParams
-from compaction_proxy.compaction.triggers import Condition
+from compaction_proxy.compaction.strategies import StrategyParams, default_registry
+from compaction_proxy.compaction.triggers import CONDITION_NAMES, Condition
 from compaction_proxy.config import Settings, effective_config, load_settings
 from tests.deploy.files import REPO_ROOT
 
@@ -304,3 +304,36 @@ def test_readme_key_table_names_real_keys() -> None:
     assert len(named) >= 5
     for key in named:
         assert key in keys, f"the README's table names {key}, which is no key"
+
+
+def _strategy_rows() -> dict[str, str]:
+    """docs/configuration.md's strategies table: name -> its row."""
+    text = CONFIGURATION.read_text(encoding="utf-8")
+    section = text[text.index("## Strategies") :]
+    section = section[: section.index("\n## ", 1)]
+    return {m.group(1): m.group(0) for m in re.finditer(r"^\| `(\w+)` \|.*$", section, re.M)}
+
+
+def test_configuration_reference_names_every_strategy_parameter_and_trigger() -> None:
+    registry = default_registry()
+    rows = _strategy_rows()
+    assert sorted(rows) == sorted(registry.names)
+    common = {"strategy", "trigger", "target", "minimum_preserved"}  # "Every entry also takes"
+    missing = []
+    for name in registry.names:
+        for field_name, field in registry.spec(name).params.model_fields.items():
+            if field_name in common:
+                continue
+            spellings = {field_name, field.alias, _camel(field_name)} - {None}
+            if not any(f"`{s}" in rows[name] for s in spellings):
+                missing.append(f"{name}.{field_name}")
+    assert not missing, f"the strategies table leaves out: {missing}"
+    text = CONFIGURATION.read_text(encoding="utf-8")
+    for key in common - {"strategy"}:
+        assert f"`{key}`" in text
+    assert not [c for c in CONDITION_NAMES if f"`{c}" not in text]
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
