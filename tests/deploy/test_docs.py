@@ -168,6 +168,21 @@ def test_relative_links_resolve_inside_the_repository(page: Path) -> None:
     assert not broken, f"{_rel(page)}: {broken}"
 
 
+MACHINE_PATH = re.compile(r"(?<![\w.~-])/(?:work|home|root|Users)/")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_rel)
+def test_no_page_names_a_path_of_the_machine_it_was_written_on(page: Path) -> None:
+    """A command or path in a page works from a checkout: repository-relative, never the
+    directories of the machine a benchmark or a note was made on."""
+    found = [
+        f"line {n}: {line.strip()}"
+        for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+        if MACHINE_PATH.search(line)
+    ]
+    assert not found, f"{_rel(page)} names paths outside the repository: {found}"
+
+
 TRACKER = re.compile(r"\bissues?[ _-]?#?\d+|\bissue\d+", flags=re.I)
 
 
