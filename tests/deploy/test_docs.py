@@ -21,6 +21,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
+from compaction_proxy import preflight
 from compaction_proxy.compaction.strategies import StrategyParams, default_registry
 from compaction_proxy.compaction.triggers import CONDITION_NAMES, Condition
 from compaction_proxy.config import Settings, effective_config, load_settings
@@ -309,6 +310,9 @@ def test_readme_configuration_example_loads(tmp_path: Path) -> None:
     settings = load_settings(path, environ={})
     assert [u.name for u in settings.upstreams] == ["local", "openai"]
     assert settings.store.backend == "redis"
+    # What `check-config` and `serve` refuse, the example must not trip (no key set here).
+    assert preflight.problems(settings) == []
+    assert preflight.serving_problems(settings) == []
 
 
 def test_readme_key_table_names_real_keys() -> None:
