@@ -508,7 +508,7 @@ def render(ours: list[OursRow], af: list[AfRow], load: Series, env: list[str], q
 
 
 def targets(ours: list[OursRow], near: OursRow) -> list[str]:
-    """Issue 13's compaction targets, each met or not met with its figure."""
+    """The compaction-time targets, each met or not met with its figure."""
 
     def mark(ok: bool) -> str:
         return "met" if ok else "NOT met"

@@ -17,7 +17,7 @@ Run (from the repo root): python -m bench.gateway [--quick] [--out bench/results
 
 `--agent` switches to the agent-session mode (bench/gateway_agent.py): bodies of ~8k to 500k
 tokens that grow by one tool step per request, nothing firing and with checkpoint hits, CPU
-time per request, and issue 13's targets: python -m bench.gateway --agent [--quick]
+time per request, and the agent-session targets: python -m bench.gateway --agent [--quick]
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ connection every 10 ms; the proxy's RSS (its process and children, from /proc) i
 every 20 ms. A warm-up first starts the parse worker (a refused body of 120,000 messages).
 
 - 1,000,000 tiny messages (29 MiB, under the 32 MiB body limit): refused with 413;
-- 200,000 tiny messages (the issue's second figure): refused with 413;
+- 200,000 tiny messages (a smaller hostile body, still over the message limit): refused with 413;
 - 50,000 tiny messages: the most messages the limits allow, compacted;
 - 50,000 messages filling the body limit (32 MiB): the largest request the limits allow,
   compacted (a summary call to the fake upstream included).
@@ -49,7 +49,7 @@ REQUEST_BOUND = 110.0  # seconds one request may take before the run gives up on
 
 
 def tiny_messages(count: int) -> bytes:
-    """``count`` messages in all: a system prompt, then one-character turns (the issue's
+    """``count`` messages in all: a system prompt, then one-character turns (the hostile
     shape: 1,000,000 of them are 29 MiB)."""
     messages = [{"role": "system", "content": "You are terse."}]
     for i in range(count - 1):
@@ -185,7 +185,7 @@ def _own_rss_kb(pid: int) -> int:
 
 def report(runs: list[Run], idle_kb: int, started: str) -> str:
     lines = [
-        "# Hostile bodies: memory and other clients' latency (issue 18 item 7)",
+        "# Hostile bodies: memory and other clients' latency",
         "",
         f"Run {started} on {platform.machine()}, {os.cpu_count()} CPUs (shared with other "
         "work: figures from one run compare with each other, not across runs). "
@@ -219,7 +219,8 @@ def report(runs: list[Run], idle_kb: int, started: str) -> str:
         "",
         "The health samples are every request the second client completed while the body "
         "was sent, parsed, compacted and answered (one every 10 ms, plus its own latency). "
-        "Before issue 18 item 7 the 1,000,000-message body took 5 GB of RSS and stalled "
+        "Before the message limits and the parsing of large bodies off the event loop, the "
+        "1,000,000-message body took 5 GB of RSS and stalled "
         "every other client for 46 s; 200,000 messages took +946 MiB and 8.5 s.",
         "",
     ]

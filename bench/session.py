@@ -217,7 +217,7 @@ def latency_report(args: argparse.Namespace) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|",
         *rows,
         "",
-        f"Target (issue: compaction turns within 5 ms of ordinary turns at p50 when a prepared "
+        f"Target (compaction turns within 5 ms of ordinary turns at p50 when a prepared "
         f"summary exists): {'met' if met else 'not met'} ({p50_gap[True]:+.0f} ms with prepare, "
         f"{p50_gap[False]:+.0f} ms without).",
     ]

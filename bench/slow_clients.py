@@ -1,4 +1,4 @@
-"""How many connections a slow client can hold, and for how long (issue 18 item 8).
+"""How many connections a slow client can hold, and for how long.
 
 Not a test: it asserts nothing and writes a report. The proxy (``python -m compaction_proxy
 serve``, default timeouts) runs with its open-file limit lowered to ``--nofile`` (1024, as
@@ -133,7 +133,7 @@ def main() -> None:
             upstream.stop()
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
-        "# Slow clients: connections held, and for how long (issue 18 item 8)",
+        "# Slow clients: connections held, and for how long",
         "",
         f"Run {when}, {os.cpu_count()} CPUs. `python -m bench.slow_clients "
         f"--connections {args.connections} --nofile {args.nofile}`: the proxy with default "
@@ -146,7 +146,8 @@ def main() -> None:
         "|---|---:|---|---:|---:|---|---:|",
         *rows,
         "",
-        "Before issue 18 item 8, all of them stayed open indefinitely and, past the open-file "
+        "Before the client timeouts and the connection limit, all of them stayed open "
+        "indefinitely and, past the open-file "
         "limit, a legitimate request failed with nothing logged.",
         "",
     ]

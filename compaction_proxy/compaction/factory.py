@@ -23,9 +23,9 @@ holds (early stop; see "Triggers and targets" in docs/architecture.md):
    network) it is skipped with a note and truncation still guarantees the budget;
 4. ``truncation``.
 
-Strategies of the *default* pipeline that are not registered are left out with one logged
-notice; an explicitly configured pipeline naming one fails with
-:class:`~.strategies.registry.StrategyNotAvailable`.
+Every entry is built by the strategy registry in use (the process's by default, holding the
+built-ins and what ``compaction.plugins`` registered; :mod:`.strategies.registry`), so a
+strategy registered under a built-in name replaces it in the default pipeline too.
 
 Per-model overrides: ``models.<pattern>.compaction`` is a whole ``compaction`` block that
 *replaces* the top-level one for matching models; the edge builds one pipeline per block at
@@ -34,25 +34,16 @@ start-up with :func:`build_pipeline`.  Validation is the settings models' alone.
 
 from __future__ import annotations
 
-import logging
+from typing import Any
 
 from .pipeline import Pipeline
-from .settings import (
-    CompactionSettings,
-    ContextPruningEntry,
-    StrategyEntry,
-    SummarizationEntry,
-    SummarizationSettings,
-    ToolResultCompactionEntry,
-    TruncationEntry,
-)
+from .settings import CompactionSettings, SummarizationSettings
 from .strategies.base import Strategy
-from .strategies.registry import StrategyRegistry, default_registry
+from .strategies.params import StrategyParams
+from .strategies.registry import STRATEGIES, StrategyRegistry
 from .strategies.scaled_collapse import ScaledToolResultCompaction
 from .strategies.tool_result_compaction import ToolResultCompactionStrategy
 from .triggers import Condition, TokenRatio
-
-logger = logging.getLogger(__name__)
 
 DEFAULT_TRIGGER_RATIO = 0.8
 DEFAULT_TARGET_RATIO = 0.5
@@ -63,38 +54,32 @@ def default_target() -> Condition:
     return TokenRatio(DEFAULT_TARGET_RATIO)
 
 
-def default_pipeline_entries(summarization: SummarizationSettings) -> list[StrategyEntry]:
-    """The entries of the default pipeline (see the module docstring)."""
+def default_pipeline_entries(
+    summarization: SummarizationSettings, registry: StrategyRegistry | None = None
+) -> list[StrategyParams]:
+    """The entries of the default pipeline (see the module docstring), validated by the
+    registry in use like written ones (a strategy registered under a built-in name takes
+    them)."""
     trigger = summarization.trigger or TokenRatio(DEFAULT_TRIGGER_RATIO)
-    target = default_target()
-    entries: list[StrategyEntry] = []
+    common: dict[str, Any] = {"trigger": trigger, "target": default_target()}
+    entries: list[dict[str, Any]] = []
     pruning = summarization.context_pruning
     if pruning.enabled:
-        entries.append(
-            ContextPruningEntry(
-                strategy="context_pruning", trigger=trigger, target=target, **dict(pruning)
-            )
-        )
-    entries.append(
-        ToolResultCompactionEntry(
-            strategy="tool_result_compaction",
-            trigger=trigger,
-            target=target,
-            keep_last_tool_call_groups=1,
-        )
-    )
+        entries.append({"strategy": "context_pruning", **common, **dict(pruning)})
+    collapse = {"strategy": "tool_result_compaction", "keep_last_tool_call_groups": 1}
+    entries.append({**collapse, **common})
     if summarization.enabled:
         entries.append(
-            SummarizationEntry(
-                strategy="summarization",
-                trigger=trigger,
-                target=target,
-                retain_recent=summarization.retain_recent,
-                placement=summarization.placement,
-            )
+            {
+                "strategy": "summarization",
+                **common,
+                "retain_recent": summarization.retain_recent,
+                "placement": summarization.placement,
+            }
         )
-    entries.append(TruncationEntry(strategy="truncation", trigger=trigger, target=target))
-    return entries
+    entries.append({"strategy": "truncation", **common})
+    registry = registry if registry is not None else STRATEGIES
+    return [registry.parse(entry) for entry in entries]
 
 
 def _scaled(strategy: Strategy) -> Strategy:
@@ -117,8 +102,9 @@ def build_pipeline(
     *,
     registry: StrategyRegistry | None = None,
 ) -> Pipeline:
-    """The pipeline for these settings (explicit entries, else the default pipeline)."""
-    registry = registry or default_registry()
+    """The pipeline for these settings (explicit entries, else the default pipeline), built by
+    ``registry`` (default: the process's, :data:`~.strategies.registry.STRATEGIES`)."""
+    registry = registry if registry is not None else STRATEGIES
     if compaction.pipeline is not None:
         # A plain pipeline unless early_stop makes it a token-budget composition.
         strategies = tuple(registry.build(entry) for entry in compaction.pipeline)
@@ -132,15 +118,8 @@ def build_pipeline(
             carry_user_share=compaction.carry_user_messages,
             min_saving=compaction.min_saving,
         )
-    entries = default_pipeline_entries(summarization or SummarizationSettings())
-    missing = [e.strategy for e in entries if not registry.available(e.strategy)]
-    if missing:
-        logger.warning(
-            "default compaction pipeline: %s not available yet, left out", ", ".join(missing)
-        )
-    strategies = tuple(
-        _scaled(registry.build(e)) for e in entries if registry.available(e.strategy)
-    )
+    entries = default_pipeline_entries(summarization or SummarizationSettings(), registry)
+    strategies = tuple(_scaled(registry.build(e)) for e in entries)
     early_stop = compaction.early_stop is not False
     return Pipeline(
         strategies,

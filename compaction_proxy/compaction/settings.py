@@ -4,11 +4,12 @@
 model, under ``models.<pattern>.compaction``) and :class:`SummarizationSettings` under
 ``summarization:``; these models are the only validation there is.
 
-* ``compaction.pipeline`` is a list of entries discriminated by ``strategy`` with the Agent
-  Framework's parameter names (snake_case).  Every entry takes an optional ``trigger`` and
-  ``target`` in either form (``{tokens_exceed: 2000}`` or ``{type: token_ratio, value: 0.8}``,
-  see :mod:`.triggers`) and ``minimum_preserved``.  All strategy names validate here even if
-  their implementation is not registered; building the pipeline reports that.
+* ``compaction.pipeline`` is a list of entries, each validated by the parameter model that its
+  ``strategy`` names in the strategy registry (:mod:`.strategies.registry`; the models sit
+  beside their strategies, with the Agent Framework's parameter names).  Every entry takes an
+  optional ``trigger`` and ``target`` in either form (``{tokens_exceed: 2000}`` or ``{type:
+  token_ratio, value: 0.8}``, see :mod:`.triggers`) and ``minimum_preserved``.
+  ``compaction.plugins`` registers strategies of the user's own before the entries are read.
 * ``summarization`` is LibreChat's block with its own camelCase key names, defaults and
   validation ranges, so a LibreChat user can paste theirs.  ``softTrim`` and ``hardClear`` are
   honoured (LibreChat silently drops them).
@@ -23,37 +24,24 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     PlainSerializer,
     PlainValidator,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
-from pydantic.alias_generators import to_camel
 
 from .carry import DEFAULT_CARRY_SHARE
-from .triggers import Condition, TokenRatio, parse_condition, parse_target
+from .fields import CamelModel, StrictModel, TargetField, TriggerField, error_at
+from .strategies.context_pruning import ContextPruningSettings
+from .strategies.registry import PluginError, StrategyEntry, registry_for
+from .strategies.summarization import Placement, RetainRecentSettings
+from .triggers import Condition, TokenRatio, parse_condition
 
 DEFAULT_MIN_SAVING = 0.02
 """``compaction.min_saving``: 2 % of the budget (see
 compaction_proxy/compaction/strategies/churn.py)."""
-
-
-def _trigger(value: object) -> Condition:
-    return parse_condition(value, path="trigger")
-
-
-def _target(value: object) -> Condition:
-    return parse_target(value, path="target")
-
-
-def _dump(condition: Condition) -> object:
-    return condition.to_config()
-
-
-TriggerField = Annotated[Condition, PlainValidator(_trigger), PlainSerializer(_dump)]
-"""A trigger in either config form, parsed into a :class:`~.triggers.Condition`."""
-TargetField = Annotated[Condition, PlainValidator(_target), PlainSerializer(_dump)]
 
 
 def _prepare(value: object) -> Condition | None:
@@ -76,70 +64,6 @@ def _dump_prepare(condition: Condition | None) -> object:
 
 PrepareField = Annotated[Condition | None, PlainValidator(_prepare), PlainSerializer(_dump_prepare)]
 """``summarization.prepare``: a trigger in either form, or ``false`` (off)."""
-"""A target (continue while it fires); ``tokens_below`` is rejected."""
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
-
-
-class _CamelModel(BaseModel):
-    """LibreChat-shaped blocks: camelCase keys (snake_case accepted too)."""
-
-    model_config = ConfigDict(
-        extra="forbid",
-        frozen=True,
-        alias_generator=to_camel,
-        validate_by_name=True,
-        validate_by_alias=True,
-        serialize_by_alias=True,
-        arbitrary_types_allowed=True,
-    )
-
-
-# ------------------------------------------------------------------ LibreChat pruning block
-
-
-class SoftTrimSettings(_CamelModel):
-    """Soft trim: keep ``headChars`` + marker + ``tailChars`` of results over ``maxChars``."""
-
-    max_chars: int = Field(default=4000, ge=0)
-    head_chars: int = Field(default=1500, ge=0)
-    tail_chars: int = Field(default=1500, ge=0)
-
-
-class HardClearSettings(_CamelModel):
-    """Hard clear: replace old results with ``placeholder`` (``tool_call_id`` kept)."""
-
-    enabled: bool = True
-    placeholder: str = "[Old tool result content cleared]"
-
-
-class ContextPruningParams(_CamelModel):
-    """LibreChat's ``contextPruning`` keys, defaults and ranges.
-
-    ``enabled`` defaults to true (LibreChat: false, because there pruning and summarization
-    exclude each other; here pruning runs first and makes summaries rarer and cheaper).
-    """
-
-    enabled: bool = True
-    keep_last_assistants: int = Field(default=3, ge=0, le=10)
-    soft_trim_ratio: float = Field(default=0.3, ge=0, le=1)
-    hard_clear_ratio: float = Field(default=0.5, ge=0, le=1)
-    min_prunable_tool_chars: int = Field(default=50_000, ge=0)
-    soft_trim: SoftTrimSettings = SoftTrimSettings()
-    hard_clear: HardClearSettings = HardClearSettings()
-
-
-SummaryPlacement = Literal["user", "system", "assistant"]
-"""The role a summary checkpoint is written with (see "Checkpoints" in docs/architecture.md)."""
-
-
-class RetainRecentSettings(_CamelModel):
-    """How much recent history a summary leaves verbatim (whole turns only)."""
-
-    turns: int = Field(default=2, ge=0, le=20)
-    tokens: int | None = Field(default=None, gt=0)
 
 
 ReusePrefix = Literal["auto", "always", "never"]
@@ -154,7 +78,7 @@ with the real request that follows); ``skip`` keeps every dry run off the networ
 ``dry-run-local`` header value does for one request."""
 
 
-class SummarizationSettings(_CamelModel):
+class SummarizationSettings(CamelModel):
     """LibreChat's ``summarization`` block (camelCase keys, LibreChat's defaults).
 
     ``reserveRatio`` also sets the budget's safety reserve (applied once).  ``trigger``, when
@@ -173,10 +97,10 @@ class SummarizationSettings(_CamelModel):
     reserve_ratio: float = Field(default=0.05, ge=0, lt=1)
     trigger: TriggerField | None = None
     retain_recent: RetainRecentSettings = RetainRecentSettings()
-    placement: SummaryPlacement = "user"
+    placement: Placement = "user"
     # Our addition: seconds one summarizer call may take before the request falls back.
     timeout: float = Field(default=60.0, gt=0, le=600)
-    context_pruning: ContextPruningParams = ContextPruningParams()
+    context_pruning: ContextPruningSettings = ContextPruningSettings()
     # Our addition: send the summary call as the forwarded request's own prefix (its messages
     # and tools, byte for byte) plus one instruction, so the upstream's prompt cache serves it.
     reuse_prefix: ReusePrefix = "auto"
@@ -195,204 +119,10 @@ class SummarizationSettings(_CamelModel):
     dry_run: DryRunSummaries = "call"
 
 
-# ------------------------------------------------------------------ pipeline entries
-
-
-class StrategyEntryBase(_Model):
-    """Fields every pipeline entry accepts."""
-
-    trigger: TriggerField | None = None
-    target: TargetField | None = None
-    minimum_preserved: int | None = Field(default=None, ge=0)
-
-
-class _ContextPruningTag(StrategyEntryBase):
-    strategy: Literal["context_pruning"]
-
-
-class ContextPruningEntry(ContextPruningParams, _ContextPruningTag):
-    """LibreChat-style pruning of old tool results (snake_case or camelCase keys).
-
-    The parameters are LibreChat's ``contextPruning`` block (:class:`ContextPruningParams`), so
-    the entry and ``summarization.contextPruning`` accept the same keys, defaults and ranges.
-    ``enabled: false`` keeps the entry but never fires it (LibreChat's block pasted as is).
-    Like the other entries, it is written back with snake_case keys.
-    """
-
-    # the parameters' camelCase aliases and strict keys, but written back with snake_case keys
-    model_config = ConfigDict(serialize_by_alias=False)
-
-
-class ToolResultCompactionEntry(StrategyEntryBase):
-    """Collapse old tool-call groups into one ``[Tool results: ...]`` message."""
-
-    strategy: Literal["tool_result_compaction"]
-    keep_last_tool_call_groups: int = Field(default=1, ge=0)
-    max_summary_chars: int = Field(default=4096, gt=0)
-
-
-class SelectiveToolCallsEntry(StrategyEntryBase):
-    """Drop old tool-call groups entirely, keeping the newest N."""
-
-    strategy: Literal["selective_tool_calls"]
-    keep_last_tool_call_groups: int = Field(default=1, ge=0)
-
-
-class ClearToolUsesEntry(StrategyEntryBase):
-    """Anthropic-style clearing of old tool results."""
-
-    strategy: Literal["clear_tool_uses"]
-    keep: int = Field(default=3, ge=0)
-    exclude_tools: tuple[str, ...] = ()
-    clear_at_least: int = Field(default=0, ge=0)
-    clear_tool_inputs: bool = False
-    placeholder: str = "[Old tool result content cleared]"
-
-
-class SummarizationEntry(StrategyEntryBase):
-    """Fold older history into a summary checkpoint.
-
-    Two selection shapes (see :mod:`.strategies.summarization`): the Agent Framework's, chosen
-    by writing ``target_count`` and/or ``threshold`` (defaults 4 and 2 as in the Agent
-    Framework; ``threshold: null`` means 0), or LibreChat's ``retain_recent: {turns, tokens}``
-    (the default, ``turns: 2``).  ``placement``: ``user`` (default), ``assistant`` or
-    ``system``.  Prompts and the summarizer model are set in the ``summarization`` block.
-    """
-
-    strategy: Literal["summarization"]
-    target_count: int | None = Field(default=None, ge=1)
-    threshold: int | None = Field(default=None, ge=0)
-    retain_recent: RetainRecentSettings | None = None
-    placement: SummaryPlacement = "user"
-
-    @property
-    def uses_group_shape(self) -> bool:
-        """True when ``target_count`` or ``threshold`` was written (Agent Framework shape)."""
-        return bool({"target_count", "threshold"} & self.model_fields_set)
-
-    @model_validator(mode="after")
-    def _check(self) -> SummarizationEntry:
-        if self.uses_group_shape and self.retain_recent is not None:
-            raise ValueError(
-                "set target_count/threshold (Agent Framework shape) or retain_recent "
-                "(LibreChat shape), not both"
-            )
-        return self
-
-
-class SlidingWindowEntry(StrategyEntryBase):
-    """Keep the last N turns (``keep_last_turns``) or groups (``keep_last_groups``)."""
-
-    strategy: Literal["sliding_window"]
-    keep_last_groups: int | None = Field(default=None, gt=0)
-    keep_last_turns: int | None = Field(default=None, gt=0)
-    preserve_system: bool = True
-
-    @model_validator(mode="after")
-    def _check(self) -> SlidingWindowEntry:
-        if self.keep_last_groups is not None and self.keep_last_turns is not None:
-            raise ValueError("set keep_last_groups or keep_last_turns, not both")
-        if self.keep_last_groups is None and self.keep_last_turns is None and not self.trigger:
-            raise ValueError(
-                "sliding_window needs keep_last_groups, keep_last_turns or a "
-                "trigger such as {turns_exceed: 4}"
-            )
-        if not self.preserve_system:
-            raise ValueError("preserve_system must be true: system messages are never removed")
-        return self
-
-
-class TruncationEntry(StrategyEntryBase):
-    """Drop oldest groups; Agent Framework's ``max_n``/``compact_to`` or trigger/target."""
-
-    strategy: Literal["truncation"]
-    max_n: int | None = Field(default=None, gt=0)
-    compact_to: int | None = Field(default=None, gt=0)
-    metric: Literal["tokens", "messages"] = "tokens"
-    preserve_system: bool = True
-    preserve_first_user_group: bool = False
-
-    @model_validator(mode="after")
-    def _check(self) -> TruncationEntry:
-        if self.compact_to is not None and (self.max_n is None or self.compact_to > self.max_n):
-            raise ValueError("compact_to requires max_n and must satisfy compact_to <= max_n")
-        if not self.preserve_system:
-            raise ValueError("preserve_system must be true: system messages are never removed")
-        return self
-
-
-class PipelineEntry(StrategyEntryBase):
-    """A nested pipeline: children in order, in one of the Agent Framework's two compositions.
-
-    Without ``token_budget``: the plain pipeline (.NET ``PipelineCompactionStrategy``): fires
-    always and runs every child by its own trigger; ``early_stop``, ``stop_when`` and
-    ``fallback`` are refused there.  With ``token_budget: N``: the token-budget composition
-    (Python ``TokenBudgetComposedStrategy``): fire above N tokens, stop as soon as it fits
-    (``early_stop``, default true; ``stop_when`` another stop condition), then an oldest-first
-    ``fallback`` (default true).
-    """
-
-    strategy: Literal["pipeline"]
-    strategies: list[StrategyEntry]
-    stop_when: TargetField | None = None
-    early_stop: bool | None = None
-    token_budget: int | None = Field(default=None, ge=0)
-    fallback: bool | None = None
-
-    @model_validator(mode="after")
-    def _check(self) -> PipelineEntry:
-        if self.token_budget is None:
-            mixed = [
-                key
-                for key, value in (
-                    ("early_stop", self.early_stop),
-                    ("stop_when", self.stop_when),
-                    ("fallback", self.fallback),
-                )
-                if value not in (None, False)
-            ]
-            if mixed:
-                raise ValueError(
-                    f"{' and '.join(mixed)} {'belongs' if len(mixed) == 1 else 'belong'} to a "
-                    "token_budget pipeline (the Agent "
-                    "Framework's TokenBudgetComposedStrategy): set token_budget, or leave them "
-                    "out for a plain pipeline (PipelineCompactionStrategy: every entry by its "
-                    "own trigger)"
-                )
-        return self
-
-
-StrategyEntry = Annotated[
-    ContextPruningEntry
-    | ToolResultCompactionEntry
-    | SelectiveToolCallsEntry
-    | ClearToolUsesEntry
-    | SummarizationEntry
-    | SlidingWindowEntry
-    | TruncationEntry
-    | PipelineEntry,
-    Field(discriminator="strategy"),
-]
-"""One ``compaction.pipeline`` entry, discriminated by ``strategy``."""
-
-STRATEGY_NAMES = (
-    "context_pruning",
-    "tool_result_compaction",
-    "selective_tool_calls",
-    "clear_tool_uses",
-    "summarization",
-    "sliding_window",
-    "truncation",
-    "pipeline",
-)
-
-PipelineEntry.model_rebuild()
-
-
 # ------------------------------------------------------------------ the compaction block
 
 
-class CalibrationSettings(_Model):
+class CalibrationSettings(StrictModel):
     """Bounds of the usage-based calibration ratio used in trigger decisions."""
 
     enabled: bool = True
@@ -406,7 +136,7 @@ class CalibrationSettings(_Model):
         return self
 
 
-class ImageSettings(_Model):
+class ImageSettings(StrictModel):
     """Image pricing constants (see :mod:`.images`)."""
 
     base_tokens: int = Field(default=85, ge=0)
@@ -414,7 +144,7 @@ class ImageSettings(_Model):
     unknown_size_tokens: int = Field(default=765, ge=0)
 
 
-class TokenizerSettings(_Model):
+class TokenizerSettings(StrictModel):
     """Where encodings come from and how counts are cached."""
 
     encodings_dir: str | None = None
@@ -426,7 +156,7 @@ class TokenizerSettings(_Model):
     images: ImageSettings = ImageSettings()
 
 
-class CompactionSettings(_Model):
+class CompactionSettings(StrictModel):
     """The ``compaction:`` block.
 
     ``pipeline``: explicit entries; when absent the default pipeline is derived from the
@@ -441,9 +171,15 @@ class CompactionSettings(_Model):
     ``fallback_truncation``: the proxy's own guarantee that the request fits, whatever the
     composition. ``carry_user_messages`` and ``min_saving`` apply to every pipeline, configured
     or default (see :mod:`.carry` and :mod:`.churn`).
+
+    ``plugins``: ``"module:function"`` references, each called once with the strategy registry
+    to register strategies of the user's own (:mod:`.strategies.registry`).  Declared before
+    ``pipeline``: pydantic validates fields in order, so they are loaded when the entries that
+    name their strategies are read.
     """
 
     enabled: bool = True
+    plugins: tuple[str, ...] = ()
     pipeline: list[StrategyEntry] | None = None
     stop_when: TargetField | None = None
     early_stop: bool | None = None
@@ -458,6 +194,17 @@ class CompactionSettings(_Model):
     min_saving: float = Field(default=DEFAULT_MIN_SAVING, ge=0, lt=1)
     calibration: CalibrationSettings = CalibrationSettings()
     tokenizer: TokenizerSettings = TokenizerSettings()
+
+    @field_validator("plugins")
+    @classmethod
+    def _load_plugins(cls, plugins: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        registry = registry_for(info.context)
+        for index, reference in enumerate(plugins):
+            try:
+                registry.load_plugin(reference)
+            except PluginError as exc:
+                raise error_at((index,), "plugin", str(exc), reference) from None
+        return plugins
 
     @model_validator(mode="after")
     def _check(self) -> CompactionSettings:
@@ -483,3 +230,19 @@ class CompactionSettings(_Model):
 def entry_to_config(entry: BaseModel) -> dict[str, Any]:
     """An entry as config (conditions in our form), e.g. for ``check-config`` output."""
     return entry.model_dump(mode="json", exclude_none=True, by_alias=False)
+
+
+def preload_plugins(block: object, context: object = None) -> None:
+    """Load a ``compaction`` block's ``plugins`` ahead of its validation, for a document whose
+    other parts (``models.<pattern>.compaction``) are validated first and may name their
+    strategies.  A reference that fails is left for the block's own validation, which reports
+    it with its key path."""
+    plugins = block.get("plugins") if isinstance(block, dict) else None
+    if not isinstance(plugins, list | tuple):
+        return
+    registry = registry_for(context)
+    for reference in plugins:
+        try:
+            registry.load_plugin(reference)
+        except PluginError:
+            continue

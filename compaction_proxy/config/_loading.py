@@ -15,7 +15,8 @@ from pydantic import BaseModel, ValidationError
 from pydantic_settings import SettingsError
 
 from compaction_proxy.compaction.errors import CompactionProxyError
-from compaction_proxy.compaction.settings import STRATEGY_NAMES
+from compaction_proxy.compaction.strategies.params import StrategyParams
+from compaction_proxy.compaction.strategies.registry import STRATEGIES
 
 from ._models import CONFIG_ENV_VAR, ENV_PREFIX, ServerSettings, Settings
 
@@ -177,7 +178,7 @@ def _key_path(loc: tuple[int | str, ...], message: str) -> tuple[str, str]:
     parts: list[str] = []
     previous: object = None
     for part in loc:
-        if not (isinstance(previous, int) and part in STRATEGY_NAMES):
+        if not (isinstance(previous, int) and part in STRATEGIES.names):
             parts.append(str(part))
         previous = part
     message = message.removeprefix("Value error, ")
@@ -195,6 +196,9 @@ def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
         if isinstance(part, int) or in_mapping:
             # A list index or a key of a `dict[str, Model]` (`models.gpt-4o`): not a field.
             in_mapping = False
+            continue
+        if model is StrategyParams and part in STRATEGIES.names:
+            model = STRATEGIES.spec(part).params  # a pipeline entry: its strategy's own keys
             continue
         fields = getattr(model, "model_fields", {})
         field = fields.get(part) or next((f for f in fields.values() if f.alias == part), None)

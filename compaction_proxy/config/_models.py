@@ -17,6 +17,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -27,6 +28,7 @@ from pydantic_settings import (
 )
 
 from compaction_proxy.compaction import CompactionSettings, FactsOverride, SummarizationSettings
+from compaction_proxy.compaction.settings import preload_plugins
 
 CONFIG_ENV_VAR = "COMPACTION_PROXY_CONFIG"
 ENV_PREFIX = "COMPACTION_PROXY_"
@@ -237,6 +239,14 @@ class Settings(BaseSettings):
     compaction: CompactionSettings = Field(default_factory=CompactionSettings)
     dashboard: DashboardSettings = Field(default_factory=DashboardSettings)
     windows: WindowSettings = Field(default_factory=WindowSettings)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plugins_first(cls, data: Any, info: ValidationInfo) -> Any:
+        # `models` is validated before `compaction`, and its blocks may name a plug-in's strategy.
+        if isinstance(data, dict):
+            preload_plugins(data.get("compaction"), info.context)
+        return data
 
     @model_validator(mode="after")
     def _unique_upstream_names(self) -> Settings:

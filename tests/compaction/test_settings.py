@@ -1,17 +1,14 @@
 from __future__ import annotations
 
-import logging
-
 import pytest
 from pydantic import ValidationError
 
 from compaction_proxy.compaction import CompactionSettings, SummarizationSettings, build_pipeline
 from compaction_proxy.compaction.factory import default_pipeline_entries
-from compaction_proxy.compaction.settings import STRATEGY_NAMES
 from compaction_proxy.compaction.strategies import (
-    StrategyNotAvailable,
     StrategyRegistry,
     TruncationStrategy,
+    UnknownStrategy,
     default_registry,
 )
 from compaction_proxy.compaction.triggers import RemainingTokens, TokenRatio
@@ -87,11 +84,12 @@ def test_librechat_validation_names_the_key_path(
 
 
 def test_every_strategy_name_validates() -> None:
-    entries = [{"strategy": name} for name in STRATEGY_NAMES]
-    entries[STRATEGY_NAMES.index("sliding_window")]["keep_last_groups"] = 3
-    entries[STRATEGY_NAMES.index("pipeline")]["strategies"] = []
+    names = default_registry().names
+    entries = [{"strategy": name} for name in names]
+    entries[names.index("sliding_window")]["keep_last_groups"] = 3
+    entries[names.index("pipeline")]["strategies"] = []
     settings = CompactionSettings.model_validate({"pipeline": entries})
-    assert [e.strategy for e in settings.pipeline or []] == list(STRATEGY_NAMES)
+    assert [e.strategy for e in settings.pipeline or []] == list(names)
 
 
 def test_af_parameter_names_and_both_trigger_forms() -> None:
@@ -195,38 +193,17 @@ def test_default_pipeline_is_pruning_tool_results_summarization_truncation() -> 
     )
 
 
-def test_default_pipeline_leaves_out_unavailable_strategies_with_a_notice(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    registry = StrategyRegistry()
-    registry.register("truncation", default_registry()._builders["truncation"])
-    with caplog.at_level(logging.WARNING):
-        pipeline = build_pipeline(CompactionSettings(), registry=registry)
-    assert [s.name for s in pipeline.strategies] == ["truncation"]
-    assert "context_pruning, tool_result_compaction, summarization not available yet" in caplog.text
-
-
-def test_explicit_pipeline_with_unavailable_strategy_fails_clearly() -> None:
+def test_a_registry_without_a_strategy_refuses_to_build_it() -> None:
+    """The default pipeline no longer leaves out what is not registered: every built-in is, and
+    a registry that lacks one (built by hand) says which, for the default pipeline too."""
     settings = CompactionSettings.model_validate({"pipeline": [{"strategy": "summarization"}]})
-    with pytest.raises(StrategyNotAvailable, match="'summarization' not available"):
+    with pytest.raises(UnknownStrategy, match="unknown strategy 'summarization'; known: none"):
         build_pipeline(settings, registry=StrategyRegistry())
-
-
-def test_registry_accepts_new_builders() -> None:
-    registry = default_registry()
-    calls: list[object] = []
-
-    def builder(entry: object, ctx: object) -> TruncationStrategy:
-        calls.append(entry)
-        return TruncationStrategy()
-
-    registry.register("summarization", builder, replace=True)
-    settings = CompactionSettings.model_validate({"pipeline": [{"strategy": "summarization"}]})
-    pipeline = build_pipeline(settings, registry=registry)
-    assert len(pipeline.strategies) == 1 and len(calls) == 1
-    with pytest.raises(ValueError):
-        registry.register("summarization", builder)
-    assert StrategyRegistry().names == ()
+    only_truncation = StrategyRegistry()
+    spec = default_registry().spec("truncation")
+    only_truncation.register("truncation", spec.params, spec.strategy)
+    with pytest.raises(ValidationError, match="'context_pruning'; known: truncation"):
+        build_pipeline(CompactionSettings(), registry=only_truncation)
 
 
 def test_explicit_pipeline_options() -> None:

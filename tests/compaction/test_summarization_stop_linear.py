@@ -17,10 +17,8 @@ from compaction_proxy.compaction import ModelFacts, build_view
 from compaction_proxy.compaction.budget import compute_budget
 from compaction_proxy.compaction.draft import Draft, GroupState
 from compaction_proxy.compaction.strategies.base import StrategyContext
-from compaction_proxy.compaction.strategies.summarization import (
-    SummarizationStrategy,
-    _TargetStop,
-)
+from compaction_proxy.compaction.strategies.summarization import SummarizationStrategy
+from compaction_proxy.compaction.strategies.summary_selection import TargetStop
 from compaction_proxy.compaction.triggers import (
     MessagesExceed,
     Metrics,
@@ -36,7 +34,7 @@ EXAMPLES = int(os.environ.get("PROPERTY_EXAMPLES", "300"))
 _ANCHORS = (GroupKind.USER,)
 
 
-def projected_reach(stop: _TargetStop, folded: Sequence[Group]) -> bool:
+def projected_reach(stop: TargetStop, folded: Sequence[Group]) -> bool:
     """The projection as written before the running tally: every sum taken anew."""
     draft, base = stop.draft, stop.base
     folded_tokens = sum(draft.group_tokens(g) for g in folded)
@@ -61,7 +59,7 @@ def projected_reach(stop: _TargetStop, folded: Sequence[Group]) -> bool:
 
 
 def quadratic_first_reaching(
-    stop: _TargetStop,
+    stop: TargetStop,
     non_system: Sequence[Group],
     cuts: Sequence[int],
     position: Callable[[Group], int],
@@ -124,7 +122,7 @@ def test_the_linear_stop_picks_the_quadratic_searchs_cut(
 ) -> None:
     linear = selections(messages, strategy, window)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_TargetStop, "first_reaching", quadratic_first_reaching)
+        patch.setattr(TargetStop, "first_reaching", quadratic_first_reaching)
         quadratic = selections(messages, strategy, window)
     assert linear == quadratic
 
@@ -137,7 +135,7 @@ def test_a_turn_is_gone_once_all_its_live_groups_are_folded() -> None:
     view = build_view(messages, TOK)
     draft = Draft(view, tokenizer=TOK, budget=compute_budget(ModelFacts(4000, 0)), tools_tokens=0)
     strategy = SummarizationStrategy(trigger=TokenRatio(0.1), target=TurnsExceed(2))
-    stop = _TargetStop(strategy, draft, StrategyContext(model="m"))
+    stop = TargetStop(strategy, draft, StrategyContext(model="m"))
     non_system = [g for g in draft.groups if g.kind is not GroupKind.SYSTEM]
     assert all(draft.state(g) is not GroupState.DROPPED for g in non_system)
     # Folding the first turn's question alone leaves four turns; with its answer, three: the

@@ -2,7 +2,8 @@
 
 The file is where users learn the vocabulary, so "every key" is checked against the models
 themselves rather than a list kept by hand: the pydantic models are walked from `Settings` down
-(nested blocks, lists, per-model blocks, each pipeline entry kind), and each (model, key) pair
+(nested blocks, lists, per-model blocks, and for a pipeline entry the parameter model of every
+strategy the registry holds), and each (model, key) pair
 must be written somewhere in the file where that model applies, either in the live document or
 in a `# --- example:` block, which must load too. The same holds for the trigger vocabulary and
 the strategy names, and the floors the file states are the ones the strategies get.
@@ -22,16 +23,15 @@ import yaml
 from pydantic import BaseModel
 
 from compaction_proxy.compaction.factory import build_pipeline
-from compaction_proxy.compaction.settings import (
-    STRATEGY_NAMES,
-    CompactionSettings,
-    SummarizationSettings,
-)
+from compaction_proxy.compaction.settings import CompactionSettings, SummarizationSettings
+from compaction_proxy.compaction.strategies import StrategyParams, default_registry
 from compaction_proxy.compaction.triggers import CONDITION_NAMES, Condition
 from compaction_proxy.config import Settings, load_settings, preflight
 from tests.deploy.files import CONFIG_EXAMPLE
 
 Key = tuple[type[BaseModel], str]
+BUILT_IN = default_registry()
+"""The strategies the file documents (a plug-in's are documented by its author)."""
 
 
 @pytest.fixture(autouse=True)
@@ -66,6 +66,8 @@ def _models(annotation: Any) -> list[type[BaseModel]]:
             found += _models(typing.get_args(part)[0])
         elif origin is dict:
             found += _models(typing.get_args(part)[1])
+        elif part is StrategyParams:  # a pipeline entry: any registered strategy's model
+            found += [BUILT_IN.spec(name).params for name in BUILT_IN.names]
         elif isinstance(part, type) and issubclass(part, BaseModel):
             found.append(part)
     return found
@@ -115,10 +117,9 @@ def _pick(candidates: list[type[BaseModel]], data: dict[str, Any]) -> type[BaseM
     """The model a mapping is: the one candidate, or the pipeline entry its `strategy` names."""
     if len(candidates) == 1:
         return candidates[0]
-    for model in candidates:
-        tag = model.model_fields.get("strategy")
-        if tag is not None and data.get("strategy") in typing.get_args(tag.annotation):
-            return model
+    name = data.get("strategy")
+    if name in BUILT_IN.names and BUILT_IN.spec(name).params in candidates:
+        return BUILT_IN.spec(name).params
     return None
 
 
@@ -221,11 +222,13 @@ def test_the_walk_sees_the_vocabulary() -> None:
     # Guards the walk itself: a bug that found nothing would make the next test pass vacuously.
     names = {_name(key) for key in _accepted()}
     assert {
-        "TruncationEntry.preserve_first_user_group",
-        "PipelineEntry.token_budget",
-        "SummarizationEntry.target_count",
-        "SlidingWindowEntry.keep_last_groups",
-        "ClearToolUsesEntry.clear_at_least",
+        "TruncationParams.preserve_first_user_group",
+        "PipelineParams.token_budget",
+        "SummarizationParams.target_count",
+        "SlidingWindowParams.keep_last_groups",
+        "ClearToolUsesParams.clear_at_least",
+        "StrategyParams.minimum_preserved",
+        "CompactionSettings.plugins",
         "SummarizationSettings.retainRecent",
         "UpstreamSettings.keyless",
     } <= names
@@ -245,7 +248,7 @@ def test_every_condition_and_strategy_is_used(
 ) -> None:
     _, conditions, strategies = written
     assert not set(CONDITION_NAMES) - conditions, sorted(set(CONDITION_NAMES) - conditions)
-    assert not set(STRATEGY_NAMES) - strategies, sorted(set(STRATEGY_NAMES) - strategies)
+    assert not set(BUILT_IN.names) - strategies, sorted(set(BUILT_IN.names) - strategies)
     assert conditions <= {*CONDITION_NAMES, "over_budget"}, conditions  # nothing made up
 
 
@@ -265,15 +268,8 @@ def test_the_floors_the_file_states_are_the_strategies_defaults(text: str) -> No
     assert match, "config.example.yaml no longer states the default floors"
     stated = dict(re.findall(r"(\w+) (\d+)(?:,|$)", match.group(1)))
     other = int(stated.pop("strategy"))  # "every other strategy N"
-    minimal = {
-        "context_pruning": {},
-        "tool_result_compaction": {},
-        "selective_tool_calls": {},
-        "clear_tool_uses": {},
-        "summarization": {},
-        "sliding_window": {"keep_last_groups": 3},
-        "truncation": {},
-    }
+    required = {"sliding_window": {"keep_last_groups": 3}}  # the one without a default shape
+    minimal = {name: required.get(name, {}) for name in BUILT_IN.names if name != "pipeline"}
     entries = [{"strategy": name, **extra} for name, extra in minimal.items()]
     pipeline = build_pipeline(CompactionSettings(pipeline=entries), SummarizationSettings())
     actual = {s.name: s.minimum_preserved for s in pipeline.strategies}

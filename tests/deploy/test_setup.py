@@ -55,6 +55,12 @@ def test_ci_runs_the_readme_test_command_exactly() -> None:
     assert lines[-1] == test_command, "the README's command is CI's last step (its exit status)"
 
 
+def test_the_development_page_shows_the_readme_test_command() -> None:
+    """docs/development.md explains the README's test command, so it shows that same one."""
+    text = (REPO_ROOT / "docs" / "development.md").read_text(encoding="utf-8")
+    assert _readme_commands()[1] in re.findall(r"```bash\n(.*?)\n```", text, flags=re.S)
+
+
 def test_ci_installs_the_dev_extra_and_runs_the_linters_first() -> None:
     lines = [ln.strip() for ln in CI_RUN.read_text(encoding="utf-8").splitlines()]
     install = next(i for i, ln in enumerate(lines) if "pip install -e '.[test,dev]'" in ln)

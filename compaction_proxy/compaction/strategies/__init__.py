@@ -1,14 +1,17 @@
 """The compaction strategies, the interface they implement and the registry that builds them.
 
-See :mod:`.base` for writing a new strategy and "Strategies" in docs/architecture.md for what
-each one does and where it deliberately differs from the Agent Framework and LibreChat.
+See :mod:`.base` for writing a new strategy (its parameter model: :mod:`.params`; registering
+it: :mod:`.registry`) and "Strategies" in docs/architecture.md for what each one does and
+where it deliberately differs from the Agent Framework and LibreChat.
 """
 
 from .base import Strategy, StrategyContext, StrategyOutcome
+from .builtin import default_registry
 from .clear_tool_uses import ClearToolUsesStrategy
 from .composite import FallbackTruncation, PipelineStrategy
 from .context_pruning import ContextPruningStrategy
-from .registry import StrategyNotAvailable, StrategyRegistry, default_registry
+from .params import BuildContext, StrategyParams
+from .registry import StrategyRegistry, UnknownStrategy
 from .selective_tool_calls import SelectiveToolCallsStrategy
 from .sliding_window import SlidingWindowStrategy
 from .summarization import SummarizationStrategy
@@ -16,6 +19,7 @@ from .tool_result_compaction import ToolResultCompactionStrategy
 from .truncation import TruncationStrategy
 
 __all__ = [
+    "BuildContext",
     "ClearToolUsesStrategy",
     "ContextPruningStrategy",
     "FallbackTruncation",
@@ -24,11 +28,12 @@ __all__ = [
     "SlidingWindowStrategy",
     "Strategy",
     "StrategyContext",
-    "StrategyNotAvailable",
     "StrategyOutcome",
+    "StrategyParams",
     "StrategyRegistry",
     "SummarizationStrategy",
     "ToolResultCompactionStrategy",
     "TruncationStrategy",
+    "UnknownStrategy",
     "default_registry",
 ]

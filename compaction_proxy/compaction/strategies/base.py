@@ -18,9 +18,12 @@ Writing a new strategy:
    has to await something (the summarizer) overrides :meth:`Strategy.apply_async` instead and
    keeps :meth:`Strategy.apply` as its synchronous stand-in (the summarization strategy skips
    there: it never fakes a summary).
-3. Register a builder ``(entry settings, BuildContext) -> Strategy`` in
-   :mod:`compaction_proxy.compaction.strategies.registry` (``register_builtin_strategies``) or on a
-   registry instance at start-up: ``registry.register("my_strategy", build_my_strategy)``.
+3. Declare its parameters once, beside it: a :class:`~.params.StrategyParams` subclass whose
+   fields are the constructor's keywords (override ``arguments`` where the config's shape
+   differs), and register both under the name (:mod:`.registry`):
+   ``registry.register("my_strategy", MyParams, MyStrategy)``, for a built-in in
+   :mod:`.builtin`, for a strategy of your own in a plug-in function listed in
+   ``compaction.plugins`` ("Strategies of your own" in docs/architecture.md).
 """
 
 from __future__ import annotations

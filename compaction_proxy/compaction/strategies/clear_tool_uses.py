@@ -36,14 +36,27 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from pydantic import Field
+
 from ..draft import Draft
 from ..messages import Message
 from ..triggers import Always, Condition
 from ._tools import ToolResult, answered_results, newest_non_system
 from .base import Strategy, StrategyContext, StrategyOutcome
 from .context_pruning import DEFAULT_PLACEHOLDER
+from .params import StrategyParams
 
 CLEARED_ARGUMENTS = "{}"
+
+
+class ClearToolUsesParams(StrategyParams):
+    """``strategy: clear_tool_uses``: Anthropic's context edit (see the module docstring)."""
+
+    keep: int = Field(default=3, ge=0)
+    exclude_tools: tuple[str, ...] = ()
+    clear_at_least: int = Field(default=0, ge=0)
+    clear_tool_inputs: bool = False
+    placeholder: str = DEFAULT_PLACEHOLDER
 
 
 def clear_call_arguments(message: Message, call_id: str | None) -> Message | None:

@@ -29,11 +29,16 @@ import dataclasses
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
+from pydantic import Field, model_validator
+
 from ..draft import Draft
+from ..fields import TargetField
 from ..report import StrategyReport
 from ..triggers import Always, Condition, OverBudget, TokensExceed
 from .base import Strategy, StrategyContext, StrategyOutcome
 from .churn import held_to_minimum, savepoint_for
+from .params import BuildContext, StrategyParams
+from .registry import StrategyEntry
 from .truncation import TruncationStrategy
 
 T = TypeVar("T")
@@ -137,6 +142,54 @@ class FallbackTruncation(TruncationStrategy):
         super().__init__(trigger=condition, target=condition, minimum_preserved=minimum_preserved)
 
 
+def _token_budget_keys(early_stop: object, stop_when: object, fallback: object) -> list[str]:
+    """The token-budget composition's keys that are set (a plain pipeline refuses them)."""
+    keys = (("early_stop", early_stop), ("stop_when", stop_when), ("fallback", fallback))
+    return [name for name, value in keys if value not in (None, False)]
+
+
+class PipelineParams(StrategyParams):
+    """``strategy: pipeline``: child entries in order, in one of the Agent Framework's two
+    compositions.
+
+    Without ``token_budget``: the plain pipeline (.NET ``PipelineCompactionStrategy``): fires
+    always and runs every child by its own trigger; ``early_stop``, ``stop_when`` and
+    ``fallback`` are refused there.  With ``token_budget: N``: the token-budget composition
+    (Python ``TokenBudgetComposedStrategy``): fire above N tokens, stop as soon as it fits
+    (``early_stop``, default true; ``stop_when`` another stop condition), then an oldest-first
+    ``fallback`` (default true).  ``target`` and ``minimum_preserved`` have no effect here (the
+    children have their own).
+    """
+
+    strategies: list[StrategyEntry]
+    stop_when: TargetField | None = None
+    early_stop: bool | None = None
+    token_budget: int | None = Field(default=None, ge=0)
+    fallback: bool | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> PipelineParams:
+        mixed = _token_budget_keys(self.early_stop, self.stop_when, self.fallback)
+        if self.token_budget is None and mixed:
+            raise ValueError(
+                f"{' and '.join(mixed)} {'belongs' if len(mixed) == 1 else 'belong'} to a "
+                "token_budget pipeline (the Agent Framework's TokenBudgetComposedStrategy): set "
+                "token_budget, or leave them out for a plain pipeline "
+                "(PipelineCompactionStrategy: every entry by its own trigger)"
+            )
+        return self
+
+    def arguments(self, ctx: BuildContext) -> dict[str, Any]:
+        return {
+            "strategies": [ctx.build(child) for child in self.strategies],
+            "stop_when": self.stop_when,
+            "early_stop": self.early_stop,
+            "trigger": self.trigger,
+            "token_budget": self.token_budget,
+            "fallback": self.fallback,
+        }
+
+
 class PipelineStrategy(Strategy):
     """A nested pipeline entry (``strategy: pipeline``): children in order, one report.
 
@@ -174,23 +227,14 @@ class PipelineStrategy(Strategy):
         super().__init__(trigger=trigger)
         if token_budget is not None and token_budget < 0:
             raise ValueError("token_budget must be >= 0")
-        if token_budget is None:
-            mixed = [
-                name
-                for name, value in (
-                    ("early_stop", early_stop),
-                    ("stop_when", stop_when),
-                    ("fallback", fallback),
-                )
-                if value not in (None, False)
-            ]
-            if mixed:
-                raise ValueError(
-                    f"{' and '.join(mixed)} {'belongs' if len(mixed) == 1 else 'belong'} to a "
-                    "token_budget pipeline "
-                    "(TokenBudgetComposedStrategy); a plain pipeline "
-                    "(PipelineCompactionStrategy) runs every child by its own trigger"
-                )
+        mixed = _token_budget_keys(early_stop, stop_when, fallback)
+        if token_budget is None and mixed:
+            raise ValueError(
+                f"{' and '.join(mixed)} {'belongs' if len(mixed) == 1 else 'belong'} to a "
+                "token_budget pipeline "
+                "(TokenBudgetComposedStrategy); a plain pipeline "
+                "(PipelineCompactionStrategy) runs every child by its own trigger"
+            )
         self.strategies = tuple(strategies)
         self.token_budget = token_budget
         self.budget_condition: Condition = (

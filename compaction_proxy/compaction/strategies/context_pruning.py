@@ -66,9 +66,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from pydantic import ConfigDict, Field
+
 from ..draft import Draft
+from ..fields import CamelModel
 from ..messages import Message, role_of
-from ..triggers import Always, Condition
+from ..triggers import Always, Condition, Never
 from ..view import GroupKind
 from ._tools import (
     all_text,
@@ -79,11 +82,68 @@ from ._tools import (
     text_part_like,
 )
 from .base import Strategy, StrategyContext, StrategyOutcome
+from .params import BuildContext, StrategyParams
 
 DEFAULT_PLACEHOLDER = "[Old tool result content cleared]"
 SOFT_TRIM_MARKER = "\n\n… [soft-trimmed: {original} chars → {kept} chars, middle removed] …\n\n"
 _MARKER_RE = re.compile(r"\n\n… \[soft-trimmed: (\d+) chars → (\d+) chars, middle removed\] …\n\n")
 _TOOL_GROUPS = frozenset({GroupKind.TOOL_CALL})
+
+
+class SoftTrimSettings(CamelModel):
+    """Soft trim: keep ``headChars`` + marker + ``tailChars`` of results over ``maxChars``."""
+
+    max_chars: int = Field(default=4000, ge=0)
+    head_chars: int = Field(default=1500, ge=0)
+    tail_chars: int = Field(default=1500, ge=0)
+
+
+class HardClearSettings(CamelModel):
+    """Hard clear: replace old results with ``placeholder`` (``tool_call_id`` kept)."""
+
+    enabled: bool = True
+    placeholder: str = DEFAULT_PLACEHOLDER
+
+
+class ContextPruningSettings(CamelModel):
+    """LibreChat's ``contextPruning`` keys, defaults and ranges (``summarization.contextPruning``
+    and, with the keys every entry takes, the ``context_pruning`` pipeline entry).
+
+    ``enabled`` defaults to true (LibreChat: false, because there pruning and summarization
+    exclude each other; here pruning runs first and makes summaries rarer and cheaper).
+    """
+
+    enabled: bool = True
+    keep_last_assistants: int = Field(default=3, ge=0, le=10)
+    soft_trim_ratio: float = Field(default=0.3, ge=0, le=1)
+    hard_clear_ratio: float = Field(default=0.5, ge=0, le=1)
+    min_prunable_tool_chars: int = Field(default=50_000, ge=0)
+    soft_trim: SoftTrimSettings = SoftTrimSettings()
+    hard_clear: HardClearSettings = HardClearSettings()
+
+
+class ContextPruningParams(ContextPruningSettings, StrategyParams):
+    """``strategy: context_pruning``: LibreChat's block as is (snake_case or camelCase keys),
+    so the entry and ``summarization.contextPruning`` accept the same keys, defaults and
+    ranges; ``enabled: false`` keeps the entry but never fires it.  Like every entry, it is
+    written back with snake_case keys."""
+
+    model_config = ConfigDict(serialize_by_alias=False)
+
+    def arguments(self, ctx: BuildContext) -> dict[str, Any]:
+        # The strategy takes the two nested blocks flat, and is off by never firing.
+        arguments = super().arguments(ctx)
+        del arguments["enabled"], arguments["soft_trim"], arguments["hard_clear"]
+        if not self.enabled:
+            arguments["trigger"] = Never()
+        return {
+            **arguments,
+            "soft_trim_max_chars": self.soft_trim.max_chars,
+            "soft_trim_head_chars": self.soft_trim.head_chars,
+            "soft_trim_tail_chars": self.soft_trim.tail_chars,
+            "hard_clear_enabled": self.hard_clear.enabled,
+            "placeholder": self.hard_clear.placeholder,
+        }
 
 
 def soft_trim(text: str, head: int, tail: int) -> str:

@@ -8,11 +8,20 @@ from __future__ import annotations
 
 from abc import abstractmethod
 
+from pydantic import Field
+
 from ..draft import Draft
 from ..triggers import Always, Condition
 from ..view import Group
 from ._tools import kept_tool_call_groups, newest, newest_non_system
 from .base import Strategy, StrategyContext, StrategyOutcome
+from .params import StrategyParams
+
+
+class OldToolGroupsParams(StrategyParams):
+    """The parameter both share: how many of the newest tool-call groups stay as they are."""
+
+    keep_last_tool_call_groups: int = Field(default=1, ge=0)
 
 
 class OldToolGroupsStrategy(Strategy):

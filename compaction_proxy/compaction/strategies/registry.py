@@ -1,230 +1,197 @@
-"""Name -> builder registry turning settings entries into strategy objects.
+"""The strategies by name: each ``strategy:`` name's parameter model and class.
 
-Every strategy name validates in :mod:`..settings`; only registered names can be built.  A
-configured pipeline naming an unregistered strategy fails at start-up with
-:class:`StrategyNotAvailable`, never silently.  A new strategy's builder goes here (in
-:func:`register_builtin_strategies`) or on a registry instance::
+The registry is the one list of strategies.  A ``compaction.pipeline`` entry
+(:data:`StrategyEntry`) is validated by the model its name selects
+(:meth:`StrategyRegistry.parse`), and built as ``StrategyClass(**params.arguments(ctx))``
+(:meth:`StrategyRegistry.build`); the names in error messages, ``check-config`` and the tests
+that hold ``config.example.yaml`` to the vocabulary all come from here.
 
-    registry = default_registry()
-    registry.register("context_pruning", build_context_pruning)
+:data:`STRATEGIES` is the process's registry: the built-in strategies, registered into it by
+:mod:`.builtin` (which the ``strategies`` package imports, so they are there whenever any of its
+modules is), and whatever ``compaction.plugins`` registered at start-up.  This module imports no
+strategy: the pipeline's own parameter model holds entries of :data:`StrategyEntry`.  A plug-in
+is a function ``register(registry)`` named as ``"module:function"``::
+
+    def register(registry: StrategyRegistry) -> None:
+        registry.register("my_strategy", MyParams, MyStrategy)
+
+The settings load the plug-ins before they validate the pipeline, so its entries may name
+``my_strategy`` (see "Strategies of your own" in docs/architecture.md).  A validation context
+``{"strategies": registry}`` selects another registry (tests use a fresh one).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel
+from pydantic import PlainValidator, SerializeAsAny, ValidationError, ValidationInfo
 
 from ..errors import CompactionProxyError
-from ..settings import (
-    ClearToolUsesEntry,
-    ContextPruningEntry,
-    PipelineEntry,
-    RetainRecentSettings,
-    SelectiveToolCallsEntry,
-    SlidingWindowEntry,
-    SummarizationEntry,
-    ToolResultCompactionEntry,
-    TruncationEntry,
-)
-from ..triggers import Never
+from ..fields import error_at, errors_under
 from .base import Strategy
-from .clear_tool_uses import ClearToolUsesStrategy
-from .composite import PipelineStrategy
-from .context_pruning import ContextPruningStrategy
-from .selective_tool_calls import SelectiveToolCallsStrategy
-from .sliding_window import SlidingWindowStrategy
-from .summarization import SummarizationStrategy
-from .tool_result_compaction import ToolResultCompactionStrategy
-from .truncation import TruncationStrategy
+from .params import BuildContext, StrategyParams
+
+CONTEXT_KEY = "strategies"
+"""The validation-context key naming the registry to validate pipeline entries with."""
 
 
-class StrategyNotAvailable(CompactionProxyError, LookupError):
-    """A configured strategy has no registered builder (yet)."""
+class UnknownStrategy(CompactionProxyError, LookupError):
+    """A name this registry holds no strategy for."""
+
+
+class PluginError(CompactionProxyError, ValueError):
+    """A ``compaction.plugins`` reference that could not be loaded (the message says why)."""
 
 
 @dataclass(frozen=True)
-class BuildContext:
-    """What builders may need besides their entry (the registry, for nested pipelines)."""
+class StrategySpec:
+    """One registered strategy: its parameter model and what builds it (the class, or any
+    callable taking the parameters' :meth:`~.params.StrategyParams.arguments` as keywords)."""
 
-    registry: StrategyRegistry
-
-
-StrategyBuilder = Callable[[Any, BuildContext], Strategy]
-"""``(entry, ctx) -> Strategy``; ``entry`` is the strategy's settings model."""
+    name: str
+    params: type[StrategyParams]
+    strategy: Callable[..., Strategy]
 
 
 class StrategyRegistry:
-    """Maps ``strategy:`` names to builders."""
+    """Maps ``strategy:`` names to their parameter model and class."""
 
     def __init__(self) -> None:
-        self._builders: dict[str, StrategyBuilder] = {}
+        self._specs: dict[str, StrategySpec] = {}
+        self._plugins: set[str] = set()
 
-    def register(self, name: str, builder: StrategyBuilder, *, replace: bool = False) -> None:
-        """Register ``builder`` for ``name`` (``replace=True`` to override an existing one)."""
-        if name in self._builders and not replace:
+    def register(
+        self,
+        name: str,
+        params: type[StrategyParams],
+        strategy: Callable[..., Strategy],
+        *,
+        replace: bool = False,
+    ) -> None:
+        """Register ``strategy`` under ``name``, its entries validated by ``params``
+        (``replace=True`` to override an existing name)."""
+        if not isinstance(name, str) or not name:
+            raise ValueError("a strategy name is a non-empty string")
+        if not (isinstance(params, type) and issubclass(params, StrategyParams)):
+            raise TypeError(f"{name}: the parameter model must subclass StrategyParams")
+        if name in self._specs and not replace:
             raise ValueError(f"strategy {name!r} is already registered")
-        self._builders[name] = builder
-
-    def available(self, name: str) -> bool:
-        """True when ``name`` can be built."""
-        return name in self._builders
+        self._specs[name] = StrategySpec(name, params, strategy)
 
     @property
     def names(self) -> tuple[str, ...]:
-        """Registered names."""
-        return tuple(self._builders)
+        """Registered names, in registration order."""
+        return tuple(self._specs)
 
-    def build(self, entry: BaseModel) -> Strategy:
-        """Build the strategy for one settings entry."""
-        name = str(getattr(entry, "strategy", ""))
-        builder = self._builders.get(name)
-        if builder is None:
-            raise StrategyNotAvailable(
-                f"strategy {name!r} not available yet "
-                f"(available: {', '.join(self.names) or 'none'})"
+    def spec(self, name: str) -> StrategySpec:
+        """The registration of ``name``."""
+        spec = self._specs.get(name)
+        if spec is None:
+            raise UnknownStrategy(self._unknown(name))
+        return spec
+
+    def _unknown(self, name: object) -> str:
+        return (
+            f"unknown strategy {name!r}; known: {', '.join(self.names) or 'none'} (a strategy "
+            "of your own is registered by a module listed in compaction.plugins)"
+        )
+
+    def parse(self, value: object, context: object = None) -> StrategyParams:
+        """One pipeline entry validated by the model its ``strategy`` names.
+
+        Errors name the path below the entry, with the strategy's name in front of its own
+        keys (``truncation.max_n``) as pydantic does for a tagged union; ``context`` is
+        passed on to nested entries.
+        """
+        if isinstance(value, StrategyParams):
+            spec = self._specs.get(value.strategy)
+            if spec is None or not isinstance(value, spec.params):
+                raise error_at(("strategy",), "unknown_strategy", self._unknown(value), value)
+            return value
+        if not isinstance(value, Mapping):
+            raise error_at((), "dict_type", "an entry is a mapping with a strategy key", value)
+        name = value.get("strategy")
+        if name is None:
+            raise error_at(("strategy",), "missing", "Field required", value)
+        spec = self._specs.get(name) if isinstance(name, str) else None
+        if spec is None:
+            raise error_at(("strategy",), "unknown_strategy", self._unknown(name), name)
+        try:
+            return spec.params.model_validate(value, context=context)
+        except ValidationError as exc:
+            raise errors_under(spec.name, exc) from None
+
+    def build(self, params: StrategyParams) -> Strategy:
+        """The strategy for one validated entry."""
+        spec = self.spec(params.strategy)
+        if not isinstance(params, spec.params):
+            raise TypeError(
+                f"strategy {spec.name!r} takes {spec.params.__name__}, not {type(params).__name__}"
             )
-        return builder(entry, BuildContext(self))
+        return spec.strategy(**params.arguments(BuildContext(self.build)))
+
+    def load_plugin(self, reference: str) -> None:
+        """Call the ``"module:function"`` plug-in with this registry (once per registry)."""
+        if reference in self._plugins:
+            return
+        function = _resolve(reference)
+        try:
+            function(self)
+        except Exception as exc:  # a plug-in's own error, worded for the config's author
+            raise PluginError(f"{reference} failed: {type(exc).__name__}: {exc}") from exc
+        self._plugins.add(reference)
+
+    def load_plugins(self, references: Iterable[str]) -> None:
+        """:meth:`load_plugin` for each, in order."""
+        for reference in references:
+            self.load_plugin(reference)
 
 
-def _floor(entry: Any, default: int) -> int:
-    value = entry.minimum_preserved
-    return default if value is None else int(value)
+def _resolve(reference: object) -> Callable[[StrategyRegistry], Any]:
+    """The function a ``"module:function"`` reference names."""
+    if not isinstance(reference, str):
+        raise PluginError("a plug-in is written 'module:function'")
+    module_name, _, attribute = reference.partition(":")
+    if not module_name or not attribute:
+        raise PluginError("a plug-in is written 'module:function', e.g. 'my_strategies:register'")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise PluginError(
+            f"cannot import {module_name!r}: {exc} (a plug-in module is installed, or in a "
+            "directory on PYTHONPATH)"
+        ) from exc
+    except Exception as exc:
+        raise PluginError(f"importing {module_name!r} failed: {type(exc).__name__}: {exc}") from exc
+    function = getattr(module, attribute, None)
+    if not callable(function):
+        raise PluginError(f"{module_name!r} has no function {attribute!r}")
+    return function  # type: ignore[no-any-return]
 
 
-def build_truncation(entry: TruncationEntry, ctx: BuildContext) -> Strategy:
-    """Builder for ``strategy: truncation``."""
-    return TruncationStrategy(
-        max_n=entry.max_n,
-        compact_to=entry.compact_to,
-        metric=entry.metric,
-        preserve_system=entry.preserve_system,
-        preserve_first_user_group=entry.preserve_first_user_group,
-        trigger=entry.trigger,
-        target=entry.target,
-        minimum_preserved=_floor(entry, 1),
-    )
+STRATEGIES = StrategyRegistry()
+"""The process's registry: the built-ins (:mod:`.builtin`) and what ``compaction.plugins``
+added."""
 
 
-def build_sliding_window(entry: SlidingWindowEntry, ctx: BuildContext) -> Strategy:
-    """Builder for ``strategy: sliding_window``."""
-    return SlidingWindowStrategy(
-        keep_last_groups=entry.keep_last_groups,
-        keep_last_turns=entry.keep_last_turns,
-        trigger=entry.trigger,
-        target=entry.target,
-        minimum_preserved=_floor(entry, 1),
-    )
+def registry_for(context: object) -> StrategyRegistry:
+    """The registry a validation ``context`` names (:data:`CONTEXT_KEY`), else
+    :data:`STRATEGIES`."""
+    if isinstance(context, Mapping):
+        chosen = context.get(CONTEXT_KEY)
+        if isinstance(chosen, StrategyRegistry):
+            return chosen
+    return STRATEGIES
 
 
-def build_context_pruning(entry: ContextPruningEntry, ctx: BuildContext) -> Strategy:
-    """Builder for ``strategy: context_pruning`` (``enabled: false``: never fires)."""
-    return ContextPruningStrategy(
-        keep_last_assistants=entry.keep_last_assistants,
-        soft_trim_ratio=entry.soft_trim_ratio,
-        hard_clear_ratio=entry.hard_clear_ratio,
-        min_prunable_tool_chars=entry.min_prunable_tool_chars,
-        soft_trim_max_chars=entry.soft_trim.max_chars,
-        soft_trim_head_chars=entry.soft_trim.head_chars,
-        soft_trim_tail_chars=entry.soft_trim.tail_chars,
-        hard_clear_enabled=entry.hard_clear.enabled,
-        placeholder=entry.hard_clear.placeholder,
-        trigger=entry.trigger if entry.enabled else Never(),
-        target=entry.target,
-        minimum_preserved=_floor(entry, 0),
-    )
+def _entry(value: object, info: ValidationInfo) -> StrategyParams:
+    return registry_for(info.context).parse(value, info.context)
 
 
-def build_tool_result_compaction(entry: ToolResultCompactionEntry, ctx: BuildContext) -> Strategy:
-    """Builder for ``strategy: tool_result_compaction``."""
-    return ToolResultCompactionStrategy(
-        keep_last_tool_call_groups=entry.keep_last_tool_call_groups,
-        max_summary_chars=entry.max_summary_chars,
-        trigger=entry.trigger,
-        target=entry.target,
-        minimum_preserved=_floor(entry, 0),
-    )
-
-
-def build_selective_tool_calls(entry: SelectiveToolCallsEntry, ctx: BuildContext) -> Strategy:
-    """Builder for ``strategy: selective_tool_calls``."""
-    return SelectiveToolCallsStrategy(
-        keep_last_tool_call_groups=entry.keep_last_tool_call_groups,
-        trigger=entry.trigger,
-        target=entry.target,
-        minimum_preserved=_floor(entry, 0),
-    )
-
-
-def build_clear_tool_uses(entry: ClearToolUsesEntry, ctx: BuildContext) -> Strategy:
-    """Builder for ``strategy: clear_tool_uses``."""
-    return ClearToolUsesStrategy(
-        keep=entry.keep,
-        exclude_tools=entry.exclude_tools,
-        clear_at_least=entry.clear_at_least,
-        clear_tool_inputs=entry.clear_tool_inputs,
-        placeholder=entry.placeholder,
-        trigger=entry.trigger,
-        target=entry.target,
-        minimum_preserved=_floor(entry, 0),
-    )
-
-
-AF_DEFAULT_TARGET_COUNT = 4
-AF_DEFAULT_THRESHOLD = 2
-
-
-def build_summarization(entry: SummarizationEntry, ctx: BuildContext) -> Strategy:
-    """Builder for ``strategy: summarization`` (either selection shape)."""
-    retain = entry.retain_recent or RetainRecentSettings()
-    target_count: int | None = None
-    threshold = 0
-    if entry.uses_group_shape:
-        target_count = entry.target_count or AF_DEFAULT_TARGET_COUNT
-        if "threshold" in entry.model_fields_set:
-            threshold = entry.threshold or 0
-        else:
-            threshold = AF_DEFAULT_THRESHOLD
-    return SummarizationStrategy(
-        retain_turns=retain.turns,
-        retain_tokens=retain.tokens,
-        target_count=target_count,
-        threshold=threshold,
-        placement=entry.placement,
-        trigger=entry.trigger,
-        target=entry.target,
-        minimum_preserved=_floor(entry, 0),
-    )
-
-
-def build_pipeline_entry(entry: PipelineEntry, ctx: BuildContext) -> Strategy:
-    """Builder for a nested ``strategy: pipeline``: plain, or with ``token_budget`` the
-    token-budget composition (the settings model refuses a mix of the two)."""
-    return PipelineStrategy(
-        [ctx.registry.build(child) for child in entry.strategies],
-        stop_when=entry.stop_when,
-        early_stop=entry.early_stop,
-        trigger=entry.trigger,
-        token_budget=entry.token_budget,
-        fallback=entry.fallback,
-    )
-
-
-def register_builtin_strategies(registry: StrategyRegistry) -> StrategyRegistry:
-    """Register every built-in strategy."""
-    registry.register("context_pruning", build_context_pruning)
-    registry.register("tool_result_compaction", build_tool_result_compaction)
-    registry.register("selective_tool_calls", build_selective_tool_calls)
-    registry.register("clear_tool_uses", build_clear_tool_uses)
-    registry.register("truncation", build_truncation)
-    registry.register("sliding_window", build_sliding_window)
-    registry.register("summarization", build_summarization)
-    registry.register("pipeline", build_pipeline_entry)
-    return registry
-
-
-def default_registry() -> StrategyRegistry:
-    """A fresh registry holding the built-in strategies."""
-    return register_builtin_strategies(StrategyRegistry())
+StrategyEntry = Annotated[SerializeAsAny[StrategyParams], PlainValidator(_entry)]
+"""One pipeline entry: validated by the parameter model its ``strategy`` names in the registry
+in use (the validation context's ``strategies``, else :data:`STRATEGIES`), written back with
+every key of that model."""

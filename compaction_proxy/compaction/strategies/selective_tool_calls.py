@@ -22,7 +22,11 @@ from __future__ import annotations
 
 from ..draft import Draft
 from ..view import Group
-from .old_tool_groups import OldToolGroupsStrategy
+from .old_tool_groups import OldToolGroupsParams, OldToolGroupsStrategy
+
+
+class SelectiveToolCallsParams(OldToolGroupsParams):
+    """``strategy: selective_tool_calls``: drop old tool-call groups, keep the newest N."""
 
 
 class SelectiveToolCallsStrategy(OldToolGroupsStrategy):

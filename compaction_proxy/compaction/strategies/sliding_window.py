@@ -20,10 +20,34 @@ its turn goes; a turn of which only that message is left no longer counts as a t
 
 from __future__ import annotations
 
+from pydantic import Field, model_validator
+
 from ..draft import Draft
 from ..triggers import Always, Condition, Metrics, TurnsExceed
 from ..view import GroupKind
 from .base import Strategy, StrategyContext, StrategyOutcome
+from .params import StrategyParams
+
+
+class SlidingWindowParams(StrategyParams):
+    """``strategy: sliding_window``: ``keep_last_turns``, ``keep_last_groups`` or a trigger."""
+
+    keep_last_groups: int | None = Field(default=None, gt=0)
+    keep_last_turns: int | None = Field(default=None, gt=0)
+    preserve_system: bool = True
+
+    @model_validator(mode="after")
+    def _check(self) -> SlidingWindowParams:
+        if self.keep_last_groups is not None and self.keep_last_turns is not None:
+            raise ValueError("set keep_last_groups or keep_last_turns, not both")
+        if self.keep_last_groups is None and self.keep_last_turns is None and not self.trigger:
+            raise ValueError(
+                "sliding_window needs keep_last_groups, keep_last_turns or a "
+                "trigger such as {turns_exceed: 4}"
+            )
+        if not self.preserve_system:
+            raise ValueError("preserve_system must be true: system messages are never removed")
+        return self
 
 
 class SlidingWindowStrategy(Strategy):
@@ -36,11 +60,17 @@ class SlidingWindowStrategy(Strategy):
         *,
         keep_last_groups: int | None = None,
         keep_last_turns: int | None = None,
+        preserve_system: bool = True,
         trigger: Condition | None = None,
         target: Condition | None = None,
         minimum_preserved: int = 1,
     ) -> None:
         super().__init__(trigger=trigger, target=target, minimum_preserved=minimum_preserved)
+        if not preserve_system:
+            raise ValueError(
+                'a sliding window never removes system messages (invariant 1, see "Groups and '
+                'invariants" in docs/architecture.md); preserve_system must be true'
+            )
         if keep_last_groups is not None and keep_last_turns is not None:
             raise ValueError("set keep_last_groups or keep_last_turns, not both")
         for label, value in (

@@ -57,7 +57,7 @@ for the rest of the run, so no later strategy drops it.
 The summary's size: at most ``summary_share`` (a quarter) of the budget, less the wrapper
 (:meth:`SummarizationStrategy.summary_bound`), sent as ``SummaryRequest.max_tokens``.  When the
 summary is over that bound, or it and what stays do not fit the budget, more is folded into it
-(:meth:`SummarizationStrategy._deeper`: the older retained turns, then the older steps; never a
+(:class:`.summary_event.SummaryEvent`: the older retained turns, then the older steps; never a
 carried user message, the task, the newest step or the ``minimum_preserved`` floor) by a further
 call with the summary so far as ``previous_summary`` (the update prompt), at most ``max_rounds``
 (3) calls in all.  A further call that fails keeps the summary before it.
@@ -105,30 +105,38 @@ group shape keeps the Agent Framework's semantics (``target_count``) and ignores
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import replace
-from itertools import pairwise
-from typing import Any, Literal, cast, get_args
+from collections.abc import Sequence
+from typing import Any, Literal, get_args
 
-from ..draft import Draft, GroupState
+from pydantic import Field, model_validator
+
+from ..draft import Draft
+from ..fields import CamelModel
 from ..messages import Message
-from ..summarizer import SummaryError, SummaryRequest
-from ..triggers import Always, Condition, Metrics
+from ..triggers import Condition
 from ..view import CHECKPOINT_NOTE as CHECKPOINT_NOTE  # re-exported: the wrapper's closing note
-from ..view import SUMMARY_PREFIX, SUMMARY_SUFFIX, Group, GroupKind
-from ._tools import newest_non_system
+from ..view import Group, GroupKind
 from .base import Strategy, StrategyContext, StrategyOutcome
+from .params import BuildContext, StrategyParams
+from .summary_event import SUMMARY_OPEN as SUMMARY_OPEN  # re-exported with the two below
+from .summary_event import SummaryEvent, wrap_summary
+from .summary_event import unwrap_summary as unwrap_summary
+from .summary_selection import (
+    TURN_ANCHORS,
+    TargetStop,
+    fold_steps_before,
+    foldable,
+    is_group_boundary,
+    is_turn_boundary,
+    non_system_messages,
+    position_at_or_before,
+    tail_tokens,
+)
 
 Placement = Literal["user", "system", "assistant"]
+"""The role a summary checkpoint is written with (see "Checkpoints" in docs/architecture.md)."""
 PLACEMENTS: tuple[str, ...] = get_args(Placement)
 
-SUMMARY_OPEN = SUMMARY_PREFIX + "\n"
-_EXACT_SUFFIX = SUMMARY_SUFFIX
-_TURN_ANCHORS = frozenset({GroupKind.USER})
-"""A turn-shape stretch is worth a call only with a user message in it (a carried one counts):
-an earlier summary and the rest of a truncated turn after it are not (a summary is pinned, so
-that rest sits after it, and would be folded again on the next run)."""
-_ERROR_DETAIL_CHARS = 200
 DEFAULT_SUMMARY_RATIO = 0.2
 """Estimated summary size as a share of the tokens folded (see "Stopping at the target")."""
 DEFAULT_SUMMARY_CAP_TOKENS = 2048
@@ -144,25 +152,60 @@ DEFAULT_MAX_ROUNDS = 3
 summary and what must stay do not fit the budget."""
 
 
-def wrap_summary(text: str) -> str:
-    """The checkpoint content for summary ``text``."""
-    return f"{SUMMARY_OPEN}{text}{_EXACT_SUFFIX}"
+AF_DEFAULT_TARGET_COUNT = 4
+"""The Agent Framework's ``target_count`` when an entry writes only ``threshold``."""
+AF_DEFAULT_THRESHOLD = 2
+"""The Agent Framework's ``threshold`` when an entry writes only ``target_count``."""
 
 
-def unwrap_summary(content: str) -> str:
-    """The summary text inside a checkpoint's content (inverse of :func:`wrap_summary`).
+class RetainRecentSettings(CamelModel):
+    """How much recent history a summary leaves verbatim (whole turns only): LibreChat's
+    ``retainRecent``."""
 
-    Our own wrapper is removed exactly.  A checkpoint written with another note (an older
-    version, another tool) loses its ``<summary>`` opening and everything from the last
-    ``</summary>`` on.
+    turns: int = Field(default=2, ge=0, le=20)
+    tokens: int | None = Field(default=None, gt=0)
+
+
+class SummarizationParams(StrategyParams):
+    """``strategy: summarization``, in one of two selection shapes (module docstring).
+
+    The Agent Framework's, chosen by writing ``target_count`` and/or ``threshold`` (defaults 4
+    and 2 as in the Agent Framework; ``threshold: null`` means 0), or LibreChat's
+    ``retain_recent: {turns, tokens}`` (the default, ``turns: 2``).  Prompts and the summarizer
+    model are set in the ``summarization`` block.
     """
-    if content.startswith(SUMMARY_OPEN) and content.endswith(_EXACT_SUFFIX):
-        return content[len(SUMMARY_OPEN) : len(content) - len(_EXACT_SUFFIX)]
-    body = content.removeprefix(SUMMARY_PREFIX)
-    end = body.rfind("</summary>")
-    if end >= 0:
-        body = body[:end]
-    return body.strip("\n")
+
+    target_count: int | None = Field(default=None, ge=1)
+    threshold: int | None = Field(default=None, ge=0)
+    retain_recent: RetainRecentSettings | None = None
+    placement: Placement = "user"
+
+    @property
+    def uses_group_shape(self) -> bool:
+        """True when ``target_count`` or ``threshold`` was written (Agent Framework shape)."""
+        return bool({"target_count", "threshold"} & self.model_fields_set)
+
+    @model_validator(mode="after")
+    def _check(self) -> SummarizationParams:
+        if self.uses_group_shape and self.retain_recent is not None:
+            raise ValueError(
+                "set target_count/threshold (Agent Framework shape) or retain_recent "
+                "(LibreChat shape), not both"
+            )
+        return self
+
+    def arguments(self, ctx: BuildContext) -> dict[str, Any]:
+        arguments = super().arguments(ctx)
+        retain = arguments.pop("retain_recent") or RetainRecentSettings()
+        arguments.update(retain_turns=retain.turns, retain_tokens=retain.tokens)
+        if self.uses_group_shape:
+            written = "threshold" in self.model_fields_set
+            threshold = self.threshold if written else AF_DEFAULT_THRESHOLD
+            target_count = self.target_count or AF_DEFAULT_TARGET_COUNT
+            arguments.update(target_count=target_count, threshold=threshold or 0)
+        else:
+            arguments.update(target_count=None, threshold=0)
+        return arguments
 
 
 class SummarizationStrategy(Strategy):
@@ -232,7 +275,7 @@ class SummarizationStrategy(Strategy):
         if ctx.force:
             return True
         if self._trigger is None and self.target_count is not None:
-            return _non_system_messages(draft) > self.target_count + self.threshold
+            return non_system_messages(draft) > self.target_count + self.threshold
         return super().should_run(draft, ctx)
 
     def summary_message(self, text: str) -> Message:
@@ -252,7 +295,7 @@ class SummarizationStrategy(Strategy):
         non_system = [g for g in groups if g.kind is not GroupKind.SYSTEM and draft.is_kept(g)]
         if not non_system:
             return []
-        stop = None if ctx is None or ctx.force or self.by_groups else _TargetStop(self, draft, ctx)
+        stop = None if ctx is None or ctx.force or self.by_groups else TargetStop(self, draft, ctx)
         if not self.by_groups:
             in_turn = self._select_in_turn(draft, non_system, stop)
             if in_turn is not None:
@@ -263,7 +306,7 @@ class SummarizationStrategy(Strategy):
             if len(non_system) <= self.minimum_preserved:
                 return []
             limit = min(limit, non_system[-self.minimum_preserved].first)
-        is_boundary = _is_group_boundary if self.by_groups else _is_turn_boundary
+        is_boundary = is_group_boundary if self.by_groups else is_turn_boundary
         candidates: list[Group] = []  # clean cut points, oldest first
         reach = -1  # the furthest member of any earlier group
         for group in groups:
@@ -298,15 +341,15 @@ class SummarizationStrategy(Strategy):
     def _fold_before(self, draft: Draft, non_system: list[Group], cut: Group) -> list[Group]:
         """What a cut at ``cut`` folds (empty when it is not worth a summarizer call)."""
         stretch = [g for g in non_system if g.index < cut.index and not draft.is_fixed(g)]
-        folded = [g for g in stretch if _foldable(draft, g)]
+        folded = [g for g in stretch if foldable(draft, g)]
         if all(g.kind is GroupKind.SUMMARY for g in folded):
             return []  # only an earlier summary (or nothing) before the cut
-        if not self.by_groups and not any(g.kind in _TURN_ANCHORS for g in stretch):
+        if not self.by_groups and not any(g.kind in TURN_ANCHORS for g in stretch):
             return []  # only what precedes the first turn (e.g. the rest of a truncated turn)
         return folded
 
     def _select_in_turn(
-        self, draft: Draft, non_system: list[Group], stop: _TargetStop | None = None
+        self, draft: Draft, non_system: list[Group], stop: TargetStop | None = None
     ) -> list[Group] | None:
         """The agent-loop selection, or ``None`` when the newest turn is short.
 
@@ -337,9 +380,9 @@ class SummarizationStrategy(Strategy):
             deepest = next((g for g in steps if g.first >= floor[0].first), kept[0])
         # As in the turn shape: the retained steps stay, unless they alone miss the target;
         # then all but the newest step are folded (above any minimum_preserved floor).
-        retained = _fold_steps_before(draft, non_system, kept[0].first)
+        retained = fold_steps_before(draft, non_system, kept[0].first)
         if stop is not None and stop.reachable and not stop.reached(retained):
-            return _fold_steps_before(draft, non_system, deepest.first)
+            return fold_steps_before(draft, non_system, deepest.first)
         return retained
 
     def _cut(self, draft: Draft, candidates: list[Group], non_system: list[Group]) -> int | None:
@@ -353,17 +396,17 @@ class SummarizationStrategy(Strategy):
                 if kept >= self.target_count:
                     wanted = group.first
                     break
-            return _position_at_or_before(candidates, wanted)
+            return position_at_or_before(candidates, wanted)
         retain = max(1, self.retain_turns)
         users = [g for g in draft.groups if g.kind is GroupKind.USER]
         if not users:
             return None
         wanted = users[-retain].first if len(users) >= retain else users[0].first
-        position = _position_at_or_before(candidates, wanted)
+        position = position_at_or_before(candidates, wanted)
         if position is None:
             return None
         if self.retain_tokens is not None:
-            tail = _tail_tokens(draft, candidates)
+            tail = tail_tokens(draft, candidates)
             while position + 1 < len(candidates) and tail[position] > self.retain_tokens:
                 position += 1
         return position
@@ -411,359 +454,13 @@ class SummarizationStrategy(Strategy):
             )
         marker = draft.summary_marker
         if marker is None or not marker.matches(self.summary_message("")):
-            return _failed(
-                "error",
-                f"the pipeline's summary marker does not recognise {self.placement!r} "
-                "checkpoints; configure the placement through the pipeline",
-                0,
+            return StrategyOutcome(
+                changed=False,
+                failed="error",
+                failure_message=f"the pipeline's summary marker does not recognise "
+                f"{self.placement!r} checkpoints; configure the placement through the pipeline",
             )
-        bound = self.summary_bound(draft)
-        previous = [
-            unwrap_summary(str(draft.message(g.first).get("content", "")))
-            for g in folded
-            if g.kind is GroupKind.SUMMARY
-        ]
-        indices = _shown(draft, folded)
-        request = SummaryRequest(
-            messages=tuple(_as_dict(draft.message(i)) for i in indices),
-            previous_summary="\n\n".join(previous) if previous else None,
-            model=ctx.model,
-            max_tokens=bound,
-        )
-        text: str | None = None
-        accepted = folded
-        shown = len(indices)
-        notes: list[str] = []
-        for round_number in range(1, self.max_rounds + 1):
-            try:
-                answer = await summarizer.summarize(request)
-            except SummaryError as error:
-                if text is None:
-                    return _failed(error.reason, error.message, shown)
-                notes.append(f"folding more failed ({error.reason}); the summary before is kept")
-                break
-            except Exception as error:  # a summarizer bug must not fail the request
-                detail = str(error)[:_ERROR_DETAIL_CHARS]
-                if text is None:
-                    return _failed(
-                        "error", f"summarizer raised {type(error).__name__}: {detail}", 0
-                    )
-                notes.append("folding more failed (error); the summary before is kept")
-                break
-            answer = answer.strip() if isinstance(answer, str) else ""
-            if not answer:
-                if text is None:
-                    return _failed("empty", "the summarizer returned no text", shown)
-                notes.append("folding more failed (empty); the summary before is kept")
-                break
-            text, accepted = answer, folded
-            new_tokens = draft.measure(self.summary_message(text)).token_count
-            if round_number == self.max_rounds or self._fits(draft, folded, new_tokens, bound):
-                break
-            more = self._deeper(draft, folded)
-            extra = _shown(draft, more)
-            if not extra:
-                break
-            # What must stay and the summary do not fit: fold more, into this summary.
-            folded = sorted([*folded, *more], key=_index)
-            shown += len(extra)
-            earlier = [
-                unwrap_summary(str(draft.message(g.first).get("content", "")))
-                for g in more
-                if g.kind is GroupKind.SUMMARY
-            ]
-            notes.append(
-                f"the summary ({new_tokens} tokens) and what stays did not fit the budget: "
-                f"folded {len(more)} more group(s) into it"
-            )
-            request = SummaryRequest(
-                messages=tuple(_as_dict(draft.message(i)) for i in extra),
-                previous_summary="\n\n".join([*earlier, text]),
-                model=ctx.model,
-                max_tokens=bound,
-            )
-        assert text is not None
-        message = self.summary_message(text)
-        new_tokens = draft.measure(message).token_count
-        old_tokens = sum(draft.group_tokens(g) for g in accepted)
-        if new_tokens >= old_tokens:
-            return _failed(
-                "not_shorter",
-                f"the summary ({new_tokens} tokens) is not shorter than what it would replace "
-                f"({old_tokens} tokens)",
-                shown,
-            )
-        in_turn = any(draft.view.in_newest_turn(g) for g in accepted)
-        for group in accepted:
-            draft.drop(group, release=group.kind is GroupKind.SUMMARY)
-        if in_turn:  # "progress so far": the task stays first
-            draft.insert_after_task([message], paid_by=self.name)
-        else:
-            draft.insert_after_system([message], paid_by=self.name)
-        kind = "updated the summary with" if previous else "summarized"
-        folded_groups = sum(1 for g in accepted if g.kind is not GroupKind.SUMMARY)
-        return StrategyOutcome(
-            changed=True,
-            notes=(
-                f"{kind} {shown} message(s) in {folded_groups} group(s): "
-                f"{old_tokens} -> {new_tokens} tokens (at most {bound} allowed)",
-                *notes,
-            ),
-        )
-
-    def _fits(self, draft: Draft, folded: Sequence[Group], new_tokens: int, bound: int) -> bool:
-        """Whether folding ``folded`` into a checkpoint of ``new_tokens`` tokens keeps the
-        summary within its bound and the request within the budget."""
-        overhead = draft.measure(self.summary_message("")).token_count
-        if new_tokens - overhead > bound:
-            return False
-        after = draft.prompt_tokens - sum(draft.group_tokens(g) for g in folded) + new_tokens
-        return draft.calibration.apply(after) <= draft.budget.limit
-
-    def _deeper(self, draft: Draft, folded: Sequence[Group]) -> list[Group]:
-        """What to fold next when the summary and what stays do not fit: the older turns
-        still kept verbatim (all but the newest turn), else the older steps of the newest
-        turn; never the task, the newest step, a carried user message or the
-        ``minimum_preserved`` floor."""
-        view = draft.view
-        taken = {g.index for g in folded}
-        floor = newest_non_system(draft, self.minimum_preserved)
-        candidates = [
-            g
-            for g in draft.groups
-            if g.kind is not GroupKind.SYSTEM
-            and draft.is_kept(g)
-            and g.index not in taken
-            and g.index not in floor
-            and _foldable(draft, g)
-        ]
-        older = [g for g in candidates if not view.in_newest_turn(g)]
-        return older or [g for g in candidates if view.in_newest_turn(g)]
-
-
-class _TargetStop:
-    """Whether folding a stretch would bring the draft to the strategy's target.
-
-    The draft after the fold is projected without touching it: the stretch's tokens, messages,
-    groups, tool-call groups and whole turns leave, one checkpoint (the empty wrapper plus
-    :meth:`SummarizationStrategy.summary_estimate`) arrives.  The target is reached when it no
-    longer fires on that projection.  ``overflow_messages`` is projected as "all of them", so
-    an over-budget ``messages_to_refine`` target counts as not reached (fold further).
-    """
-
-    def __init__(self, strategy: SummarizationStrategy, draft: Draft, ctx: StrategyContext) -> None:
-        self.strategy = strategy
-        self.draft = draft
-        self.target = strategy.effective_target(ctx)
-        self.base = draft.metrics()
-        self.overhead = draft.measure(strategy.summary_message("")).token_count
-        self.bound = strategy.summary_bound(draft)
-        # Folding can meet the target (it is not ``always``): when no cut reaches it, the
-        # deepest one is taken, since the pipeline would otherwise drop what the summary left
-        # verbatim to get there.
-        self.reachable = not isinstance(self.target, Always)
-        self.turn_live: dict[int, int] = {}
-        for group in draft.groups:
-            if group.turn and draft.state(group) is not GroupState.DROPPED:
-                self.turn_live[group.turn] = self.turn_live.get(group.turn, 0) + 1
-
-    def reached(self, folded: Sequence[Group]) -> bool:
-        """Whether folding exactly ``folded`` reaches the target."""
-        tally = _Tally(self)
-        for group in folded:
-            tally.add(group)
-        return tally.reached()
-
-    def first_reaching(
-        self,
-        non_system: Sequence[Group],
-        cuts: Sequence[int],
-        position: Callable[[Group], int],
-        *,
-        anchored: bool,
-    ) -> int | None:
-        """The first of ``cuts`` (ascending) whose fold reaches the target: a cut folds the
-        unprotected groups of ``non_system`` whose ``position`` is below it, and is skipped
-        when that is nothing but summaries (or, ``anchored``, holds no user turn or summary).
-
-        Each cut's fold extends the previous one's, so one running tally serves every cut:
-        linear in the groups where rebuilding each fold was quadratic. Positions out of
-        order (never seen; the view orders groups by their first message) fall back to
-        rebuilding each fold.
-        """
-        positions = [position(g) for g in non_system]
-        if not (_ascending(positions) and _ascending(cuts)):
-            return self._first_reaching_slowly(non_system, cuts, positions, anchored=anchored)
-        draft = self.draft
-        tally = _Tally(self)
-        worth = anchor = False
-        taken = 0
-        for number, cut in enumerate(cuts):
-            while taken < len(non_system) and positions[taken] < cut:
-                group = non_system[taken]
-                taken += 1
-                if draft.is_fixed(group):
-                    continue
-                anchor = anchor or group.kind in _TURN_ANCHORS
-                if not _foldable(draft, group):
-                    continue  # a carried user message: it stays where it is
-                tally.add(group)
-                worth = worth or group.kind is not GroupKind.SUMMARY
-            if worth and (anchor or not anchored) and tally.reached():
-                return number
-        return None
-
-    def _first_reaching_slowly(
-        self,
-        non_system: Sequence[Group],
-        cuts: Sequence[int],
-        positions: Sequence[int],
-        *,
-        anchored: bool,
-    ) -> int | None:
-        for number, cut in enumerate(cuts):
-            stretch = [
-                g
-                for g, at in zip(non_system, positions, strict=True)
-                if at < cut and not self.draft.is_fixed(g)
-            ]
-            folded = [g for g in stretch if _foldable(self.draft, g)]
-            if all(g.kind is GroupKind.SUMMARY for g in folded):
-                continue
-            if anchored and not any(g.kind in _TURN_ANCHORS for g in stretch):
-                continue
-            if self.reached(folded):
-                return number
-        return None
-
-
-class _Tally:
-    """What a growing fold takes away, summed as groups join it (see :class:`_TargetStop`)."""
-
-    def __init__(self, stop: _TargetStop) -> None:
-        self.stop = stop
-        self.tokens = 0
-        self.messages = 0
-        self.groups = 0
-        self.tool_calls = 0
-        self.gone_turns = 0
-        self.per_turn: dict[int, int] = {}
-
-    def add(self, group: Group) -> None:
-        self.tokens += self.stop.draft.group_tokens(group)
-        self.messages += group.message_count
-        self.groups += 1
-        if group.kind is GroupKind.TOOL_CALL:
-            self.tool_calls += 1
-        if group.turn:
-            seen = self.per_turn.get(group.turn, 0) + 1
-            self.per_turn[group.turn] = seen
-            # A turn is gone once every live group of it is folded (counted once, when the
-            # fold first covers them all).
-            if seen == max(1, self.stop.turn_live.get(group.turn, 0)):
-                self.gone_turns += 1
-
-    def reached(self) -> bool:
-        stop = self.stop
-        draft, base = stop.draft, stop.base
-        added = stop.overhead + stop.strategy.summary_estimate(self.tokens, stop.bound)
-        remaining = base.messages
-        projected: Metrics = replace(
-            base,
-            tokens=draft.calibration.apply(draft.prompt_tokens - self.tokens + added),
-            messages=base.messages - self.messages + 1,
-            groups=base.groups - self.groups + 1,
-            turns=base.turns - self.gone_turns,
-            tool_call_groups=base.tool_call_groups - self.tool_calls,
-            overflow_messages=lambda: remaining,
-        )
-        return not stop.target.fires(projected)
-
-
-def _ascending(values: Sequence[int]) -> bool:
-    return all(a <= b for a, b in pairwise(values))
-
-
-def _index(group: Group) -> int:
-    return group.index
-
-
-def _first(group: Group) -> int:
-    return group.first
-
-
-def _fold_steps_before(draft: Draft, non_system: list[Group], cut: int) -> list[Group]:
-    """What a step-shape cut at message ``cut`` folds (the task is protected, so never)."""
-    folded = [g for g in non_system if g.first < cut and _foldable(draft, g)]
-    if all(g.kind is GroupKind.SUMMARY for g in folded):
-        return []  # only an earlier summary (or nothing) before the kept steps
-    return folded
-
-
-def _foldable(draft: Draft, group: Group) -> bool:
-    """A group a summary may take in: not protected by the invariants, and not pinned unless
-    it is an earlier summary (a carried user message stays where it is, verbatim)."""
-    if draft.is_fixed(group):
-        return False
-    return not draft.is_pinned(group) or group.kind is GroupKind.SUMMARY
-
-
-def _is_turn_boundary(group: Group) -> bool:
-    return group.kind is GroupKind.USER
-
-
-def _is_group_boundary(group: Group) -> bool:
-    return group.kind is not GroupKind.SYSTEM and group.kind is not GroupKind.SUMMARY
-
-
-def _position_at_or_before(candidates: Sequence[Group], position: int) -> int | None:
-    found: int | None = None
-    for index, group in enumerate(candidates):
-        if group.first > position:
-            break
-        found = index
-    return found
-
-
-def _tail_tokens(draft: Draft, candidates: Sequence[Group]) -> list[int]:
-    """Tokens of the non-system groups from each candidate cut to the end (one reverse pass)."""
-    total = 0
-    out = [0] * len(candidates)
-    position = len(candidates) - 1
-    for group in reversed(draft.groups):
-        if group.kind is not GroupKind.SYSTEM and draft.is_kept(group):
-            total += draft.group_tokens(group)
-        if position >= 0 and candidates[position].index == group.index:
-            out[position] = total
-            position -= 1
-    return out
-
-
-def _non_system_messages(draft: Draft) -> int:
-    return sum(
-        g.message_count for g in draft.groups if g.kind is not GroupKind.SYSTEM and draft.is_kept(g)
-    )
-
-
-def _shown(draft: Draft, groups: Sequence[Group]) -> list[int]:
-    """The message indices a summary of ``groups`` is made from: their members (an earlier
-    summary goes as ``previous_summary``), and the carried user messages among them, which
-    stay in place but tell the summarizer what was asked."""
-    indices = sorted(i for g in groups if g.kind is not GroupKind.SUMMARY for i in g.members)
-    if not indices:
-        return indices
-    low, high = indices[0], indices[-1]
-    carried = [
-        i
-        for g in draft.groups
-        if g.kind is GroupKind.USER and draft.is_pinned(g) and low < g.first < high
-        for i in g.members
-    ]
-    return sorted({*indices, *carried})
-
-
-def _as_dict(message: Message) -> dict[str, Any]:
-    return cast(dict[str, Any], message) if isinstance(message, dict) else dict(message)
+        return await SummaryEvent(self, draft, ctx, folded).run(summarizer)
 
 
 def _nothing() -> StrategyOutcome:
@@ -775,13 +472,4 @@ def _unavailable(folded: Sequence[Group]) -> StrategyOutcome:
     return StrategyOutcome(
         changed=False,
         notes=(f"summarizer not available: skipped ({count} message(s) left to later strategies)",),
-    )
-
-
-def _failed(reason: str, message: str, count: int) -> StrategyOutcome:
-    return StrategyOutcome(
-        changed=False,
-        notes=(f"{count} message(s) left unsummarized",) if count else (),
-        failed=reason,
-        failure_message=message,
     )

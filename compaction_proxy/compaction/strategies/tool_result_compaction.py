@@ -61,18 +61,27 @@ Deliberate differences from the Agent Framework (see also the conformance test):
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from ..draft import Draft
 from ..messages import Message, content_text, role_of
 from ..triggers import Condition
 from ..view import Group
 from ._tools import answered_results
-from .old_tool_groups import OldToolGroupsStrategy
+from .old_tool_groups import OldToolGroupsParams, OldToolGroupsStrategy
 
 SUMMARY_PREFIX = "[Tool results: "
 SUMMARY_SUFFIX = "]"
 SEPARATOR = "; "
 TRUNCATION_MARKER = "... [truncated]"
 DEFAULT_MAX_SUMMARY_CHARS = 4096
+
+
+class ToolResultCompactionParams(OldToolGroupsParams):
+    """``strategy: tool_result_compaction``: collapse old tool-call groups into one
+    ``[Tool results: ...]`` message of at most ``max_summary_chars``."""
+
+    max_summary_chars: int = Field(default=DEFAULT_MAX_SUMMARY_CHARS, gt=0)
 
 
 def summary_text(labels: list[str], max_chars: int = DEFAULT_MAX_SUMMARY_CHARS) -> str:

@@ -20,13 +20,35 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import Field, model_validator
+
 from ..draft import Draft
 from ..triggers import Condition, MessagesExceed, TokensExceed
 from ..view import GroupKind
 from ._tools import newest_non_system
 from .base import Strategy, StrategyContext, StrategyOutcome
+from .params import StrategyParams
 
 Metric = Literal["tokens", "messages"]
+
+
+class TruncationParams(StrategyParams):
+    """``strategy: truncation``: the Agent Framework's ``max_n``/``compact_to``, or a trigger
+    and target."""
+
+    max_n: int | None = Field(default=None, gt=0)
+    compact_to: int | None = Field(default=None, gt=0)
+    metric: Metric = "tokens"
+    preserve_system: bool = True
+    preserve_first_user_group: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> TruncationParams:
+        if self.compact_to is not None and (self.max_n is None or self.compact_to > self.max_n):
+            raise ValueError("compact_to requires max_n and must satisfy compact_to <= max_n")
+        if not self.preserve_system:
+            raise ValueError("preserve_system must be true: system messages are never removed")
+        return self
 
 
 class TruncationStrategy(Strategy):
