@@ -3,7 +3,7 @@
 When compaction fires or a checkpoint stands in for the older messages, the proxy forwards a
 body it changed. It used to serialize the parsed request whole (``orjson.dumps``), which also
 rewrote every number orjson does not keep as written; it now splices the new messages into the
-client's bytes (compaction_proxy/forwarded.py, on the spans of compaction_proxy/jsonspans.py).
+client's bytes (compaction_proxy/wire/_forwarded.py, on the spans of compaction_proxy/wire/_jsonspans.py).
 This measures both on agent-session bodies (bench/agent_bodies.py), in process, with the
 proxy's own flow making the messages (a checkpoint hit for every request, and the compaction
 that made the checkpoint), for two spellings of the same body:
@@ -46,8 +46,7 @@ def _cpu(fn: Callable[[], Any]) -> tuple[float, Any]:
 
 
 def _measure(raw: bytes, data: dict[str, Any], messages: list[Any]) -> dict[str, float]:
-    from compaction_proxy.forwarded import ClientBody
-    from compaction_proxy.jsonspans import scan_object
+    from compaction_proxy.wire import ClientBody, scan_object
 
     before, old = _cpu(lambda: orjson.dumps({**data, "messages": messages}))
     after, new = _cpu(
@@ -120,7 +119,7 @@ async def _rows(size: str, requests: int, tmp: Path, env_dir: str | None) -> lis
 
 def _off_read(size: str) -> tuple[float, float]:
     """``X-Compaction: off``: reading ``model`` with orjson, and leniently (BOM-prefixed)."""
-    from compaction_proxy.api.routing import json_model
+    from compaction_proxy.upstream import json_model
 
     tok = tokenizers().get("o200k_base")
     raw = SessionBodies.build(agent_session(SIZES[size], tok), "m").body(0)

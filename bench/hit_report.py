@@ -3,7 +3,7 @@
     python -m bench.hit_report [--tokens 128000] [--rounds 200] [--out bench/results/hit-report.md]
 
 On a hit the proxy reports ``X-Compaction-Tokens-Before`` as the client's whole request
-(compaction_proxy/engine/hit_report.py). It gets the figure from the checkpoint's ``folded_tokens`` meta
+(compaction_proxy/engine/_hit_report.py). It gets the figure from the checkpoint's ``folded_tokens`` meta
 (one addition); a checkpoint stored before that meta existed is counted the slow way (every
 covered message through the tokenizer, on a worker thread). Measured here, per request, in
 process (no HTTP):
@@ -33,12 +33,11 @@ from typing import Any
 import httpx
 
 from bench.conversations import conversation, next_turn
+from compaction_proxy.checkpoints import MemoryStore, scope_of
 from compaction_proxy.compaction import Mode
 from compaction_proxy.config import Settings
 from compaction_proxy.engine import CompactionFlow, Compactor, build_flow
-from compaction_proxy.engine.hit_report import as_sent
-from compaction_proxy.summaries.checkpoints import scope_of
-from compaction_proxy.summaries.stores.memory import MemoryStore
+from compaction_proxy.engine._hit_report import as_sent
 
 MODEL = "bench-model"
 

@@ -7,7 +7,7 @@ even on a busy machine. For each size, a session sends requests that each add on
 (bench/agent_bodies.py); every step is timed with the thread's CPU clock and the median over
 the requests is reported.
 
-Steps (what `compaction_proxy/api/chat.py` and `compaction_proxy/engine/flow.py` do for one request):
+Steps (what `compaction_proxy/api/_chat.py` and `compaction_proxy/engine/_flow.py` do for one request):
 
 * parse: `parse_chat_body` (orjson);
 * validate: `validate_chat` (shape and nesting checks);
@@ -17,7 +17,7 @@ Steps (what `compaction_proxy/api/chat.py` and `compaction_proxy/engine/flow.py`
 * compact: the core's `compact_async` with every count cached (view, draft, triggers);
 * flow: `CompactionFlow.run` as the edge calls it (lookup + thread hop + compaction);
 * body: writing the body that is forwarded for a checkpoint hit, the client's bytes with the
-  checkpoint view's messages spliced in (compaction_proxy/forwarded.py; before it, `flow`
+  checkpoint view's messages spliced in (compaction_proxy/wire/_forwarded.py; before it, `flow`
   serialized the view whole and this column did not exist).
 
     python -m bench.request_cost [--sizes 8k,32k,128k,500k] [--requests 60] [--out FILE]
@@ -51,9 +51,9 @@ def _edge(config: Path, env_dir: str | None) -> tuple[Any, Any]:
         os.environ["TIKTOKEN_CACHE_DIR"] = env_dir
     import httpx
 
+    from compaction_proxy.checkpoints import make_store
     from compaction_proxy.config import load_settings
     from compaction_proxy.engine import Compactor, build_flow
-    from compaction_proxy.summaries.stores.factory import make_store
 
     settings = load_settings(config)
     compactor = Compactor(settings)
@@ -84,10 +84,9 @@ async def measure(
     checkpoint: bool,
 ) -> dict[str, float]:
     """``configs``: one per pass (each its own store file, so pass 2 primes its own base)."""
-    from compaction_proxy.api.requests import parse_chat_body, validate_chat
+    from compaction_proxy.checkpoints import chain, leading_system_count, scope_of
     from compaction_proxy.compaction import Mode, compact_async
-    from compaction_proxy.forwarded import ClientBody
-    from compaction_proxy.summaries.checkpoints import chain, leading_system_count, scope_of
+    from compaction_proxy.wire import ClientBody, parse_chat_body, validate_chat
 
     samples: dict[str, list[float]] = {step: [] for step in STEPS}
     # Pass 1, the whole flow as the edge runs it; pass 2, its parts, on a fresh edge, so each

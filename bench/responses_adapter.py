@@ -31,7 +31,7 @@ from compaction_proxy.compaction import (
     compact,
 )
 from compaction_proxy.compaction.settings import CompactionSettings, SummarizationSettings
-from compaction_proxy.responses import lift, lower, validate_request
+from compaction_proxy.wire.responses import lift, lower, validate_request
 
 
 def session(steps: int) -> list[dict[str, Any]]:

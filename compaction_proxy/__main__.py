@@ -1,4 +1,4 @@
-"""Allows `python -m proxy`, the same entry point as the `compaction-proxy` script."""
+"""Allows `python -m compaction_proxy`, the same entry point as the `compaction-proxy` script."""
 
 from compaction_proxy.cli import main
 

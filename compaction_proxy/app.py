@@ -4,7 +4,7 @@ The forwarding routes sit in front of FastAPI as raw ASGI so the hot path has no
 dependency solving or response-class machinery; the pages and JSON endpoints that are not on
 the hot path (health, metrics, dashboard) use FastAPI normally. Every request passes the same
 key check first: `/v1/*` against `server.api_keys`, every other path (unknown ones included)
-through compaction_proxy/auth.py's `side_access`. A path or method no route serves gets a 404
+through compaction_proxy/http/_auth.py's `side_access`. A path or method no route serves gets a 404
 or 405 in OpenAI's error shape, as every error the proxy makes.
 """
 
@@ -25,33 +25,57 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from compaction_proxy import __version__
-from compaction_proxy.api import dashboard, health, metrics
-from compaction_proxy.api.chat import chat_completions
-from compaction_proxy.api.forward import Outcome
-from compaction_proxy.api.passthrough import passthrough
-from compaction_proxy.api.preview import preview
-from compaction_proxy.api.requests import credential
-from compaction_proxy.api.responses import responses
-from compaction_proxy.asgi import ClientGone, Message, Receive, Scope, Send, header, send_error
-from compaction_proxy.auth import Access, key_matches, presented_key, side_access
+from compaction_proxy.api import (
+    AppState,
+    Outcome,
+    RequestContext,
+    chat_completions,
+    credential,
+    dashboard_router,
+    health_router,
+    metrics_router,
+    passthrough,
+    preview,
+    responses,
+    send_unauthorized_page,
+)
+from compaction_proxy.checkpoints import StoredValues, make_store
 from compaction_proxy.config import Settings, load_settings
-from compaction_proxy.context import AppState, RequestContext
-from compaction_proxy.drain import ArrivedAfterCut, Drain, retry_after_header, shutdown_error
+from compaction_proxy.config.preflight import validate_summarization_config
 from compaction_proxy.engine import Compactor, build_flow
-from compaction_proxy.errors import ProxyError, error_body
-from compaction_proxy.logs import ACCESS, access_line
+from compaction_proxy.http import (
+    ACCESS,
+    Access,
+    ArrivedAfterCut,
+    ClientGone,
+    Drain,
+    Message,
+    ProxyError,
+    Receive,
+    Scope,
+    Send,
+    UnsafePath,
+    access_line,
+    error_body,
+    header,
+    key_matches,
+    needs_normalizing,
+    normalize,
+    presented_key,
+    retry_after_header,
+    send_error,
+    shutdown_error,
+    side_access,
+)
 from compaction_proxy.observability.telemetry import Telemetry
-from compaction_proxy.paths import UnsafePath, needs_normalizing, normalize
-from compaction_proxy.summaries.stores.factory import make_store
-from compaction_proxy.summaries.summarizer import validate_summarization_config
-from compaction_proxy.transport import (
+from compaction_proxy.upstream import (
     HttpxUpstream,
+    Router,
     UpstreamTransport,
+    WindowBook,
     make_transport,
     plain_httpx_client,
 )
-from compaction_proxy.upstream import Router
-from compaction_proxy.windows import WindowBook
 
 log = logging.getLogger("compaction_proxy.app")
 
@@ -113,7 +137,7 @@ class ProxyApp:
                 if access is Access.DENIED:
                     ctx.status = 401
                     if path == _DASHBOARD_PAGE and self.state.settings.dashboard.enabled:
-                        await dashboard.send_unauthorized_page(send, ctx.response_headers)
+                        await send_unauthorized_page(send, ctx.response_headers)
                         return
                     raise ProxyError(401, _UNAUTHORIZED, code="invalid_api_key")
                 state = scope.setdefault("state", {})
@@ -158,7 +182,7 @@ class ProxyApp:
         ctx.authenticated = True
 
     def _side_access(self, ctx: RequestContext, scope: Scope, path: str) -> Access:
-        """The key check of every path outside /v1 (compaction_proxy/auth.py). The dashboard
+        """The key check of every path outside /v1 (compaction_proxy/http/_auth.py). The dashboard
         page also takes `?key=`, so a browser can open it (the page then sends a header)."""
         if not self._api_keys and not self._metrics_keys:
             return Access.FULL
@@ -170,7 +194,7 @@ class ProxyApp:
 
     def _note_accepted(self, ctx: RequestContext, scope: Scope, outcome: Outcome) -> None:
         """Remember the caller's key when an upstream that checks keys accepted it: the proxy
-        may then spend an operator's key for this caller (compaction_proxy/admission.py). A
+        may then spend an operator's key for this caller (compaction_proxy/http/_admission.py). A
         reply to a request that carried the operator's key, or the proxy's own, proves
         nothing about the caller's."""
         if ctx.authenticated or not 200 <= outcome.status < 300:
@@ -184,7 +208,7 @@ class ProxyApp:
 async def _answer_cut(ctx: RequestContext, send: Send) -> None:
     """A request the shutdown cut before it reached the forwarder (reading its body,
     compacting, calling the summarizer): a 503 in OpenAI's shape with ``Retry-After``
-    (compaction_proxy/drain.py). The forwarder answers the ones it was relaying itself."""
+    (compaction_proxy/http/_drain.py). The forwarder answers the ones it was relaying itself."""
     task = asyncio.current_task()
     while task is not None and task.cancelling():
         task.uncancel()
@@ -200,7 +224,7 @@ async def _answer_cut(ctx: RequestContext, send: Send) -> None:
 
 
 def _safe_path(scope: Scope) -> str:
-    """Resolve dot segments and duplicate slashes before routing (compaction_proxy/paths.py).
+    """Resolve dot segments and duplicate slashes before routing (compaction_proxy/http/_paths.py).
 
     The scope is rewritten so routing, logs and the forwarded URL all see the same path; a
     path that leaves /v1 is a 400 and never reaches an upstream.
@@ -324,10 +348,10 @@ def _build_fastapi(state: AppState) -> FastAPI:
     )
     app.state.proxy = state
     app.add_exception_handler(StarletteHTTPException, _route_error)
-    app.include_router(health.router)
-    app.include_router(metrics.router)
+    app.include_router(health_router)
+    app.include_router(metrics_router)
     if state.settings.dashboard.enabled:
-        app.include_router(dashboard.router)
+        app.include_router(dashboard_router)
     return app
 
 
@@ -366,7 +390,7 @@ def build_edge(
     Nothing here connects anywhere: the store, the published windows and the aiohttp session
     connect on first use, inside the server's event loop. `client` is the httpx client for the
     proxy's own calls (the summarizer, published windows), `transport` what forwarding uses;
-    None: a plain client (compaction_proxy/transport.py) and the configured
+    None: a plain client (compaction_proxy/upstream/_transport.py) and the configured
     `server.upstream_transport`.
     """
     if settings.summarization.enabled:
@@ -383,7 +407,9 @@ def build_edge(
             else make_transport(server)
         )
     proxy_client = client
-    windows = WindowBook(settings, store, lambda: proxy_client, catalog=compactor.catalog)
+    windows = WindowBook(
+        settings, StoredValues(store), lambda: proxy_client, catalog=compactor.catalog
+    )
     flow = build_flow(settings, compactor, store, client, windows)
     telemetry = Telemetry(settings, tokenizers=compactor.tokenizers)
     telemetry.watch_windows(windows)

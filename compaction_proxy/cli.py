@@ -1,8 +1,8 @@
 """Command line: `serve` runs the proxy, `check-config` validates a file, `compact` compacts one.
 
 One core, several faces: the CLI calls the same configuration loader, the same start-up checks
-(compaction_proxy/preflight.py) and, for `compact`, the same compaction flow as the HTTP edge,
-summarizer included, so what the command prints is what the server does.
+(compaction_proxy/config/preflight.py) and, for `compact`, the same compaction flow as the HTTP
+edge, summarizer included, so what the command prints is what the server does.
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from compaction_proxy.config import (
     load_settings,
     override_server,
 )
-from compaction_proxy.errors import ProxyError
+from compaction_proxy.http import ProxyError
 
 if TYPE_CHECKING:
     from compaction_proxy.compaction import CompactionResult, Mode
     from compaction_proxy.engine import Compactor
-    from compaction_proxy.responses import Lifted
+    from compaction_proxy.wire.responses import Lifted
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -106,8 +106,8 @@ def _source(file: str | None) -> str:
 
 def _load_checked(file: str | None, *, serving: bool = False) -> Settings:
     """The settings, refused with every problem the run would trip on
-    (compaction_proxy/preflight.py); `serving`: what `serve` would refuse too."""
-    from compaction_proxy import preflight
+    (compaction_proxy/config/preflight.py); `serving`: what `serve` would refuse too."""
+    from compaction_proxy.config import preflight
 
     settings = load_settings(file)
     preflight.check(settings, source=_source(file), serving=serving)
@@ -126,7 +126,7 @@ def _compact(args: argparse.Namespace) -> int:
 
     from compaction_proxy.compaction import Mode, build_view, validate_messages
     from compaction_proxy.engine import Compactor
-    from compaction_proxy.report_text import render
+    from compaction_proxy.observability.report_text import render
 
     settings = _load_checked(args.config)
     try:
@@ -188,15 +188,15 @@ def _compact(args: argparse.Namespace) -> int:
 
 def _responses_body(data: object) -> dict[str, Any] | None:
     """``data`` when it is a Responses body (``input`` and no ``messages``), else None."""
-    from compaction_proxy.responses import is_responses_body
+    from compaction_proxy.wire.responses import is_responses_body
 
     return data if isinstance(data, dict) and is_responses_body(data) else None
 
 
 def _lift_responses(body: dict[str, Any]) -> tuple[Lifted | None, str]:
-    """The chat-shaped view the pipeline takes (compaction_proxy/responses/), or None and why
+    """The chat-shaped view the pipeline takes (compaction_proxy/wire/responses/), or None and why
     not."""
-    from compaction_proxy.responses import lift, server_state, validate_request
+    from compaction_proxy.wire.responses import lift, server_state, validate_request
 
     held_by = server_state(body)
     if held_by is not None:
@@ -211,7 +211,7 @@ def _responses_out(
     body: dict[str, Any], lifted: Lifted, messages: Sequence[Any], model: str
 ) -> dict[str, Any]:
     """The Responses body to write: the compacted ``input``, every other field as it was."""
-    from compaction_proxy.responses import lower
+    from compaction_proxy.wire.responses import lower
 
     return {**body, "model": model, "input": lower(lifted, messages).items}
 
@@ -235,10 +235,9 @@ async def _run_flow(
 
     Returns the result and what to say about the summarizer (its calls, or why there were none).
     """
-    from compaction_proxy.admission import ALLOWED
     from compaction_proxy.engine import build_flow
-    from compaction_proxy.transport import plain_httpx_client
-    from compaction_proxy.upstream import Router
+    from compaction_proxy.http import ALLOWED
+    from compaction_proxy.upstream import Router, plain_httpx_client
 
     model: str = body["model"]
     upstream = Router(settings.upstreams).for_model(model)
@@ -282,10 +281,10 @@ async def _run_flow(
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from compaction_proxy import client_limits, preflight
     from compaction_proxy.app import create_app
-    from compaction_proxy.http_protocol import FIELD_LIMIT_ENV
-    from compaction_proxy.logs import configure_logging, logging_config
+    from compaction_proxy.config import preflight
+    from compaction_proxy.http import client_limits, configure_logging, logging_config
+    from compaction_proxy.http.protocol import FIELD_LIMIT_ENV
 
     settings = load_settings(args.config)
     overrides = {
@@ -304,7 +303,7 @@ def _serve(args: argparse.Namespace) -> int:
         "port": server.port,
         "loop": "uvloop",
         # httptools with bounded headers (431 past server.max_header_bytes / _field_bytes)
-        "http": "compaction_proxy.http_protocol:BoundedHttpToolsProtocol",
+        "http": "compaction_proxy.http.protocol:BoundedHttpToolsProtocol",
         "h11_max_incomplete_event_size": server.max_header_bytes,
         "lifespan": "on",
         "access_log": False,
@@ -315,7 +314,7 @@ def _serve(args: argparse.Namespace) -> int:
         "timeout_keep_alive": server.client_keepalive_timeout,
         "backlog": 4096,
     }
-    # The protocol reads these in every worker (compaction_proxy/client_limits.py).
+    # The protocol reads these in every worker (compaction_proxy/http/client_limits.py).
     os.environ[FIELD_LIMIT_ENV] = str(server.max_header_field_bytes)
     env = client_limits.ENV
     os.environ[env["header_timeout"]] = str(server.client_header_timeout)

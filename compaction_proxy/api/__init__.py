@@ -1,0 +1,45 @@
+"""The routes: what each path answers, on the edge built by compaction_proxy/app.py.
+
+The hot path is plain ASGI (docs/architecture.md, "The request path"); the side pages are
+FastAPI routers the app includes:
+
+* ``_chat``, ``_responses``: the two compacted routes, which share one path, ``_attempts``
+  (compact, forward, hold a refusal and compact again after an overflow);
+* ``_preview``: the same compaction, nothing forwarded or stored;
+* ``_passthrough``: every other ``/v1/*`` path, relayed as sent and routed by its model;
+* ``_forward``: the relay of an upstream's reply (``_stream_events``: a stream cut only at
+  event boundaries; ``_usage``: the prompt tokens the reply reports);
+* ``_requests``: what the routes share (the upstream, the headers, the window, who is asking,
+  the report headers); ``_limits``: the body limits a route reads with;
+* ``_context``: :class:`AppState`, what every request shares, and :class:`RequestContext`,
+  one request's, which feeds the access log;
+* ``_health``, ``_metrics``, ``_dashboard``: ``/healthz`` and ``/readyz``, ``/metrics``,
+  ``/dashboard`` (its page is ``static/dashboard.html``).
+"""
+
+from ._chat import chat_completions
+from ._context import AppState, RequestContext
+from ._dashboard import router as dashboard_router
+from ._dashboard import send_unauthorized_page
+from ._forward import Outcome
+from ._health import router as health_router
+from ._metrics import router as metrics_router
+from ._passthrough import passthrough
+from ._preview import preview
+from ._requests import credential
+from ._responses import responses
+
+__all__ = [
+    "AppState",
+    "Outcome",
+    "RequestContext",
+    "chat_completions",
+    "credential",
+    "dashboard_router",
+    "health_router",
+    "metrics_router",
+    "passthrough",
+    "preview",
+    "responses",
+    "send_unauthorized_page",
+]

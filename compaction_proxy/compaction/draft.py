@@ -41,6 +41,7 @@ from enum import Enum
 
 from .budget import Budget, Calibration
 from .canonical import canonical_bytes
+from .errors import CompactionProxyError
 from .messages import Message, has_tool_calls, legacy_function_name, role_of, tool_call_ids
 from .tokens import Tokenizer
 from .triggers import Metrics
@@ -63,7 +64,7 @@ class GroupState(Enum):
     REPLACED = "replaced"
 
 
-class ProtectedGroupError(RuntimeError):
+class ProtectedGroupError(CompactionProxyError, RuntimeError):
     """A strategy tried to change a protected group (a bug in the strategy)."""
 
 

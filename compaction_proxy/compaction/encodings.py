@@ -36,6 +36,8 @@ from typing import Any
 
 import tiktoken
 
+from .errors import CompactionProxyError
+
 BLOB_URL = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
 
 KNOWN_SHA256: Mapping[str, str] = {
@@ -55,7 +57,7 @@ MAX_FILE_BYTES = 64 * 1024 * 1024
 """Larger than any tiktoken file (o200k_base is 3.6 MB); a gzip bomb in a directory stops here."""
 
 
-class EncodingUnavailable(LookupError):
+class EncodingUnavailable(CompactionProxyError, LookupError):
     """No verified local file for an encoding (or the encoding is unknown)."""
 
 

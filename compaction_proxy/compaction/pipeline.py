@@ -362,7 +362,7 @@ def unchanged_result(
     """What :func:`compact_async` returns for ``request`` when no trigger fires (every
     strategy skipped by its trigger, the counts unchanged, the input's own dicts), built
     without the view by a caller that knows the exact count ``tokens`` (the edge's quiet path,
-    compaction_proxy/engine/quiet.py); ``metrics`` is left out: the view's groups and turns are
+    compaction_proxy/engine/_quiet.py); ``metrics`` is left out: the view's groups and turns are
     unknown."""
     skipped = tuple(skipped_report(s.name, tokens, "trigger") for s in request.pipeline.strategies)
     report = _report(

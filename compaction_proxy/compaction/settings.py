@@ -1,6 +1,6 @@
 """Configuration models for the compaction core (pydantic v2).
 
-``compaction_proxy/config.py`` embeds :class:`CompactionSettings` under ``compaction:`` (and, per
+``compaction_proxy/config/`` embeds :class:`CompactionSettings` under ``compaction:`` (and, per
 model, under ``models.<pattern>.compaction``) and :class:`SummarizationSettings` under
 ``summarization:``; these models are the only validation there is.
 
@@ -40,7 +40,8 @@ from .strategies.summarization import Placement, RetainRecentSettings
 from .triggers import Condition, TokenRatio, parse_condition
 
 DEFAULT_MIN_SAVING = 0.02
-"""``compaction.min_saving``: 2 % of the budget (see compaction_proxy/compaction/churn.py)."""
+"""``compaction.min_saving``: 2 % of the budget (see
+compaction_proxy/compaction/strategies/churn.py)."""
 
 
 def _prepare(value: object) -> Condition | None:

@@ -6,7 +6,7 @@ The core never talks to a model itself.  The summarization strategy hands a
 :func:`~compaction_proxy.compaction.pipeline.compact_async` and gets back the summary text, or a
 :class:`SummaryError` saying why there is none.  Everything model-facing -- prompts, transcript
 guards (images, reasoning, oversized messages), chunking, the HTTP call, single-flight and
-back-off -- lives behind this protocol in :mod:`compaction_proxy.summaries`.
+back-off -- lives behind this protocol in :mod:`compaction_proxy.summarizer`.
 
 A failure never fails the request: the strategy changes nothing, reports the failure, and the
 pipeline moves on to its next strategy (truncation at worst).
@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
+
+from .errors import CompactionProxyError
 
 SummaryFailureReason = Literal["timeout", "error", "empty", "oversized", "not_shorter", "backoff"]
 """Why a summary was not produced (``SummaryError.reason``; also the report's ``failed``)."""
@@ -51,7 +53,7 @@ class SummaryRequest:
     max_tokens: int | None = None
 
 
-class SummaryError(Exception):
+class SummaryError(CompactionProxyError):
     """No usable summary.
 
     ``reason`` is one of ``"timeout"``, ``"error"``, ``"empty"``, ``"oversized"``,

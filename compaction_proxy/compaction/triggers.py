@@ -38,6 +38,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from .errors import CompactionProxyError
+
 
 def _no_overflow() -> int:
     return 0
@@ -56,7 +58,7 @@ class Metrics:
     overflow_messages: Callable[[], int] = field(default=_no_overflow, compare=False)
 
 
-class ConditionError(ValueError):
+class ConditionError(CompactionProxyError, ValueError):
     """A trigger/target could not be parsed; the message starts with the key path."""
 
 
@@ -254,7 +256,7 @@ def count_demands(condition: Condition, metrics: Metrics) -> bool:
     by a count; for an ``all``, the whole fires and one part fires by a count.
 
     A run a count demanded must take effect whatever it saves in tokens (the minimum saving,
-    compaction_proxy/compaction/churn.py): "keep the last 4 turns" is about turns.
+    compaction_proxy/compaction/strategies/churn.py): "keep the last 4 turns" is about turns.
     """
     if isinstance(condition, TurnsExceed | MessagesExceed | GroupsExceed):
         return condition.fires(metrics)

@@ -3,9 +3,27 @@
 Two layers over the pure core (`compaction_proxy/compaction/`): :class:`Compactor` runs the
 configured pipeline for a request's model (tokenizers, catalog, worker thread, calibration), and
 :class:`CompactionFlow` wraps one request's compaction in checkpoints and a guarded summarizer.
+The modules:
+
+* ``_compactor``: the core run for a model, on the compaction thread (``_calibration``: the
+  upstream's count over ours; ``_quiet``: the limit under which a request skips the view);
+* ``_flow``: one request's compaction (lookup, compact, save once accepted); ``_hit_report``:
+  a checkpoint hit's report in the client's terms;
+* ``_prepare``: summaries prepared in the background, before the trigger needs them;
+* ``_offload``: large bodies parsed off the event loop (``_body_codec``: what a worker process
+  sends back).
 """
 
-from compaction_proxy.engine.compactor import Compactor
-from compaction_proxy.engine.flow import CompactionFlow, FlowResult, build_flow
+from ._compactor import Compactor
+from ._flow import CompactionFlow, FlowResult, build_flow
+from ._offload import OFFLOAD_BYTES
+from ._prepare import PreparedStats
 
-__all__ = ["CompactionFlow", "Compactor", "FlowResult", "build_flow"]
+__all__ = [
+    "OFFLOAD_BYTES",
+    "CompactionFlow",
+    "Compactor",
+    "FlowResult",
+    "PreparedStats",
+    "build_flow",
+]

@@ -10,9 +10,10 @@ modules, one job each:
 * :mod:`.outcomes`: a request's summarizer calls reconciled with its report;
 * :mod:`.labels`: label values (the route, the capped model name);
 * :mod:`.prices`: USD per 1M input tokens, for the money saved;
-* :mod:`.content`: the dashboard's content preview (to move into the core's message module).
+* :mod:`.report_text`: a compaction report as text, what ``compaction-proxy compact`` prints.
 
-The forwarding path (chat and pass-through) imports nothing from here but :mod:`.content`
-(for now), and the compaction core nothing at all: observability depends on the proxy, never
-the reverse. This file imports nothing, so importing one module does not load Prometheus.
+Only the app, the CLI and the routes that serve the figures (``/metrics``, ``/dashboard``)
+import it; the forwarding path (chat and pass-through) and every layer below the routes never
+do (docs/architecture.md, "Layers and what each may import", checked by ``lint-imports``).
+This file imports nothing, so importing one module does not load Prometheus.
 """

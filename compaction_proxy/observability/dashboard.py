@@ -22,7 +22,7 @@ from compaction_proxy.observability.labels import ROUTE_CHAT, ROUTE_RESPONSES
 if TYPE_CHECKING:
     from compaction_proxy.compaction.report import StrategyFailure
     from compaction_proxy.observability.prices import Prices
-    from compaction_proxy.windows import WindowBook
+    from compaction_proxy.upstream import WindowBook
 
 __all__ = ["MINUTES", "RECENT_FAILURES", "RECENT_REQUESTS", "Dashboard", "RecentRow"]
 
@@ -115,7 +115,8 @@ class _ModelTotals:
     tokens_after: int = 0
     usd_saved: float = 0.0
     # The calibration column: Σ usage.prompt_tokens over Σ our count of the same forwarded
-    # requests, so a large request weighs more than a "hi" (compaction_proxy/engine/calibration.py).
+    # requests, so a large request weighs more than a "hi"
+    # (compaction_proxy/engine/_calibration.py).
     usage_tokens: int = 0
     counted_tokens: int = 0
 

@@ -20,10 +20,10 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from compaction_proxy import __version__
 
 if TYPE_CHECKING:
+    from compaction_proxy.checkpoints import StoreBreaker
     from compaction_proxy.compaction.tokenizer_provider import TokenizerProvider
-    from compaction_proxy.summaries.prepare import PreparedStats
-    from compaction_proxy.summaries.stores import StoreBreaker
-    from compaction_proxy.windows import WindowBook
+    from compaction_proxy.engine import PreparedStats
+    from compaction_proxy.upstream import WindowBook
 
 __all__ = [
     "CONTENT_TYPE",
@@ -237,7 +237,7 @@ class TokenizerFallback:
 class PreparedSummaries:
     """``compaction_proxy_prepared_summaries_total`` by outcome (made, used, wasted: expired
     unused, failed, dropped: cancelled for a newer job) and the jobs in flight, read from the
-    :class:`~compaction_proxy.summaries.prepare.PreparedStats` at scrape time."""
+    :class:`~compaction_proxy.engine._prepare.PreparedStats` at scrape time."""
 
     OUTCOMES = ("made", "used", "wasted", "failed", "dropped")  # prepare.Outcome
 
@@ -275,7 +275,7 @@ class PreparedSummaries:
 
 class WithheldSummaries:
     """``compaction_proxy_summaries_withheld_total`` by reason, read from the flow's counts at
-    scrape time (compaction_proxy/admission.py)."""
+    scrape time (compaction_proxy/http/_admission.py)."""
 
     REASONS = ("unknown_caller", "preview_unauthenticated")
 
@@ -305,7 +305,8 @@ class WithheldSummaries:
 
 class ContextWindows:
     """``compaction_proxy_context_window_tokens``: learned and discovered windows in use, read
-    from the :class:`~compaction_proxy.windows.WindowBook` at scrape time (bounded by its table)."""
+    from the :class:`~compaction_proxy.upstream._windows.WindowBook` at scrape time (bounded by its
+    table)."""
 
     def __init__(self, book: WindowBook) -> None:
         self._book = book

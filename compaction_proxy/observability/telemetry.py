@@ -3,7 +3,7 @@
 :meth:`Telemetry.record_request` runs once per request where the access log is written
 (``ProxyApp.__call__``), from what the request left on its context. Two things cannot wait for
 the end of the request and have their own hooks: summarizer HTTP calls (a
-:class:`~compaction_proxy.summaries.summarizer.SummarizerStats` listener, for their latency and for
+:class:`~compaction_proxy.summarizer.SummarizerStats` listener, for their latency and for
 calls no request keeps) and the figures read at scrape time (:mod:`.prometheus`).
 
 Telemetry reads the request through :class:`FinishedRequest`, a protocol the request context
@@ -35,18 +35,14 @@ from compaction_proxy.observability.prometheus import (
 )
 
 if TYPE_CHECKING:
+    from compaction_proxy.checkpoints import StoreBreaker
     from compaction_proxy.compaction import CompactionReport
     from compaction_proxy.compaction.report import StrategyFailure
     from compaction_proxy.compaction.tokenizer_provider import TokenizerProvider
     from compaction_proxy.config import Settings
-    from compaction_proxy.summaries.prepare import PreparedStats
-    from compaction_proxy.summaries.stores import StoreBreaker
-    from compaction_proxy.summaries.summarizer import (
-        SummarizerStats,
-        SummaryCallRecord,
-        SummaryCalls,
-    )
-    from compaction_proxy.windows import WindowBook
+    from compaction_proxy.engine import PreparedStats
+    from compaction_proxy.summarizer import SummarizerStats, SummaryCallRecord, SummaryCalls
+    from compaction_proxy.upstream import WindowBook
 
 log = logging.getLogger("compaction_proxy.metrics")  # the name operators already filter on
 
@@ -59,7 +55,7 @@ _DRY_RUNS = frozenset({"dry-run", "dry-run-local"})
 class FinishedRequest(Protocol):
     """What telemetry reads from a request once it is over.
 
-    ``compaction_proxy.context.RequestContext`` provides all of it. Read-only: telemetry never
+    ``compaction_proxy.api._context.RequestContext`` provides all of it. Read-only: telemetry never
     changes the request it records.
     """
 
@@ -277,7 +273,7 @@ def _forwarded(report: CompactionReport) -> tuple[int, int, tuple[str, ...]]:
     """Tokens before, tokens forwarded and the strategies that changed what was forwarded.
 
     ``tokens_before`` is what the client sent, on a checkpoint hit too: the report names the
-    hit as its first step, ``checkpoint`` (compaction_proxy/engine/hit_report.py), so a hit counts
+    hit as its first step, ``checkpoint`` (compaction_proxy/engine/_hit_report.py), so a hit counts
     as a compaction, its saving in ``tokens_saved_total`` and on the dashboard. A dry run forwards
     the original: nothing was saved and no strategy changed anything.
     """

@@ -78,9 +78,9 @@ written (YAML reads ``0x200`` as 512)."""
 
 
 ONE_MECHANISM = {"min_saving": 0, "carry_user_messages": 0}
-"""The composition alone: no churn cut (compaction/churn.py: a collapse saving ~100 tokens of a
-28k budget would be undone) and no carried user messages (compaction/carry.py: they stay beside
-the window, so "the user messages forwarded" would not be "the turns kept")."""
+"""The composition alone: no churn cut (compaction/strategies/churn.py: a collapse saving ~100
+tokens of a 28k budget would be undone) and no carried user messages (compaction/carry.py: they stay
+beside the window, so "the user messages forwarded" would not be "the turns kept")."""
 
 
 def dotnet_pipeline(extra: dict[str, Any] | None = None) -> Pipeline:

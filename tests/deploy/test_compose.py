@@ -19,10 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
+from compaction_proxy.checkpoints import RedisStore, StoreBreaker, make_store
 from compaction_proxy.config import Settings, load_settings
-from compaction_proxy.summaries.stores.breaker import StoreBreaker
-from compaction_proxy.summaries.stores.factory import make_store
-from compaction_proxy.summaries.stores.redis import RedisStore
 from tests.deploy.files import (
     COMPOSE,
     CONFIG_EXAMPLE,

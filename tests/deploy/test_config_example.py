@@ -33,7 +33,7 @@ from compaction_proxy.compaction.settings import (
     entry_to_config,
 )
 from compaction_proxy.config import ConfigError, Settings, effective_config, load_settings
-from compaction_proxy.summaries.summarizer import DEFAULT_MAX_SUMMARY_TOKENS
+from compaction_proxy.summarizer import DEFAULT_MAX_SUMMARY_TOKENS
 from tests.deploy.files import CONFIG_EXAMPLE, REPO_ROOT, dockerfile
 
 EXAMPLE_ONLY = ("models",)  # sections whose content is an example, not the default ({})
@@ -136,7 +136,7 @@ def test_a_key_in_the_example_needs_inbound_keys_to_serve() -> None:
     """What the image and compose.yaml run: with OPENAI_API_KEY in the proxy, `serve` needs
     server.api_keys (COMPACTION_PROXY_SERVER__API_KEYS), or the explicit opt-in; without a
     key in the proxy, clients' keys pass through and nothing more is needed."""
-    from compaction_proxy import preflight
+    from compaction_proxy.config import preflight
 
     keyed = load_settings(CONFIG_EXAMPLE, environ={"OPENAI_API_KEY": "sk-example-123"})
     (problem,) = preflight.serving_problems(keyed)

@@ -22,12 +22,11 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from compaction_proxy import preflight
 from compaction_proxy.compaction.factory import build_pipeline
 from compaction_proxy.compaction.settings import CompactionSettings, SummarizationSettings
 from compaction_proxy.compaction.strategies import StrategyParams, default_registry
 from compaction_proxy.compaction.triggers import CONDITION_NAMES, Condition
-from compaction_proxy.config import Settings, load_settings
+from compaction_proxy.config import Settings, load_settings, preflight
 from tests.deploy.files import CONFIG_EXAMPLE
 
 Key = tuple[type[BaseModel], str]

@@ -21,10 +21,9 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from compaction_proxy import preflight
 from compaction_proxy.compaction.strategies import StrategyParams, default_registry
 from compaction_proxy.compaction.triggers import CONDITION_NAMES, Condition
-from compaction_proxy.config import Settings, effective_config, load_settings
+from compaction_proxy.config import Settings, effective_config, load_settings, preflight
 from tests.deploy.files import REPO_ROOT
 
 README = REPO_ROOT / "README.md"

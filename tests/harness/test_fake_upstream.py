@@ -264,7 +264,7 @@ async def _refused(style: str, *, stream: bool) -> httpx.Response:
 )
 async def test_refusal_styles(style: str, family: str, window: int | None, stream: bool) -> None:
     """Each family's own refusal, as JSON, before any stream byte; the proxy's parser reads it."""
-    from compaction_proxy.overflow import detect_overflow
+    from compaction_proxy.upstream import detect_overflow
 
     response = await _refused(style, stream=stream)
     assert response.status_code == 400
@@ -301,7 +301,7 @@ def test_refusal_style_through_control(upstream: UpstreamServer) -> None:
     ],
 )
 def test_published_windows(upstream: UpstreamServer, style: str, field: Any) -> None:
-    from compaction_proxy.published_windows import parse_models_listing
+    from compaction_proxy.upstream import parse_models_listing
 
     upstream.control(
         models=["local-model", "gpt-4o"],
@@ -316,7 +316,7 @@ def test_published_windows(upstream: UpstreamServer, style: str, field: Any) -> 
 
 
 def test_windows_unpublished_by_default(upstream: UpstreamServer) -> None:
-    from compaction_proxy.published_windows import parse_models_listing
+    from compaction_proxy.upstream import parse_models_listing
 
     upstream.control(model_context_windows={"gpt-4o": 16_384})
     listing = upstream.client.get("/v1/models")

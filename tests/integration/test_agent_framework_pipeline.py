@@ -17,11 +17,12 @@ fires -- never skipped because an earlier one brought the request under the budg
 the sliding window has fired, at most its 4 user turns plus the newest reach the model.
 
 The proxy's defaults are on, as a user who ports the pipeline gets them: ``min_saving`` (a
-churn cut that never undoes what the turn count demanded, compaction_proxy/compaction/churn.py)
-and ``carry_user_messages`` (the user messages of folded turns stay verbatim up to 15 % of the
-budget, compaction_proxy/compaction/carry.py).  A carried user message is not a turn: the window
-counts a user message with its replies, and the carried ones are checked apart (verbatim copies
-of what the client said earlier, within their share).
+churn cut that never undoes what the turn count demanded,
+compaction_proxy/compaction/strategies/churn.py) and ``carry_user_messages`` (the user messages of
+folded turns stay verbatim up to 15 % of the budget, compaction_proxy/compaction/carry.py).  A
+carried user message is not a turn: the window counts a user message with its replies, and the
+carried ones are checked apart (verbatim copies of what the client said earlier, within their
+share).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Summaries prepared ahead of time, through real processes (compaction_proxy/summaries/prepare.py).
+"""Summaries prepared ahead of time, through real processes (compaction_proxy/engine/_prepare.py).
 
 An agent loop is driven request by request through the prepare threshold (0.6 of the budget here)
 to the trigger (0.8) and on, against a window-enforcing fake upstream whose summarizer takes

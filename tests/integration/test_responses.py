@@ -22,8 +22,8 @@ import orjson
 import pytest
 
 from compaction_proxy.compaction import EncodingLoader, TokenizerProvider
-from compaction_proxy.responses import lift
-from compaction_proxy.responses.items import CALL_KEYS, OUTPUT_KEYS
+from compaction_proxy.wire.responses import lift
+from compaction_proxy.wire.responses._items import CALL_KEYS, OUTPUT_KEYS
 from tests.fakes.upstream import SUMMARIZER_PREFIX_MARKER
 from tests.support.agent_session import is_summarizer_text, tool_output
 from tests.support.responses_upstream import RESPONSES, ResponsesUpstreamServer

@@ -1,6 +1,6 @@
 """The pieces of observability on their own: usage probe, prices, label cap, reconciliation.
 
-The usage probe lives beside the forwarder (compaction_proxy/api/usage.py); the rest in
+The usage probe lives beside the forwarder (compaction_proxy/api/_usage.py); the rest in
 compaction_proxy/observability/.
 """
 
@@ -13,19 +13,19 @@ import httpx
 import orjson
 import pytest
 
-from compaction_proxy.api.usage import UsageProbe
+from compaction_proxy.api import AppState, RequestContext
+from compaction_proxy.api._usage import UsageProbe
 from compaction_proxy.compaction.messages import last_user_text
 from compaction_proxy.compaction.report import CompactionReport, StrategyFailure, StrategyReport
 from compaction_proxy.compaction.settings import SummarizationSettings
+from compaction_proxy.compaction.summarizer import SummaryError, SummaryRequest
 from compaction_proxy.config import Settings, UpstreamSettings
-from compaction_proxy.context import AppState, RequestContext
 from compaction_proxy.observability.dashboard import RecentRow
 from compaction_proxy.observability.labels import LabelCap, route_of
 from compaction_proxy.observability.outcomes import final_outcomes
 from compaction_proxy.observability.prices import Prices
 from compaction_proxy.observability.telemetry import Telemetry
-from compaction_proxy.summaries.contract import SummaryError, SummaryRequest
-from compaction_proxy.summaries.summarizer import (
+from compaction_proxy.summarizer import (
     HttpSummarizer,
     SummarizerStats,
     SummaryCallRecord,
@@ -358,8 +358,8 @@ def test_cached_summarizer_tokens_reach_metrics_and_dashboard() -> None:
 
 
 def _hit_report() -> CompactionReport:
-    """What the flow reports on a checkpoint hit (compaction_proxy/engine/hit_report.py): the client
-    sent 110,000 tokens, the checkpoint view was 1,008, and nothing else ran."""
+    """What the flow reports on a checkpoint hit (compaction_proxy/engine/_hit_report.py): the
+    client sent 110,000 tokens, the checkpoint view was 1,008, and nothing else ran."""
     step = StrategyReport("checkpoint", True, True, 110_000, 1_008, messages_affected=400)
     idle = StrategyReport("summarization", False, False, 1_008, 1_008, skipped="trigger")
     return replace(_report(), tokens_before=110_000, tokens_after=1_008, strategies=(step, idle))

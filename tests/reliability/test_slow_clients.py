@@ -26,7 +26,7 @@ import httpx
 import orjson
 import pytest
 
-from compaction_proxy.client_limits import derived_max_connections
+from compaction_proxy.http.client_limits import derived_max_connections
 from tests.reliability.rawhttp import RawResponse
 from tests.support.assertions import CHAT_PATH
 from tests.support.servers import (

@@ -17,8 +17,7 @@ import httpx
 import orjson
 import pytest
 
-from compaction_proxy.summaries.checkpoints import chain
-from compaction_proxy.summaries.stores import Checkpoint
+from compaction_proxy.checkpoints import Checkpoint, chain
 from tests.integration.test_checkpoints import MODEL, WINDOW, checkpoint_config
 from tests.integration.test_checkpoints import conversation_over_budget as conversation
 from tests.reliability.hung_server import HungServer

@@ -1,9 +1,9 @@
 """The Responses adapter, item by item: what the core is shown, and what comes back.
 
 The adapter shows the compaction core each Responses conversation as chat messages
-(compaction_proxy/responses/lift.py) and maps the result back to items (lower.py). These tests pin
-the grouping (parallel calls one step, reasoning with the item it precedes, hosted calls, unknown
-items riding with a neighbour), the exact round trip when nothing changed (the client's own
+(compaction_proxy/wire/responses/_lift.py) and maps the result back to items (lower.py). These tests
+pin the grouping (parallel calls one step, reasoning with the item it precedes, hosted calls,
+unknown items riding with a neighbour), the exact round trip when nothing changed (the client's own
 objects, even through a checkpoint's JSON), and each kind of edit a strategy can make.
 """
 
@@ -29,7 +29,7 @@ from compaction_proxy.compaction.strategies import (
     ToolResultCompactionStrategy,
 )
 from compaction_proxy.compaction.triggers import Always
-from compaction_proxy.responses import (
+from compaction_proxy.wire.responses import (
     LowerError,
     input_items,
     is_responses_body,

@@ -14,7 +14,7 @@ import httpx
 import orjson
 import pytest
 
-from compaction_proxy.overflow import detect_overflow
+from compaction_proxy.upstream import detect_overflow
 from tests.support.responses_upstream import create_app
 from tests.support.sse import sse_data
 

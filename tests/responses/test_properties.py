@@ -43,9 +43,9 @@ from compaction_proxy.compaction.strategies import (
     TruncationStrategy,
 )
 from compaction_proxy.compaction.triggers import OverBudget, TokenRatio
-from compaction_proxy.responses import Lowered, lift, lower
-from compaction_proxy.responses.items import CALL_KEYS, OUTPUT_KEYS, item_type
-from compaction_proxy.responses.lift import build_units
+from compaction_proxy.wire.responses import Lowered, lift, lower
+from compaction_proxy.wire.responses._items import CALL_KEYS, OUTPUT_KEYS, item_type
+from compaction_proxy.wire.responses._lift import build_units
 
 Item = dict[str, Any]
 TOK = CharacterEstimatorTokenizer()

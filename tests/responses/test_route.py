@@ -13,10 +13,10 @@ import httpx
 import orjson
 import pytest
 
-import compaction_proxy.api.responses as route
+import compaction_proxy.api._responses as route
 from compaction_proxy.app import ProxyApp, build_edge
 from compaction_proxy.config import Settings
-from compaction_proxy.transport import HttpxUpstream
+from compaction_proxy.upstream import HttpxUpstream
 
 UPSTREAM = "http://upstream.test/v1"
 OVERFLOW = {

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from compaction_proxy.responses import validate_request
+from compaction_proxy.wire.responses import validate_request
 
 DEEP: Any = "x"
 for _ in range(80):

@@ -95,7 +95,8 @@ def tool_output(step: int, call: int, size: int) -> str:
 
 def is_summarizer_text(text: str | None) -> bool:
     """A summarizer call, in either form: the transcript in <conversation> tags, or the chat
-    request's own prefix ending in the marked instruction (compaction_proxy/summaries/prefix.py)."""
+    request's own prefix ending in the marked instruction
+    (compaction_proxy/summarizer/_prefix.py)."""
     if not text:
         return False
     return "<conversation>" in text or SUMMARIZER_PREFIX_MARKER in text

@@ -173,7 +173,7 @@ def proxy_config(
 
     ``allow_anonymous_spend``: for tests of something else (routing, bytes) that give their
     upstreams keys without putting the proxy behind ``server.api_keys``, which ``serve``
-    otherwise refuses (compaction_proxy/preflight.py)."""
+    otherwise refuses (compaction_proxy/config/preflight.py)."""
     server: dict[str, Any] = {"host": "127.0.0.1", "port": 8080}
     if api_keys is not None:
         server["api_keys"] = api_keys

@@ -1,14 +1,12 @@
-"""Who may make the proxy spend an operator key (compaction_proxy/admission.py, auth.py's side
+"""Who may make the proxy spend an operator key (compaction_proxy/http/_admission.py, auth.py's side
 routes), without a server."""
 
 from __future__ import annotations
 
 import pytest
 
-from compaction_proxy import preflight
-from compaction_proxy.admission import KnownCallers
-from compaction_proxy.auth import Access, side_access
-from compaction_proxy.config import ConfigError, Settings
+from compaction_proxy.config import ConfigError, Settings, preflight
+from compaction_proxy.http import Access, KnownCallers, side_access
 
 
 class Clock:

@@ -21,7 +21,7 @@ import respx
 
 from compaction_proxy.app import ProxyApp, build_edge
 from compaction_proxy.config import Settings
-from compaction_proxy.transport import HttpxUpstream
+from compaction_proxy.upstream import HttpxUpstream
 
 OPENAI = "http://openai.test/v1"
 LOCAL = "http://local.test/v1"

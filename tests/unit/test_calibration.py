@@ -1,6 +1,6 @@
 """The calibration ratio is weighted by request size and ignores requests too small to matter
-(compaction_proxy/engine/calibration.py), and what it learns moves the triggers
-(compaction_proxy/engine/compactor.py).
+(compaction_proxy/engine/_calibration.py), and what it learns moves the triggers
+(compaction_proxy/engine/_compactor.py).
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ import pytest
 
 from compaction_proxy.compaction import Mode
 from compaction_proxy.config import Settings
-from compaction_proxy.engine.calibration import (
+from compaction_proxy.engine import Compactor
+from compaction_proxy.engine._calibration import (
     HALF_LIFE_TOKENS,
     MAX_MODELS,
     MIN_TOKENS,
     CalibrationBook,
 )
-from compaction_proxy.engine.compactor import Compactor
 
 BOUNDS = {"minimum": 0.5, "maximum": 2.0}
 

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import orjson
 import pytest
 
-from compaction_proxy.api.requests import parse_chat_body
-from compaction_proxy.errors import ProxyError, bad_request, error_body
+from compaction_proxy.http import ProxyError, bad_request, error_body
+from compaction_proxy.wire import parse_chat_body
 
 
 def error_of(raw: bytes) -> ProxyError:

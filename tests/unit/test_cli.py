@@ -145,12 +145,12 @@ def test_unknown_command_is_usage_error(capsys: pytest.CaptureFixture[str]) -> N
 def uvicorn_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, dict[str, Any]]]:
     import uvicorn
 
-    import compaction_proxy.logs
+    import compaction_proxy.http
 
     calls: list[tuple[Any, dict[str, Any]]] = []
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: calls.append((app, kw)))
     # serve configures the root logger; keep pytest's handlers.
-    monkeypatch.setattr(compaction_proxy.logs, "configure_logging", lambda level: None)
+    monkeypatch.setattr(compaction_proxy.http, "configure_logging", lambda level: None)
     return calls
 
 
@@ -243,7 +243,7 @@ def test_serve_hands_uvicorn_the_logging_set_up_for_every_worker(
 def test_logging_config_leaves_the_decision_log_alone_without_the_switch(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from compaction_proxy.logs import logging_config
+    from compaction_proxy.http import logging_config
 
     monkeypatch.delenv("COMPACTION_DEBUG", raising=False)
     assert "compaction_proxy.compaction" not in logging_config("warning")["loggers"]

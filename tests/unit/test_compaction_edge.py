@@ -258,7 +258,7 @@ def test_calibration_from_upstream_usage_moves_the_trigger(tmp_path: Path) -> No
     """An upstream that counts twice what tiktoken says (a non-OpenAI model behind an
     OpenAI-compatible API): once learnt, a request at ~55% of the raw budget is compacted."""
     from compaction_proxy.compaction import Mode
-    from compaction_proxy.engine.compactor import Compactor
+    from compaction_proxy.engine import Compactor
 
     settings = Settings(
         upstreams=[{"name": "up", "base_url": UPSTREAM}],
@@ -295,7 +295,7 @@ def test_missing_encodings_are_fetched_in_the_background(
     import tiktoken
 
     from compaction_proxy.compaction import encodings
-    from compaction_proxy.engine.compactor import Compactor
+    from compaction_proxy.engine import Compactor
 
     monkeypatch.setattr(encodings, "BUNDLED_PACKAGE", "no_such_package_with_encodings")
     cache = tmp_path / "tiktoken-cache"

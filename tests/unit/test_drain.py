@@ -1,6 +1,6 @@
-"""The shutdown drain (compaction_proxy/drain.py) in-process: readiness while shutting down, the
-cut of what is still running, and the signal hook. The answers a real client gets from a real
-SIGTERM are tested in tests/reliability/test_shutdown.py."""
+"""The shutdown drain (compaction_proxy/http/_drain.py) in-process: readiness while shutting
+down, the cut of what is still running, and the signal hook. The answers a real client gets
+from a real SIGTERM are tested in tests/reliability/test_shutdown.py."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import httpx
 import orjson
 import pytest
 
-from compaction_proxy.drain import Drain
+from compaction_proxy.http import Drain
 from tests.unit import test_app
 from tests.unit.test_app import CHAT, JSON, OPENAI, Client, Harness, Result, call
 

@@ -1,4 +1,4 @@
-"""A checkpoint hit reports what the client sent (compaction_proxy/engine/hit_report.py).
+"""A checkpoint hit reports what the client sent (compaction_proxy/engine/_hit_report.py).
 
 The flow runs in-process with a real memory store and the real tokenizer; the reference figure
 is the compactor's own count of the client's whole request with no checkpoint in the way
@@ -13,11 +13,11 @@ from typing import Any
 import httpx
 import pytest
 
+from compaction_proxy.checkpoints import MemoryStore
 from compaction_proxy.compaction import Mode
 from compaction_proxy.config import Settings
 from compaction_proxy.engine import CompactionFlow, Compactor, build_flow
-from compaction_proxy.engine.hit_report import CHECKPOINT_STEP
-from compaction_proxy.summaries.stores.memory import MemoryStore
+from compaction_proxy.engine._hit_report import CHECKPOINT_STEP
 
 MODEL = "small-model"
 
@@ -116,7 +116,7 @@ async def test_a_checkpoint_without_the_figure_is_counted_the_slow_way(
     flow: CompactionFlow, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Checkpoints stored before `folded_tokens` existed still report exactly."""
-    import compaction_proxy.engine.flow as flow_module
+    import compaction_proxy.engine._flow as flow_module
 
     monkeypatch.setattr(flow_module, "checkpoint_meta", lambda report: {})
     first = await _run(flow, _request(12))

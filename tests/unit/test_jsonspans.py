@@ -1,5 +1,5 @@
-"""The raw-JSON scanner (compaction_proxy/jsonspans.py) and the splice built on it
-(compaction_proxy/forwarded.py), over bodies written every way JSON allows.
+"""The raw-JSON scanner (compaction_proxy/wire/_jsonspans.py) and the splice built on it
+(compaction_proxy/wire/_forwarded.py), over bodies written every way JSON allows.
 
 Bodies are generated as values and then written with random spacing, escapes (``\\u00e9``,
 ``\\/``, surrogate pairs) and number spellings (``1.10``, ``1E+2``, integers past 64 bits), so
@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compaction_proxy.forwarded import ClientBody
-from compaction_proxy.jsonspans import (
+from compaction_proxy.wire import ClientBody
+from compaction_proxy.wire._jsonspans import (
     REGEX_DEPTH,
     ScanError,
     decode_string,

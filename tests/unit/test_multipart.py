@@ -1,5 +1,5 @@
-"""The multipart ``model`` field reader (compaction_proxy/multipart.py): whatever the order of the
-parts, however the body is cut into chunks, it finds the field's first occurrence exactly, and
+"""The multipart ``model`` field reader (compaction_proxy/wire/_multipart.py): whatever the order of
+the parts, however the body is cut into chunks, it finds the field's first occurrence exactly, and
 what httpx (the SDK's transport) writes it reads."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compaction_proxy.multipart import Field, FieldReader, Unreadable, boundary_of
+from compaction_proxy.wire import Field, FieldReader, Unreadable, boundary_of
 
 BOUNDARY = "b0undary-Xy"
 names = st.sampled_from(["model", "file", "language", "prompt", "modelx", "MODEL"])

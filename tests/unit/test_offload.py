@@ -8,11 +8,11 @@ from typing import Any
 import orjson
 import pytest
 
-from compaction_proxy.api.requests import parse_chat_body
 from compaction_proxy.compaction.validation import SizeLimits
-from compaction_proxy.engine.body_codec import PIECE_BYTES, decode, encode
-from compaction_proxy.engine.offload import THREAD_PARSE_VALUES, Offload, parse_in_worker
-from compaction_proxy.errors import ProxyError
+from compaction_proxy.engine._body_codec import PIECE_BYTES, decode, encode
+from compaction_proxy.engine._offload import THREAD_PARSE_VALUES, Offload, parse_in_worker
+from compaction_proxy.http import ProxyError
+from compaction_proxy.wire import parse_chat_body
 
 BODIES: dict[str, Any] = {
     "many messages": {

@@ -9,7 +9,12 @@ from dataclasses import dataclass
 
 import pytest
 
-from compaction_proxy.overflow import MAX_ERROR_BODY, MAX_INFLATED, Overflow, detect_overflow
+from compaction_proxy.upstream._overflow import (
+    MAX_ERROR_BODY,
+    MAX_INFLATED,
+    Overflow,
+    detect_overflow,
+)
 
 
 def openai_error(

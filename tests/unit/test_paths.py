@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from compaction_proxy.paths import UnsafePath, normalize
+from compaction_proxy.http import UnsafePath, normalize
 
 
 @pytest.mark.parametrize(

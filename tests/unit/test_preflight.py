@@ -1,5 +1,5 @@
-"""Start-up checks beyond the schema (compaction_proxy/preflight.py), and the CLI overrides'
-validation."""
+"""Start-up checks beyond the schema (compaction_proxy/config/preflight.py), and the CLI
+overrides' validation."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from compaction_proxy import preflight
+from compaction_proxy.checkpoints import make_backend
 from compaction_proxy.cli import main
-from compaction_proxy.config import ConfigError, Settings, load_settings, override_server
+from compaction_proxy.config import ConfigError, Settings, load_settings, override_server, preflight
 
 WriteConfig = Callable[[str], Path]
 KEYED = {"name": "openai", "base_url": "https://api.openai.com/v1", "api_key": "sk-up-SECRET"}
@@ -101,6 +101,20 @@ def test_redis_without_url_is_refused_before_start() -> None:
     assert found == [
         "store.url: required when store.backend is redis (e.g. redis://127.0.0.1:6379/0)"
     ]
+
+
+def test_a_url_that_is_no_redis_url_is_refused_as_the_store_would_without_repeating_it() -> None:
+    """Preflight and the store factory give the one answer, and neither quotes the URL (it may
+    carry a password)."""
+    store = {"backend": "redis", "url": "http://user:SECRET@r:6379/0"}
+    found = preflight.problems(settings(store=store))
+    assert found == [
+        "store.url: not a valid Redis URL (expected redis://[user:password@]host:port/db)"
+    ]
+    with pytest.raises(ConfigError) as refused:
+        make_backend(settings(store=store).store)
+    assert str(refused.value) == found[0]
+    assert "SECRET" not in str(refused.value)
 
 
 # --- inbound keys and upstream credentials ---------------------------------------------------

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from compaction_proxy.published_windows import parse_models_listing
+from compaction_proxy.upstream import parse_models_listing
 
 
 def listing(*entries: object, key: str = "data") -> bytes:

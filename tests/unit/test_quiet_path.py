@@ -1,5 +1,5 @@
 """The prompt-bound fast path of `Compactor.run`: same answers as the full path, taken only
-where nothing can fire (compaction_proxy/engine/quiet.py)."""
+where nothing can fire (compaction_proxy/engine/_quiet.py)."""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ from compaction_proxy.compaction.triggers import (
     TokensExceed,
 )
 from compaction_proxy.config import Settings
-from compaction_proxy.engine.compactor import Compactor
-from compaction_proxy.engine.quiet import QuietLimits, quiet_limit
+from compaction_proxy.engine import Compactor
+from compaction_proxy.engine._quiet import QuietLimits, quiet_limit
 from tests.support.processes import tiktoken_cache_dir
 
 WINDOW = 4000

@@ -17,19 +17,19 @@ from aiohttp.client_reqrep import ConnectionKey
 from httpcore._exceptions import map_exceptions
 
 from compaction_proxy.config import ServerSettings, Timeouts, UpstreamSettings
-from compaction_proxy.errors import ProxyError
-from compaction_proxy.transport import (
+from compaction_proxy.http import ProxyError
+from compaction_proxy.upstream import (
     TRANSPORT_ERRORS,
     AiohttpUpstream,
     HttpxUpstream,
-    UpstreamTimeout,
-    make_transport,
-    plain_httpx_client,
-)
-from compaction_proxy.upstream import (
+    ModelRead,
     Router,
     UpstreamFailure,
+    UpstreamTimeout,
     classify_error,
+    json_model,
+    make_transport,
+    plain_httpx_client,
     response_headers,
     upstream_headers,
 )
@@ -44,6 +44,38 @@ def upstream(name: str = "up", models: list[str] | None = None, **kw: Any) -> Up
 
 
 # --- Router -------------------------------------------------------------------------------------
+
+
+class TestRoutingByBody:
+    """The rule for a body the proxy does not parse: its ``model`` read leniently, and a 400
+    (415 when compressed) rather than a guess when the proxy routes by model and cannot read it."""
+
+    def test_the_model_of_any_json_object_is_read(self) -> None:
+        assert json_model(b'{"model": "gpt-4o", "input": "x"}').model == "gpt-4o"
+        assert json_model(b'\xef\xbb\xbf{"model": "gpt-4o", "n": 1e400}').model == "gpt-4o"
+        assert json_model(b"").model is None and json_model(b"").problem is None
+        assert json_model(b'{"model": 3}').problem == "'model' must be a string, not a number"
+        assert json_model(b"[1]").problem == "the body is a JSON list, not an object"
+
+    def test_a_body_the_proxy_cannot_read_is_refused_only_when_it_routes_by_model(self) -> None:
+        by_model = Router([upstream("openai", ["gpt-*"]), upstream("local")])
+        catch_all = Router([upstream("local"), upstream("openai", ["gpt-*"])])
+        unreadable = ModelRead(problem="'model' must be a string, not a number")
+        with pytest.raises(ProxyError) as refused:
+            by_model.route(unreadable)
+        assert (refused.value.status, refused.value.code) == (400, "invalid_model")
+        assert catch_all.route(unreadable).name == "local"
+        assert by_model.route(ModelRead()).name == "openai"  # names none: the first upstream
+        assert by_model.route(ModelRead("gpt-4o")).name == "openai"
+
+    def test_a_compressed_body_is_refused_only_when_the_proxy_must_read_it(self) -> None:
+        by_model = Router([upstream("openai", ["gpt-*"]), upstream("local")])
+        for encoding in (None, b"", b" Identity "):
+            by_model.check_encoding(encoding)
+        with pytest.raises(ProxyError) as refused:
+            by_model.check_encoding(b"gzip")
+        assert (refused.value.status, refused.value.code) == (415, "unsupported_content_encoding")
+        Router([upstream("local")]).check_encoding(b"gzip")
 
 
 class TestRouter:

@@ -1,5 +1,5 @@
-"""compaction_proxy/windows.py: which window a request is budgeted for, learned and discovered
-windows.
+"""compaction_proxy/upstream/_windows.py: which window a request is budgeted for, learned and
+discovered windows.
 
 The store is a real MemoryStore or SqliteStore (the contract the book relies on); the upstream
 listing is served by an httpx MockTransport that counts its calls.
@@ -17,13 +17,17 @@ import httpx
 import orjson
 import pytest
 
+from compaction_proxy.checkpoints import (
+    Checkpoint,
+    MemoryStore,
+    SqliteStore,
+    StoredValues,
+    StoreUnavailable,
+)
 from compaction_proxy.config import Settings, UpstreamSettings
-from compaction_proxy.engine.compactor import Compactor
-from compaction_proxy.overflow import Overflow
-from compaction_proxy.summaries.stores.base import Checkpoint, StoreUnavailable
-from compaction_proxy.summaries.stores.memory import MemoryStore
-from compaction_proxy.summaries.stores.sqlite import SqliteStore
-from compaction_proxy.windows import (
+from compaction_proxy.engine import Compactor
+from compaction_proxy.upstream import Overflow
+from compaction_proxy.upstream._windows import (
     FAILED_LISTING_SECONDS,
     MIN_LEARNED_WINDOW,
     STORE_MISS_SECONDS,
@@ -91,7 +95,8 @@ def _book(
 ) -> WindowBook:
     client = listing.client() if listing is not None else None
     clock = clock or Clock()
-    return WindowBook(settings, store, lambda: client, clock=clock, monotonic=clock)
+    values = StoredValues(store) if store is not None else None
+    return WindowBook(settings, values, lambda: client, clock=clock, monotonic=clock)
 
 
 async def _settle() -> None:
@@ -171,7 +176,7 @@ async def test_listing_uses_the_upstreams_key_else_the_callers() -> None:
 
 async def test_the_upstreams_key_reads_no_listing_for_a_caller_not_let_in() -> None:
     """Issue 18 item 3: a listing read with the operator's key is a call made on it; a caller
-    the proxy does not know makes none (compaction_proxy/admission.py), and still gets a
+    the proxy does not know makes none (compaction_proxy/http/_admission.py), and still gets a
     listing another request read, while one with the caller's own key is read as before."""
     keyed = _settings(
         upstreams=[{"name": "local", "base_url": "http://upstream.test/v1", "api_key": "sk-up"}]
@@ -283,8 +288,8 @@ async def test_replicas_share_learned_windows(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """Two books on one store (two replicas, or a replica and its restart) on every backend."""
+    from compaction_proxy.checkpoints import make_store
     from compaction_proxy.config import StoreSettings
-    from compaction_proxy.summaries.stores.factory import make_store
 
     url = request.getfixturevalue("redis_url") if backend == "redis" else None
     store = make_store(

@@ -31,12 +31,12 @@ from typing import Any, TypeVar
 
 from pydantic import Field, model_validator
 
-from ..churn import held_to_minimum, savepoint_for
 from ..draft import Draft
 from ..fields import TargetField
 from ..report import StrategyReport
 from ..triggers import Always, Condition, OverBudget, TokensExceed
 from .base import Strategy, StrategyContext, StrategyOutcome
+from .churn import held_to_minimum, savepoint_for
 from .params import BuildContext, StrategyParams
 from .registry import StrategyEntry
 from .truncation import TruncationStrategy

@@ -29,6 +29,7 @@ from typing import Annotated, Any
 
 from pydantic import PlainValidator, SerializeAsAny, ValidationError, ValidationInfo
 
+from ..errors import CompactionProxyError
 from ..fields import error_at, errors_under
 from .base import Strategy
 from .params import BuildContext, StrategyParams
@@ -37,11 +38,11 @@ CONTEXT_KEY = "strategies"
 """The validation-context key naming the registry to validate pipeline entries with."""
 
 
-class UnknownStrategy(LookupError):
+class UnknownStrategy(CompactionProxyError, LookupError):
     """A name this registry holds no strategy for."""
 
 
-class PluginError(ValueError):
+class PluginError(CompactionProxyError, ValueError):
     """A ``compaction.plugins`` reference that could not be loaded (the message says why)."""
 
 

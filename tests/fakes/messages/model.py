@@ -40,7 +40,8 @@ DIRECTIVE = re.compile(r"fake-loop:((?:\s+\w+=[\w-]+)+)")
 PROGRESS = re.compile(r"fake-progress: step=(\d+)")
 OWN_TOOL_ID = re.compile(r"^toolu_fake_(\d+)_(\d+)_\d+$")
 CHECKPOINT_MARKER = "[compaction-proxy: checkpoint request]"
-"""First line of the proxy's cache-aligned summary instruction (compaction_proxy/summaries)."""
+"""First line of the proxy's cache-aligned summary instruction
+(compaction_proxy/summarizer/_prefix.py)."""
 CLAUDE_CODE_SUMMARY = re.compile(
     r"(create|write) a detailed summary of the (conversation|transcript)", re.IGNORECASE
 )

@@ -1,0 +1,353 @@
+"""The compacted routes' shared path: compaction attempts, and forwarding with compact-and-retry.
+
+Chat completions and the Responses API compact the same way (the Responses route shows the
+core a chat-shaped view of its items) and recover from an overflow refusal the same way, so the
+attempt machinery and the forward loop live here once; a route parses and validates its own
+body, then calls :func:`compact` and :func:`send_with_retries`. What differs between them is
+carried by :class:`Subject`: how an attempt made on the chat-shaped view becomes the body the
+route forwards (``reshape``), and whether the summarizer may reuse that view as a
+cache-aligned prefix (``summary_prefix``). "Windows and compact-and-retry" in
+docs/architecture.md has the rules.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from compaction_proxy.compaction import CompactionResult, Mode
+from compaction_proxy.config import UpstreamSettings
+from compaction_proxy.http import Receive, Scope, Send
+from compaction_proxy.summarizer import SummaryCalls
+from compaction_proxy.upstream import (
+    MIN_LEARNED_WINDOW,
+    SHRINK,
+    Overflow,
+    Window,
+    detect_overflow,
+    upstream_headers,
+    upstream_url,
+    window_after_refusal,
+)
+from compaction_proxy.wire import ClientBody
+
+from ._context import RequestContext
+from ._forward import Outcome, forward, send_held
+from ._requests import (
+    authorization,
+    credential,
+    header_safe,
+    report_headers,
+    spending,
+    tenant,
+)
+
+log = logging.getLogger("compaction_proxy.attempts")
+
+# Statuses an overflow refusal comes with (vLLM, llama.cpp, OpenAI: 400; TGI: 422; some
+# gateways: 413). Only these replies are held back and read; every other one streams through.
+REFUSAL_STATUSES = frozenset({400, 413, 422})
+MAX_RETRIES = 2
+_FAILED = (b"x-compaction-warning", b"compaction failed; the original request was forwarded")
+
+
+def as_chat(attempt: Attempt) -> Attempt:
+    """A chat-completions attempt as forwarded: the client's bytes with the new messages in
+    place of theirs (compaction_proxy/wire/_forwarded.py). A message read back from a checkpoint
+    that equals one the client sent goes as the client's bytes too (``copies``)."""
+    if attempt.messages is not None:
+        attempt.body = attempt.subject.client.with_elements(attempt.messages, copies=True)
+    return attempt
+
+
+@dataclass(frozen=True, slots=True)
+class Subject:
+    """What every attempt at one request is compacted from, so a retry can be made without
+    the route's help.
+
+    ``client``: the client's body: its bytes (``raw``, forwarded whenever compaction changes
+    nothing or fails), its parsed form and the member an attempt rewrites (``messages``,
+    ``input``), scanned once for every attempt (compaction_proxy/wire/_forwarded.py).
+    ``data``: the chat-shaped body the core works on (the client's own for chat completions).
+    ``reshape``: sets the body an attempt made on ``data`` is forwarded as (by default
+    :func:`as_chat`); an attempt it cannot turn is returned with ``result`` None and the
+    client's bytes (see :func:`failed`).
+    ``summary_prefix``: False keeps the summarizer from sending ``data``'s messages as a
+    cache-aligned prefix when they are a view no chat-completions server should be shown.
+    """
+
+    client: ClientBody
+    data: dict[str, Any]
+    mode: Mode
+    reshape: Callable[[Attempt], Attempt] = as_chat
+    summary_prefix: bool = True
+
+    @property
+    def raw(self) -> bytes:
+        return self.client.raw
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One compaction of the request: what to forward and what it was budgeted for."""
+
+    subject: Subject
+    body: bytes
+    save: Callable[[], Awaitable[str | None]] | None
+    result: CompactionResult | None  # None: compaction failed, the original is forwarded
+    window: Window | None
+    checkpoint: str = "none"
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)  # to the client
+    # The messages the compaction made, to forward in place of the client's (None: unchanged).
+    messages: Sequence[Mapping[str, Any]] | None = None
+
+    def adopt(self, ctx: RequestContext) -> None:
+        """Make this the attempt the request reports (headers, report, checkpoint)."""
+        ctx.response_headers.extend(self.headers)
+        if self.result is not None:
+            ctx.report = self.result.report
+            ctx.checkpoint = self.checkpoint
+
+    @property
+    def retriable(self) -> bool:
+        """An overflow refusal can be compacted away only when this request was compacted for
+        real (not a dry run) and the compaction itself worked."""
+        return (
+            self.result is not None
+            and self.window is not None
+            and self.subject.mode in (Mode.NORMAL, Mode.FORCE)
+        )
+
+
+def failed(subject: Subject, window: Window | None) -> Attempt:
+    """The attempt that forwards the client's own bytes, with a warning saying why.
+
+    A failure inside compaction must never fail a request that would have succeeded without
+    the proxy, so every failure ends here rather than in an error reply.
+    """
+    return Attempt(subject, subject.raw, None, None, window, headers=[_FAILED])
+
+
+async def compact(
+    ctx: RequestContext, scope: Scope, subject: Subject, window: Window | None
+) -> Attempt:
+    """The attempt to forward. Unchanged requests (and dry runs) forward the client's bytes;
+    a failure is logged and forwards them too (:func:`failed`)."""
+    # The summarizer's calls are noted on the request (one log for all its attempts), and
+    # telemetry reconciles them with the report when the request ends.
+    calls = ctx.summarizer_calls
+    if calls is None:
+        calls = ctx.summarizer_calls = SummaryCalls()
+    mode = subject.mode
+    started = time.perf_counter()
+    try:
+        flow = await ctx.state.flow.run(
+            subject.data,
+            mode,
+            size_hint=len(subject.raw),
+            credential=credential(scope),
+            authorization=None if ctx.authenticated else authorization(scope),
+            upstream_name=ctx.upstream or "",
+            # A forced compaction is a one-off: it must not become the sticky prefix.
+            persist=mode is Mode.NORMAL,
+            context_window=None if window is None else window.tokens,
+            window_source=None if window is None else window.source,
+            calls=calls,
+            summary_prefix=subject.summary_prefix,
+            tenant=tenant(scope),
+            spend=spending(ctx, scope),
+        )
+    except Exception:
+        log.exception("compaction failed; forwarding the original request")
+        return failed(subject, window)
+    finally:
+        ctx.compaction_seconds = (ctx.compaction_seconds or 0.0) + (time.perf_counter() - started)
+    headers = report_headers(flow.result, mode)
+    headers.append((b"x-compaction-checkpoint", flow.checkpoint.encode()))
+    if ctx.state.flow.preparer.enabled:
+        headers.append((b"x-compaction-prepared", flow.prepared.encode()))
+    for warning in flow.warnings:
+        headers.append((b"x-compaction-warning", header_safe(warning)))
+    made = Attempt(
+        subject,
+        subject.raw,
+        flow.save,
+        flow.result,
+        window,
+        flow.checkpoint,
+        headers,
+        flow.messages,
+    )
+    try:
+        return subject.reshape(made)
+    except Exception:
+        log.exception("writing the compacted request failed; forwarding the original request")
+        return failed(subject, window)
+
+
+async def send_with_retries(
+    ctx: RequestContext,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    upstream: UpstreamSettings,
+    raw: bytes,
+    attempt: Attempt | None,
+) -> Outcome:
+    """Forward ``attempt`` (None: the client's ``raw`` bytes) and relay the reply.
+
+    When the upstream refuses a compacted request as too long, before anything reached the
+    client, the window is learned, the request compacted again for it and resent, at most
+    :data:`MAX_RETRIES` times; the client then sees only the answer to the last one, with
+    ``X-Compaction-Retry`` and the headers of the attempt that produced it.
+    """
+    mark = len(ctx.response_headers)
+    if attempt is not None:
+        attempt.adopt(ctx)
+    hold = REFUSAL_STATUSES if attempt is not None and attempt.retriable else None
+    body = raw if attempt is None else attempt.body
+    save = None if attempt is None else attempt.save
+    retries = 0
+    while True:
+        outcome = await forward(
+            ctx.state.transport,
+            upstream,
+            scope,
+            receive,
+            send,
+            method="POST",
+            url=upstream_url(upstream, scope),
+            headers=upstream_headers(
+                scope["headers"], upstream, strip_authorization=ctx.authenticated
+            ),
+            content=body,
+            extra_headers=ctx.response_headers,
+            read_usage=ctx.report is not None,
+            on_accepted=None if save is None else saver(save),
+            hold=hold,
+        )
+        held = outcome.held
+        if held is None:
+            if retries:
+                ctx.overflow_outcome = "fixed" if 200 <= outcome.status < 300 else "refused_again"
+            return outcome
+        overflow = detect_overflow(held.status, held.body, held.content_encoding)
+        retry = None
+        if overflow is not None:
+            assert attempt is not None  # only a compacted request's refusals are held
+            retry = await after_refusal(ctx, scope, attempt, overflow, retries)
+        if retry is None:
+            if retries:
+                ctx.overflow_outcome = "refused_again"
+            elif overflow is not None:
+                ctx.overflow_outcome = "passed_through"
+            # Nothing more to try: the client gets the (last) refusal exactly as it came.
+            outcome.bytes_out = await send_held(send, held, ctx.response_headers)
+            outcome.held = None
+            outcome.completed = True
+            return outcome
+        assert overflow is not None
+        retries += 1
+        attempt = retry
+        body, save = retry.body, retry.save
+        del ctx.response_headers[mark:]
+        retry.adopt(ctx)
+        ctx.response_headers.append((b"x-compaction-retry", str(retries).encode()))
+        ctx.response_headers.append((b"x-compaction-warning", header_safe(retry_note(overflow))))
+        ctx.compaction_retries = retries
+
+
+async def after_refusal(
+    ctx: RequestContext,
+    scope: Scope,
+    refused: Attempt,
+    overflow: Overflow,
+    retries: int,
+) -> Attempt | None:
+    """Learn from an overflow refusal; the compacted retry, or None when there is none.
+
+    The window learned is kept (compaction_proxy/upstream/_windows.py) even when no retry follows.
+    The retry is compacted for `min(learned, the window the refused attempt used)`, or 80 % of the
+    latter when the upstream states a window no smaller than ours (our count was off, not the
+    window), and is sent only when it came out smaller than what was refused.
+    """
+    state = ctx.state
+    compactor = state.compactor
+    data = refused.subject.data
+    model: str = data["model"]
+    assert refused.result is not None and refused.window is not None
+    sent = refused.result.report.tokens_after
+    if (
+        overflow.window is not None
+        and overflow.prompt_tokens is not None
+        and "at least" not in overflow.message.lower()
+    ):
+        # The upstream's own count of what we sent: tiktoken miscounts other vendors' models.
+        # Not when the count is a floor (newer vLLM stops counting past the window).
+        compactor.calibrate(model, overflow.prompt_tokens, sent)
+    used = refused.window.tokens
+    learned = window_after_refusal(
+        overflow,
+        sent_tokens=compactor.calibration_for(model).apply(sent),
+        output_reserve=compactor.output_reserve(data, used),
+        requested_output=_requested_output(data),
+    )
+    log.warning(
+        "upstream %r refused %s tokens for model %r (%s): window %s",
+        ctx.upstream,
+        overflow.prompt_tokens if overflow.prompt_tokens is not None else "too many",
+        model,
+        overflow.family,
+        learned if learned is not None else "unknown",
+    )
+    if learned is None:
+        return None
+    if overflow.window is not None or learned < used:
+        await state.windows.learn(ctx.upstream or "", model, learned)
+    if retries >= MAX_RETRIES:
+        return None
+    if overflow.window is not None and learned >= used:
+        target = math.floor(SHRINK * used)
+    else:
+        target = min(learned, used)
+    if target < MIN_LEARNED_WINDOW:
+        return None
+    retry = await compact(ctx, scope, refused.subject, Window(target, "learned"))
+    if retry.result is None or retry.result.report.tokens_after >= sent:
+        return None  # nothing smaller to offer (or it failed): the upstream would refuse it again
+    return retry
+
+
+def _requested_output(data: dict[str, Any]) -> int | None:
+    for name in ("max_completion_tokens", "max_tokens"):
+        value = data.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    return None
+
+
+def retry_note(overflow: Overflow) -> str:
+    """``X-Compaction-Warning`` on a retried request: what the upstream refused."""
+    refused = (
+        f"{overflow.prompt_tokens} tokens"
+        if overflow.prompt_tokens is not None
+        else "the request as too long"
+    )
+    window = f" (window {overflow.window})" if overflow.window is not None else ""
+    return f"upstream refused {refused}{window}; compacted to fit and retried"
+
+
+def saver(save: Callable[[], Awaitable[str | None]]) -> Callable[[], Awaitable[None]]:
+    """Store the checkpoint once the upstream accepted the compacted request (a refused one
+    must not become the sticky prefix); a store failure only costs the checkpoint."""
+
+    async def on_accepted() -> None:
+        error = await save()
+        if error:
+            log.warning("%s", error)
+
+    return on_accepted

@@ -1,0 +1,89 @@
+"""Per-process state and per-request context, passed explicitly instead of globals."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from compaction_proxy.http import DEFAULT_GRACE_SECONDS, Drain, KnownCallers
+
+if TYPE_CHECKING:
+    import httpx
+
+    from compaction_proxy.checkpoints import CheckpointStore
+    from compaction_proxy.compaction import CompactionReport
+    from compaction_proxy.config import Settings
+    from compaction_proxy.engine import CompactionFlow, Compactor
+    from compaction_proxy.observability.telemetry import Telemetry
+    from compaction_proxy.summarizer import SummaryCalls
+    from compaction_proxy.upstream import Router, UpstreamTransport, WindowBook
+
+
+@dataclass(slots=True)
+class AppState:
+    """What every request shares; a plain holder of what `compaction_proxy.app.build_edge` built."""
+
+    settings: Settings
+    router: Router
+    compactor: Compactor
+    store: CheckpointStore
+    # httpx client for the proxy's own calls (the summarizer, published windows); cookie-less,
+    # no default headers.
+    client: httpx.AsyncClient
+    # What forwarding uses (compaction_proxy/upstream/_transport.py).
+    transport: UpstreamTransport
+    # Learned and discovered context windows (compaction_proxy/upstream/_windows.py).
+    windows: WindowBook
+    # Checkpoint, pipeline, checkpoint again: one request's compaction
+    # (compaction_proxy/engine/_flow.py).
+    flow: CompactionFlow
+    # Prometheus metrics and the dashboard's data; one per app.
+    telemetry: Telemetry
+    shutting_down: bool = False
+    # Callers whose own key an upstream accepted recently (compaction_proxy/http/_admission.py).
+    known_callers: KnownCallers = field(default_factory=KnownCallers)
+    # The requests in flight, answered properly when a shutdown cuts them
+    # (compaction_proxy/http/_drain.py).
+    drain: Drain = field(default_factory=lambda: Drain(DEFAULT_GRACE_SECONDS))
+
+    @property
+    def ready(self) -> bool:
+        return not (
+            self.shutting_down or self.drain.begun or self.client.is_closed or self.transport.closed
+        )
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """What one request carries from the edge to the access log."""
+
+    state: AppState
+    request_id: str
+    started: float = field(default_factory=time.perf_counter)
+    authenticated: bool = False
+    model: str | None = None
+    upstream: str | None = None
+    status: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    client_gone: bool = False
+    upstream_request_id: str | None = None
+    response_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    report: CompactionReport | None = None
+    checkpoint: str | None = None
+    # For metrics and the dashboard (compaction_proxy/observability/, which reads these fields
+    # through its FinishedRequest protocol rather than importing this class):
+    compaction_seconds: float | None = None
+    # This request's summarizer HTTP calls; the chat route creates it and hands it to the flow.
+    summarizer_calls: SummaryCalls | None = None
+    upstream_seconds: float | None = None  # to the upstream's response headers
+    upstream_prompt_tokens: int | None = None  # usage.prompt_tokens of the upstream's reply
+    content: str | None = None  # last user message, only when dashboard.show_content
+    compaction_retries: int = 0  # compacted retries after overflow refusals (X-Compaction-Retry)
+    overflow_outcome: str | None = None  # fixed | refused_again | passed_through
+    cut_by_shutdown: bool = False  # answered 503 / ended with an error event (drain.py)
+
+    @property
+    def elapsed_ms(self) -> float:
+        return (time.perf_counter() - self.started) * 1000.0

@@ -1,0 +1,399 @@
+"""Send one request upstream and stream the answer back as it arrives.
+
+Shared by chat completions and the pass-through: both must relay bytes without buffering or
+re-encoding, cancel the upstream call when the client goes away, and turn transport failures
+into 502/504 in OpenAI's error shape.
+
+A client that goes away after the reply's last byte has not gone away: Codex CLI closes its
+connection right after ``response.completed``, while the upstream's transfer has yet to end.
+Such a reply was delivered (every byte of its declared length, a stream's final event, a JSON
+body that parses whole): it is a 200 in the access log and its usage is read for calibration.
+Streams are relayed whole event by whole event (compaction_proxy/api/_stream_events.py), which
+is also what tells their final event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+from compaction_proxy.config import UpstreamSettings
+from compaction_proxy.http import (
+    InFlight,
+    ProxyError,
+    Receive,
+    Scope,
+    Send,
+    in_flight,
+    retry_after_header,
+    send_error,
+    shutdown_error,
+)
+from compaction_proxy.upstream import (
+    MAX_ERROR_BODY,
+    TRANSPORT_ERRORS,
+    Body,
+    UpstreamReply,
+    UpstreamTransport,
+    classify_error,
+    response_headers,
+)
+
+from ._stream_events import EventRelay
+from ._usage import UsageProbe
+
+log = logging.getLogger("compaction_proxy.forward")
+
+_SSE_HEADERS = [(b"x-accel-buffering", b"no"), (b"cache-control", b"no-cache")]
+
+
+@dataclass(slots=True)
+class Outcome:
+    status: int
+    bytes_out: int = 0
+    completed: bool = False
+    client_gone: bool = False
+    upstream_request_id: str | None = None
+    upstream_seconds: float | None = None  # to the response headers
+    prompt_tokens: int | None = None  # the reply's usage.prompt_tokens (when asked to read it)
+    cut_by_shutdown: bool = False  # answered 503, or the stream ended with an error event
+    held: HeldReply | None = None  # a reply read but not sent (see `hold` in `forward`)
+
+
+@dataclass(frozen=True, slots=True)
+class HeldReply:
+    """An upstream error reply read whole before anything went to the client.
+
+    The caller decides: act on it (compact and retry) or relay it with :func:`send_held`,
+    status and body exactly as the upstream sent them.
+    """
+
+    status: int
+    headers: list[tuple[bytes, bytes]]  # as the client would get them, before extra headers
+    body: bytes
+    content_encoding: str | None
+
+
+@dataclass(slots=True)
+class StreamedBody:
+    """A request body still arriving from the client while it goes upstream.
+
+    `done` tells the disconnect watch when `receive()` is free; `error` keeps what our own
+    generator raised (413, client gone), because the transport reports it as a connection
+    failure without chaining the original.
+    """
+
+    done: asyncio.Event
+    error: BaseException | None = None
+
+
+class _DisconnectWatch:
+    """Cancels the forwarding task when the client disconnects.
+
+    One extra task per request instead of a task group: it waits on `receive()` (which, once
+    the body is read, only ever yields `http.disconnect`) and cancels its owner.
+    """
+
+    def __init__(self, receive: Receive, streamed: StreamedBody | None) -> None:
+        self.fired = False
+        self._finished = False
+        self._owner = asyncio.current_task()
+        self._task = asyncio.ensure_future(self._watch(receive, streamed))
+
+    async def _watch(self, receive: Receive, streamed: StreamedBody | None) -> None:
+        if streamed is not None:
+            await streamed.done.wait()
+            if streamed.error is not None:
+                return
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                break
+        if not self._finished and self._owner is not None:
+            self.fired = True
+            self._owner.cancel()
+
+    def finish(self) -> None:
+        self._finished = True
+        self._task.cancel()
+
+
+async def forward(
+    transport: UpstreamTransport,
+    upstream: UpstreamSettings,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    *,
+    method: str,
+    url: str,
+    headers: list[tuple[str, str]],
+    content: Body,
+    streamed: StreamedBody | None = None,
+    extra_headers: list[tuple[bytes, bytes]] | None = None,
+    read_usage: bool = False,
+    on_accepted: Callable[[], Awaitable[None]] | None = None,
+    hold: frozenset[int] | None = None,
+) -> Outcome:
+    """Forward and relay. Never raises for transport problems: the client gets 502/504.
+
+    `on_accepted`: awaited once the upstream answered 2xx, before the response starts.
+    `read_usage`: note the reply's `usage.prompt_tokens` in the outcome, from the bytes as
+    they are relayed (nothing is held back or changed).
+    `hold`: statuses whose reply is read whole (up to MAX_ERROR_BODY) and returned in
+    `outcome.held` instead of being sent; a longer body is relayed as usual. Only these
+    replies are buffered: every other one streams through as it arrives.
+    """
+    outcome = Outcome(status=0)
+    watch = _DisconnectWatch(receive, streamed)
+    flight = in_flight.get()
+    reply: UpstreamReply | None = None
+    events: EventRelay | None = None
+    probe: UsageProbe | None = None
+    length: int | None = None
+    response_started = relayed_all = False
+    try:
+        started = time.perf_counter()
+        try:
+            reply = await transport.send(method, url, headers, content, upstream.timeouts)
+        except ProxyError:
+            raise
+        except TRANSPORT_ERRORS as exc:
+            # Our own request-body generator may have refused the body (413) or lost the
+            # client; the transport reports that as a connection failure, which it is not.
+            if streamed is not None and streamed.error is not None:
+                raise streamed.error from None
+            await _send_failure(send, outcome, exc, upstream, extra_headers, "request failed")
+            return outcome
+
+        outcome.upstream_seconds = time.perf_counter() - started
+        out_headers = response_headers(reply.raw_headers)
+        content_type = reply.header("content-type") or ""
+        if content_type.startswith("text/event-stream"):
+            out_headers = [h for h in out_headers if h[0] != b"cache-control"]
+            out_headers.extend(_SSE_HEADERS)
+        outcome.status = reply.status
+        outcome.upstream_request_id = reply.header("x-request-id")
+        chunks = reply.chunks()
+        prefix = b""
+        if hold is not None and reply.status in hold and _small(reply.header("content-length")):
+            try:
+                prefix, complete = await _read_bounded(chunks)
+            except TRANSPORT_ERRORS as exc:
+                await _send_failure(
+                    send, outcome, exc, upstream, extra_headers, "error reply broke"
+                )
+                return outcome
+            if complete:
+                outcome.held = HeldReply(
+                    reply.status, out_headers, prefix, reply.header("content-encoding")
+                )
+                return outcome
+        if extra_headers:
+            out_headers = [*out_headers, *extra_headers]
+        if on_accepted is not None and 200 <= reply.status < 300:
+            # Before the client sees a byte: its next request must find what this one left.
+            await on_accepted()
+        sse = content_type.startswith("text/event-stream")
+        if sse and not reply.header("content-encoding"):
+            # Whole events only, so a stream the proxy must end ends cleanly (stream_events.py).
+            events = EventRelay()
+        await send({"type": "http.response.start", "status": reply.status, "headers": out_headers})
+        response_started = True
+        if flight is not None and not sse:
+            flight.relaying_body = True  # nearly done: a shutdown's cut lets it finish
+        length = _length(reply.header("content-length"))
+        if read_usage and reply.status == 200:
+            probe = UsageProbe.start(
+                content_type, reply.header("content-encoding"), reply.header("content-length")
+            )
+        if prefix:
+            # A held reply that turned out longer than the bound: what was read goes first.
+            outcome.bytes_out += len(prefix)
+            await send({"type": "http.response.body", "body": prefix, "more_body": True})
+        try:
+            async for chunk in chunks:
+                if events is not None:
+                    chunk = events.take(chunk)
+                if chunk:
+                    outcome.bytes_out += len(chunk)
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    if probe is not None:
+                        probe.feed(chunk)
+        except TRANSPORT_ERRORS as exc:
+            # Headers are gone already: the only honest signal left is an aborted body.
+            await _send_rest(send, outcome, events, probe)
+            failure = classify_error(exc, upstream)
+            log.warning(
+                "upstream stream broke after %d bytes: %s", outcome.bytes_out, failure.message
+            )
+            return outcome
+        await _send_rest(send, outcome, events, probe)
+        relayed_all = True
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        outcome.completed = True
+        if probe is not None:
+            outcome.prompt_tokens = probe.prompt_tokens()
+        return outcome
+    except asyncio.CancelledError:
+        if watch.fired:
+            # The client left. Closing the reply (below) drops the upstream connection, which
+            # is how the provider learns to stop generating.
+            _uncancel()
+            if response_started and (relayed_all or _delivered(outcome, length, events, probe)):
+                # Its last byte had gone out (a client that closes right after the final
+                # event, as Codex CLI does): a reply delivered, not a client gone.
+                outcome.completed = True
+                if probe is not None:
+                    outcome.prompt_tokens = probe.prompt_tokens()
+                return outcome
+            outcome.client_gone = True
+            if outcome.status == 0:
+                outcome.status = 499
+            return outcome
+        if flight is None or not flight.cut:
+            raise
+        _uncancel()
+        await _end_for_shutdown(
+            send, outcome, flight, scope, response_started, events, extra_headers
+        )
+        return outcome
+    finally:
+        watch.finish()
+        if reply is not None:
+            await _close_quietly(reply)
+
+
+def _uncancel() -> None:
+    """The cancellation was ours (the client's watch, the shutdown's cut, or both): carry on
+    with the answer."""
+    task = asyncio.current_task()
+    while task is not None and task.cancelling():
+        task.uncancel()
+
+
+def _length(content_length: str | None) -> int | None:
+    if content_length is None:
+        return None
+    try:
+        return int(content_length)
+    except ValueError:
+        return None
+
+
+def _delivered(
+    outcome: Outcome, length: int | None, events: EventRelay | None, probe: UsageProbe | None
+) -> bool:
+    """Whether the client had the whole reply when it left: every byte of a declared length,
+    a stream's final event (``[DONE]``, ``response.completed``...), or a JSON body that parses
+    whole. What the upstream had not sent yet is then only the transfer's own end."""
+    if length is not None:
+        return outcome.bytes_out >= length
+    if events is not None:
+        return events.terminal
+    return probe is not None and probe.complete()
+
+
+async def _send_rest(
+    send: Send, outcome: Outcome, events: EventRelay | None, probe: UsageProbe | None
+) -> None:
+    """What the event relay still holds: the upstream stopped inside an event."""
+    if events is None:
+        return
+    rest = events.rest()
+    if rest:
+        outcome.bytes_out += len(rest)
+        await send({"type": "http.response.body", "body": rest, "more_body": True})
+        if probe is not None:
+            probe.feed(rest)
+
+
+async def _end_for_shutdown(
+    send: Send,
+    outcome: Outcome,
+    flight: InFlight,
+    scope: Scope,
+    started: bool,
+    events: EventRelay | None,
+    extra_headers: list[tuple[bytes, bytes]] | None,
+) -> None:
+    """The shutdown's cut (compaction_proxy/http/_drain.py): a 503 when nothing went out yet, an
+    error event after the last whole event of a stream. A compressed stream cannot take an
+    event: it is left unfinished, which closes the connection (the client sees a cut)."""
+    error = shutdown_error(flight.grace_seconds)
+    outcome.cut_by_shutdown = True
+    if not started:
+        outcome.status = error.status
+        await send_error(send, error, [*(extra_headers or ()), retry_after_header()])
+        outcome.completed = True
+        return
+    if events is None:
+        return
+    event = events.error_event(error, responses=scope.get("path") == "/v1/responses")
+    outcome.bytes_out += len(event)
+    await send({"type": "http.response.body", "body": event, "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+    outcome.completed = True
+
+
+def _small(content_length: str | None) -> bool:
+    """Whether a reply may be held: its length unknown (read up to the bound) or within it."""
+    if content_length is None:
+        return True
+    try:
+        return int(content_length) <= MAX_ERROR_BODY
+    except ValueError:
+        return False
+
+
+async def _read_bounded(chunks: AsyncIterator[bytes]) -> tuple[bytes, bool]:
+    """Reads up to MAX_ERROR_BODY bytes: (the bytes, True) when that was the whole body,
+    (what was read, False) when more follows (the iterator then continues after it)."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in chunks:
+        parts.append(chunk)
+        size += len(chunk)
+        if size > MAX_ERROR_BODY:
+            return b"".join(parts), False
+    return b"".join(parts), True
+
+
+async def send_held(
+    send: Send, held: HeldReply, extra_headers: list[tuple[bytes, bytes]] | None = None
+) -> int:
+    """Relays a held reply: its status, headers and body as the upstream sent them."""
+    headers = [*held.headers, *(extra_headers or ())]
+    await send({"type": "http.response.start", "status": held.status, "headers": headers})
+    await send({"type": "http.response.body", "body": held.body, "more_body": False})
+    return len(held.body)
+
+
+async def _close_quietly(reply: UpstreamReply) -> None:
+    try:
+        await reply.close()
+    except Exception:  # closing a broken stream may raise; nothing is left to tell anyone
+        log.debug("error while closing upstream response", exc_info=True)
+
+
+async def _send_failure(
+    send: Send,
+    outcome: Outcome,
+    exc: BaseException,
+    upstream: UpstreamSettings,
+    extra_headers: list[tuple[bytes, bytes]] | None,
+    what: str,
+) -> None:
+    """Answer a transport failure before any byte went out: 502/504 in OpenAI's shape."""
+    failure = classify_error(exc, upstream)
+    log.warning("upstream %s: %s", what, failure.message)
+    outcome.status = failure.status
+    await send_error(
+        send,
+        ProxyError(failure.status, failure.message, "upstream_error", failure.code),
+        extra_headers,
+    )
+    outcome.completed = True

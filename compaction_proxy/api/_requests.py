@@ -1,0 +1,145 @@
+"""What the routes share: the upstream a request goes to (by the rule of
+compaction_proxy/upstream/_routing.py), its headers, the window it is budgeted for, who is
+asking (credential, tenant, whether an operator credential may be spent for them), and the
+report headers of its compaction. The body itself is read by compaction_proxy/wire/."""
+
+from __future__ import annotations
+
+import logging
+
+from compaction_proxy.compaction import CompactionResult, Mode
+from compaction_proxy.config import UpstreamSettings
+from compaction_proxy.http import (
+    ALLOWED,
+    PREVIEW_UNAUTHENTICATED,
+    UNKNOWN_CALLER,
+    Scope,
+    Spending,
+    bad_request,
+    header,
+)
+from compaction_proxy.upstream import ModelRead, Window
+
+from ._context import RequestContext
+
+log = logging.getLogger("compaction_proxy.chat")
+
+_MODES = {
+    b"off": None,
+    b"dry-run": Mode.DRY_RUN,
+    b"dry-run-local": Mode.DRY_RUN_LOCAL,
+    b"force": Mode.FORCE,
+    b"on": Mode.NORMAL,
+}
+
+
+def route(ctx: RequestContext, read: ModelRead) -> UpstreamSettings:
+    """The upstream for a body that says ``read`` about its model (sets ``ctx.model``)."""
+    if read.model is not None:
+        ctx.model = read.model
+    return ctx.state.router.route(read)
+
+
+def readable_encoding(ctx: RequestContext, scope: Scope) -> None:
+    """Refuse a compressed body when the proxy must read its model (it never inflates)."""
+    ctx.state.router.check_encoding(header(scope, b"content-encoding"))
+
+
+def compaction_mode(scope: Scope) -> Mode | None:
+    """The `X-Compaction` header: off | dry-run | dry-run-local | force (absent: normal).
+    None means off."""
+    raw = header(scope, b"x-compaction")
+    if raw is None:
+        return Mode.NORMAL
+    value = raw.strip().lower()
+    if value not in _MODES:
+        raise bad_request(
+            "X-Compaction must be one of off, dry-run, dry-run-local, force "
+            f"(got {raw.decode('latin-1')!r})",
+            param="X-Compaction",
+            code="invalid_header",
+        )
+    return _MODES[value]
+
+
+def report_headers(result: CompactionResult, mode: Mode) -> list[tuple[bytes, bytes]]:
+    report = result.report
+    strategies = ",".join(report.changed_by) or "none"
+    headers = [
+        (b"x-compaction-tokens-before", str(report.tokens_before).encode()),
+        (b"x-compaction-tokens-after", str(report.tokens_after).encode()),
+        (b"x-compaction-strategies", strategies.encode()),
+    ]
+    if mode in (Mode.DRY_RUN, Mode.DRY_RUN_LOCAL):
+        headers.append((b"x-compaction-dry-run", b"true"))
+    for warning in report.warnings:
+        headers.append((b"x-compaction-warning", header_safe(warning)))
+    return headers
+
+
+def header_safe(text: str) -> bytes:
+    cleaned = " ".join(text.split())
+    return cleaned[:500].encode("ascii", "replace")
+
+
+async def effective_window(
+    ctx: RequestContext,
+    scope: Scope,
+    upstream: UpstreamSettings,
+    model: str,
+    spend: Spending | None = None,
+) -> Window:
+    """The window to budget `model` for (compaction_proxy/upstream/_windows.py).
+
+    `spend`: whether a listing may be read with the upstream's own `api_key` for this caller
+    (default: :func:`spending`). Never fails the request: a problem here means budgeting with
+    the catalog's window.
+    """
+    if spend is None:
+        spend = spending(ctx, scope)
+    try:
+        return await ctx.state.windows.window_for(
+            upstream,
+            model,
+            None if ctx.authenticated else authorization(scope),
+            may_spend=spend.allowed,
+        )
+    except Exception:
+        log.exception("window lookup failed; using the catalog's window")
+    return Window(ctx.state.compactor.catalog.facts_for(model).context_window, "default")
+
+
+def credential(scope: Scope) -> str | None:
+    """Who is asking, for the checkpoint namespace: the key the client presented (to the
+    proxy or, passed through, to the upstream). Hashed before it is used anywhere."""
+    value = header(scope, b"authorization") or header(scope, b"x-api-key")
+    return value.decode("latin-1") if value else None
+
+
+def authorization(scope: Scope) -> str | None:
+    value = header(scope, b"authorization")
+    return value.decode("latin-1") if value else None
+
+
+def tenant(scope: Scope) -> str | None:
+    """`X-Compaction-Tenant`: an explicit namespace an app gives each of its end users; part of
+    the checkpoint key (compaction_proxy/checkpoints/_keys.py), never forwarded."""
+    value = header(scope, b"x-compaction-tenant")
+    return value.decode("latin-1") if value and value.strip() else None
+
+
+def spending(ctx: RequestContext, scope: Scope) -> Spending:
+    """Whether the proxy may spend an operator credential for this request's caller
+    (compaction_proxy/http/_admission.py): authenticated by `server.api_keys`, a key an upstream
+    accepted recently, or `server.allow_anonymous_spend`."""
+    if ctx.authenticated or ctx.state.settings.server.allow_anonymous_spend:
+        return ALLOWED
+    if ctx.state.known_callers.known(credential(scope)):
+        return ALLOWED
+    return UNKNOWN_CALLER
+
+
+def preview_spending(ctx: RequestContext) -> Spending:
+    """The preview returns the summary it makes: an operator credential pays for it only for
+    a caller authenticated by `server.api_keys`, whatever else would let the caller in."""
+    return ALLOWED if ctx.authenticated else PREVIEW_UNAUTHENTICATED

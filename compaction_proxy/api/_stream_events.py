@@ -1,0 +1,141 @@
+"""Server-sent events as the forwarder relays them: whole events only, so a stream the proxy
+must end (a shutdown) ends on an event boundary with an error event the SDKs read.
+
+An upstream writes each event at once, but TCP may split it, so a chunk can end in the middle
+of one. The relay sends every chunk up to its last event boundary at once and holds the rest
+(a part of one event, which no client can act on before its end anyway) until the next chunk
+completes it. Bytes are never changed, only where a chunk is cut: the client gets exactly the
+upstream's bytes, and at any moment has received whole events only. That is what makes a
+clean end possible: after the last whole event, one error event in the route's own format:
+
+* chat completions (and any other stream): ``data: {"error": {...}}``, OpenAI's shape, which
+  the SDKs raise as an ``APIError``;
+* the Responses API: ``event: error`` with ``{"type": "error", "code", "message", "param",
+  "sequence_number"}``, the API's own error event (the SDKs' ``ResponseErrorEvent``), numbered
+  after the last event relayed.
+
+The relay also knows whether the last event it sent ends the reply (``data: [DONE]``,
+``response.completed``, ``response.failed``, ``response.incomplete``): a client that closes right
+after it has been answered in full (compaction_proxy/api/_forward.py).
+"""
+
+from __future__ import annotations
+
+import re
+
+import orjson
+
+from compaction_proxy.http import ProxyError
+
+MAX_HELD = 1 << 20
+"""Bytes of one unfinished event held at most; a longer event is relayed as it comes."""
+_HEAD = 256
+"""Bytes of the last event's start that identify it (its ``event:`` line, its ``type``)."""
+_BOUNDARIES = (b"\n\n", b"\r\n\r\n", b"\r\r")
+_ENDS = (b"\n\n", b"\r\n\r\n")
+_TERMINAL = re.compile(
+    rb"^data:\s*\[DONE\]"
+    rb"|^event:\s*response\.(?:completed|failed|incomplete)\s*$"
+    rb'|"type"\s*:\s*"response\.(?:completed|failed|incomplete)"',
+    re.MULTILINE,
+)
+_SEQUENCE = re.compile(rb'"sequence_number"\s*:\s*(\d+)')
+
+
+def _last_boundary(data: bytes, end: int | None = None) -> int:
+    """The end of the last blank line in ``data[:end]`` (an event's end), or -1."""
+    stop = len(data) if end is None else end
+    best = -1
+    for mark in _BOUNDARIES:
+        at = data.rfind(mark, 0, stop)
+        if at >= 0:
+            best = max(best, at + len(mark))
+    return best
+
+
+class EventRelay:
+    """Cuts a relayed SSE body at event boundaries and remembers its last event."""
+
+    __slots__ = ("_held", "_last", "mid_event")
+
+    def __init__(self) -> None:
+        self._held = b""
+        # The last piece sent: it starts and ends at event boundaries, so it holds the last
+        # event whole (read only when asked, never per chunk).
+        self._last = b""
+        self.mid_event = False
+        """Part of an unfinished event went out (one longer than :data:`MAX_HELD`)."""
+
+    def take(self, chunk: bytes) -> bytes:
+        """What of ``chunk`` (after anything held) to send now: up to the last boundary."""
+        if not self._held and chunk.endswith(_ENDS):
+            # The common case: the upstream wrote whole events. Sent as it is.
+            self._last = chunk
+            self.mid_event = False
+            return chunk
+        data = self._held + chunk if self._held else chunk
+        cut = _last_boundary(data)
+        if cut < 0:
+            if len(data) <= MAX_HELD:
+                self._held = data
+                return b""
+            cut = len(data)
+            self.mid_event = True
+        elif cut < len(data) and len(data) - cut > MAX_HELD:
+            cut = len(data)
+            self.mid_event = True
+        else:
+            self.mid_event = False
+        sent, self._held = data[:cut], data[cut:]
+        self._last = sent
+        return sent
+
+    def rest(self) -> bytes:
+        """What is held: the upstream ended (or broke) in the middle of an event; relayed as
+        it came, exactly as without the relay."""
+        data, self._held = self._held, b""
+        if data:
+            self.mid_event = True
+        return data
+
+    def _last_event(self) -> bytes:
+        sent = self._last
+        start = _last_boundary(sent, len(sent) - 1) if len(sent) > 1 else -1
+        return sent[max(start, 0) :]
+
+    @property
+    def terminal(self) -> bool:
+        """Whether the last event sent ends the reply: nothing the client needs is left."""
+        if self.mid_event:
+            return False
+        return _TERMINAL.search(self._last_event()[:_HEAD]) is not None
+
+    def error_event(self, error: ProxyError, *, responses: bool) -> bytes:
+        """The event that ends the stream, in the route's format (see the module docstring);
+        preceded by a blank line if an unfinished event went out, so it stands alone."""
+        lead = b"\n\n" if self.mid_event else b""
+        if not responses:
+            return lead + b"data: " + error.body() + b"\n\n"
+        payload = {
+            "type": "error",
+            "code": error.code,
+            "message": error.message,
+            "param": error.param,
+            "sequence_number": self._next_sequence(),
+        }
+        return lead + b"event: error\ndata: " + orjson.dumps(payload) + b"\n\n"
+
+    def _next_sequence(self) -> int:
+        """One past the last whole event's ``sequence_number`` (0 when it has none)."""
+        if self.mid_event:
+            return 0
+        event = self._last_event()
+        data = b"\n".join(
+            line[5:].lstrip(b" ") for line in event.splitlines() if line.startswith(b"data:")
+        )
+        try:
+            number = orjson.loads(data).get("sequence_number")
+        except (orjson.JSONDecodeError, AttributeError):
+            found = _SEQUENCE.search(event[:_HEAD])  # not one JSON object: its first field
+            number = int(found.group(1)) if found else None
+        return number + 1 if isinstance(number, int) and not isinstance(number, bool) else 0

@@ -1,0 +1,74 @@
+"""Checkpoints: what the pipeline made of a conversation's prefix, where it is kept, and how it
+is found again (docs/architecture.md, "Checkpoints" and "The store contract").
+
+* ``_keys``: the namespace and the hash chain a checkpoint is keyed by;
+* ``_lookup``: :class:`Checkpoints`, the one round trip that finds the longest stored prefix,
+  and the save once the upstream accepted a request;
+* ``_contract``: :class:`Checkpoint` (its stored format) and what every store promises
+  (:class:`CheckpointStore`, :class:`StoreUnavailable`);
+* the stores: ``_memory`` (a bounded LRU), ``_sqlite`` (the default, one file), ``_redis``
+  (shared by replicas), built by ``_factory`` behind the circuit breaker of ``_breaker``, with
+  one time budget per request (``_deadline``), the leases of the memory and SQLite stores
+  (``_leases``) and the process's memo of decoded values (``_decoded``);
+* ``_keyvalue``: small JSON values kept in the same store (:class:`KeyValueStore`), for the
+  learned windows and the summaries shared across replicas.
+"""
+
+from ._breaker import Readiness, StoreBreaker, StoreMarkedDown, StoreReadiness
+from ._contract import (
+    FORMAT_VERSION,
+    Checkpoint,
+    CheckpointStore,
+    ForeignValue,
+    StoreUnavailable,
+)
+from ._deadline import StoreBudget, StoreBudgetSpent, budget_left, store_deadline
+from ._decoded import pick_longest
+from ._factory import make_backend, make_store
+from ._keys import (
+    Message,
+    chain,
+    could_have_checkpoint,
+    leading_system_count,
+    namespace_for,
+    scope_of,
+)
+from ._keyvalue import KeyValueStore, StoredValue, StoredValues
+from ._lookup import FOLDED_TOKENS, Checkpoints, Lookup
+from ._memory import MemoryStore
+from ._redis import RedisStore
+from ._sqlite import SqliteStore
+
+__all__ = [
+    "FOLDED_TOKENS",
+    "FORMAT_VERSION",
+    "Checkpoint",
+    "CheckpointStore",
+    "Checkpoints",
+    "ForeignValue",
+    "KeyValueStore",
+    "Lookup",
+    "MemoryStore",
+    "Message",
+    "Readiness",
+    "RedisStore",
+    "SqliteStore",
+    "StoreBreaker",
+    "StoreBudget",
+    "StoreBudgetSpent",
+    "StoreMarkedDown",
+    "StoreReadiness",
+    "StoreUnavailable",
+    "StoredValue",
+    "StoredValues",
+    "budget_left",
+    "chain",
+    "could_have_checkpoint",
+    "leading_system_count",
+    "make_backend",
+    "make_store",
+    "namespace_for",
+    "pick_longest",
+    "scope_of",
+    "store_deadline",
+]

@@ -1,0 +1,492 @@
+"""The compaction flow of one chat request: checkpoint, pipeline, checkpoint again.
+
+1. Find the longest stored checkpoint for the request's messages (one store round trip) and
+   build the effective view: system block + checkpoint + the messages after it.
+2. Run the pipeline on the effective view. Below the trigger nothing changes, so the request
+   goes upstream with the same prefix as the last forwarded one.
+3. When the pipeline compacted and nothing failed, store the result as the new checkpoint.
+   A failed summary is never stored: the next request tries again (after a back-off) instead
+   of living with the truncated fallback for good.
+
+Every dependency that can fail (store, summarizer) degrades to "no checkpoint" or "next
+strategy"; the request itself never fails because of them.
+
+The namespace of every key the flow uses (checkpoints, prepared summaries, summaries in
+flight) holds the request's scope (compaction_proxy/checkpoints/_keys.py: system block,
+tools, per-user fields), and a summarizer paid with an operator's key runs only for a caller
+let in (compaction_proxy/http/_admission.py); otherwise the pipeline runs without it, says why, and
+stores nothing a summary would have made.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any, cast
+
+import httpx
+import orjson
+
+from compaction_proxy.checkpoints import (
+    Checkpoints,
+    CheckpointStore,
+    Lookup,
+    StoredValues,
+    namespace_for,
+    scope_of,
+)
+from compaction_proxy.compaction import (
+    CompactionReport,
+    CompactionResult,
+    Mode,
+    ModelFacts,
+    StrategyReport,
+    firing_point,
+)
+from compaction_proxy.config import Settings
+from compaction_proxy.http import UNKNOWN_CALLER, Spending
+from compaction_proxy.summarizer import (
+    ForwardedRequest,
+    GuardedSummarizer,
+    HttpSummarizer,
+    SummaryCalls,
+    SummaryFlights,
+)
+from compaction_proxy.upstream import WindowBook
+
+from ._compactor import Compactor
+from ._hit_report import CHECKPOINT_STEP, as_sent, checkpoint_meta
+from ._prepare import (
+    JobOutcome,
+    PreparedProbe,
+    Preparer,
+    PrepareState,
+    conversation_key,
+)
+
+log = logging.getLogger("compaction_proxy.flow")
+
+
+@dataclass(slots=True)
+class FlowResult:
+    """What to forward and what to tell the client about it.
+
+    `messages`: what goes upstream in place of the request's messages (the pipeline's result,
+    or the checkpoint view on a hit); None: the client's request as it came. The forwarding
+    routes splice them into the client's own bytes (compaction_proxy/wire/_forwarded.py), so the
+    flow serializes nothing. `save` stores the new checkpoint; the caller runs it only once
+    the upstream accepted the compacted request (a 2xx), so a compaction the upstream refused
+    never becomes sticky.
+    """
+
+    messages: Sequence[Mapping[str, Any]] | None
+    result: CompactionResult
+    checkpoint: str  # "hit" | "new" (stored once the upstream accepts it) | "none"
+    warnings: list[str] = field(default_factory=list)
+    save: Callable[[], Awaitable[str | None]] | None = None
+    prepared: PrepareState = "none"  # X-Compaction-Prepared (compaction_proxy/engine/_prepare.py)
+    request: Mapping[str, Any] | None = None  # the body `messages` belong in
+
+    @property
+    def body(self) -> bytes | None:
+        """The request with `messages`, serialized whole by orjson (what the preview shows and
+        `compact --out` writes); None when nothing changed."""
+        if self.messages is None:
+            return None
+        return orjson.dumps({**(self.request or {}), "messages": list(self.messages)})
+
+
+class CompactionFlow:
+    def __init__(
+        self,
+        settings: Settings,
+        compactor: Compactor,
+        store: CheckpointStore | None,
+        summarizer: HttpSummarizer | None,
+        flights: SummaryFlights,
+    ) -> None:
+        self.settings = settings
+        self.compactor = compactor
+        self.store = store
+        self.checkpoints = (
+            Checkpoints(store, settings.store.ttl_seconds) if store is not None else None
+        )
+        self.summarizer = summarizer
+        self.flights = flights
+        self.preparer = Preparer(settings.summarization, self.checkpoints)
+        # Requests whose summary was withheld, by reason (compaction_proxy/http/_admission.py):
+        # `compaction_proxy_summaries_withheld_total`.
+        self.withheld: Counter[str] = Counter()
+
+    def namespace(
+        self,
+        model: str,
+        credential: str | None,
+        context_window: int | None = None,
+        *,
+        scope: str = "",
+    ) -> str:
+        """The key space of a request's checkpoints; `scope`: :func:`scope_of` its body."""
+        summarizer = self.summarizer
+        return namespace_for(
+            credential=credential,
+            summarizer_model=summarizer.model_for(model) if summarizer else "-",
+            prompt_version=summarizer.prompt_version if summarizer else "-",
+            fingerprint=self.compactor.fingerprint(model, context_window),
+            scope=scope,
+        )
+
+    def withholds(self, model: str, spend: Spending) -> Spending | None:
+        """`spend` when it keeps the summarizer away from `model`'s requests: the summarizer's
+        upstream has an `api_key` (the operator's), and the caller was not let in. A summarizer
+        that sends the caller's own key needs nobody's leave."""
+        if spend.allowed or self.summarizer is None:
+            return None
+        return spend if self.summarizer.upstream_for(model).api_key is not None else None
+
+    async def run(
+        self,
+        data: dict[str, Any],
+        mode: Mode,
+        *,
+        size_hint: int,
+        credential: str | None,
+        authorization: str | None,
+        upstream_name: str,
+        persist: bool = True,
+        context_window: int | None = None,
+        window_source: str | None = None,
+        calls: SummaryCalls | None = None,
+        summarize: bool = True,
+        summary_prefix: bool = True,
+        tenant: str | None = None,
+        spend: Spending = UNKNOWN_CALLER,
+    ) -> FlowResult:
+        """`credential` names the tenant (hashed into the namespace); `authorization` is what
+        the summarizer may send upstream (None when the client authenticated to the proxy).
+        `tenant`: the `X-Compaction-Tenant` header, which joins the body's system block, tools
+        and per-user fields in the namespace (:func:`scope_of`). `spend`: whether the
+        summarizer may spend an operator's key for this caller (by default it may not: the
+        edge says who was let in, compaction_proxy/http/_admission.py).
+        `context_window`: the window to budget for, when not the catalog's
+        (compaction_proxy/upstream/_windows.py); it is part of the checkpoint namespace;
+        `window_source`: where it came from (the report says). `calls`: the
+        request's log of summarizer HTTP calls (the request's telemetry counts them when it ends);
+        None: counted as they happen.
+        `summarize`: False keeps the summarizer out (a local preview, `compact --no-summarize`).
+        `summary_prefix`: False binds the summarizer to no forwarded request, so its calls send
+        the plain-text transcript: for a `data` that is a view of another API's body (the
+        Responses adapter's), which a chat-completions server must not be sent as a prefix.
+        """
+        model: str = data["model"]
+        # Kept off the summarizer (`dry-run-local`, `summarization.dryRun: skip` for dry runs,
+        # or the caller's `summarize=False`): summarization reports itself skipped, nothing is
+        # stored, and `dry-run-local` is an ordinary dry run otherwise.
+        offline = (
+            not summarize
+            or mode is Mode.DRY_RUN_LOCAL
+            or (mode is Mode.DRY_RUN and self.settings.summarization.dry_run == "skip")
+        )
+        if mode is Mode.DRY_RUN_LOCAL:
+            mode = Mode.DRY_RUN
+        namespace = self.namespace(model, credential, context_window, scope=scope_of(data, tenant))
+        lookup = await self._lookup(namespace, data["messages"])
+        warnings = [lookup.store_error] if lookup.store_error else []
+        effective = {**data, "messages": lookup.messages} if lookup.hit else data
+        withheld = None if offline else self.withholds(model, spend)
+        summarizer = (
+            None
+            if offline or withheld is not None
+            else self._summarizer_for(
+                model, namespace, authorization, upstream_name, calls, effective, summary_prefix
+            )
+        )
+        # Background summaries (compaction_proxy/engine/_prepare.py): only for ordinary requests.
+        preparer = self.preparer
+        key = (
+            conversation_key(lookup)
+            if preparer.enabled and summarizer is not None and mode is Mode.NORMAL and persist
+            else None
+        )
+        probe = None
+        if key is not None and summarizer is not None:
+            probe = PreparedProbe(summarizer, partial(self._find_prepared, namespace, lookup, key))
+        result = await self.compactor.run(
+            effective,
+            mode,
+            size_hint=size_hint,
+            summarizer=probe or summarizer,
+            context_window=context_window,
+            window_source=window_source,
+        )
+        prepared = "none" if key is None else preparer.state(key)
+        used = probe.found if probe is not None else None
+        if probe is not None and not probe.looked and result.changed:
+            # The trigger fired and the strategies before summarization reached the target:
+            # a summary prepared for this moment was paid for; it is used rather than left to
+            # expire (and it puts the next event further away). No waiting for a job here.
+            used = await self.preparer.find(namespace, lookup)
+        if used is not None:
+            # The trigger fired and a summary was made ahead of time: continue from it (the
+            # first run stopped at the summarizer and is discarded).
+            lookup, effective, prepared = used, {**data, "messages": used.messages}, "ready"
+            summarizer = self._summarizer_for(
+                model, namespace, authorization, upstream_name, calls, effective, summary_prefix
+            )
+            result = await self.compactor.run(
+                effective,
+                mode,
+                size_hint=size_hint,
+                summarizer=summarizer,
+                context_window=context_window,
+                window_source=window_source,
+            )
+        if summarizer is not None and any(
+            failure.reason == "not_shorter" for failure in result.report.failures
+        ):
+            summarizer.reject()
+        view_tokens = result.report.tokens_before  # the view's own count, before as_sent
+        # On a hit, report what the client sent, not the view
+        # (compaction_proxy/engine/_hit_report.py).
+        result = await as_sent(result, data["messages"], lookup, self.compactor)
+        if used is not None:  # the prepared view is this event's result
+            result = replace(result, changed=True, report=_as_prepared(result.report, used))
+        elif key is not None and preparer.wants(result):
+            job = self._prepare_job(
+                data, effective, lookup, result, view_tokens, namespace, key,
+                size_hint=size_hint, context_window=context_window,
+                authorization=authorization, upstream_name=upstream_name,
+                summary_prefix=summary_prefix,
+            )  # fmt: skip
+            prepared = preparer.start(key, job, len(data["messages"]))
+        fired = _summarization_fired(result)
+        if offline and self.summarizer is not None and fired:
+            warnings.append(OFFLINE_NOTE)
+        # What the fallback made instead of a withheld summary is not kept: the caller's next
+        # request, once let in, summarizes that stretch (as after a failed summary).
+        unsummarized = withheld is not None and fired
+        if unsummarized:
+            assert withheld is not None
+            warnings.append(withheld.note)
+            self.withheld[withheld.reason] += 1
+        if mode is Mode.DRY_RUN:
+            return FlowResult(None, result, "hit" if lookup.hit else "none", warnings)
+        if result.changed:
+            body = result.messages
+            checkpoints = self.checkpoints
+            # Nothing is stored for a preview or a forced run, after a failed summary, or when
+            # the store just failed the lookup (it would fail the write too).
+            if (
+                not persist
+                or offline
+                or unsummarized
+                or result.report.failures
+                or checkpoints is None
+                or lookup.store_error
+            ):
+                return FlowResult(body, result, "none", warnings, prepared=prepared, request=data)
+            saved_lookup = lookup
+
+            async def save() -> str | None:
+                assert checkpoints is not None
+                # The core hands back the client's own dicts (typed as read-only mappings).
+                messages = cast("list[dict[str, Any]]", result.messages)
+                error = await checkpoints.save(
+                    namespace, saved_lookup, messages, _meta(result, model)
+                )
+                if used is not None and error is None:
+                    # The ordinary checkpoint now stands for it; kept when that was not stored.
+                    await preparer.consume(namespace, used, key)
+                return error
+
+            return FlowResult(body, result, "new", warnings, save, prepared, request=data)
+        if lookup.hit:
+            return FlowResult(
+                lookup.messages, result, "hit", warnings, prepared=prepared, request=data
+            )
+        return FlowResult(None, result, "none", warnings, prepared=prepared)
+
+    async def _find_prepared(self, namespace: str, lookup: Lookup, key: str) -> Lookup | None:
+        """A prepared checkpoint for this request, once a job making one here has finished."""
+        await self.preparer.wait_for(key)
+        return await self.preparer.find(namespace, lookup)
+
+    def _prepare_job(
+        self,
+        data: dict[str, Any],
+        effective: dict[str, Any],
+        lookup: Lookup,
+        seen: CompactionResult,
+        view_tokens: int,
+        namespace: str,
+        key: str,
+        *,
+        size_hint: int,
+        context_window: int | None,
+        authorization: str | None,
+        upstream_name: str,
+        summary_prefix: bool,
+    ) -> Callable[[], Awaitable[JobOutcome]]:
+        """The background job for a request past the prepare threshold: the pipeline on its
+        view, as if the growth up to the trigger were already there, stored as prepared."""
+        model: str = data["model"]
+        metrics = seen.metrics
+        preparer = self.preparer
+
+        async def job() -> JobOutcome:
+            if metrics is None:
+                return "empty"
+            if await preparer.find(namespace, lookup) is not None:
+                return "found"
+            async with preparer.lease(namespace, key) as acquired:
+                if not acquired:
+                    return "elsewhere"
+                if await preparer.find(namespace, lookup) is not None:
+                    return "found"  # made by another replica while we waited for the lease
+                # The calibration may have moved since the request (its reply was read): the
+                # distance to the trigger is measured with the one this run will use.
+                now = replace(
+                    metrics,
+                    tokens=self.compactor.calibration_for(model).apply(view_tokens),
+                )
+                point = firing_point(self.compactor.settings_for(model)[1], now)
+                if point is None:
+                    return "empty"  # growth alone would never fire anything
+                summarizer = self._summarizer_for(
+                    model, namespace, authorization, upstream_name, None, effective, summary_prefix
+                )
+                made = await self.compactor.run(
+                    effective,
+                    Mode.NORMAL,
+                    size_hint=size_hint,
+                    summarizer=summarizer,
+                    context_window=context_window,
+                    anticipate=point - now.tokens,
+                )
+                if made.report.failures:
+                    for failure in made.report.failures:
+                        log.info(
+                            "background summary: %s failed (%s): %s",
+                            failure.strategy,
+                            failure.reason,
+                            failure.message,
+                        )
+                    if summarizer is not None and any(
+                        f.reason == "not_shorter" for f in made.report.failures
+                    ):
+                        summarizer.reject()
+                    return "failed"
+                if not made.changed:
+                    log.info("background summary: nothing to fold (%s)", made.report.changed_by)
+                    return "empty"
+                made = await as_sent(made, data["messages"], lookup, self.compactor)
+                messages = cast("list[dict[str, Any]]", made.messages)
+                saved = await preparer.save(namespace, lookup, messages, _meta(made, model))
+                return "made" if saved else "failed"
+
+        return job
+
+    async def _lookup(self, namespace: str, messages: list[dict[str, Any]]) -> Lookup:
+        if self.checkpoints is None:
+            return Lookup(messages, 0, [], 0, None)
+        return await self.checkpoints.lookup(namespace, messages)
+
+    def _summarizer_for(
+        self,
+        model: str,
+        namespace: str,
+        authorization: str | None,
+        upstream_name: str,
+        calls: SummaryCalls | None,
+        body: dict[str, Any],
+        summary_prefix: bool,
+    ) -> GuardedSummarizer | None:
+        if self.summarizer is None:
+            return None
+        target = self.summarizer.upstream_for(model)
+        # The caller's key was meant for the upstream its request goes to; a summarizer on
+        # another provider must use that provider's own key (an upstream `api_key`).
+        if target.name != upstream_name:
+            authorization = None
+        # The request as it goes upstream (the checkpoint view on a hit): a summary call built
+        # on its prefix is served from the upstream's prompt cache
+        # (compaction_proxy/summarizer/_prefix.py). Without it (`summary_prefix=False`) the
+        # summarizer sends the transcript form.
+        forwarded = ForwardedRequest.from_body(body, upstream_name) if summary_prefix else None
+        bound = self.summarizer.bind(authorization=authorization, calls=calls, request=forwarded)
+        return self.flights.bind(bound, namespace)
+
+
+OFFLINE_NOTE = (
+    "summarizer not called (dry-run-local, summarization.dryRun: skip or a local preview): "
+    "summarization was skipped and later strategies stood in for it"
+)
+
+
+def _summarization_fired(result: CompactionResult) -> bool:
+    return any(step.name == "summarization" and step.fired for step in result.report.walk())
+
+
+def _as_prepared(report: CompactionReport, used: Lookup) -> CompactionReport:
+    """The event that used a prepared checkpoint, told as what it is: a ``prepared`` step
+    (from the client's count to the prepared view's) whose children name the strategies that
+    made it in the background, so ``X-Compaction-Strategies`` reads e.g. ``summarization``."""
+    if not report.strategies or report.strategies[0].name != CHECKPOINT_STEP:
+        return report
+    first, *rest = report.strategies
+    meta = used.checkpoint.meta if used.checkpoint is not None else {}
+    made_by = meta.get("strategies")
+    names = [n for n in made_by if isinstance(n, str)] if isinstance(made_by, list) else []
+    children = tuple(
+        StrategyReport(name, True, True, first.tokens_after, first.tokens_after)
+        for name in names or [CHECKPOINT_STEP]
+    )
+    note = "prepared in the background before the trigger fired; the request did not wait"
+    step = replace(first, name="prepared", children=children, notes=(*first.notes, note))
+    return replace(report, strategies=(step, *rest))
+
+
+def _meta(result: CompactionResult, model: str) -> dict[str, Any]:
+    report = result.report
+    return {
+        "model": model,
+        "strategies": list(report.changed_by),
+        "tokens_before": report.tokens_before,
+        "tokens_after": report.tokens_after,
+        **checkpoint_meta(report),
+    }
+
+
+def build_flow(
+    settings: Settings,
+    compactor: Compactor,
+    store: CheckpointStore | None,
+    client: httpx.AsyncClient,
+    windows: WindowBook | None = None,
+) -> CompactionFlow:
+    summarizer = None
+    if settings.summarization.enabled:
+        catalog = compactor.catalog
+
+        def facts_for(model: str) -> ModelFacts:
+            # A window learned or published for the summarizer's model beats the catalog's
+            # guess: the summarizer cuts its transcript to fit it.
+            known = windows.known(model) if windows is not None else None
+            return compactor.facts_for(model, known)
+
+        summarizer = HttpSummarizer.from_settings(
+            settings,
+            client,
+            facts_for=facts_for,
+            timeout=settings.summarization.timeout,
+            tokenizer_for=lambda model: compactor.tokenizers.get(catalog.facts_for(model).encoding),
+        )
+    flights = SummaryFlights(
+        StoredValues(store) if store is not None else None,
+        result_ttl_seconds=min(settings.store.ttl_seconds, 86_400),
+        total_timeout_seconds=settings.summarization.timeout,
+    )
+    return CompactionFlow(settings, compactor, store, summarizer, flights)

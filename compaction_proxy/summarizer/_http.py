@@ -1,0 +1,492 @@
+"""``HttpSummarizer``: the summary call to an OpenAI-compatible upstream.
+
+One non-streaming ``POST {base_url}/chat/completions`` per transcript chunk (see
+:mod:`._transcript`), with our prompts as the system message, ``summarization.parameters``
+merged into the body and ``maxSummaryTokens`` as the output limit. Anything short of a usable
+summary is a :class:`SummaryError` with a machine-readable reason, because a failed summary must
+make the pipeline move on, never become a checkpoint:
+
+* ``timeout``: the call took longer than ``timeout`` seconds (the whole call, not one phase);
+* ``error``: transport failure, non-2xx status, a body that is not a chat completion;
+* ``empty``: no text, or only whitespace (reasoning models sometimes answer only in reasoning);
+* ``oversized``: the completion is over the limit (``usage.completion_tokens`` without
+  reasoning tokens, or our own count when usage is absent) or was cut (``finish_reason:
+  length``): a truncated checkpoint silently loses its last sections.
+
+The call's form: by default, when the summarizer is the request's own upstream and model, the
+forwarded request's own prefix plus one instruction, so the upstream's prompt cache serves the
+conversation (:mod:`._prefix`, ``summarization.reusePrefix``); otherwise, or when that prefix
+holds binary content or does not fit, the plain-text transcript.
+
+Which upstream: ``summarization.provider`` names one (case-insensitively; LibreChat configs say
+``openAI``), else the request's own upstream. Which model: ``summarization.model``, else the
+request's. Credentials: the upstream's own ``api_key`` when it has one, else the caller's
+``Authorization`` value, which the edge hands over with :meth:`HttpSummarizer.bind`. Error
+messages name the upstream and the status, never a key or the response body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from typing import Any, Literal
+
+import httpx
+import orjson
+
+from compaction_proxy.compaction.budget import ModelCatalog, ModelFacts
+from compaction_proxy.compaction.settings import SummarizationSettings
+from compaction_proxy.compaction.summarizer import SummaryError, SummaryRequest
+from compaction_proxy.compaction.tokens import CharacterEstimatorTokenizer, Tokenizer
+from compaction_proxy.config import ConfigError, Settings, UpstreamSettings, find_upstream
+from compaction_proxy.config.preflight import (
+    SUMMARY_RESERVED_PARAMETERS,
+    validate_summarization_config,
+)
+from compaction_proxy.upstream import Router
+
+from ._prefix import ForwardedRequest, fits, has_binary, instruction, place_stretch, tool_choice_for
+from ._prompts import PromptSet
+from ._stats import SummarizerStats, SummaryCallRecord, SummaryCalls
+from ._transcript import SummarizerWindow, TranscriptOptions, fold, plan_chunks, render_blocks
+
+DEFAULT_TIMEOUT_SECONDS = 60.0
+DEFAULT_MAX_SUMMARY_TOKENS = 4096
+"""Output limit when ``maxSummaryTokens`` is unset (LibreChat sends none; an unbounded
+checkpoint defeats its purpose). Clamped to the summarizer model's own output limit."""
+MAX_CHUNKS = 16
+"""At most this many summarizer calls for one stretch: a bigger one is refused, not paid for."""
+OFF_LOOP_MESSAGES = 2_000
+"""A summary request this long is prepared on a worker thread."""
+
+LimitParam = Literal["max_completion_tokens", "max_tokens"]
+
+log = logging.getLogger("compaction_proxy.summaries")
+
+
+# ------------------------------------------------------------------ the summarizer
+
+
+class HttpSummarizer:
+    """Implements the core's ``Summarizer`` protocol over the proxy's shared HTTP client.
+
+    Build one at start-up; per request call :meth:`bind` with the caller's ``Authorization``
+    header value and hand the bound instance to the core. ``facts_for`` gives the summarizer
+    model's window and output limit (chunk sizing); ``tokenizer_for`` counts for that model.
+    """
+
+    def __init__(
+        self,
+        settings: SummarizationSettings,
+        upstreams: Sequence[UpstreamSettings],
+        client: httpx.AsyncClient,
+        *,
+        facts_for: Callable[[str], ModelFacts] | None = None,
+        tokenizer_for: Callable[[str], Tokenizer] | None = None,
+        timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        limit_param: LimitParam | None = None,
+        transcript: TranscriptOptions | None = None,
+        max_chunks: int = MAX_CHUNKS,
+        stats: SummarizerStats | None = None,
+    ) -> None:
+        self._settings = settings
+        self._router = Router(upstreams)
+        self._provider: UpstreamSettings | None = None
+        if settings.provider is not None:
+            self._provider = find_upstream(upstreams, settings.provider)
+            if self._provider is None:
+                raise ConfigError(
+                    f"summarization.provider: no upstream named {settings.provider!r}"
+                )
+        self._client = client
+        self._facts_for = facts_for or ModelCatalog().facts_for
+        estimator = CharacterEstimatorTokenizer()
+        self._tokenizer_for = tokenizer_for or (lambda _model: estimator)
+        self._timeout = timeout
+        self._transcript = transcript or TranscriptOptions()
+        self._max_chunks = max_chunks
+        self.prompts = PromptSet.from_config(settings.prompt, settings.update_prompt)
+        self.stats = stats or SummarizerStats()
+        self._parameters, self._limit, self._limit_param = _split_parameters(
+            settings.parameters, settings.max_summary_tokens, limit_param
+        )
+        self._authorization: str | None = None
+        self._calls: SummaryCalls | None = None
+        self._request: ForwardedRequest | None = None
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, client: httpx.AsyncClient, **options: Any
+    ) -> HttpSummarizer:
+        """From the whole configuration (validated first)."""
+        validate_summarization_config(settings)
+        return cls(settings.summarization, settings.upstreams, client, **options)
+
+    @property
+    def prompt_version(self) -> str:
+        """Hash of the prompts in effect; part of the checkpoint namespace."""
+        return self.prompts.version
+
+    def model_for(self, request_model: str) -> str:
+        """The model that writes summaries for a request to ``request_model``."""
+        return self._settings.model or request_model
+
+    def upstream_for(self, request_model: str) -> UpstreamSettings:
+        """The upstream that writes summaries for a request to ``request_model``."""
+        return self._provider or self._router.for_model(request_model)
+
+    def bind(
+        self,
+        *,
+        authorization: str | None,
+        calls: SummaryCalls | None = None,
+        request: ForwardedRequest | None = None,
+    ) -> HttpSummarizer:
+        """A per-request instance carrying the caller's ``Authorization`` header value.
+
+        ``calls``: the request's log, which gets the outcome of every HTTP call this instance
+        makes (the shared :attr:`stats` still records each one). ``request``: the chat
+        request's messages and tools as they go upstream, from which a :class:`SummaryRequest`
+        without a ``prefix`` gets one (:mod:`._prefix`).
+        """
+        bound = copy.copy(self)
+        bound._authorization = authorization
+        bound._calls = calls
+        bound._request = request
+        return bound
+
+    def _with_prefix(self, request: SummaryRequest) -> SummaryRequest:
+        """``request`` with the prefix and tools of the bound chat request, when it lacks them
+        and the stretch can be placed in that request."""
+        context = self._request
+        if request.prefix is not None or context is None:
+            return request
+        prefix = place_stretch(context.messages, request.messages)
+        if prefix is None:
+            return request
+        tools = tuple(context.tools) if context.tools else None
+        return dataclasses.replace(request, prefix=tuple(prefix), tools=request.tools or tools)
+
+    def _same_upstream_and_model(self, request_model: str, upstream: UpstreamSettings) -> bool:
+        if self.model_for(request_model) != request_model:
+            return False
+        context = self._request
+        own = context.upstream if context is not None and context.upstream else None
+        if own is None:
+            own = self._router.for_model(request_model).name
+        return upstream.name == own
+
+    def _prefix_messages(
+        self,
+        request: SummaryRequest,
+        upstream: UpstreamSettings,
+        window: SummarizerWindow,
+        tokenizer: Tokenizer,
+        note: str = "",
+    ) -> list[dict[str, Any]] | None:
+        """The prefix-form messages for ``request``, or ``None`` for the transcript form."""
+        mode = self._settings.reuse_prefix
+        if mode == "never":
+            return None
+        request = self._with_prefix(request)
+        prefix = request.prefix
+        if not prefix:
+            return None
+        if mode == "auto" and (
+            not self._same_upstream_and_model(request.model, upstream) or has_binary(prefix)
+        ):
+            return None
+        final = instruction(self.prompts, request.previous_summary) + note
+        if not fits(prefix, request.tools, final, window, tokenizer):
+            log.info("summary call: the request's prefix does not fit the summarizer's window")
+            return None
+        return [*prefix, {"role": "user", "content": final}]
+
+    async def summarize(self, request: SummaryRequest) -> str:
+        """The summary of ``request``'s stretch folded into its previous summary, if any."""
+        model = self.model_for(request.model)
+        upstream = self.upstream_for(request.model)
+        facts = self._facts_for(model)
+        limit = self._limit
+        if limit is None:
+            limit = min(
+                DEFAULT_MAX_SUMMARY_TOKENS, facts.max_output_tokens or DEFAULT_MAX_SUMMARY_TOKENS
+            )
+        # The budget the summary must fit bounds it too (the core's `max_tokens`): the model is
+        # told, so it writes a shorter checkpoint rather than being cut at the limit.
+        note = ""
+        if request.max_tokens is not None and 0 < request.max_tokens < limit:
+            limit = request.max_tokens
+            note = length_note(limit)
+        tokenizer = self._tokenizer_for(model)
+        count = tokenizer.count_text
+        window = SummarizerWindow(facts.context_window, limit)
+        # Counting a long prefix and rendering a long transcript are CPU work: off the loop.
+        off_loop = len(request.messages) + len(request.prefix or ()) >= OFF_LOOP_MESSAGES
+        if off_loop:
+            messages = await asyncio.to_thread(
+                self._prefix_messages, request, upstream, window, tokenizer, note
+            )
+        else:
+            messages = self._prefix_messages(request, upstream, window, tokenizer, note)
+        if messages is not None:
+            extra: dict[str, Any] = {}
+            context = self._request
+            tools = request.tools or (context.tools if context is not None else None)
+            if tools:
+                extra["tools"] = tools
+                choice = tool_choice_for(context.tool_choice if context is not None else None)
+                if choice is not None:
+                    extra["tool_choice"] = choice
+            if context is not None and context.functions:
+                extra["functions"] = context.functions
+            return await self._complete(
+                upstream, model, limit, messages, count, extra=extra, form="prefix"
+            )
+        plan = partial(self._plan, request, window, count)
+        chunks = await asyncio.to_thread(plan) if off_loop else plan()
+        if len(chunks) > self._max_chunks:
+            raise SummaryError(
+                "oversized",
+                f"the stretch to summarize needs {len(chunks)} "
+                f"summarizer calls, over the limit of {self._max_chunks}",
+            )
+
+        async def call(system: str, user: str) -> str:
+            messages = [
+                {"role": "system", "content": system + note},
+                {"role": "user", "content": user},
+            ]
+            return await self._complete(upstream, model, limit, messages, count)
+
+        return await fold(chunks, request.previous_summary, self.prompts, call)
+
+    def _plan(
+        self, request: SummaryRequest, window: SummarizerWindow, count: Callable[[str], int]
+    ) -> list[str]:
+        blocks = render_blocks(request.messages, self._transcript)
+        return plan_chunks(blocks, request.previous_summary, self.prompts, window, count)
+
+    # -------------------------------------------------------------- one HTTP call
+
+    async def _complete(
+        self,
+        upstream: UpstreamSettings,
+        model: str,
+        limit: int,
+        messages: list[dict[str, Any]],
+        count: Callable[[str], int],
+        *,
+        extra: Mapping[str, Any] | None = None,
+        form: str = "transcript",
+    ) -> str:
+        started = time.monotonic()
+        outcome = "error"
+        usage: dict[str, int] = {}
+        try:
+            text = await self._post(upstream, model, limit, messages, count, extra or {}, usage)
+            outcome = "ok"
+            return text
+        except SummaryError as exc:
+            outcome = exc.reason
+            raise
+        finally:
+            calls = self._calls
+            if calls is not None:
+                calls.outcomes.append(outcome)
+            self.stats.record(
+                SummaryCallRecord(
+                    upstream.name,
+                    model,
+                    outcome,
+                    time.monotonic() - started,
+                    per_request=calls is not None,
+                    cached_tokens=usage.get("cached_tokens", 0),
+                    form=form,
+                )
+            )
+
+    async def _post(
+        self,
+        upstream: UpstreamSettings,
+        model: str,
+        limit: int,
+        messages: list[dict[str, Any]],
+        count: Callable[[str], int],
+        extra: Mapping[str, Any],
+        usage: dict[str, int],
+    ) -> str:
+        body: dict[str, Any] = dict(self._parameters)
+        body.update(model=model, stream=False, messages=messages)
+        body.update(extra)
+        body[self._limit_param] = limit
+        headers = {"content-type": "application/json", "accept": "application/json"}
+        credential = self._credential(upstream)
+        if credential:
+            headers["authorization"] = credential
+        where = f"summarizer upstream '{upstream.name}'"
+        try:
+            async with asyncio.timeout(self._timeout):
+                response = await self._client.post(
+                    f"{upstream.url}/chat/completions",
+                    content=orjson.dumps(body),
+                    headers=headers,
+                    timeout=httpx.Timeout(self._timeout),
+                )
+        except (TimeoutError, httpx.TimeoutException) as exc:
+            raise SummaryError(
+                "timeout", f"{where} ({model}): no answer within {self._timeout:g} s"
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise SummaryError(
+                "error", f"{where} ({model}): request failed ({type(exc).__name__})"
+            ) from exc
+        if not 200 <= response.status_code < 300:
+            raise SummaryError(
+                "error",
+                f"{where} ({model}): HTTP {response.status_code}{_error_code(response.content)}",
+            )
+        return _read_completion(response.content, where, model, limit, count, usage)
+
+    def _credential(self, upstream: UpstreamSettings) -> str | None:
+        if upstream.api_key is not None:
+            return f"Bearer {upstream.api_key.get_secret_value()}"
+        return self._authorization
+
+
+def length_note(limit: int) -> str:
+    """What the summarizer is told when the budget bounds the checkpoint below its own limit."""
+    return (
+        f"\n\nThe checkpoint must fit in {limit} tokens: it shares a small context window, "
+        "so keep every section short and drop what matters least first."
+    )
+
+
+def _split_parameters(
+    parameters: Mapping[str, Any],
+    max_summary_tokens: int | None,
+    limit_param: LimitParam | None,
+) -> tuple[dict[str, Any], int | None, LimitParam]:
+    """(body parameters, output limit, name of the limit field).
+
+    ``parameters.maxSummaryTokens`` wins over the top-level key and is not sent (LibreChat's
+    rule). A ``max_tokens`` or ``max_completion_tokens`` in ``parameters`` picks the field name
+    (older OpenAI-compatible servers know only ``max_tokens``) and is the limit when
+    ``maxSummaryTokens`` is unset.
+    """
+    body = {k: v for k, v in parameters.items() if k not in SUMMARY_RESERVED_PARAMETERS}
+    limit = max_summary_tokens
+    override = body.pop("maxSummaryTokens", None)
+    if isinstance(override, int) and not isinstance(override, bool) and override > 0:
+        limit = override
+    chosen: LimitParam = limit_param or "max_completion_tokens"
+    for name in ("max_tokens", "max_completion_tokens"):
+        if name in body:
+            value = body.pop(name)
+            if limit_param is None:
+                chosen = name
+            if limit is None and isinstance(value, int) and not isinstance(value, bool):
+                limit = value
+    return body, limit, chosen
+
+
+def _error_code(content: bytes) -> str:
+    """`` (code)`` from an OpenAI-shaped error body, when it has a short one; never its text."""
+    try:
+        data = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return ""
+    error = data.get("error") if isinstance(data, dict) else None
+    if isinstance(error, dict):
+        code = error.get("code") or error.get("type")
+        if isinstance(code, str) and len(code) <= 64 and code.replace("_", "").isalnum():
+            return f" ({code})"
+    return ""
+
+
+def _read_completion(
+    content: bytes,
+    where: str,
+    model: str,
+    limit: int,
+    count: Callable[[str], int],
+    usage: dict[str, int] | None = None,
+) -> str:
+    try:
+        data = orjson.loads(content)
+        choice = data["choices"][0]
+        message = choice["message"]
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
+        raise SummaryError(
+            "error", f"{where} ({model}): the response is not a chat completion"
+        ) from exc
+    cached = _cached_tokens(data.get("usage") if isinstance(data, dict) else None)
+    if usage is not None and cached:
+        usage["cached_tokens"] = cached
+    text = strip_echoed_wrapper(
+        _message_text(message.get("content") if isinstance(message, dict) else None)
+    )
+    if not text:
+        raise SummaryError("empty", f"{where} ({model}) returned an empty summary")
+    if choice.get("finish_reason") == "length":
+        raise SummaryError(
+            "oversized", f"{where} ({model}): the summary was cut at the limit of {limit} tokens"
+        )
+    used = _completion_tokens(data.get("usage"))
+    if used is None:
+        used = count(text)
+    if used > limit:
+        raise SummaryError(
+            "oversized",
+            f"{where} ({model}): the summary has {used} tokens, over the limit of {limit}",
+        )
+    return text
+
+
+def _message_text(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [
+            p.get("text")
+            for p in content
+            if isinstance(p, dict) and p.get("type") in ("text", "output_text")
+        ]
+        return "".join(p for p in parts if isinstance(p, str))
+    return ""
+
+
+def _completion_tokens(usage: object) -> int | None:
+    """Visible output tokens: ``completion_tokens`` minus reasoning tokens, which o-series
+    models count there too but which are not part of the summary."""
+    if not isinstance(usage, dict):
+        return None
+    total = usage.get("completion_tokens")
+    if not isinstance(total, int):
+        return None
+    details = usage.get("completion_tokens_details")
+    reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
+    return total - reasoning if isinstance(reasoning, int) else total
+
+
+def _cached_tokens(usage: object) -> int:
+    """``usage.prompt_tokens_details.cached_tokens`` (0 when absent or malformed)."""
+    if not isinstance(usage, dict):
+        return 0
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return cached if isinstance(cached, int) and not isinstance(cached, bool) and cached > 0 else 0
+
+
+def strip_echoed_wrapper(text: str) -> str:
+    """The summary without surrounding whitespace or a ``<summary>`` wrapper the model may echo
+    (the proxy adds its own when it places the checkpoint); otherwise verbatim."""
+    stripped = text.strip()
+    if stripped.startswith("<summary>") and stripped.endswith("</summary>"):
+        return stripped[len("<summary>") : -len("</summary>")].strip()
+    return stripped

@@ -1,0 +1,369 @@
+"""Guards that turn a stretch of chat messages into summarizer input, and the chunked fold.
+
+Summarizer calls fail in well-known ways when fed the raw conversation (peers' bug trackers are
+full of them):
+inlined images and base64 blobs blow the summary prompt up to millions of tokens, reasoning
+blocks make models refuse or return nothing, one pasted log is larger than the summarizer's
+whole window. So the summarizer never sees the client's dicts; it sees a plain-text transcript
+built here:
+
+* each message becomes a block: a ``[role name]`` header line, then its text; tool calls render
+  as ``-> name(arguments)``, tool results are headed with the name of the call they answer;
+* image parts, audio, files, ``data:`` URLs and long base64 runs become placeholders such as
+  ``[image]`` or ``[binary data, 12345 bytes]``;
+* reasoning/thinking (``reasoning_content``, ``reasoning``, ``thinking`` fields and content
+  parts of type thinking/reasoning/redacted_thinking) is dropped whole, never edited;
+* a block longer than ``max_message_chars`` keeps its head and tail around
+  ``… [N characters elided] …``;
+* blocks are packed into chunks that each fit the summarizer's own window, and several chunks
+  are folded one after another, each into the summary so far (:func:`fold`).
+
+Everything here is pure except :func:`fold`, which awaits the call it is given.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from compaction_proxy.compaction.summarizer import SummaryError
+
+from ._prompts import PromptSet, user_message
+
+REASONING_PART_TYPES = frozenset({"thinking", "reasoning", "redacted_thinking"})
+TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
+
+_DATA_URL = re.compile(
+    r"data:([\w.+-]+/[\w.+-]+)?((?:;[\w.+-]+=[\w.+-]+)*)(;base64)?,([A-Za-z0-9+/=_%-]*)"
+)
+# A run of the base64 alphabet this long is not prose (200 chars is ~150 bytes of binary);
+# it must also mix many symbols, so a ruler of dashes or a long word survives.
+_BASE64_RUN = re.compile(r"[A-Za-z0-9+/_-]{200,}={0,2}")
+_BASE64_MIN_DISTINCT = 12
+
+ENVELOPE_TOKENS = 16
+"""Per-message chat overhead plus the tags around transcript and previous summary."""
+MIN_CHUNK_TOKENS = 256
+"""Below this a chunk cannot carry a useful stretch: the summarizer's window is too small."""
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptOptions:
+    """Limits of the transcript. ``max_message_chars`` bounds one message's rendered text."""
+
+    max_message_chars: int = 20_000
+    max_tool_arguments_chars: int = 2_000
+    max_url_chars: int = 200
+
+
+SummaryCall = Callable[[str, str], Awaitable[str]]
+"""One summarizer round trip: (system prompt, user message) -> summary text."""
+
+
+# ------------------------------------------------------------------ text scrubbing
+
+
+def _binary_placeholder(media_type: str | None, payload_chars: int) -> str:
+    if media_type and media_type.startswith("image/"):
+        return "[image]"
+    return f"[binary data, {payload_chars * 3 // 4} bytes]"
+
+
+def scrub_text(text: str) -> str:
+    """``text`` with ``data:`` URLs and long base64 runs replaced by placeholders."""
+
+    def data_url(match: re.Match[str]) -> str:
+        return _binary_placeholder(match.group(1), len(match.group(4)))
+
+    def base64_run(match: re.Match[str]) -> str:
+        run = match.group(0)
+        if len(set(run)) < _BASE64_MIN_DISTINCT:
+            return run
+        return f"[binary data, {len(run) * 3 // 4} bytes]"
+
+    if "data:" in text:
+        text = _DATA_URL.sub(data_url, text)
+    return _BASE64_RUN.sub(base64_run, text)
+
+
+def elide(text: str, max_chars: int) -> str:
+    """``text`` cut to about ``max_chars``: its head and tail around an elision marker.
+
+    Head and tail both survive because a long tool result or log usually states what it is at
+    the top and how it ended at the bottom.
+    """
+    if len(text) <= max_chars:
+        return text
+    keep = max(max_chars, 2)
+    head = keep * 3 // 5
+    tail = keep - head
+    removed = len(text) - head - tail
+    return f"{text[:head]}\n… [{removed} characters elided] …\n{text[len(text) - tail :]}"
+
+
+# ------------------------------------------------------------------ rendering
+
+
+def _part_text(part: object, options: TranscriptOptions) -> str | None:
+    """One content part as text; ``None`` for parts that are dropped (reasoning)."""
+    if isinstance(part, str):
+        return scrub_text(part)
+    if not isinstance(part, Mapping):
+        return scrub_text(_json(part))
+    kind = part.get("type")
+    if kind in REASONING_PART_TYPES:
+        return None
+    if kind in TEXT_PART_TYPES:
+        text = part.get("text")
+        return scrub_text(text) if isinstance(text, str) else ""
+    if kind == "refusal":
+        refusal = part.get("refusal")
+        return f"[refusal] {scrub_text(refusal)}" if isinstance(refusal, str) else "[refusal]"
+    if kind in ("image_url", "input_image", "image"):
+        return _image_placeholder(part, options)
+    if kind in ("input_audio", "audio"):
+        return "[audio]"
+    if kind in ("file", "input_file"):
+        file = part.get("file")
+        name = file.get("filename") if isinstance(file, Mapping) else part.get("filename")
+        return f"[file: {name}]" if isinstance(name, str) and name else "[file]"
+    return f"[{kind} content]" if isinstance(kind, str) else "[content]"
+
+
+def _image_placeholder(part: Mapping[str, Any], options: TranscriptOptions) -> str:
+    image = part.get("image_url")
+    url = image.get("url") if isinstance(image, Mapping) else image
+    if (
+        isinstance(url, str)
+        and url.startswith(("http://", "https://"))
+        and len(url) <= options.max_url_chars
+    ):
+        return f"[image: {url}]"
+    return "[image]"
+
+
+def _content_text(content: object, options: TranscriptOptions) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return scrub_text(content)
+    if isinstance(content, list):
+        texts = [t for t in (_part_text(p, options) for p in content) if t]
+        return "\n".join(texts)
+    return scrub_text(_json(content))
+
+
+def _json(value: object) -> str:
+    try:
+        return orjson.dumps(value).decode("utf-8")
+    except TypeError:
+        return str(value)
+
+
+def _call_line(function: Mapping[str, Any], options: TranscriptOptions) -> str:
+    name = function.get("name")
+    arguments = function.get("arguments", function.get("input", ""))
+    if not isinstance(arguments, str):
+        arguments = _json(arguments)
+    arguments = elide(scrub_text(arguments), options.max_tool_arguments_chars)
+    return f"-> {name if isinstance(name, str) else '?'}({arguments})"
+
+
+def _tool_call_lines(message: Mapping[str, Any], options: TranscriptOptions) -> list[str]:
+    lines: list[str] = []
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        for call in calls:
+            if not isinstance(call, Mapping):
+                continue
+            function = call.get("function") or call.get("custom")
+            if isinstance(function, Mapping):
+                lines.append(_call_line(function, options))
+    legacy = message.get("function_call")
+    if isinstance(legacy, Mapping):
+        lines.append(_call_line(legacy, options))
+    return lines
+
+
+def call_names(messages: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Tool call id -> function name over the stretch, so results can say what they answer."""
+    names: dict[str, str] = {}
+    for message in messages:
+        calls = message.get("tool_calls")
+        if not isinstance(calls, list):
+            continue
+        for call in calls:
+            if not isinstance(call, Mapping):
+                continue
+            function = call.get("function") or call.get("custom")
+            call_id = call.get("id")
+            if isinstance(call_id, str) and isinstance(function, Mapping):
+                name = function.get("name")
+                if isinstance(name, str):
+                    names[call_id] = name
+    return names
+
+
+def _header(message: Mapping[str, Any], names: Mapping[str, str]) -> str:
+    role = message.get("role")
+    role = role if isinstance(role, str) and role else "unknown"
+    if role == "tool":
+        call_id = message.get("tool_call_id")
+        name = names.get(call_id) if isinstance(call_id, str) else None
+        return f"[tool result: {name}]" if name else "[tool result]"
+    if role == "function":
+        name = message.get("name")
+        return f"[tool result: {name}]" if isinstance(name, str) and name else "[tool result]"
+    name = message.get("name")
+    return f"[{role} {name}]" if isinstance(name, str) and name else f"[{role}]"
+
+
+def render_message(
+    message: Mapping[str, Any],
+    names: Mapping[str, str] | None = None,
+    options: TranscriptOptions | None = None,
+) -> str:
+    """One message as a transcript block (header line, then text and tool calls).
+
+    Only role, name, content, tool calls and (for assistants) a refusal or audio marker are
+    read, so reasoning fields are dropped by construction.
+    """
+    opts = options or TranscriptOptions()
+    body_parts: list[str] = []
+    text = _content_text(message.get("content"), opts)
+    if text:
+        body_parts.append(text)
+    refusal = message.get("refusal")
+    if isinstance(refusal, str) and refusal:
+        body_parts.append(f"[refusal] {scrub_text(refusal)}")
+    if message.get("audio"):
+        body_parts.append("[audio]")
+    body_parts.extend(_tool_call_lines(message, opts))
+    body = elide("\n".join(body_parts), opts.max_message_chars)
+    header = _header(message, names or {})
+    return f"{header}\n{body}" if body else header
+
+
+def render_blocks(
+    messages: Sequence[Mapping[str, Any]], options: TranscriptOptions | None = None
+) -> list[str]:
+    """The stretch as transcript blocks, one per message, in order."""
+    names = call_names(messages)
+    return [render_message(m, names, options) for m in messages]
+
+
+# ------------------------------------------------------------------ chunking
+
+BLOCK_SEPARATOR = "\n\n"
+
+
+def fit_block(block: str, budget_tokens: int, count_text: Callable[[str], int]) -> str:
+    """``block`` elided further until it fits ``budget_tokens`` on its own."""
+    tokens = count_text(block)
+    while tokens > budget_tokens:
+        # Shrink by the overshoot ratio with a 10% margin; converges in a few rounds.
+        target = int(len(block) * budget_tokens / tokens * 0.9)
+        if target < 16:
+            return block[: max(budget_tokens, 1)]
+        block = elide(block, target)
+        tokens = count_text(block)
+    return block
+
+
+def chunk_blocks(
+    blocks: Sequence[str], budgets: Callable[[int], int], count_text: Callable[[str], int]
+) -> list[str]:
+    """Blocks packed greedily, in order, into chunks; chunk ``n`` (from 0) holds at most
+    ``budgets(n)`` tokens. A block never splits; one too large alone is elided to fit."""
+    chunks: list[str] = []
+    current: list[str] = []
+    used = 0
+    separator = count_text(BLOCK_SEPARATOR)
+    for raw in blocks:
+        budget = budgets(len(chunks))
+        block = fit_block(raw, budget, count_text)
+        cost = count_text(block) + (separator if current else 0)
+        if current and used + cost > budget:
+            chunks.append(BLOCK_SEPARATOR.join(current))
+            budget = budgets(len(chunks))
+            block = fit_block(raw, budget, count_text)
+            current, used = [], 0
+            cost = count_text(block)
+        current.append(block)
+        used += cost
+    if current:
+        chunks.append(BLOCK_SEPARATOR.join(current))
+    return chunks
+
+
+@dataclass(frozen=True, slots=True)
+class SummarizerWindow:
+    """What limits one summarizer call: the model's context window and the output limit."""
+
+    context_window: int
+    max_output_tokens: int
+    safety_ratio: float = 0.05
+    """Fraction of the window kept free: our tokenizer may not be the summarizer model's."""
+
+    def input_budget(self, prompt_tokens: int, previous_tokens: int) -> int:
+        """Tokens left for transcript in one call with this prompt and previous summary."""
+        reserve = int(self.context_window * self.safety_ratio)
+        return (
+            self.context_window
+            - reserve
+            - self.max_output_tokens
+            - prompt_tokens
+            - previous_tokens
+            - ENVELOPE_TOKENS
+        )
+
+
+def plan_chunks(
+    blocks: Sequence[str],
+    previous_summary: str | None,
+    prompts: PromptSet,
+    window: SummarizerWindow,
+    count_text: Callable[[str], int],
+) -> list[str]:
+    """Chunks for the fold: the first sized next to the given previous summary (if any), the
+    later ones next to the summary so far, which is at most ``max_output_tokens`` long."""
+    previous_tokens = count_text(previous_summary) if previous_summary is not None else 0
+    first = window.input_budget(
+        count_text(prompts.system_prompt(previous_summary)), previous_tokens
+    )
+    later = window.input_budget(
+        count_text(prompts.update), max(previous_tokens, window.max_output_tokens)
+    )
+
+    def budgets(index: int) -> int:
+        budget = first if index == 0 else later
+        if budget < MIN_CHUNK_TOKENS:
+            raise SummaryError(
+                "error",
+                f"the summarizer's window ({window.context_window} tokens, "
+                f"{window.max_output_tokens} reserved for output) leaves {budget} tokens for "
+                "the conversation; use a summarizer model with a larger window or lower "
+                "maxSummaryTokens",
+            )
+        return budget
+
+    return chunk_blocks(blocks, budgets, count_text)
+
+
+async def fold(
+    chunks: Sequence[str], previous_summary: str | None, prompts: PromptSet, call: SummaryCall
+) -> str:
+    """Summarize chunk by chunk: the first with the checkpoint prompt (or the update prompt
+    over ``previous_summary``), each later one with the update prompt over the summary so far.
+    A failing call raises its :class:`SummaryError`; no partial summary is returned."""
+    if not chunks:
+        raise SummaryError("empty", "nothing to summarize: the stretch has no messages")
+    summary = previous_summary
+    for chunk in chunks:
+        summary = await call(prompts.system_prompt(summary), user_message(chunk, summary))
+    assert summary is not None
+    return summary

@@ -1,0 +1,63 @@
+"""The upstream side: where a request goes, how it gets there, and what the upstream says back
+about its windows.
+
+* ``_routing``: :class:`Router`, the upstream serving a model, and the ``model`` read from a
+  body the proxy does not parse (:func:`json_model`);
+* ``_headers``: the upstream URL for a path, the headers that go up and come back;
+* ``_transport``: the HTTP client behind one small interface (aiohttp by default, httpx),
+  every upstream timeout named when it runs out; plumbing, reading only the configuration;
+* ``_failures``: a failure to reach an upstream as the client reads it (502, 504);
+* ``_overflow``: an upstream's refusal of a prompt too long for its window, recognised;
+* ``_windows``: :class:`WindowBook`, each model's window (configured, learned from a refusal,
+  or published, as ``_published_windows`` reads an upstream's ``GET /models``).
+"""
+
+from ._failures import UpstreamFailure, classify_error
+from ._headers import HOP_BY_HOP, response_headers, upstream_headers, upstream_url
+from ._overflow import MAX_ERROR_BODY, Overflow, detect_overflow
+from ._published_windows import parse_models_listing
+from ._routing import CATCH_ALL, ModelRead, Router, json_model, model_not_found
+from ._transport import (
+    TRANSPORT_ERRORS,
+    AiohttpUpstream,
+    Body,
+    HttpxUpstream,
+    UpstreamReply,
+    UpstreamTimeout,
+    UpstreamTransport,
+    make_transport,
+    plain_httpx_client,
+)
+from ._windows import MIN_LEARNED_WINDOW, SHRINK, Window, WindowBook, window_after_refusal
+
+__all__ = [
+    "CATCH_ALL",
+    "HOP_BY_HOP",
+    "MAX_ERROR_BODY",
+    "MIN_LEARNED_WINDOW",
+    "SHRINK",
+    "TRANSPORT_ERRORS",
+    "AiohttpUpstream",
+    "Body",
+    "HttpxUpstream",
+    "ModelRead",
+    "Overflow",
+    "Router",
+    "UpstreamFailure",
+    "UpstreamReply",
+    "UpstreamTimeout",
+    "UpstreamTransport",
+    "Window",
+    "WindowBook",
+    "classify_error",
+    "detect_overflow",
+    "json_model",
+    "make_transport",
+    "model_not_found",
+    "parse_models_listing",
+    "plain_httpx_client",
+    "response_headers",
+    "upstream_headers",
+    "upstream_url",
+    "window_after_refusal",
+]

@@ -1,0 +1,228 @@
+"""SQLite specifics: the file, restarts, several processes, expiry purge, bad rows, failures."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compaction_proxy.checkpoints import Checkpoint, SqliteStore, StoreUnavailable
+from tests.checkpoints.test_store_contract import chain, checkpoint
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+async def test_creates_parent_directory_and_uses_wal(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "er" / "cp.db"
+    store = SqliteStore(path)
+    await store.ping()
+    await store.close()
+    assert path.exists()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+async def test_survives_restart(tmp_path: Path) -> None:
+    path = tmp_path / "cp.db"
+    keys = chain(5)
+    first = SqliteStore(path)
+    await first.put("ns", keys[3], checkpoint("persisted"), 3600)
+    await first.close()
+    reopened = SqliteStore(path)
+    try:
+        hit = await reopened.find_longest("ns", keys)
+        assert hit is not None and hit[0] == 4 and hit[1].meta["tag"] == "persisted"
+    finally:
+        await reopened.close()
+
+
+async def test_find_longest_is_one_round_trip(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = SqliteStore(tmp_path / "cp.db")
+    keys = chain(1200)
+    for i in (5, 700, 1100):
+        await store.put("ns", keys[i - 1], checkpoint(str(i)), 3600)
+    calls = 0
+    original = store._run
+
+    async def counting(work: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return await original(work)
+
+    monkeypatch.setattr(store, "_run", counting)
+    hit = await store.find_longest("ns", keys)
+    assert hit is not None and hit[0] == 1100
+    assert calls == 1
+    await store.close()
+
+
+async def test_expired_rows_are_ignored_then_purged(tmp_path: Path) -> None:
+    path = tmp_path / "cp.db"
+    store = SqliteStore(path)
+    keys = chain(2)
+    await store.put("ns", keys[0], checkpoint("short"), 1)
+    with sqlite3.connect(path) as conn:  # age it without sleeping
+        conn.execute("UPDATE checkpoints SET expires_at = expires_at - 10")
+    assert await store.find_longest("ns", keys) is None
+    assert await store.purge_expired() == 1
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM checkpoints").fetchone()[0] == 0
+    await store.close()
+
+
+async def test_a_corrupt_row_is_a_miss_not_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "cp.db"
+    store = SqliteStore(path)
+    keys = chain(3)
+    await store.put("ns", keys[0], checkpoint("good"), 3600)
+    await store.put("ns", keys[2], checkpoint("to-break"), 3600)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE checkpoints SET value = x'00ff' WHERE key = ?", (keys[2],))
+    hit = await store.find_longest("ns", keys)
+    assert hit is not None and hit[0] == 1
+    await store.close()
+
+
+async def test_unusable_path_raises_store_unavailable(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    store = SqliteStore(blocker / "cp.db")
+    with pytest.raises(StoreUnavailable):
+        await store.ping()
+    with pytest.raises(StoreUnavailable):
+        await store.find_longest("ns", chain(2))
+    with pytest.raises(StoreUnavailable):
+        await store.put("ns", "k", checkpoint("x"), 60)
+    with pytest.raises(StoreUnavailable):
+        async with store.lock("x", 1, 0):
+            pass
+    await store.close()
+
+
+async def test_closed_store_raises_store_unavailable(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "cp.db")
+    await store.close()
+    with pytest.raises(StoreUnavailable):
+        await store.find_longest("ns", chain(1))
+
+
+_WRITER = textwrap.dedent("""
+    import asyncio, sys
+    from compaction_proxy.checkpoints import Checkpoint, SqliteStore
+
+    async def main(path: str, worker: str) -> None:
+        store = SqliteStore(path)
+        for i in range(60):
+            await store.put("ns", f"{worker}-{i}", Checkpoint(({"role": "user",
+                            "content": worker},), 0.0, {"i": i}), 3600)
+            await store.find_longest("ns", [f"{worker}-{j}" for j in range(i + 1)])
+        async with store.lock("shared", 5, 10) as got:
+            assert got
+        await store.close()
+
+    asyncio.run(main(sys.argv[1], sys.argv[2]))
+""")
+
+
+async def test_several_processes_write_one_file(tmp_path: Path) -> None:
+    path = tmp_path / "cp.db"
+    SqliteStore(path)  # nothing opened until used: the workers create the file together
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WRITER, str(path), f"w{n}"],
+            cwd=REPO_ROOT,
+            stderr=subprocess.PIPE,
+        )
+        for n in range(4)
+    ]
+    for worker in workers:
+        _, err = worker.communicate(timeout=60)
+        assert worker.returncode == 0, err.decode()
+    store = SqliteStore(path)
+    for n in range(4):
+        hit = await store.find_longest("ns", [f"w{n}-{i}" for i in range(60)])
+        assert hit is not None and hit[0] == 60
+        assert isinstance(hit[1], Checkpoint)
+    await store.close()
+
+
+class _LockedWhileAnotherOpens(sqlite3.Connection):
+    """A connection that meets what a second worker meets while the first one is switching a
+    new file to WAL: ``database is locked`` at once, whatever the busy timeout."""
+
+    refusals = 0
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:  # type: ignore[override]
+        if sql.startswith("PRAGMA journal_mode") and type(self).refusals > 0:
+            type(self).refusals -= 1
+            raise sqlite3.OperationalError("database is locked")
+        return super().execute(sql, *args)
+
+
+def _locked_connect(path: Path, busy_timeout_ms: int) -> sqlite3.Connection:
+    return sqlite3.connect(
+        path,
+        timeout=busy_timeout_ms / 1000,
+        isolation_level=None,
+        check_same_thread=False,
+        factory=_LockedWhileAnotherOpens,
+    )
+
+
+async def test_an_open_that_meets_another_process_creating_the_file_waits_its_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store opened while another process holds the new file answers once it is free,
+    rather than failing its first request (as four workers starting together once did)."""
+    from compaction_proxy.checkpoints import _sqlite as sqlite_module
+
+    monkeypatch.setattr(sqlite_module, "_connect", _locked_connect)
+    _LockedWhileAnotherOpens.refusals = 3
+    store = SqliteStore(tmp_path / "cp.db")
+    await store.put(
+        "ns", "k", Checkpoint(messages=({"role": "user", "content": "x"},), created_at=0.0), 60
+    )
+    assert _LockedWhileAnotherOpens.refusals == 0
+    hit = await store.find_longest("ns", ["k"])
+    assert hit is not None and hit[0] == 1
+    await store.close()
+
+
+async def test_an_open_that_stays_locked_past_the_busy_timeout_fails_as_unavailable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from compaction_proxy.checkpoints import _sqlite as sqlite_module
+
+    monkeypatch.setattr(sqlite_module, "_connect", _locked_connect)
+    _LockedWhileAnotherOpens.refusals = 10**9
+    store = SqliteStore(tmp_path / "cp.db", busy_timeout_ms=50)
+    with pytest.raises(StoreUnavailable, match="locked"):
+        await store.put(
+            "ns", "k", Checkpoint(messages=({"role": "user", "content": "x"},), created_at=0.0), 60
+        )
+    _LockedWhileAnotherOpens.refusals = 0
+    await store.close()
+
+
+async def test_short_lookups_read_inline_and_long_ones_on_the_thread(tmp_path: Path) -> None:
+    """The result is the same either way; only where the query runs differs."""
+    from compaction_proxy.checkpoints import _sqlite as sqlite_module
+
+    store = SqliteStore(tmp_path / "cp.db")
+    record = Checkpoint(messages=({"role": "user", "content": "x"},), created_at=0.0)
+    await store.put("ns", "k3", record, 60)
+    short = await store.find_longest("ns", ["k1", "k2", "k3"])
+    assert short is not None and short[0] == 3
+    assert store._reader is not None  # the loop's read-only connection answered
+    long_keys = [f"x{i}" for i in range(sqlite_module.INLINE_KEYS + 5)] + ["k3"]
+    found = await store.find_longest("ns", long_keys)
+    assert found is not None and found[0] == len(long_keys)
+    await store.close()
+    assert store._reader is None

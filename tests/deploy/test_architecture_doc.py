@@ -1,0 +1,82 @@
+"""docs/architecture.md against the code: its layer table is the import-linter contract of
+pyproject.toml (which `lint-imports` in .ci/run checks against the imports), and it names
+every module of the package."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+
+from tests.deploy.files import REPO_ROOT
+
+PACKAGE = REPO_ROOT / "compaction_proxy"
+ARCHITECTURE = (REPO_ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+CONTRACTS = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"][
+    "importlinter"
+]["contracts"]
+_TOP_LEVEL = re.compile(r"`compaction_proxy/(\w+)(?:/|\.py)`")
+
+
+def doc_rows() -> list[tuple[str, set[str]]]:
+    """The layer table's rows, top down: (layer, the package's top-level parts it names)."""
+    section = ARCHITECTURE.split("## Layers and what each may import", 1)[1]
+    table = section.split("| layer | where | may import |", 1)[1].split("\n\n", 1)[0]
+    rows = []
+    for line in table.strip().splitlines()[1:]:
+        layer, where, _ = (cell.strip() for cell in line.strip("|").split("|", 2))
+        rows.append((layer, set(_TOP_LEVEL.findall(where))))
+    return rows
+
+
+def contract_layers() -> list[set[str]]:
+    """The layers contract's layers, top down, as the top-level parts each holds."""
+    [layers] = [c["layers"] for c in CONTRACTS if c["type"] == "layers"]
+    return [{name.strip().split(".")[1] for name in layer.split("|")} for layer in layers]
+
+
+def package_parts() -> set[str]:
+    """The package's top level: its subpackages and modules (the table of contents)."""
+    folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    modules = {p.stem for p in PACKAGE.glob("*.py") if p.name != "__init__.py"}
+    return folders | modules
+
+
+def test_the_layer_table_is_the_layers_contract_in_the_same_order() -> None:
+    rows, layers = doc_rows(), contract_layers()
+    assert rows[0][0] == "shell" and rows[-1][0] == "core"
+    # Each row is a run of consecutive contract layers (the contract may split a row finer).
+    row = 0
+    for layer in layers:
+        while not layer <= rows[row][1]:
+            row += 1
+            assert row < len(rows), f"{layer} is in no row of the table at or below the last"
+    assert row == len(rows) - 1
+    named = set().union(*(parts for _, parts in rows))
+    assert named == set().union(*layers) == package_parts()
+
+
+def test_the_top_level_is_a_table_of_contents() -> None:
+    modules = {p.name for p in PACKAGE.glob("*.py")}
+    assert modules == {"__init__.py", "__main__.py", "app.py", "cli.py"}
+
+
+def test_the_transport_is_plumbing_in_the_table_and_the_contracts() -> None:
+    plumbing = next(line for line in ARCHITECTURE.splitlines() if line.startswith("| plumbing |"))
+    assert "`compaction_proxy/upstream/_transport.py`" in plumbing
+    held = [
+        c for c in CONTRACTS if c.get("source_modules") == ["compaction_proxy.upstream._transport"]
+    ]
+    assert len(held) == 1 and held[0]["type"] == "forbidden"
+    siblings = {p.stem for p in (PACKAGE / "upstream").glob("_*.py")} - {"_transport", "__init__"}
+    assert {f"compaction_proxy.upstream.{s}" for s in siblings} <= set(held[0]["forbidden_modules"])
+
+
+def test_every_module_of_the_package_is_named() -> None:
+    unnamed = sorted(
+        str(path.relative_to(REPO_ROOT))
+        for path in PACKAGE.rglob("*.py")
+        if path.name != "__init__.py"
+        and f"`{path.name}`" not in ARCHITECTURE
+        and f"/{path.name}`" not in ARCHITECTURE
+    )
+    assert unnamed == []
