@@ -1,7 +1,8 @@
 """Canonical bytes and digests for message dicts.
 
 Several parts of the core need one stable byte form of a message: the byte count in the view,
-the key of the token-count cache, and (later) the checkpoint hash chain.  Producing it in one
+the key of the token-count cache, and the checkpoint hash chain (checkpoints/_keys.py, whose
+keys every replica and restart must compute alike).  Producing it in one
 place guarantees they agree, and orjson with sorted keys is both deterministic and fast enough
 to run over every message of every request.
 """

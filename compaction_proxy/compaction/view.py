@@ -226,6 +226,33 @@ def build_view(
     msgs = tuple(messages)
     stats = _measure(msgs, tokenizer, known_stats)
     last_user = _last_user_index(msgs, summary_marker)
+    members, kinds, turns, group_of, turn_count = _group(msgs, last_user, summary_marker)
+    groups = tuple(
+        _new_group(g, kinds[g], member_list, turns[g], stats)
+        for g, member_list in enumerate(members)
+    )
+    tail_start = _tail_start(last_user, groups, len(msgs))
+    protected, step = _protected(msgs, groups, group_of, tail_start)
+    return ConversationView(
+        messages=msgs,
+        stats=stats,
+        groups=groups,
+        group_of=tuple(group_of),
+        tail_start=tail_start,
+        turn_count=turn_count,
+        protected=protected,
+        step=step,
+    )
+
+
+_Grouping = tuple[list[list[int]], list[GroupKind], list[int | None], list[int], int]
+"""Per group its member indices, kind and turn; per message its group; the turn count."""
+
+
+def _group(
+    msgs: tuple[Message, ...], last_user: int | None, summary_marker: SummaryMarker | None
+) -> _Grouping:
+    """Assign every message to its group (a tool call with its results) in one pass."""
     # The loop below inlines role_of, has_tool_calls, tool_call_ids, legacy_function_name and
     # SummaryMarker.matches (same rules; see messages.py): it runs over every message twice
     # per request, so helper calls and ABC isinstance checks dominated it.
@@ -301,23 +328,7 @@ def build_view(
         members.append([index])
         kinds.append(kind)
         turns.append(group_turn)
-
-    groups = tuple(
-        _new_group(g, kinds[g], member_list, turns[g], stats)
-        for g, member_list in enumerate(members)
-    )
-    tail_start = _tail_start(last_user, groups, len(msgs))
-    protected, step = _protected(msgs, groups, group_of, tail_start)
-    return ConversationView(
-        messages=msgs,
-        stats=stats,
-        groups=groups,
-        group_of=tuple(group_of),
-        tail_start=tail_start,
-        turn_count=turn,
-        protected=protected,
-        step=step,
-    )
+    return members, kinds, turns, group_of, turn
 
 
 def _protected(

@@ -245,7 +245,7 @@ def _mask_if_secret(loc: str, value: Any) -> str:
 def effective_config(settings: Settings) -> dict[str, Any]:
     """The configuration as it will run, secrets masked: what `check-config` prints."""
     data = settings.model_dump(mode="json")
-    return _mask_tree(data)
+    return {key: _mask_tree(value, key) for key, value in data.items()}
 
 
 def _mask_tree(node: Any, key: str = "") -> Any:

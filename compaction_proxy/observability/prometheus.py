@@ -82,6 +82,15 @@ class PrometheusMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = r = registry if registry is not None else CollectorRegistry()
+        self._request_families(r)
+        self._compaction_families(r)
+        self._summarizer_families(r)
+        Info("compaction_proxy_build", "The running version", registry=r).info(
+            {"version": __version__}
+        )
+
+    def _request_families(self, r: CollectorRegistry) -> None:
+        """What every request and its upstream call are counted as."""
         self.requests = Counter(
             "compaction_proxy_requests",
             "Requests handled, by route and response status (499: the client went away)",
@@ -95,6 +104,25 @@ class PrometheusMetrics:
             buckets=UPSTREAM_BUCKETS,
             registry=r,
         )
+        self.calibration = Histogram(
+            "compaction_proxy_token_count_calibration_ratio",
+            "The upstream's usage.prompt_tokens divided by the proxy's own count of the same "
+            "forwarded request",
+            ["model"],
+            buckets=RATIO_BUCKETS,
+            registry=r,
+        )
+        self.overflow_retries = Counter(
+            "compaction_proxy_overflow_retries",
+            "Chat requests an upstream refused as too long for its context window, by outcome: "
+            "fixed (compacted, retried and accepted), refused_again (retried, still refused), "
+            "passed_through (nothing smaller to offer: the refusal went to the client)",
+            ["upstream", "outcome"],
+            registry=r,
+        )
+
+    def _compaction_families(self, r: CollectorRegistry) -> None:
+        """What compaction did to the chat requests: time, tokens, strategies, checkpoints."""
         self.compaction_seconds = Histogram(
             "compaction_proxy_compaction_seconds",
             "Time spent compacting a chat request, checkpoint lookup and summaries included",
@@ -141,6 +169,9 @@ class PrometheusMetrics:
             ["result"],
             registry=r,
         )
+
+    def _summarizer_families(self, r: CollectorRegistry) -> None:
+        """The summarizer's calls, their outcomes and the summaries prepared ahead."""
         self.summarizer_calls = Counter(
             "compaction_proxy_summarizer_calls",
             "Summaries asked of the summarizer model, by outcome (ok, timeout, error, empty, "
@@ -171,25 +202,6 @@ class PrometheusMetrics:
             "Duration of one summarizer HTTP call",
             buckets=SUMMARIZER_BUCKETS,
             registry=r,
-        )
-        self.calibration = Histogram(
-            "compaction_proxy_token_count_calibration_ratio",
-            "The upstream's usage.prompt_tokens divided by the proxy's own count of the same "
-            "forwarded request",
-            ["model"],
-            buckets=RATIO_BUCKETS,
-            registry=r,
-        )
-        self.overflow_retries = Counter(
-            "compaction_proxy_overflow_retries",
-            "Chat requests an upstream refused as too long for its context window, by outcome: "
-            "fixed (compacted, retried and accepted), refused_again (retried, still refused), "
-            "passed_through (nothing smaller to offer: the refusal went to the client)",
-            ["upstream", "outcome"],
-            registry=r,
-        )
-        Info("compaction_proxy_build", "The running version", registry=r).info(
-            {"version": __version__}
         )
 
     def exposition(self) -> bytes:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from compaction_proxy.observability.dashboard import Dashboard, RecentRow
 from compaction_proxy.observability.labels import COMPACTED_ROUTES, ROUTE_OTHER, LabelCap, route_of
@@ -50,6 +50,16 @@ __all__ = ["FinishedRequest", "Telemetry"]
 
 _DRY_RUNS = frozenset({"dry-run", "dry-run-local"})
 """Report modes that forwarded the client's original (``X-Compaction: dry-run``)."""
+
+
+class _Tokens(NamedTuple):
+    """One request's token figures for its dashboard row (all zero without a report)."""
+
+    before: int = 0
+    after: int = 0
+    strategies: tuple[str, ...] = ()
+    usd_saved: float | None = None
+    usd_before: float | None = None
 
 
 class FinishedRequest(Protocol):
@@ -161,59 +171,24 @@ class Telemetry:
     def _record(self, ctx: FinishedRequest, method: str | None, path: str) -> None:
         route = route_of(method, path)
         status = ctx.status or 500
-        child = self._request_children.get((route, status))
-        if child is None:
-            child = self.metrics.requests.labels(route, str(status))
-            self._request_children[(route, status)] = child
-        child.inc()
+        self._count_request(route, status)
         if route == ROUTE_OTHER:
             return  # health checks, scrapes and the dashboard itself: counted, not shown
-        m = self.metrics
-        if ctx.upstream_seconds is not None and ctx.upstream:
-            latency = self._upstream_children.get(ctx.upstream)
-            if latency is None:
-                latency = self._upstream_children[ctx.upstream] = m.upstream_latency.labels(
-                    ctx.upstream
-                )
-            latency.observe(ctx.upstream_seconds)
+        self._observe_upstream(ctx)
         api = COMPACTED_ROUTES.get(route)  # chat | responses: the compacted APIs
         report = ctx.report if api is not None else None
         overflow = ctx.overflow_outcome
         if overflow is not None:
-            m.overflow_retries.labels(ctx.upstream or "unknown", overflow).inc()
-        before = after = 0
-        usd_saved: float | None = None
-        usd_before: float | None = None
-        strategies: tuple[str, ...] = ()
+            self.metrics.overflow_retries.labels(ctx.upstream or "unknown", overflow).inc()
+        model = self._models(ctx.model) if ctx.model else None
         failures: tuple[StrategyFailure, ...] = ()
         failed: list[str] = []
-        model = self._models(ctx.model) if ctx.model else None
         if api is not None:
-            if ctx.compaction_seconds is not None:
-                m.compaction_seconds.observe(ctx.compaction_seconds)
-            if report is not None:
-                # A summary made and then not forwarded counts as `discarded`, not `ok`.
-                failures = (*report.failures, *report.unforwarded)
-            calls = ctx.summarizer_calls
-            outcomes = self._count_summaries(calls.outcomes if calls is not None else (), failures)
-            failed = [o for o in outcomes if o != "ok"]
+            failures, failed = self._observe_compaction(ctx, report)
+        tokens = _Tokens()
+        if report is not None and api is not None:
+            tokens = self._observe_report(ctx, report, api, model)
         dry_run = report is not None and report.mode in _DRY_RUNS
-        if report is not None:
-            before, after, strategies = _forwarded(report)
-            m.tokens_before.observe(before)
-            m.tokens_after.observe(after)
-            saved = before - after
-            if saved > 0:
-                m.tokens_saved.inc(saved)
-                usd_saved = self.prices.usd(ctx.model, saved)
-            usd_before = self.prices.usd(ctx.model, before)
-            for name in strategies:
-                m.strategy_runs.labels(name).inc()
-            m.checkpoint_lookups.labels(ctx.checkpoint or "none").inc()
-            m.api_prompt_tokens.labels(api, "before").inc(before)
-            m.api_prompt_tokens.labels(api, "after").inc(after)
-            if ctx.upstream_prompt_tokens and after > 0:
-                m.calibration.labels(model or "unknown").observe(ctx.upstream_prompt_tokens / after)
         row = RecentRow(
             ctx.request_id,
             self._clock(),
@@ -227,10 +202,10 @@ class Telemetry:
             ctx.upstream_seconds,
             ctx.compaction_seconds,
             report is not None,
-            before,
-            after,
-            usd_saved,
-            strategies,
+            tokens.before,
+            tokens.after,
+            tokens.usd_saved,
+            tokens.strategies,
             ctx.checkpoint,
             failed,
             ctx.upstream_prompt_tokens,
@@ -239,7 +214,60 @@ class Telemetry:
             report.tokens_after if dry_run and report is not None else None,
             api=api,
         )
-        self.dashboard.add(row, usd_before=usd_before, failures=failures, overflow=overflow)
+        self.dashboard.add(row, usd_before=tokens.usd_before, failures=failures, overflow=overflow)
+
+    def _count_request(self, route: str, status: int) -> None:
+        child = self._request_children.get((route, status))
+        if child is None:
+            child = self.metrics.requests.labels(route, str(status))
+            self._request_children[(route, status)] = child
+        child.inc()
+
+    def _observe_upstream(self, ctx: FinishedRequest) -> None:
+        if ctx.upstream_seconds is None or not ctx.upstream:
+            return
+        latency = self._upstream_children.get(ctx.upstream)
+        if latency is None:
+            latency = self.metrics.upstream_latency.labels(ctx.upstream)
+            self._upstream_children[ctx.upstream] = latency
+        latency.observe(ctx.upstream_seconds)
+
+    def _observe_compaction(
+        self, ctx: FinishedRequest, report: CompactionReport | None
+    ) -> tuple[tuple[StrategyFailure, ...], list[str]]:
+        """A compacted route's time and summaries: (the report's failures, the summaries'
+        outcomes that were not ok)."""
+        if ctx.compaction_seconds is not None:
+            self.metrics.compaction_seconds.observe(ctx.compaction_seconds)
+        failures: tuple[StrategyFailure, ...] = ()
+        if report is not None:
+            # A summary made and then not forwarded counts as `discarded`, not `ok`.
+            failures = (*report.failures, *report.unforwarded)
+        calls = ctx.summarizer_calls
+        outcomes = self._count_summaries(calls.outcomes if calls is not None else (), failures)
+        return failures, [o for o in outcomes if o != "ok"]
+
+    def _observe_report(
+        self, ctx: FinishedRequest, report: CompactionReport, api: str, model: str | None
+    ) -> _Tokens:
+        """The token families, strategies, checkpoint and calibration of one report."""
+        m = self.metrics
+        before, after, strategies = _forwarded(report)
+        m.tokens_before.observe(before)
+        m.tokens_after.observe(after)
+        saved = before - after
+        usd_saved: float | None = None
+        if saved > 0:
+            m.tokens_saved.inc(saved)
+            usd_saved = self.prices.usd(ctx.model, saved)
+        for name in strategies:
+            m.strategy_runs.labels(name).inc()
+        m.checkpoint_lookups.labels(ctx.checkpoint or "none").inc()
+        m.api_prompt_tokens.labels(api, "before").inc(before)
+        m.api_prompt_tokens.labels(api, "after").inc(after)
+        if ctx.upstream_prompt_tokens and after > 0:
+            m.calibration.labels(model or "unknown").observe(ctx.upstream_prompt_tokens / after)
+        return _Tokens(before, after, strategies, usd_saved, self.prices.usd(ctx.model, before))
 
     def _count_summaries(
         self, calls: Sequence[str], failures: Iterable[StrategyFailure]

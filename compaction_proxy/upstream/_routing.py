@@ -10,7 +10,7 @@ lenient scan of compaction_proxy/wire/_jsonspans.py, which reads ``model`` out o
 object whatever else it holds (a multipart upload's ``model`` field is read by
 compaction_proxy/wire/_multipart.py).
 
-The rule (the README's "HTTP surface" states it):
+The rule ("Routing" in docs/http-api.md states it):
 
 - a ``model`` string routes the request (404 ``model_not_found`` when no upstream serves it);
 - no ``model`` at all goes to the first upstream, as a request without a body does;

@@ -75,7 +75,7 @@ def _scoped(body: dict[str, object], tenant: str | None = None) -> str:
 
 
 def test_the_namespace_holds_the_request_scope() -> None:
-    """Issue 18 item 4: what can reach a summary is part of its key."""
+    """Tenant isolation: what can reach a summary is part of its key."""
     system = {"role": "system", "content": "You assist Alice."}
     base: dict[str, object] = {"model": "m", "messages": [system, U1, A1]}
     mine = _scoped(base)

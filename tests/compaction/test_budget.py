@@ -121,8 +121,9 @@ def test_default_reserve_is_a_quarter_of_the_window_at_most_4096(window: int, re
 
 
 def test_a_declared_8k_window_without_max_output_reserves_the_default() -> None:
-    """Issue 19 item 2: a declared 8,192 window with no `max_output_tokens` used to reserve
-    4,096 (budget 3,687) while the same window learned from a refusal reserved 2,048."""
+    """The output reserve does not depend on where the window came from: a declared 8,192
+    window with no `max_output_tokens` used to reserve 4,096 (budget 3,687) while the same
+    window learned from a refusal reserved 2,048."""
     declared = ModelCatalog({"acc-8k": FactsOverride(context_window=8_192)}).facts_for("acc-8k")
     budget = compute_budget(declared, reserve_ratio=0.05, window_source="config")
     assert (budget.output_reserve, budget.safety_reserve, budget.limit) == (2_048, 409, 5_735)

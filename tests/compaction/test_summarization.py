@@ -659,7 +659,7 @@ async def test_the_group_shape_may_cut_inside_the_newest_turn() -> None:
 
 
 # ------------------------------------------------------------------ stopping at the target
-# Issue 11, item 3: a fold stops as soon as the estimated result (kept part + one checkpoint of
+# A fold stops as soon as the estimated result (kept part + one checkpoint of
 # ``summary_estimate`` tokens) reaches the target; ``retain_turns`` is the minimum kept.
 
 
@@ -685,7 +685,7 @@ def estimated(strategy: SummarizationStrategy, folded: list[Any], kept: list[Any
 
 
 async def test_many_turns_fold_everything_before_the_retained_turns() -> None:
-    """Issue 19 item 6: a summary costs one call whatever it folds, so an event folds what
+    """A summary costs one call whatever it folds, so an event folds what
     retainRecent allows (not the least that just reaches the target, which the next turn or
     two would fire again)."""
     msgs = chat(20)  # 41 messages filling 0.9 of the budget; the target is 0.5

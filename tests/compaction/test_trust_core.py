@@ -1,4 +1,4 @@
-"""The core mechanisms of issue 19: pinned and bounded summaries, the fold-more path, what is
+"""What the core keeps of a paid summary: pinned and bounded summaries, the fold-more path, what is
 reported when a paid summary cannot be forwarded, carried user messages, the minimum saving.
 
 Properties over generated conversations (``test_properties``' generator) check that carrying

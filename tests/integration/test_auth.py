@@ -48,8 +48,8 @@ def test_sdk_key_passes_through(proxy: ProxyServer, upstream: UpstreamServer) ->
 @pytest.fixture(scope="module")
 def keyed_upstream_proxy(module_proxy_factory: Any, fake_upstream: UpstreamServer) -> ProxyServer:
     config = proxy_config(upstream_entry(fake_upstream, api_key=UPSTREAM_KEY))
-    # Since issue 18 an upstream key anyone could spend must be meant: these tests are about
-    # which key reaches the upstream, not who may send.
+    # An upstream key anyone could spend must be meant (`allow_anonymous_spend`): these tests
+    # are about which key reaches the upstream, not who may send.
     config["server"]["allow_anonymous_spend"] = True
     proxy: ProxyServer = module_proxy_factory(config)
     return proxy

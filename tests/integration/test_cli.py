@@ -74,7 +74,7 @@ def test_check_config_interpolates_environment(tmp_path: Path) -> None:
         server:
           host: 127.0.0.1
           port: ${CP_TEST_PORT}
-          allow_anonymous_spend: true  # an operator key without server.api_keys (issue 18)
+          allow_anonymous_spend: true  # an operator key without server.api_keys, meant
         upstreams:
           - name: fromenv
             base_url: ${CP_TEST_UNSET_URL:-http://127.0.0.1:4321/v1}
@@ -213,7 +213,7 @@ def test_serve_reads_config_from_env_var(proxy_factory: Any, upstream: UpstreamS
 def test_serve_interpolates_environment(proxy_factory: Any, upstream: UpstreamServer) -> None:
     text = textwrap.dedent(
         """\
-        # allow_anonymous_spend: an operator key without server.api_keys (issue 18)
+        # allow_anonymous_spend: an operator key without server.api_keys, meant
         server: {host: 127.0.0.1, port: 8080, allow_anonymous_spend: true}
         upstreams:
           - name: interp

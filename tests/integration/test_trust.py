@@ -1,4 +1,4 @@
-"""What compaction keeps, through real processes (issue 19 items 1, 2, 5, 6).
+"""What compaction keeps of paid summaries and carried messages, through real processes.
 
 LibreChat's `summarization:` example pasted exactly as its docs give it, with only
 `models: {<name>: {context_window: N}}` besides; the fake upstream enforces the window and plays

@@ -47,8 +47,8 @@ def obs_proxy(module_proxy_factory: Any, obs_upstream: UpstreamServer) -> ProxyS
     config = proxy_config(
         upstream_entry(obs_upstream, name=UPSTREAM, api_key=UPSTREAM_KEY), models=MODELS_CONFIG
     )
-    # An upstream key without inbound keys must be meant since issue 18 (preflight); the
-    # metrics are read without a key, as they are then.
+    # An upstream key without inbound keys must be meant (`allow_anonymous_spend`, checked at
+    # start-up by the preflight); the metrics are read without a key, as they are then.
     config["server"]["allow_anonymous_spend"] = True
     return module_proxy_factory(config)
 

@@ -419,7 +419,7 @@ def test_the_calibration_column_is_weighted_by_tokens() -> None:
 
 
 def test_a_summary_made_and_not_forwarded_counts_as_discarded() -> None:
-    """Issue 19 item 1: paid for and dropped is reported as such, never as ``ok``."""
+    """A summary paid for and then dropped is reported as such, never as ``ok``."""
     from dataclasses import replace
 
     telemetry = Telemetry(Settings())

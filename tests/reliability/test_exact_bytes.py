@@ -1,4 +1,4 @@
-"""Numbers (and everything else) go upstream as the client wrote them (issue 18, item 12).
+"""Numbers (and everything else) go upstream as the client wrote them.
 
 A real proxy under ``serve`` in front of two fake upstreams that record the exact bytes they
 get. Bodies are written by hand, with what a parser does not keep: an integer past 64 bits

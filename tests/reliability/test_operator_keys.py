@@ -1,4 +1,4 @@
-"""Nobody spends the operator's keys without being let in (issue 18, item 3).
+"""Nobody spends the operator's keys without being let in.
 
 Real processes over loopback: the proxy under ``serve``; ``main``, a fake OpenAI upstream
 (chat completions and the Responses API) that checks keys the way a provider does and accepts

@@ -1,5 +1,5 @@
 """Keys go only where they belong: routing by model at any size and framing, and a model no
-upstream serves refused (issue 18, items 1 and 2).
+upstream serves refused.
 
 Three real fake upstreams, each with its own key, behind one proxy under ``serve``:
 ``chat`` (``gpt-4o*``, ``o1*``, listed first), ``embed`` (``text-embedding-*``) and ``audio``

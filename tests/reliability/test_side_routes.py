@@ -1,8 +1,8 @@
-"""The routes beside /v1 (issue 18, items 5 and 6): behind `server.api_keys` they need a key
-like the API does, a scraper gets in with a key that opens nothing else, the probes keep
-answering orchestrators without a secret and reveal nothing without one, and a path or method
-nobody serves is answered in OpenAI's error shape. Real proxies under `serve`; raw sockets, so
-what arrives is exactly what the proxy wrote.
+"""The routes beside /v1 (the probes, /metrics, /dashboard): behind `server.api_keys` they
+need a key like the API does, a scraper gets in with a key that opens nothing else, the probes
+keep answering orchestrators without a secret and reveal nothing without one, and a path or
+method nobody serves is answered in OpenAI's error shape. Real proxies under `serve`; raw
+sockets, so what arrives is exactly what the proxy wrote.
 """
 
 from __future__ import annotations

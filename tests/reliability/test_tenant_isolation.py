@@ -1,4 +1,4 @@
-"""No conversation ever sees another's content (issue 18, item 4).
+"""No conversation ever sees another's content.
 
 An app serving many end users sends them all under one API key. Two of its conversations that
 differ only in their system prompt, their tools, their end user (``user``,

@@ -414,7 +414,7 @@ async def test_images_and_base64_never_reach_the_summarizer(
 async def test_the_budget_bounds_the_summary_below_max_summary_tokens(
     mock: respx.MockRouter, client: httpx.AsyncClient
 ) -> None:
-    """Issue 19 item 1: the core's ``max_tokens`` (a share of the budget the summary must fit)
+    """The core's ``max_tokens`` (a share of the budget the summary must fit)
     lowers the output limit, and the model is told; a larger bound changes nothing."""
     route = mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion())
     summarizer = HttpSummarizer(summ(maxSummaryTokens=4096), upstreams(), client)

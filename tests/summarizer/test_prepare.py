@@ -77,7 +77,7 @@ def test_the_conversation_key_is_shared_by_every_request_of_the_stretch() -> Non
 def test_another_scope_over_the_same_first_messages_is_another_conversation(
     change: dict[str, object],
 ) -> None:
-    """The key comes from the chain, which starts from the namespace: since issue 18 item 4
+    """The key comes from the chain, which starts from the namespace: for tenant isolation
     the namespace holds the system block, tools and per-user fields (it used to be the key
     alone that took the system block in, and tools or users were not told apart)."""
     body: dict[str, object] = {"model": "m", "messages": MESSAGES, "user": "end-user-1"}

@@ -209,7 +209,7 @@ class TestDefaults:
     def test_default_upstream_ignores_an_openai_key_in_the_environment(
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """Changed with issue 18 item 3: the embedded defaults used to take the proxy's
+        """Nobody spends the operator's key unasked: the embedded defaults used to take the proxy's
         OPENAI_API_KEY as the upstream's key, so anyone who could reach the proxy spent it (and
         `serve` now refuses an operator key without server.api_keys). Each client's own key
         passes through; a config file sets an operator key on purpose."""

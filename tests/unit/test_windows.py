@@ -175,7 +175,7 @@ async def test_listing_uses_the_upstreams_key_else_the_callers() -> None:
 
 
 async def test_the_upstreams_key_reads_no_listing_for_a_caller_not_let_in() -> None:
-    """Issue 18 item 3: a listing read with the operator's key is a call made on it; a caller
+    """Operator keys: a listing read with the operator's key is a call made on it; a caller
     the proxy does not know makes none (compaction_proxy/http/_admission.py), and still gets a
     listing another request read, while one with the caller's own key is read as before."""
     keyed = _settings(

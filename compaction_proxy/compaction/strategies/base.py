@@ -46,7 +46,7 @@ class StrategyContext:
 
     ``force``: treat every trigger as fired; a strategy without an explicit target then
     compacts down to its floor (``X-Compaction: force``, see "Controlling it per request" in
-    the README).
+    docs/http-api.md).
     ``summarizer``: the edge's summarizer
     (:func:`~compaction_proxy.compaction.pipeline.compact_async`);
     ``None`` in the synchronous :func:`~compaction_proxy.compaction.pipeline.compact` and whenever

@@ -4,7 +4,7 @@
 and :func:`run_sequence_async` runs several in order.  The top-level pipeline
 (:func:`compaction_proxy.compaction.pipeline.compact_async`) and the nested ``strategy: pipeline``
 entry (:class:`PipelineStrategy`) both run through them, in one of two compositions (see
-"Strategies" in docs/architecture.md and "Agent Framework pipelines" in the README):
+"Strategies" in docs/architecture.md and "Agent Framework pipelines" in docs/configuration.md):
 
 * **plain** (.NET ``PipelineCompactionStrategy``): every strategy in order, each by its own
   trigger, and nothing else: ``early_stop=False``.  A strategy never skips because an earlier one

@@ -51,3 +51,13 @@ class StrategyParams(StrictModel):
         if self.minimum_preserved is None:
             del arguments["minimum_preserved"]
         return arguments
+
+
+def require_system_kept(preserve_system: bool, strategy: str) -> None:
+    """Refuse ``preserve_system: false``: the key exists for the Agent Framework's signature,
+    and the only value it may take is the one invariant 1 already holds to."""
+    if not preserve_system:
+        raise ValueError(
+            f'{strategy} never removes system messages (invariant 1, see "Groups and '
+            'invariants" in docs/architecture.md); preserve_system must be true'
+        )

@@ -26,7 +26,7 @@ from ..draft import Draft
 from ..triggers import Always, Condition, Metrics, TurnsExceed
 from ..view import GroupKind
 from .base import Strategy, StrategyContext, StrategyOutcome
-from .params import StrategyParams
+from .params import StrategyParams, require_system_kept
 
 
 class SlidingWindowParams(StrategyParams):
@@ -45,8 +45,7 @@ class SlidingWindowParams(StrategyParams):
                 "sliding_window needs keep_last_groups, keep_last_turns or a "
                 "trigger such as {turns_exceed: 4}"
             )
-        if not self.preserve_system:
-            raise ValueError("preserve_system must be true: system messages are never removed")
+        require_system_kept(self.preserve_system, "a sliding window")
         return self
 
 
@@ -66,11 +65,7 @@ class SlidingWindowStrategy(Strategy):
         minimum_preserved: int = 1,
     ) -> None:
         super().__init__(trigger=trigger, target=target, minimum_preserved=minimum_preserved)
-        if not preserve_system:
-            raise ValueError(
-                'a sliding window never removes system messages (invariant 1, see "Groups and '
-                'invariants" in docs/architecture.md); preserve_system must be true'
-            )
+        require_system_kept(preserve_system, "a sliding window")
         if keep_last_groups is not None and keep_last_turns is not None:
             raise ValueError("set keep_last_groups or keep_last_turns, not both")
         for label, value in (

@@ -27,7 +27,7 @@ from ..triggers import Condition, MessagesExceed, TokensExceed
 from ..view import GroupKind
 from ._tools import newest_non_system
 from .base import Strategy, StrategyContext, StrategyOutcome
-from .params import StrategyParams
+from .params import StrategyParams, require_system_kept
 
 Metric = Literal["tokens", "messages"]
 
@@ -46,8 +46,7 @@ class TruncationParams(StrategyParams):
     def _check(self) -> TruncationParams:
         if self.compact_to is not None and (self.max_n is None or self.compact_to > self.max_n):
             raise ValueError("compact_to requires max_n and must satisfy compact_to <= max_n")
-        if not self.preserve_system:
-            raise ValueError("preserve_system must be true: system messages are never removed")
+        require_system_kept(self.preserve_system, "truncation")
         return self
 
 
@@ -69,11 +68,7 @@ class TruncationStrategy(Strategy):
         minimum_preserved: int = 1,
     ) -> None:
         super().__init__(trigger=trigger, target=target, minimum_preserved=minimum_preserved)
-        if not preserve_system:
-            raise ValueError(
-                'truncation never removes system messages (invariant 1, see "Groups and '
-                'invariants" in docs/architecture.md); preserve_system must be true'
-            )
+        require_system_kept(preserve_system, "truncation")
         if max_n is not None and max_n <= 0:
             raise ValueError("max_n must be > 0")
         if compact_to is not None:
