@@ -206,6 +206,14 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _cmdline(pid: int) -> bytes:
+    """The process's command line, empty once it has exited (a short-lived child may)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def _alive(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -237,7 +245,7 @@ def test_the_parse_worker_exits_when_the_proxy_is_killed(
     workers = [
         child
         for child in set(_children(pid)) - before
-        if b"multiprocessing" in Path(f"/proc/{child}/cmdline").read_bytes()
+        if b"multiprocessing" in _cmdline(child)
     ]
     assert workers, "no parse worker was started"
     os.kill(pid, signal.SIGKILL)
