@@ -1,12 +1,12 @@
 """The compacted routes' shared path: compaction attempts, and forwarding with compact-and-retry.
 
-Chat completions and the Responses API compact the same way (the Responses route shows the
-core a chat-shaped view of its items) and recover from an overflow refusal the same way, so the
-attempt machinery and the forward loop live here once; a route parses and validates its own
-body, then calls :func:`compact` and :func:`send_with_retries`. What differs between them is
-carried by :class:`Subject`: how an attempt made on the chat-shaped view becomes the body the
-route forwards (``reshape``), and whether the summarizer may reuse that view as a
-cache-aligned prefix (``summary_prefix``). "Windows and compact-and-retry" in
+Every wire format (compaction_proxy/wire/registry.py) compacts the same way (its view shows
+the core chat-shaped messages) and recovers from an overflow refusal the same way, so the
+attempt machinery and the forward loop live here once; the route (api/_compacted.py) parses
+and lifts the body with its format, then calls :func:`compact` and :func:`send_with_retries`.
+What differs between formats is asked of the :class:`Subject`'s format and view: how an attempt
+made on the chat-shaped view becomes the body forwarded (:meth:`View.lower`), and whether the
+summarizer may reuse the view as a cache-aligned prefix. "Windows and compact-and-retry" in
 docs/architecture.md has the rules.
 """
 
@@ -33,7 +33,7 @@ from compaction_proxy.upstream import (
     upstream_url,
     window_after_refusal,
 )
-from compaction_proxy.wire import ClientBody
+from compaction_proxy.wire import ClientBody, View, WireFormat
 
 from ._context import RequestContext
 from ._forward import Outcome, forward, send_held
@@ -55,12 +55,18 @@ MAX_RETRIES = 2
 _FAILED = (b"x-compaction-warning", b"compaction failed; the original request was forwarded")
 
 
-def as_chat(attempt: Attempt) -> Attempt:
-    """A chat-completions attempt as forwarded: the client's bytes with the new messages in
-    place of theirs (compaction_proxy/wire/_forwarded.py). A message read back from a checkpoint
-    that equals one the client sent goes as the client's bytes too (``copies``)."""
-    if attempt.messages is not None:
-        attempt.body = attempt.subject.client.with_elements(attempt.messages, copies=True)
+def lowered(attempt: Attempt) -> Attempt:
+    """``attempt`` (made on the chat-shaped view) with the body to forward: the client's bytes
+    with the compacted elements in place of theirs at the format's member
+    (compaction_proxy/wire/_forwarded.py); every other field, and every element the proxy did
+    not change, goes upstream as the client wrote it. Unchanged requests and dry runs keep the
+    client's bytes."""
+    if attempt.result is None or attempt.messages is None:
+        return attempt
+    subject = attempt.subject
+    out = subject.view.lower(attempt.messages)
+    attempt.body = subject.client.with_elements(out.items, copies=out.copies)
+    attempt.headers.extend((b"x-compaction-warning", header_safe(n)) for n in out.notes)
     return attempt
 
 
@@ -72,23 +78,21 @@ class Subject:
     ``client``: the client's body: its bytes (``raw``, forwarded whenever compaction changes
     nothing or fails), its parsed form and the member an attempt rewrites (``messages``,
     ``input``), scanned once for every attempt (compaction_proxy/wire/_forwarded.py).
-    ``data``: the chat-shaped body the core works on (the client's own for chat completions).
-    ``reshape``: sets the body an attempt made on ``data`` is forwarded as (by default
-    :func:`as_chat`); an attempt it cannot turn is returned with ``result`` None and the
-    client's bytes (see :func:`failed`).
-    ``summary_prefix``: False keeps the summarizer from sending ``data``'s messages as a
-    cache-aligned prefix when they are a view no chat-completions server should be shown.
+    ``view``: the body lifted by its ``wire`` format; the core works on ``view.chat``.
     """
 
     client: ClientBody
-    data: dict[str, Any]
+    view: View
     mode: Mode
-    reshape: Callable[[Attempt], Attempt] = as_chat
-    summary_prefix: bool = True
+    wire: WireFormat
 
     @property
     def raw(self) -> bytes:
         return self.client.raw
+
+    @property
+    def data(self) -> dict[str, Any]:
+        return self.view.chat
 
 
 @dataclass(slots=True)
@@ -157,7 +161,7 @@ async def compact(
             context_window=None if window is None else window.tokens,
             window_source=None if window is None else window.source,
             calls=calls,
-            summary_prefix=subject.summary_prefix,
+            wire=subject.wire,
             tenant=tenant(scope),
             spend=spending(ctx, scope),
         )
@@ -183,7 +187,7 @@ async def compact(
         flow.messages,
     )
     try:
-        return subject.reshape(made)
+        return lowered(made)
     except Exception:
         log.exception("writing the compacted request failed; forwarding the original request")
         return failed(subject, window)
@@ -197,8 +201,10 @@ async def send_with_retries(
     upstream: UpstreamSettings,
     raw: bytes,
     attempt: Attempt | None,
+    wire: WireFormat,
 ) -> Outcome:
-    """Forward ``attempt`` (None: the client's ``raw`` bytes) and relay the reply.
+    """Forward ``attempt`` (None: the client's ``raw`` bytes) and relay the reply; ``wire``
+    says how the upstream is authenticated, its usage read and its refusals recognised.
 
     When the upstream refuses a compacted request as too long, before anything reached the
     client, the window is learned, the request compacted again for it and resent, at most
@@ -222,11 +228,11 @@ async def send_with_retries(
             method="POST",
             url=upstream_url(upstream, scope),
             headers=upstream_headers(
-                scope["headers"], upstream, strip_authorization=ctx.authenticated
+                scope["headers"], upstream, strip_authorization=ctx.authenticated, auth=wire.auth
             ),
             content=body,
             extra_headers=ctx.response_headers,
-            read_usage=ctx.report is not None,
+            usage=wire.usage_tokens if ctx.report is not None else None,
             on_accepted=None if save is None else saver(save),
             hold=hold,
         )
@@ -235,7 +241,7 @@ async def send_with_retries(
             if retries:
                 ctx.overflow_outcome = "fixed" if 200 <= outcome.status < 300 else "refused_again"
             return outcome
-        overflow = detect_overflow(held.status, held.body, held.content_encoding)
+        overflow = detect_overflow(held.status, held.body, held.content_encoding, wire.refusals)
         retry = None
         if overflow is not None:
             assert attempt is not None  # only a compacted request's refusals are held

@@ -43,7 +43,7 @@ from compaction_proxy.upstream import (
 )
 
 from ._stream_events import EventRelay
-from ._usage import UsageProbe
+from ._usage import UsageProbe, UsageReader
 
 log = logging.getLogger("compaction_proxy.forward")
 
@@ -134,15 +134,15 @@ async def forward(
     content: Body,
     streamed: StreamedBody | None = None,
     extra_headers: list[tuple[bytes, bytes]] | None = None,
-    read_usage: bool = False,
+    usage: UsageReader | None = None,
     on_accepted: Callable[[], Awaitable[None]] | None = None,
     hold: frozenset[int] | None = None,
 ) -> Outcome:
     """Forward and relay. Never raises for transport problems: the client gets 502/504.
 
     `on_accepted`: awaited once the upstream answered 2xx, before the response starts.
-    `read_usage`: note the reply's `usage.prompt_tokens` in the outcome, from the bytes as
-    they are relayed (nothing is held back or changed).
+    `usage`: note the reply's prompt tokens in the outcome, read by this reader (the
+    format's) from the bytes as they are relayed (nothing is held back or changed).
     `hold`: statuses whose reply is read whole (up to MAX_ERROR_BODY) and returned in
     `outcome.held` instead of being sent; a longer body is relayed as usual. Only these
     replies are buffered: every other one streams through as it arrives.
@@ -206,9 +206,12 @@ async def forward(
         if flight is not None and not sse:
             flight.relaying_body = True  # nearly done: a shutdown's cut lets it finish
         length = _length(reply.header("content-length"))
-        if read_usage and reply.status == 200:
+        if usage is not None and reply.status == 200:
             probe = UsageProbe.start(
-                content_type, reply.header("content-encoding"), reply.header("content-length")
+                content_type,
+                reply.header("content-encoding"),
+                reply.header("content-length"),
+                usage,
             )
         if prefix:
             # A held reply that turned out longer than the bound: what was read goes first.

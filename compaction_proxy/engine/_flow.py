@@ -56,6 +56,7 @@ from compaction_proxy.summarizer import (
     SummaryFlights,
 )
 from compaction_proxy.upstream import WindowBook
+from compaction_proxy.wire import DEFAULT_FORMAT, WireFormat
 
 from ._compactor import Compactor
 from ._hit_report import CHECKPOINT_STEP, as_sent, checkpoint_meta
@@ -161,7 +162,7 @@ class CompactionFlow:
         window_source: str | None = None,
         calls: SummaryCalls | None = None,
         summarize: bool = True,
-        summary_prefix: bool = True,
+        wire: WireFormat = DEFAULT_FORMAT,
         tenant: str | None = None,
         spend: Spending = UNKNOWN_CALLER,
     ) -> FlowResult:
@@ -177,9 +178,10 @@ class CompactionFlow:
         request's log of summarizer HTTP calls (the request's telemetry counts them when it ends);
         None: counted as they happen.
         `summarize`: False keeps the summarizer out (a local preview, `compact --no-summarize`).
-        `summary_prefix`: False binds the summarizer to no forwarded request, so its calls send
-        the plain-text transcript: for a `data` that is a view of another API's body (the
-        Responses adapter's), which a chat-completions server must not be sent as a prefix.
+        `wire`: the request's format (compaction_proxy/wire/format.py): whether `data` may be
+        sent to the summarizer as a cache-aligned prefix (not when it is a view of another
+        API's body, which a chat-completions server must not be sent), and the summary call's
+        form on the request's own upstream.
         """
         model: str = data["model"]
         # Kept off the summarizer (`dry-run-local`, `summarization.dryRun: skip` for dry runs,
@@ -201,7 +203,7 @@ class CompactionFlow:
             None
             if offline or withheld is not None
             else self._summarizer_for(
-                model, namespace, authorization, upstream_name, calls, effective, summary_prefix
+                model, namespace, authorization, upstream_name, calls, effective, wire
             )
         )
         # Background summaries (compaction_proxy/engine/_prepare.py): only for ordinary requests.
@@ -234,7 +236,7 @@ class CompactionFlow:
             # first run stopped at the summarizer and is discarded).
             lookup, effective, prepared = used, {**data, "messages": used.messages}, "ready"
             summarizer = self._summarizer_for(
-                model, namespace, authorization, upstream_name, calls, effective, summary_prefix
+                model, namespace, authorization, upstream_name, calls, effective, wire
             )
             result = await self.compactor.run(
                 effective,
@@ -259,7 +261,7 @@ class CompactionFlow:
                 data, effective, lookup, result, view_tokens, namespace, key,
                 size_hint=size_hint, context_window=context_window,
                 authorization=authorization, upstream_name=upstream_name,
-                summary_prefix=summary_prefix,
+                wire=wire,
             )  # fmt: skip
             prepared = preparer.start(key, job, len(data["messages"]))
         fired = _summarization_fired(result)
@@ -328,7 +330,7 @@ class CompactionFlow:
         context_window: int | None,
         authorization: str | None,
         upstream_name: str,
-        summary_prefix: bool,
+        wire: WireFormat,
     ) -> Callable[[], Awaitable[JobOutcome]]:
         """The background job for a request past the prepare threshold: the pipeline on its
         view, as if the growth up to the trigger were already there, stored as prepared."""
@@ -356,7 +358,7 @@ class CompactionFlow:
                 if point is None:
                     return "empty"  # growth alone would never fire anything
                 summarizer = self._summarizer_for(
-                    model, namespace, authorization, upstream_name, None, effective, summary_prefix
+                    model, namespace, authorization, upstream_name, None, effective, wire
                 )
                 made = await self.compactor.run(
                     effective,
@@ -402,7 +404,7 @@ class CompactionFlow:
         upstream_name: str,
         calls: SummaryCalls | None,
         body: dict[str, Any],
-        summary_prefix: bool,
+        wire: WireFormat,
     ) -> GuardedSummarizer | None:
         if self.summarizer is None:
             return None
@@ -413,10 +415,18 @@ class CompactionFlow:
             authorization = None
         # The request as it goes upstream (the checkpoint view on a hit): a summary call built
         # on its prefix is served from the upstream's prompt cache
-        # (compaction_proxy/summarizer/_prefix.py). Without it (`summary_prefix=False`) the
-        # summarizer sends the transcript form.
-        forwarded = ForwardedRequest.from_body(body, upstream_name) if summary_prefix else None
-        bound = self.summarizer.bind(authorization=authorization, calls=calls, request=forwarded)
+        # (compaction_proxy/summarizer/_prefix.py). A format whose view is not chat completions
+        # (`prefix_summaries` False) gets the transcript form.
+        forwarded = (
+            ForwardedRequest.from_body(body, upstream_name) if wire.prefix_summaries else None
+        )
+        bound = self.summarizer.bind(
+            authorization=authorization,
+            calls=calls,
+            request=forwarded,
+            wire=wire,
+            upstream=upstream_name,
+        )
         return self.flights.bind(bound, namespace)
 
 
