@@ -210,7 +210,7 @@ async def _run_flow(
 
     Returns the result and what to say about the summarizer (its calls, or why there were none).
     """
-    from compaction_proxy.engine import build_flow
+    from compaction_proxy.engine import FlowRequest, build_flow
     from compaction_proxy.http import ALLOWED
     from compaction_proxy.upstream import Router, plain_httpx_client
 
@@ -234,16 +234,18 @@ async def _run_flow(
                 )
                 summarize = False
         done = await flow.run(
-            body,
-            mode,
-            size_hint=size_hint,
-            credential=None,
-            authorization=None,
-            upstream_name=upstream.name,
-            persist=False,
-            summarize=summarize,
-            wire=wire,  # as the body's route: e.g. the transcript form for a Responses body
-            spend=ALLOWED,  # the operator's own command: the key is theirs to spend
+            FlowRequest(
+                body,
+                mode,
+                size_hint=size_hint,
+                credential=None,
+                authorization=None,
+                upstream_name=upstream.name,
+                persist=False,
+                summarize=summarize,
+                wire=wire,  # as the body's route: e.g. the transcript form for a Responses body
+                spend=ALLOWED,  # the operator's own command: the key is theirs to spend
+            )
         )
     if summarize and summarizer is not None:
         for (name, called, outcome), count in sorted(summarizer.stats.calls.items()):

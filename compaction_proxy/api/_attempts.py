@@ -21,6 +21,7 @@ from typing import Any
 
 from compaction_proxy.compaction import CompactionResult, Mode
 from compaction_proxy.config import UpstreamSettings
+from compaction_proxy.engine import FlowRequest
 from compaction_proxy.http import Receive, Scope, Send
 from compaction_proxy.summarizer import SummaryCalls
 from compaction_proxy.upstream import (
@@ -109,9 +110,9 @@ class Attempt:
     # The messages the compaction made, to forward in place of the client's (None: unchanged).
     messages: Sequence[Mapping[str, Any]] | None = None
 
-    def adopt(self, ctx: RequestContext) -> None:
-        """Make this the attempt the request reports (headers, report, checkpoint)."""
-        ctx.response_headers.extend(self.headers)
+    def report_to(self, ctx: RequestContext) -> None:
+        """Make this the attempt the request reports (the access log and the metrics read the
+        report and checkpoint from the context; the headers go with the reply itself)."""
         if self.result is not None:
             ctx.report = self.result.report
             ctx.checkpoint = self.checkpoint
@@ -150,20 +151,22 @@ async def compact(
     started = time.perf_counter()
     try:
         flow = await ctx.state.flow.run(
-            subject.data,
-            mode,
-            size_hint=len(subject.raw),
-            credential=credential(scope),
-            authorization=None if ctx.authenticated else authorization(scope),
-            upstream_name=ctx.upstream or "",
-            # A forced compaction is a one-off: it must not become the sticky prefix.
-            persist=mode is Mode.NORMAL,
-            context_window=None if window is None else window.tokens,
-            window_source=None if window is None else window.source,
-            calls=calls,
-            wire=subject.wire,
-            tenant=tenant(scope),
-            spend=spending(ctx, scope),
+            FlowRequest(
+                subject.data,
+                mode,
+                size_hint=len(subject.raw),
+                credential=credential(scope),
+                authorization=None if ctx.authenticated else authorization(scope),
+                upstream_name=ctx.upstream or "",
+                # A forced compaction is a one-off: it must not become the sticky prefix.
+                persist=mode is Mode.NORMAL,
+                context_window=None if window is None else window.tokens,
+                window_source=None if window is None else window.source,
+                calls=calls,
+                wire=subject.wire,
+                tenant=tenant(scope),
+                spend=spending(ctx, scope),
+            )
         )
     except Exception:
         log.exception("compaction failed; forwarding the original request")
@@ -211,14 +214,16 @@ async def send_with_retries(
     :data:`MAX_RETRIES` times; the client then sees only the answer to the last one, with
     ``X-Compaction-Retry`` and the headers of the attempt that produced it.
     """
-    mark = len(ctx.response_headers)
+    base = ctx.response_headers  # the request's own (its id, X-Compaction-Skipped)
+    headers = base
     if attempt is not None:
-        attempt.adopt(ctx)
+        attempt.report_to(ctx)
+        headers = [*base, *attempt.headers]
     hold = REFUSAL_STATUSES if attempt is not None and attempt.retriable else None
-    body = raw if attempt is None else attempt.body
-    save = None if attempt is None else attempt.save
     retries = 0
     while True:
+        body = raw if attempt is None else attempt.body
+        save = None if attempt is None else attempt.save
         outcome = await forward(
             ctx.state.transport,
             upstream,
@@ -231,7 +236,7 @@ async def send_with_retries(
                 scope["headers"], upstream, strip_authorization=ctx.authenticated, auth=wire.auth
             ),
             content=body,
-            extra_headers=ctx.response_headers,
+            extra_headers=headers,
             usage=wire.usage_tokens if ctx.report is not None else None,
             on_accepted=None if save is None else saver(save),
             hold=hold,
@@ -247,24 +252,34 @@ async def send_with_retries(
             assert attempt is not None  # only a compacted request's refusals are held
             retry = await after_refusal(ctx, scope, attempt, overflow, retries)
         if retry is None:
-            if retries:
-                ctx.overflow_outcome = "refused_again"
-            elif overflow is not None:
-                ctx.overflow_outcome = "passed_through"
+            ctx.overflow_outcome = _refused_outcome(retries, overflow, ctx.overflow_outcome)
             # Nothing more to try: the client gets the (last) refusal exactly as it came.
-            outcome.bytes_out = await send_held(send, held, ctx.response_headers)
+            outcome.bytes_out = await send_held(send, held, headers)
             outcome.held = None
             outcome.completed = True
             return outcome
         assert overflow is not None
         retries += 1
         attempt = retry
-        body, save = retry.body, retry.save
-        del ctx.response_headers[mark:]
-        retry.adopt(ctx)
-        ctx.response_headers.append((b"x-compaction-retry", str(retries).encode()))
-        ctx.response_headers.append((b"x-compaction-warning", header_safe(retry_note(overflow))))
+        retry.report_to(ctx)
+        # The headers of the attempt that produced the answer, never a refused one's.
+        headers = [*base, *retry.headers, *retried_headers(retries, overflow)]
         ctx.compaction_retries = retries
+
+
+def _refused_outcome(retries: int, overflow: Overflow | None, before: str | None) -> str | None:
+    """``overflow_outcome`` when a refusal reaches the client."""
+    if retries:
+        return "refused_again"
+    return "passed_through" if overflow is not None else before
+
+
+def retried_headers(retries: int, overflow: Overflow) -> list[tuple[bytes, bytes]]:
+    """What a retried request's answer says about the retry."""
+    return [
+        (b"x-compaction-retry", str(retries).encode()),
+        (b"x-compaction-warning", header_safe(retry_note(overflow))),
+    ]
 
 
 async def after_refusal(

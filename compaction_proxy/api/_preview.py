@@ -19,6 +19,7 @@ import orjson
 from compaction_proxy.checkpoints import StoreBudget
 from compaction_proxy.compaction import Mode
 from compaction_proxy.compaction.validation import nesting_issue
+from compaction_proxy.engine import FlowRequest
 from compaction_proxy.http import (
     ProxyError,
     Receive,
@@ -125,20 +126,22 @@ async def _compact_and_answer(
         with StoreBudget(ctx.state.settings.store.request_budget):
             window = await effective_window(ctx, scope, upstream, data["model"], spend)
             flow = await ctx.state.flow.run(
-                data,
-                run_mode,
-                size_hint=size,
-                credential=credential(scope),
-                authorization=None if ctx.authenticated else authorization(scope),
-                upstream_name=upstream.name,
-                persist=False,
-                context_window=window.tokens,
-                window_source=window.source,
-                # `dry-run-local`: what compaction would do without calling the summarizer.
-                summarize=mode is not Mode.DRY_RUN_LOCAL,
-                wire=wire,
-                tenant=tenant(scope),
-                spend=spend,
+                FlowRequest(
+                    data,
+                    run_mode,
+                    size_hint=size,
+                    credential=credential(scope),
+                    authorization=None if ctx.authenticated else authorization(scope),
+                    upstream_name=upstream.name,
+                    persist=False,
+                    context_window=window.tokens,
+                    window_source=window.source,
+                    # `dry-run-local`: what compaction would do without calling the summarizer.
+                    summarize=mode is not Mode.DRY_RUN_LOCAL,
+                    wire=wire,
+                    tenant=tenant(scope),
+                    spend=spend,
+                )
             )
     except Exception as exc:  # the preview has no original to fall back on: say what broke
         log.exception("preview: compaction failed")

@@ -122,6 +122,7 @@ def toy_proxy(upstream: UpstreamServer, tmp_path: Path) -> Iterator[ToyProxy]:
         upstream_entry(upstream, api_key=OPERATOR_KEY),
         allow_anonymous_spend=True,
         summarization={"enabled": False},
+        store={"backend": "memory"},
         compaction={"pipeline": [{"strategy": "sliding_window", "keep_last_turns": 1}]},
     )
     proxy = ToyProxy(write_config(tmp_path / "toy.yaml", config), tmp_path / "toy.log")
