@@ -64,6 +64,7 @@ def _measure(raw: bytes, data: dict[str, Any], messages: list[Any]) -> dict[str,
 
 async def _rows(size: str, requests: int, tmp: Path, env_dir: str | None) -> list[Any]:
     from compaction_proxy.compaction import Mode
+    from compaction_proxy.engine import FlowRequest
 
     tok = tokenizers().get("o200k_base")
     session = agent_session(SIZES[size], tok)
@@ -84,12 +85,14 @@ async def _rows(size: str, requests: int, tmp: Path, env_dir: str | None) -> lis
         async def run(raw: bytes) -> Any:
             data = orjson.loads(raw)
             result = await flow.run(
-                data,
-                Mode.NORMAL,
-                size_hint=len(raw),
-                credential=f"k-{spelling}",
-                authorization=None,
-                upstream_name="mock",
+                FlowRequest(
+                    data,
+                    Mode.NORMAL,
+                    size_hint=len(raw),
+                    credential=f"k-{spelling}",
+                    authorization=None,
+                    upstream_name="mock",
+                )
             )
             return data, result
 

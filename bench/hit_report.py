@@ -36,7 +36,7 @@ from bench.conversations import conversation, next_turn
 from compaction_proxy.checkpoints import MemoryStore, scope_of
 from compaction_proxy.compaction import Mode
 from compaction_proxy.config import Settings
-from compaction_proxy.engine import CompactionFlow, Compactor, build_flow
+from compaction_proxy.engine import CompactionFlow, Compactor, FlowRequest, build_flow
 from compaction_proxy.engine._hit_report import as_sent
 
 MODEL = "bench-model"
@@ -91,7 +91,9 @@ async def run(tokens: int, rounds: int) -> dict[str, Any]:
     size, first = _sized(compactor, tokens)
     data = {"model": MODEL, "messages": first}
     made = await flow.run(
-        data, Mode.NORMAL, size_hint=0, credential="k", authorization=None, upstream_name="up"
+        FlowRequest(
+            data, Mode.NORMAL, size_hint=0, credential="k", authorization=None, upstream_name="up"
+        )
     )
     assert made.checkpoint == "new" and made.save is not None
     assert await made.save() is None
@@ -100,12 +102,14 @@ async def run(tokens: int, rounds: int) -> dict[str, Any]:
 
     async def hit_request() -> Any:
         return await flow.run(
-            hit_data,
-            Mode.NORMAL,
-            size_hint=0,
-            credential="k",
-            authorization=None,
-            upstream_name="up",
+            FlowRequest(
+                hit_data,
+                Mode.NORMAL,
+                size_hint=0,
+                credential="k",
+                authorization=None,
+                upstream_name="up",
+            )
         )
 
     hit = await hit_request()

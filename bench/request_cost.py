@@ -7,7 +7,7 @@ even on a busy machine. For each size, a session sends requests that each add on
 (bench/agent_bodies.py); every step is timed with the thread's CPU clock and the median over
 the requests is reported.
 
-Steps (what `compaction_proxy/api/_chat.py` and `compaction_proxy/engine/_flow.py` do for one request):
+Steps (what `compaction_proxy/api/_compacted.py` and `compaction_proxy/engine/_flow.py` do for one request):
 
 * parse: `parse_chat_body` (orjson);
 * validate: `validate_chat` (shape and nesting checks);
@@ -86,6 +86,7 @@ async def measure(
     """``configs``: one per pass (each its own store file, so pass 2 primes its own base)."""
     from compaction_proxy.checkpoints import chain, leading_system_count, scope_of
     from compaction_proxy.compaction import Mode, compact_async
+    from compaction_proxy.engine import FlowRequest
     from compaction_proxy.wire import ClientBody, parse_chat_body, validate_chat
 
     samples: dict[str, list[float]] = {step: [] for step in STEPS}
@@ -94,12 +95,14 @@ async def measure(
     compactor, flow = _edge(configs[0], env_dir)
     if checkpoint:
         primed = await flow.run(
-            orjson.loads(bodies.base()),
-            Mode.NORMAL,
-            size_hint=1 << 20,
-            credential="k",
-            authorization=None,
-            upstream_name="mock",
+            FlowRequest(
+                orjson.loads(bodies.base()),
+                Mode.NORMAL,
+                size_hint=1 << 20,
+                credential="k",
+                authorization=None,
+                upstream_name="mock",
+            )
         )
         assert primed.save is not None, "the base did not fire"
         await primed.save()
@@ -109,12 +112,14 @@ async def measure(
 
         async def whole(data: dict[str, Any] = data, raw: bytes = raw) -> Any:
             return await flow.run(
-                data,
-                Mode.NORMAL,
-                size_hint=len(raw),
-                credential="k",
-                authorization=None,
-                upstream_name="mock",
+                FlowRequest(
+                    data,
+                    Mode.NORMAL,
+                    size_hint=len(raw),
+                    credential="k",
+                    authorization=None,
+                    upstream_name="mock",
+                )
             )
 
         cost, result = await _acpu(whole)
@@ -131,12 +136,14 @@ async def measure(
     compactor, flow = _edge(configs[1], env_dir)
     if checkpoint:
         primed = await flow.run(
-            orjson.loads(bodies.base()),
-            Mode.NORMAL,
-            size_hint=1 << 20,
-            credential="k",
-            authorization=None,
-            upstream_name="mock",
+            FlowRequest(
+                orjson.loads(bodies.base()),
+                Mode.NORMAL,
+                size_hint=1 << 20,
+                credential="k",
+                authorization=None,
+                upstream_name="mock",
+            )
         )
         assert primed.save is not None
         await primed.save()

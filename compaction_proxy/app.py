@@ -29,14 +29,13 @@ from compaction_proxy.api import (
     AppState,
     Outcome,
     RequestContext,
-    chat_completions,
+    compacted,
     credential,
     dashboard_router,
     health_router,
     metrics_router,
     passthrough,
     preview,
-    responses,
     send_unauthorized_page,
 )
 from compaction_proxy.checkpoints import StoredValues, make_store
@@ -63,6 +62,7 @@ from compaction_proxy.http import (
     normalize,
     presented_key,
     retry_after_header,
+    send_bytes,
     send_error,
     shutdown_error,
     side_access,
@@ -76,6 +76,7 @@ from compaction_proxy.upstream import (
     make_transport,
     plain_httpx_client,
 )
+from compaction_proxy.wire import WireFormat, format_for_path
 
 log = logging.getLogger("compaction_proxy.app")
 
@@ -149,7 +150,7 @@ class ProxyApp:
             headers = ctx.response_headers
             if error.status == 401:
                 headers = [*headers, (b"www-authenticate", b"Bearer")]
-            await send_error(send, error, headers)
+            await _send_error(send, error, headers, format_for_path(scope.get("method"), path))
         except ClientGone:
             ctx.status = 499
             ctx.client_gone = True
@@ -166,10 +167,9 @@ class ProxyApp:
     async def _forward(
         self, ctx: RequestContext, scope: Scope, receive: Receive, send: Send
     ) -> Outcome:
-        if scope["path"] == "/v1/chat/completions" and scope["method"] == "POST":
-            return await chat_completions(ctx, scope, receive, send)
-        if scope["path"] == "/v1/responses" and scope["method"] == "POST":
-            return await responses(ctx, scope, receive, send)
+        wire = format_for_path(scope["method"], scope["path"])
+        if wire is not None:
+            return await compacted(wire, ctx, scope, receive, send)
         return await passthrough(ctx, scope, receive, send)
 
     def _authenticate(self, ctx: RequestContext, scope: Scope) -> None:
@@ -203,6 +203,18 @@ class ProxyApp:
         if upstream is None or upstream.api_key is not None or upstream.keyless:
             return
         self.state.known_callers.accepted(credential(scope))
+
+
+async def _send_error(
+    send: Send, error: ProxyError, headers: list[tuple[bytes, bytes]], wire: WireFormat | None
+) -> None:
+    """An error the proxy answers itself, in the shape of the path's wire format (OpenAI's
+    everywhere else)."""
+    if wire is None:
+        await send_error(send, error, headers)
+        return
+    body = wire.error_body(error.message, type=error.type, code=error.code, param=error.param)
+    await send_bytes(send, error.status, body, headers)
 
 
 async def _answer_cut(ctx: RequestContext, send: Send) -> None:

@@ -31,7 +31,7 @@ from compaction_proxy.http import ProxyError
 if TYPE_CHECKING:
     from compaction_proxy.compaction import CompactionResult, Mode
     from compaction_proxy.engine import Compactor
-    from compaction_proxy.wire.responses import Lifted
+    from compaction_proxy.wire import View, WireFormat
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -124,9 +124,10 @@ def _check_config(file: str | None) -> int:
 def _compact(args: argparse.Namespace) -> int:
     import orjson
 
-    from compaction_proxy.compaction import Mode, build_view, validate_messages
+    from compaction_proxy.compaction import Mode, build_view
     from compaction_proxy.engine import Compactor
     from compaction_proxy.observability.report_text import render
+    from compaction_proxy.wire import DEFAULT_FORMAT, format_for_body
 
     settings = _load_checked(args.config)
     try:
@@ -136,16 +137,11 @@ def _compact(args: argparse.Namespace) -> int:
     except (OSError, orjson.JSONDecodeError) as exc:
         print(f"compaction-proxy: cannot read {args.file}: {exc}", file=sys.stderr)
         return 2
-    responses = _responses_body(data)
-    lifted = None
-    if responses is not None:
-        lifted, problem = _lift_responses(responses)
-        if lifted is None:
-            print(f"compaction-proxy: {args.file}: {problem}", file=sys.stderr)
-            return 2
-        data = lifted.chat_body(responses)
     body: object = {"messages": data} if isinstance(data, list) else data
-    if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+    wire = format_for_body(body) if isinstance(body, dict) else DEFAULT_FORMAT
+    if not isinstance(body, dict) or (
+        wire is DEFAULT_FORMAT and not isinstance(body.get("messages"), list)
+    ):
         print(
             f"compaction-proxy: {args.file} must hold a chat-completions body or a list of "
             "messages",
@@ -154,17 +150,15 @@ def _compact(args: argparse.Namespace) -> int:
         return 2
     model = args.model or body.get("model")
     body = {**body, "model": model if isinstance(model, str) and model else "gpt-4o"}
-    issue = validate_messages(body["messages"])
-    if issue is not None:
-        print(f"compaction-proxy: {args.file}: {issue.message}", file=sys.stderr)
+    view, problem = _lift(wire, body)
+    if view is None:
+        print(f"compaction-proxy: {args.file}: {problem}", file=sys.stderr)
         return 2
     compactor = Compactor(settings)
     mode = Mode.FORCE if args.force else Mode.NORMAL
     try:
         result, notes = asyncio.run(
-            _run_flow(
-                settings, compactor, body, mode, len(raw), not args.no_summarize, responses is None
-            )
+            _run_flow(settings, compactor, view.chat, mode, len(raw), not args.no_summarize, wire)
         )
     except ProxyError as error:  # a model no upstream serves
         print(f"compaction-proxy: {args.file}: {error.message}", file=sys.stderr)
@@ -172,48 +166,29 @@ def _compact(args: argparse.Namespace) -> int:
     finally:
         compactor.close()
     facts = compactor.catalog.facts_for(body["model"])
-    view = build_view(body["messages"], compactor.tokenizers.get(facts.encoding))
-    print(render(result.report, view))
+    groups = build_view(view.chat["messages"], compactor.tokenizers.get(facts.encoding))
+    print(render(result.report, groups))
     if notes:
         print("\nsummarizer:", "; ".join(notes))
     if args.out:
-        compacted = {**body, "messages": result.messages}
-        if responses is not None and lifted is not None:
-            compacted = _responses_out(responses, lifted, result.messages, body["model"])
+        # The compacted member in the body's own format, every other field as it was.
+        compacted = {**body, wire.items: list(view.lower(result.messages).items)}
         with open(args.out, "wb") as handle:
             handle.write(orjson.dumps(compacted, option=orjson.OPT_INDENT_2))
         print(f"\nwrote {args.out}")
     return 0
 
 
-def _responses_body(data: object) -> dict[str, Any] | None:
-    """``data`` when it is a Responses body (``input`` and no ``messages``), else None."""
-    from compaction_proxy.wire.responses import is_responses_body
-
-    return data if isinstance(data, dict) and is_responses_body(data) else None
-
-
-def _lift_responses(body: dict[str, Any]) -> tuple[Lifted | None, str]:
-    """The chat-shaped view the pipeline takes (compaction_proxy/wire/responses/), or None and why
-    not."""
-    from compaction_proxy.wire.responses import lift, server_state, validate_request
-
-    held_by = server_state(body)
+def _lift(wire: WireFormat, body: dict[str, Any]) -> tuple[View | None, str]:
+    """The chat-shaped view the pipeline takes (compaction_proxy/wire/format.py), or None and
+    why not."""
+    held_by = wire.held_by(body)
     if held_by is not None:
         return None, f"{held_by}: the history is on the server, which the proxy cannot see"
-    issue = validate_request(body)
-    if issue is not None:
-        return None, issue.message
-    return lift(body), ""
-
-
-def _responses_out(
-    body: dict[str, Any], lifted: Lifted, messages: Sequence[Any], model: str
-) -> dict[str, Any]:
-    """The Responses body to write: the compacted ``input``, every other field as it was."""
-    from compaction_proxy.wire.responses import lower
-
-    return {**body, "model": model, "input": lower(lifted, messages).items}
+    try:
+        return wire.lift(body), ""
+    except ProxyError as error:
+        return None, error.message
 
 
 async def _run_flow(
@@ -223,7 +198,7 @@ async def _run_flow(
     mode: Mode,
     size_hint: int,
     summarize: bool,
-    summary_prefix: bool = True,
+    wire: WireFormat,
 ) -> tuple[CompactionResult, list[str]]:
     """One request's compaction by the server's own flow, without a checkpoint store.
 
@@ -235,7 +210,7 @@ async def _run_flow(
 
     Returns the result and what to say about the summarizer (its calls, or why there were none).
     """
-    from compaction_proxy.engine import build_flow
+    from compaction_proxy.engine import FlowRequest, build_flow
     from compaction_proxy.http import ALLOWED
     from compaction_proxy.upstream import Router, plain_httpx_client
 
@@ -259,16 +234,18 @@ async def _run_flow(
                 )
                 summarize = False
         done = await flow.run(
-            body,
-            mode,
-            size_hint=size_hint,
-            credential=None,
-            authorization=None,
-            upstream_name=upstream.name,
-            persist=False,
-            summarize=summarize,
-            summary_prefix=summary_prefix,  # False for a Responses body, as its route does
-            spend=ALLOWED,  # the operator's own command: the key is theirs to spend
+            FlowRequest(
+                body,
+                mode,
+                size_hint=size_hint,
+                credential=None,
+                authorization=None,
+                upstream_name=upstream.name,
+                persist=False,
+                summarize=summarize,
+                wire=wire,  # as the body's route: e.g. the transcript form for a Responses body
+                spend=ALLOWED,  # the operator's own command: the key is theirs to spend
+            )
         )
     if summarize and summarizer is not None:
         for (name, called, outcome), count in sorted(summarizer.stats.calls.items()):

@@ -3,8 +3,9 @@
 The hot path is plain ASGI (docs/architecture.md, "The request path"); the side pages are
 FastAPI routers the app includes:
 
-* ``_chat``, ``_responses``: the two compacted routes, which share one path, ``_attempts``
-  (compact, forward, hold a refusal and compact again after an overflow);
+* ``_compacted``: the compacted routes, one per wire format (compaction_proxy/wire/registry.py),
+  on one path, ``_attempts`` (compact, forward, hold a refusal and compact again after an
+  overflow);
 * ``_preview``: the same compaction, nothing forwarded or stored;
 * ``_passthrough``: every other ``/v1/*`` path, relayed as sent and routed by its model;
 * ``_forward``: the relay of an upstream's reply (``_stream_events``: a stream cut only at
@@ -17,7 +18,7 @@ FastAPI routers the app includes:
   ``/dashboard`` (its page is ``static/dashboard.html``).
 """
 
-from ._chat import chat_completions
+from ._compacted import compacted
 from ._context import AppState, RequestContext
 from ._dashboard import router as dashboard_router
 from ._dashboard import send_unauthorized_page
@@ -27,19 +28,17 @@ from ._metrics import router as metrics_router
 from ._passthrough import passthrough
 from ._preview import preview
 from ._requests import credential
-from ._responses import responses
 
 __all__ = [
     "AppState",
     "Outcome",
     "RequestContext",
-    "chat_completions",
+    "compacted",
     "credential",
     "dashboard_router",
     "health_router",
     "metrics_router",
     "passthrough",
     "preview",
-    "responses",
     "send_unauthorized_page",
 ]

@@ -1,12 +1,12 @@
 """The compacted routes' shared path: compaction attempts, and forwarding with compact-and-retry.
 
-Chat completions and the Responses API compact the same way (the Responses route shows the
-core a chat-shaped view of its items) and recover from an overflow refusal the same way, so the
-attempt machinery and the forward loop live here once; a route parses and validates its own
-body, then calls :func:`compact` and :func:`send_with_retries`. What differs between them is
-carried by :class:`Subject`: how an attempt made on the chat-shaped view becomes the body the
-route forwards (``reshape``), and whether the summarizer may reuse that view as a
-cache-aligned prefix (``summary_prefix``). "Windows and compact-and-retry" in
+Every wire format (compaction_proxy/wire/registry.py) compacts the same way (its view shows
+the core chat-shaped messages) and recovers from an overflow refusal the same way, so the
+attempt machinery and the forward loop live here once; the route (api/_compacted.py) parses
+and lifts the body with its format, then calls :func:`compact` and :func:`send_with_retries`.
+What differs between formats is asked of the :class:`Subject`'s format and view: how an attempt
+made on the chat-shaped view becomes the body forwarded (:meth:`View.lower`), and whether the
+summarizer may reuse the view as a cache-aligned prefix. "Windows and compact-and-retry" in
 docs/architecture.md has the rules.
 """
 
@@ -21,6 +21,7 @@ from typing import Any
 
 from compaction_proxy.compaction import CompactionResult, Mode
 from compaction_proxy.config import UpstreamSettings
+from compaction_proxy.engine import FlowRequest
 from compaction_proxy.http import Receive, Scope, Send
 from compaction_proxy.summarizer import SummaryCalls
 from compaction_proxy.upstream import (
@@ -33,7 +34,7 @@ from compaction_proxy.upstream import (
     upstream_url,
     window_after_refusal,
 )
-from compaction_proxy.wire import ClientBody
+from compaction_proxy.wire import ClientBody, View, WireFormat
 
 from ._context import RequestContext
 from ._forward import Outcome, forward, send_held
@@ -55,12 +56,18 @@ MAX_RETRIES = 2
 _FAILED = (b"x-compaction-warning", b"compaction failed; the original request was forwarded")
 
 
-def as_chat(attempt: Attempt) -> Attempt:
-    """A chat-completions attempt as forwarded: the client's bytes with the new messages in
-    place of theirs (compaction_proxy/wire/_forwarded.py). A message read back from a checkpoint
-    that equals one the client sent goes as the client's bytes too (``copies``)."""
-    if attempt.messages is not None:
-        attempt.body = attempt.subject.client.with_elements(attempt.messages, copies=True)
+def lowered(attempt: Attempt) -> Attempt:
+    """``attempt`` (made on the chat-shaped view) with the body to forward: the client's bytes
+    with the compacted elements in place of theirs at the format's member
+    (compaction_proxy/wire/_forwarded.py); every other field, and every element the proxy did
+    not change, goes upstream as the client wrote it. Unchanged requests and dry runs keep the
+    client's bytes."""
+    if attempt.result is None or attempt.messages is None:
+        return attempt
+    subject = attempt.subject
+    out = subject.view.lower(attempt.messages)
+    attempt.body = subject.client.with_elements(out.items, copies=out.copies)
+    attempt.headers.extend((b"x-compaction-warning", header_safe(n)) for n in out.notes)
     return attempt
 
 
@@ -72,23 +79,21 @@ class Subject:
     ``client``: the client's body: its bytes (``raw``, forwarded whenever compaction changes
     nothing or fails), its parsed form and the member an attempt rewrites (``messages``,
     ``input``), scanned once for every attempt (compaction_proxy/wire/_forwarded.py).
-    ``data``: the chat-shaped body the core works on (the client's own for chat completions).
-    ``reshape``: sets the body an attempt made on ``data`` is forwarded as (by default
-    :func:`as_chat`); an attempt it cannot turn is returned with ``result`` None and the
-    client's bytes (see :func:`failed`).
-    ``summary_prefix``: False keeps the summarizer from sending ``data``'s messages as a
-    cache-aligned prefix when they are a view no chat-completions server should be shown.
+    ``view``: the body lifted by its ``wire`` format; the core works on ``view.chat``.
     """
 
     client: ClientBody
-    data: dict[str, Any]
+    view: View
     mode: Mode
-    reshape: Callable[[Attempt], Attempt] = as_chat
-    summary_prefix: bool = True
+    wire: WireFormat
 
     @property
     def raw(self) -> bytes:
         return self.client.raw
+
+    @property
+    def data(self) -> dict[str, Any]:
+        return self.view.chat
 
 
 @dataclass(slots=True)
@@ -105,9 +110,9 @@ class Attempt:
     # The messages the compaction made, to forward in place of the client's (None: unchanged).
     messages: Sequence[Mapping[str, Any]] | None = None
 
-    def adopt(self, ctx: RequestContext) -> None:
-        """Make this the attempt the request reports (headers, report, checkpoint)."""
-        ctx.response_headers.extend(self.headers)
+    def report_to(self, ctx: RequestContext) -> None:
+        """Make this the attempt the request reports (the access log and the metrics read the
+        report and checkpoint from the context; the headers go with the reply itself)."""
         if self.result is not None:
             ctx.report = self.result.report
             ctx.checkpoint = self.checkpoint
@@ -146,20 +151,22 @@ async def compact(
     started = time.perf_counter()
     try:
         flow = await ctx.state.flow.run(
-            subject.data,
-            mode,
-            size_hint=len(subject.raw),
-            credential=credential(scope),
-            authorization=None if ctx.authenticated else authorization(scope),
-            upstream_name=ctx.upstream or "",
-            # A forced compaction is a one-off: it must not become the sticky prefix.
-            persist=mode is Mode.NORMAL,
-            context_window=None if window is None else window.tokens,
-            window_source=None if window is None else window.source,
-            calls=calls,
-            summary_prefix=subject.summary_prefix,
-            tenant=tenant(scope),
-            spend=spending(ctx, scope),
+            FlowRequest(
+                subject.data,
+                mode,
+                size_hint=len(subject.raw),
+                credential=credential(scope),
+                authorization=None if ctx.authenticated else authorization(scope),
+                upstream_name=ctx.upstream or "",
+                # A forced compaction is a one-off: it must not become the sticky prefix.
+                persist=mode is Mode.NORMAL,
+                context_window=None if window is None else window.tokens,
+                window_source=None if window is None else window.source,
+                calls=calls,
+                wire=subject.wire,
+                tenant=tenant(scope),
+                spend=spending(ctx, scope),
+            )
         )
     except Exception:
         log.exception("compaction failed; forwarding the original request")
@@ -183,7 +190,7 @@ async def compact(
         flow.messages,
     )
     try:
-        return subject.reshape(made)
+        return lowered(made)
     except Exception:
         log.exception("writing the compacted request failed; forwarding the original request")
         return failed(subject, window)
@@ -197,22 +204,26 @@ async def send_with_retries(
     upstream: UpstreamSettings,
     raw: bytes,
     attempt: Attempt | None,
+    wire: WireFormat,
 ) -> Outcome:
-    """Forward ``attempt`` (None: the client's ``raw`` bytes) and relay the reply.
+    """Forward ``attempt`` (None: the client's ``raw`` bytes) and relay the reply; ``wire``
+    says how the upstream is authenticated, its usage read and its refusals recognised.
 
     When the upstream refuses a compacted request as too long, before anything reached the
     client, the window is learned, the request compacted again for it and resent, at most
     :data:`MAX_RETRIES` times; the client then sees only the answer to the last one, with
     ``X-Compaction-Retry`` and the headers of the attempt that produced it.
     """
-    mark = len(ctx.response_headers)
+    base = ctx.response_headers  # the request's own (its id, X-Compaction-Skipped)
+    headers = base
     if attempt is not None:
-        attempt.adopt(ctx)
+        attempt.report_to(ctx)
+        headers = [*base, *attempt.headers]
     hold = REFUSAL_STATUSES if attempt is not None and attempt.retriable else None
-    body = raw if attempt is None else attempt.body
-    save = None if attempt is None else attempt.save
     retries = 0
     while True:
+        body = raw if attempt is None else attempt.body
+        save = None if attempt is None else attempt.save
         outcome = await forward(
             ctx.state.transport,
             upstream,
@@ -222,11 +233,11 @@ async def send_with_retries(
             method="POST",
             url=upstream_url(upstream, scope),
             headers=upstream_headers(
-                scope["headers"], upstream, strip_authorization=ctx.authenticated
+                scope["headers"], upstream, strip_authorization=ctx.authenticated, auth=wire.auth
             ),
             content=body,
-            extra_headers=ctx.response_headers,
-            read_usage=ctx.report is not None,
+            extra_headers=headers,
+            usage=wire.usage_tokens if ctx.report is not None else None,
             on_accepted=None if save is None else saver(save),
             hold=hold,
         )
@@ -235,30 +246,40 @@ async def send_with_retries(
             if retries:
                 ctx.overflow_outcome = "fixed" if 200 <= outcome.status < 300 else "refused_again"
             return outcome
-        overflow = detect_overflow(held.status, held.body, held.content_encoding)
+        overflow = detect_overflow(held.status, held.body, held.content_encoding, wire.refusals)
         retry = None
         if overflow is not None:
             assert attempt is not None  # only a compacted request's refusals are held
             retry = await after_refusal(ctx, scope, attempt, overflow, retries)
         if retry is None:
-            if retries:
-                ctx.overflow_outcome = "refused_again"
-            elif overflow is not None:
-                ctx.overflow_outcome = "passed_through"
+            ctx.overflow_outcome = _refused_outcome(retries, overflow, ctx.overflow_outcome)
             # Nothing more to try: the client gets the (last) refusal exactly as it came.
-            outcome.bytes_out = await send_held(send, held, ctx.response_headers)
+            outcome.bytes_out = await send_held(send, held, headers)
             outcome.held = None
             outcome.completed = True
             return outcome
         assert overflow is not None
         retries += 1
         attempt = retry
-        body, save = retry.body, retry.save
-        del ctx.response_headers[mark:]
-        retry.adopt(ctx)
-        ctx.response_headers.append((b"x-compaction-retry", str(retries).encode()))
-        ctx.response_headers.append((b"x-compaction-warning", header_safe(retry_note(overflow))))
+        retry.report_to(ctx)
+        # The headers of the attempt that produced the answer, never a refused one's.
+        headers = [*base, *retry.headers, *retried_headers(retries, overflow)]
         ctx.compaction_retries = retries
+
+
+def _refused_outcome(retries: int, overflow: Overflow | None, before: str | None) -> str | None:
+    """``overflow_outcome`` when a refusal reaches the client."""
+    if retries:
+        return "refused_again"
+    return "passed_through" if overflow is not None else before
+
+
+def retried_headers(retries: int, overflow: Overflow) -> list[tuple[bytes, bytes]]:
+    """What a retried request's answer says about the retry."""
+    return [
+        (b"x-compaction-retry", str(retries).encode()),
+        (b"x-compaction-warning", header_safe(retry_note(overflow))),
+    ]
 
 
 async def after_refusal(

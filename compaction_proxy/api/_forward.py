@@ -18,7 +18,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from compaction_proxy.config import UpstreamSettings
 from compaction_proxy.http import (
@@ -43,7 +43,7 @@ from compaction_proxy.upstream import (
 )
 
 from ._stream_events import EventRelay
-from ._usage import UsageProbe
+from ._usage import UsageProbe, UsageReader
 
 log = logging.getLogger("compaction_proxy.forward")
 
@@ -134,137 +134,212 @@ async def forward(
     content: Body,
     streamed: StreamedBody | None = None,
     extra_headers: list[tuple[bytes, bytes]] | None = None,
-    read_usage: bool = False,
+    usage: UsageReader | None = None,
     on_accepted: Callable[[], Awaitable[None]] | None = None,
     hold: frozenset[int] | None = None,
 ) -> Outcome:
     """Forward and relay. Never raises for transport problems: the client gets 502/504.
 
     `on_accepted`: awaited once the upstream answered 2xx, before the response starts.
-    `read_usage`: note the reply's `usage.prompt_tokens` in the outcome, from the bytes as
-    they are relayed (nothing is held back or changed).
+    `usage`: note the reply's prompt tokens in the outcome, read by this reader (the
+    format's) from the bytes as they are relayed (nothing is held back or changed).
     `hold`: statuses whose reply is read whole (up to MAX_ERROR_BODY) and returned in
     `outcome.held` instead of being sent; a longer body is relayed as usual. Only these
     replies are buffered: every other one streams through as it arrives.
     """
-    outcome = Outcome(status=0)
+    relay = _Relay(send, upstream, extra_headers)
+    outcome = relay.outcome
     watch = _DisconnectWatch(receive, streamed)
     flight = in_flight.get()
-    reply: UpstreamReply | None = None
-    events: EventRelay | None = None
-    probe: UsageProbe | None = None
-    length: int | None = None
-    response_started = relayed_all = False
     try:
-        started = time.perf_counter()
-        try:
-            reply = await transport.send(method, url, headers, content, upstream.timeouts)
-        except ProxyError:
-            raise
-        except TRANSPORT_ERRORS as exc:
-            # Our own request-body generator may have refused the body (413) or lost the
-            # client; the transport reports that as a connection failure, which it is not.
-            if streamed is not None and streamed.error is not None:
-                raise streamed.error from None
-            await _send_failure(send, outcome, exc, upstream, extra_headers, "request failed")
+        reply = await _request(relay, transport, method, url, headers, content, streamed)
+        if reply is None:
             return outcome
-
-        outcome.upstream_seconds = time.perf_counter() - started
-        out_headers = response_headers(reply.raw_headers)
-        content_type = reply.header("content-type") or ""
-        if content_type.startswith("text/event-stream"):
-            out_headers = [h for h in out_headers if h[0] != b"cache-control"]
-            out_headers.extend(_SSE_HEADERS)
-        outcome.status = reply.status
-        outcome.upstream_request_id = reply.header("x-request-id")
-        chunks = reply.chunks()
-        prefix = b""
-        if hold is not None and reply.status in hold and _small(reply.header("content-length")):
-            try:
-                prefix, complete = await _read_bounded(chunks)
-            except TRANSPORT_ERRORS as exc:
-                await _send_failure(
-                    send, outcome, exc, upstream, extra_headers, "error reply broke"
-                )
-                return outcome
-            if complete:
-                outcome.held = HeldReply(
-                    reply.status, out_headers, prefix, reply.header("content-encoding")
-                )
-                return outcome
-        if extra_headers:
-            out_headers = [*out_headers, *extra_headers]
-        if on_accepted is not None and 200 <= reply.status < 300:
-            # Before the client sees a byte: its next request must find what this one left.
-            await on_accepted()
-        sse = content_type.startswith("text/event-stream")
-        if sse and not reply.header("content-encoding"):
-            # Whole events only, so a stream the proxy must end ends cleanly (stream_events.py).
-            events = EventRelay()
-        await send({"type": "http.response.start", "status": reply.status, "headers": out_headers})
-        response_started = True
-        if flight is not None and not sse:
-            flight.relaying_body = True  # nearly done: a shutdown's cut lets it finish
-        length = _length(reply.header("content-length"))
-        if read_usage and reply.status == 200:
-            probe = UsageProbe.start(
-                content_type, reply.header("content-encoding"), reply.header("content-length")
-            )
-        if prefix:
-            # A held reply that turned out longer than the bound: what was read goes first.
-            outcome.bytes_out += len(prefix)
-            await send({"type": "http.response.body", "body": prefix, "more_body": True})
-        try:
-            async for chunk in chunks:
-                if events is not None:
-                    chunk = events.take(chunk)
-                if chunk:
-                    outcome.bytes_out += len(chunk)
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                    if probe is not None:
-                        probe.feed(chunk)
-        except TRANSPORT_ERRORS as exc:
-            # Headers are gone already: the only honest signal left is an aborted body.
-            await _send_rest(send, outcome, events, probe)
-            failure = classify_error(exc, upstream)
-            log.warning(
-                "upstream stream broke after %d bytes: %s", outcome.bytes_out, failure.message
-            )
-            return outcome
-        await _send_rest(send, outcome, events, probe)
-        relayed_all = True
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-        outcome.completed = True
-        if probe is not None:
-            outcome.prompt_tokens = probe.prompt_tokens()
+        opened = await _open(relay, reply, hold)
+        if opened is None:
+            return outcome  # held (outcome.held) or failed (answered 502/504)
+        out_headers, prefix = opened
+        await _start(relay, reply, out_headers, on_accepted, flight, usage)
+        await _relay_body(relay, prefix)
         return outcome
     except asyncio.CancelledError:
         if watch.fired:
             # The client left. Closing the reply (below) drops the upstream connection, which
             # is how the provider learns to stop generating.
             _uncancel()
-            if response_started and (relayed_all or _delivered(outcome, length, events, probe)):
-                # Its last byte had gone out (a client that closes right after the final
-                # event, as Codex CLI does): a reply delivered, not a client gone.
-                outcome.completed = True
-                if probe is not None:
-                    outcome.prompt_tokens = probe.prompt_tokens()
-                return outcome
-            outcome.client_gone = True
-            if outcome.status == 0:
-                outcome.status = 499
-            return outcome
+            return _client_left(relay)
         if flight is None or not flight.cut:
             raise
         _uncancel()
         await _end_for_shutdown(
-            send, outcome, flight, scope, response_started, events, extra_headers
+            send, outcome, flight, scope, relay.started, relay.events, extra_headers
         )
         return outcome
     finally:
         watch.finish()
-        if reply is not None:
-            await _close_quietly(reply)
+        if relay.reply is not None:
+            await _close_quietly(relay.reply)
+
+
+@dataclass(slots=True)
+class _Relay:
+    """One reply's relay: what :func:`forward`'s steps share, and what its cancellation reads
+    (whether the response started, how much went out)."""
+
+    send: Send
+    upstream: UpstreamSettings
+    extra_headers: list[tuple[bytes, bytes]] | None
+    outcome: Outcome = field(default_factory=lambda: Outcome(status=0))
+    reply: UpstreamReply | None = None
+    chunks: AsyncIterator[bytes] | None = None
+    events: EventRelay | None = None
+    probe: UsageProbe | None = None
+    length: int | None = None
+    started: bool = False
+    relayed_all: bool = False
+
+
+async def _request(
+    relay: _Relay,
+    transport: UpstreamTransport,
+    method: str,
+    url: str,
+    headers: list[tuple[str, str]],
+    content: Body,
+    streamed: StreamedBody | None,
+) -> UpstreamReply | None:
+    """The upstream's reply, or None when it could not be reached (answered 502/504)."""
+    started = time.perf_counter()
+    try:
+        reply = await transport.send(method, url, headers, content, relay.upstream.timeouts)
+    except ProxyError:
+        raise
+    except TRANSPORT_ERRORS as exc:
+        # Our own request-body generator may have refused the body (413) or lost the
+        # client; the transport reports that as a connection failure, which it is not.
+        if streamed is not None and streamed.error is not None:
+            raise streamed.error from None
+        await _send_failure(
+            relay.send, relay.outcome, exc, relay.upstream, relay.extra_headers, "request failed"
+        )
+        return None
+    relay.reply = reply
+    relay.outcome.upstream_seconds = time.perf_counter() - started
+    return reply
+
+
+async def _open(
+    relay: _Relay, reply: UpstreamReply, hold: frozenset[int] | None
+) -> tuple[list[tuple[bytes, bytes]], bytes] | None:
+    """The reply's headers to relay and what was read of a held status's body; None when the
+    reply is held whole (``outcome.held``) or broke while being read (answered 502)."""
+    outcome = relay.outcome
+    out_headers = response_headers(reply.raw_headers)
+    content_type = reply.header("content-type") or ""
+    if content_type.startswith("text/event-stream"):
+        out_headers = [h for h in out_headers if h[0] != b"cache-control"]
+        out_headers.extend(_SSE_HEADERS)
+    outcome.status = reply.status
+    outcome.upstream_request_id = reply.header("x-request-id")
+    chunks = relay.chunks = reply.chunks()
+    prefix = b""
+    if hold is not None and reply.status in hold and _small(reply.header("content-length")):
+        try:
+            prefix, complete = await _read_bounded(chunks)
+        except TRANSPORT_ERRORS as exc:
+            await _send_failure(
+                relay.send, outcome, exc, relay.upstream, relay.extra_headers, "error reply broke"
+            )
+            return None
+        if complete:
+            outcome.held = HeldReply(
+                reply.status, out_headers, prefix, reply.header("content-encoding")
+            )
+            return None
+    return out_headers, prefix
+
+
+async def _start(
+    relay: _Relay,
+    reply: UpstreamReply,
+    out_headers: list[tuple[bytes, bytes]],
+    on_accepted: Callable[[], Awaitable[None]] | None,
+    flight: InFlight | None,
+    usage: UsageReader | None,
+) -> None:
+    """The response's start, once what must precede the client's first byte is done."""
+    if relay.extra_headers:
+        out_headers = [*out_headers, *relay.extra_headers]
+    if on_accepted is not None and 200 <= reply.status < 300:
+        # Before the client sees a byte: its next request must find what this one left.
+        await on_accepted()
+    content_type = reply.header("content-type") or ""
+    sse = content_type.startswith("text/event-stream")
+    if sse and not reply.header("content-encoding"):
+        # Whole events only, so a stream the proxy must end ends cleanly (stream_events.py).
+        relay.events = EventRelay()
+    await relay.send(
+        {"type": "http.response.start", "status": reply.status, "headers": out_headers}
+    )
+    relay.started = True
+    if flight is not None and not sse:
+        flight.relaying_body = True  # nearly done: a shutdown's cut lets it finish
+    relay.length = _length(reply.header("content-length"))
+    if usage is not None and reply.status == 200:
+        relay.probe = UsageProbe.start(
+            content_type,
+            reply.header("content-encoding"),
+            reply.header("content-length"),
+            usage,
+        )
+
+
+async def _relay_body(relay: _Relay, prefix: bytes) -> None:
+    """The reply's body, chunk by chunk (whole events for a stream), then its end."""
+    send, outcome, events, probe = relay.send, relay.outcome, relay.events, relay.probe
+    assert relay.chunks is not None
+    if prefix:
+        # A held reply that turned out longer than the bound: what was read goes first.
+        outcome.bytes_out += len(prefix)
+        await send({"type": "http.response.body", "body": prefix, "more_body": True})
+    try:
+        async for chunk in relay.chunks:
+            if events is not None:
+                chunk = events.take(chunk)
+            if chunk:
+                outcome.bytes_out += len(chunk)
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                if probe is not None:
+                    probe.feed(chunk)
+    except TRANSPORT_ERRORS as exc:
+        # Headers are gone already: the only honest signal left is an aborted body.
+        await _send_rest(send, outcome, events, probe)
+        failure = classify_error(exc, relay.upstream)
+        log.warning("upstream stream broke after %d bytes: %s", outcome.bytes_out, failure.message)
+        return
+    await _send_rest(send, outcome, events, probe)
+    relay.relayed_all = True
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+    outcome.completed = True
+    if probe is not None:
+        outcome.prompt_tokens = probe.prompt_tokens()
+
+
+def _client_left(relay: _Relay) -> Outcome:
+    """The outcome when the client left: answered, if its reply's last byte had gone out
+    (a client that closes right after the final event, as Codex CLI does), else gone."""
+    outcome = relay.outcome
+    if relay.started and (
+        relay.relayed_all or _delivered(outcome, relay.length, relay.events, relay.probe)
+    ):
+        outcome.completed = True
+        if relay.probe is not None:
+            outcome.prompt_tokens = relay.probe.prompt_tokens()
+        return outcome
+    outcome.client_gone = True
+    if outcome.status == 0:
+        outcome.status = 499
+    return outcome
 
 
 def _uncancel() -> None:

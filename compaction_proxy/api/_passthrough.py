@@ -1,8 +1,8 @@
 """Every /v1 path the proxy does not compact: relayed both ways, routed by the body's model.
 
 Models, embeddings, files, audio, the Responses API's routes other than `POST /v1/responses`
-(compaction_proxy/api/_responses.py): the request goes upstream as the client sent it (bounded
-by `server.max_body_bytes`) and the answer streams back.
+(the compacted routes are compaction_proxy/api/_compacted.py): the request goes upstream as
+the client sent it (bounded by `server.max_body_bytes`) and the answer streams back.
 
 Routing reads the model wherever the body carries it, at any size and however it is framed
 (Content-Length or chunked), so a key never goes to an upstream that does not serve the

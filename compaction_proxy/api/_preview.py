@@ -1,9 +1,10 @@
 """POST /v1/compaction/preview: what the proxy would forward, and why; nothing goes upstream.
 
-It takes a chat-completions body exactly as the client would send it, so a user can paste a
-failing request and see the compacted messages and the report. A Responses body (``input``, no
-``messages``) is previewed the same way: its items are compacted on the same core
-(compaction_proxy/wire/responses/) and the answer shows the ``input`` that would be forwarded.
+It takes a body exactly as the client would send it to one of the compacted routes, so a user
+can paste a failing request and see the compacted request and the report. The body's wire
+format (compaction_proxy/wire/registry.py: a Responses body is ``input`` and no ``messages``,
+anything else is read as chat completions) lifts it to the core's messages, the same flow
+compacts them, and the answer shows the body that would be forwarded, lowered back.
 `X-Compaction: force` runs the pipeline as if every trigger fired; `off` shows the request
 untouched.
 """
@@ -18,6 +19,7 @@ import orjson
 from compaction_proxy.checkpoints import StoreBudget
 from compaction_proxy.compaction import Mode
 from compaction_proxy.compaction.validation import nesting_issue
+from compaction_proxy.engine import FlowRequest
 from compaction_proxy.http import (
     ProxyError,
     Receive,
@@ -27,14 +29,12 @@ from compaction_proxy.http import (
     read_body,
     send_bytes,
 )
-from compaction_proxy.wire import parse_chat_body, parse_json_object, validate_chat
-from compaction_proxy.wire.responses import (
-    Lifted,
-    is_responses_body,
-    lift,
-    lower,
-    server_state,
-    validate_request,
+from compaction_proxy.wire import (
+    View,
+    WireFormat,
+    format_for_body,
+    parse_json_object,
+    validate_chat,
 )
 
 from ._context import RequestContext
@@ -73,25 +73,48 @@ async def preview(ctx: RequestContext, scope: Scope, receive: Receive, send: Sen
         limits=size_limits(ctx.state, scope),
         applies=compacted_model(ctx.state),
     )
-    body = responses_body(raw)
-    lifted = None if body is None else lift_for_preview(body)
-    data = parse_chat_body(raw) if body is None else _chat_view(body, lifted)
+    wire = _format_of(raw)
+    body = wire.parse(raw)
+    if not isinstance(body.get("model"), str):  # a format whose route takes a stored prompt
+        raise bad_request(
+            "'model' is required and must be a string",
+            param="model",
+            code="missing_required_parameter",
+        )
+    held_by = wire.held_by(body)
+    # Checked below, as the route checks it, only when something is to be compacted.
+    view = None if held_by is not None else wire.lift(body, check=False)
+    data = view.chat if view is not None else {"model": body["model"], "messages": []}
     ctx.model = data["model"]
     mode = compaction_mode(scope)
     # `messages` is checked by validate_chat (more strictly, naming the message) when it runs.
     check_nesting(data, skip="messages")
-    if body is not None:
-        check_nesting(body, skip="input")  # echoed in the answer (`input` was validated)
+    if body is not data:
+        check_nesting(body, skip=wire.items)  # echoed in the answer (the items were validated)
     if mode is None or not data["messages"]:
-        check_nesting(data if body is None else body)
-        payload = {"changed": False, "request": data if body is None else body, "report": None}
-        held_by = None if body is None else server_state(body)
+        check_nesting(body)
+        payload: dict[str, Any] = {"changed": False, "request": body, "report": None}
         if held_by is not None:
             payload["skipped"] = f"{held_by}: server-side history the proxy cannot see"
         ctx.status = 200
         await send_bytes(send, 200, orjson.dumps(payload), ctx.response_headers)
         return
+    assert view is not None
     validate_chat(data)
+    await _compact_and_answer(ctx, scope, send, wire, body, view, mode, len(raw))
+
+
+async def _compact_and_answer(
+    ctx: RequestContext,
+    scope: Scope,
+    send: Send,
+    wire: WireFormat,
+    body: dict[str, Any],
+    view: View,
+    mode: Mode,
+    size: int,
+) -> None:
+    data = view.chat
     # Dry-run and normal compute the same thing here: nothing is forwarded either way, and
     # nothing is stored (a preview must not change what the next real request finds).
     run_mode = Mode.FORCE if mode is Mode.FORCE else Mode.NORMAL
@@ -103,20 +126,22 @@ async def preview(ctx: RequestContext, scope: Scope, receive: Receive, send: Sen
         with StoreBudget(ctx.state.settings.store.request_budget):
             window = await effective_window(ctx, scope, upstream, data["model"], spend)
             flow = await ctx.state.flow.run(
-                data,
-                run_mode,
-                size_hint=len(raw),
-                credential=credential(scope),
-                authorization=None if ctx.authenticated else authorization(scope),
-                upstream_name=upstream.name,
-                persist=False,
-                context_window=window.tokens,
-                window_source=window.source,
-                # `dry-run-local`: what compaction would do without calling the summarizer.
-                summarize=mode is not Mode.DRY_RUN_LOCAL,
-                summary_prefix=body is None,  # as the Responses route: the transcript form
-                tenant=tenant(scope),
-                spend=spend,
+                FlowRequest(
+                    data,
+                    run_mode,
+                    size_hint=size,
+                    credential=credential(scope),
+                    authorization=None if ctx.authenticated else authorization(scope),
+                    upstream_name=upstream.name,
+                    persist=False,
+                    context_window=window.tokens,
+                    window_source=window.source,
+                    # `dry-run-local`: what compaction would do without calling the summarizer.
+                    summarize=mode is not Mode.DRY_RUN_LOCAL,
+                    wire=wire,
+                    tenant=tenant(scope),
+                    spend=spend,
+                )
             )
     except Exception as exc:  # the preview has no original to fall back on: say what broke
         log.exception("preview: compaction failed")
@@ -127,22 +152,19 @@ async def preview(ctx: RequestContext, scope: Scope, receive: Receive, send: Sen
     ctx.report = result.report
     ctx.checkpoint = flow.checkpoint
     warnings = list(flow.warnings)
-    if body is None or lifted is None:
-        request = orjson.loads(flow.body) if flow.body is not None else data
-    elif flow.body is None:
-        request = body
-    else:
+    request = body
+    if flow.messages is not None:
         try:
-            lowered = lower(lifted, result.messages)
+            lowered = view.lower(flow.messages)
         except Exception:
-            log.exception("preview: mapping the compacted input back failed")
+            log.exception("preview: mapping the compacted request back failed")
             raise ProxyError(
                 500, "compaction failed: LowerError", "server_error", "compaction_failed"
             ) from None
-        request = {**body, "input": lowered.items}
+        request = {**body, wire.items: list(lowered.items)}
         warnings.extend(lowered.notes)
     payload = {
-        "changed": flow.body is not None,
+        "changed": flow.messages is not None,
         "checkpoint": flow.checkpoint,
         "request": request,
         "report": result.report.to_dict(),
@@ -172,35 +194,11 @@ def check_nesting(data: dict[str, object], skip: str | None = None) -> None:
             )
 
 
-def responses_body(raw: bytes) -> dict[str, Any] | None:
-    """The body when it is a Responses request (``input`` and no ``messages``), else None
-    (a chat body, or one the chat parser then refuses with its own 400)."""
+def _format_of(raw: bytes) -> WireFormat:
+    """The format of a previewed body (the default's, chat completions, when it is not a JSON
+    object: its parser then says what is wrong)."""
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return None
-    return data if isinstance(data, dict) and is_responses_body(data) else None
-
-
-def lift_for_preview(body: dict[str, Any]) -> Lifted | None:
-    """The chat-shaped view of a Responses body, or None when there is nothing the proxy
-    could compact (server-side history); a 400 for what the route would refuse too."""
-    if not isinstance(body.get("model"), str):
-        raise bad_request(
-            "'model' is required and must be a string",
-            param="model",
-            code="missing_required_parameter",
-        )
-    if server_state(body) is not None:
-        return None
-    issue = validate_request(body)
-    if issue is not None:
-        raise bad_request(issue.message, param=issue.param, code="invalid_input")
-    return lift(body)
-
-
-def _chat_view(body: dict[str, Any], lifted: Lifted | None) -> dict[str, Any]:
-    """What the chat path of the preview reads: model, messages (none: nothing to do)."""
-    if lifted is None:
-        return {"model": body["model"], "messages": []}
-    return lifted.chat_body(body)
+        data = None
+    return format_for_body(data if isinstance(data, dict) else {})

@@ -17,11 +17,17 @@ from __future__ import annotations
 
 import re
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
-__all__ = ["UsageProbe"]
+from compaction_proxy.wire import DEFAULT_FORMAT
+
+__all__ = ["UsageProbe", "UsageReader"]
+
+UsageReader = Callable[[Any], "int | None"]
+"""The prompt tokens a reply's JSON (or one SSE event's data) reports: its format's reader."""
 
 _JSON_LIMIT = 1 << 20
 """Largest JSON body (decompressed) that is kept and parsed; larger replies are not read."""
@@ -53,9 +59,13 @@ class UsageProbe:
     chunk (a compressed stream cannot be read from its middle).
     """
 
-    __slots__ = ("_inflate", "_parts", "_size", "_sse", "_tail", "_wbits")
+    __slots__ = ("_inflate", "_parts", "_read", "_size", "_sse", "_tail", "_wbits")
 
-    def __init__(self, sse: bool, wbits: int | None = None) -> None:
+    def __init__(
+        self, sse: bool, wbits: int | None = None, read: UsageReader | None = None
+    ) -> None:
+        # How the reply's format states the prompt's size (WireFormat.usage_tokens).
+        self._read: UsageReader = read or DEFAULT_FORMAT.usage_tokens
         self._sse = sse
         self._wbits = wbits
         self._parts: list[bytes] | None = None if sse else []
@@ -65,7 +75,11 @@ class UsageProbe:
 
     @classmethod
     def start(
-        cls, content_type: str, content_encoding: str | None, content_length: str | None
+        cls,
+        content_type: str,
+        content_encoding: str | None,
+        content_length: str | None,
+        read: UsageReader | None = None,
     ) -> UsageProbe | None:
         """A probe for a reply with these headers, or None when it cannot be read cheaply
         (an encoding other than gzip or deflate, too long, or neither JSON nor SSE)."""
@@ -78,7 +92,7 @@ class UsageProbe:
                     return None  # br, zstd, or several codings stacked: not worth reading
         media = content_type.split(";", 1)[0].strip().lower()
         if media == "text/event-stream":
-            return cls(sse=True, wbits=wbits)
+            return cls(sse=True, wbits=wbits, read=read)
         if media == "application/json":
             if content_length is not None:
                 try:
@@ -86,7 +100,7 @@ class UsageProbe:
                         return None
                 except ValueError:
                     return None
-            return cls(sse=False, wbits=wbits)
+            return cls(sse=False, wbits=wbits, read=read)
         return None
 
     def feed(self, chunk: bytes) -> None:
@@ -152,7 +166,7 @@ class UsageProbe:
         """The reply's prompt tokens, once the whole body went by; None when it had none."""
         try:
             if self._sse:
-                return _sse_prompt_tokens(self._tail)
+                return _sse_prompt_tokens(self._tail, self._read)
             if self._parts is None:
                 return None
             body = b"".join(self._parts)
@@ -161,7 +175,7 @@ class UsageProbe:
                 if inflated is None:
                     return None
                 body = inflated
-            return _usage_prompt_tokens(orjson.loads(body))
+            return self._read(orjson.loads(body))
         except (orjson.JSONDecodeError, ValueError, zlib.error):
             return None
 
@@ -175,23 +189,7 @@ def _inflate_bounded(data: bytes, wbits: int) -> bytes | None:
     return out
 
 
-def _usage_prompt_tokens(payload: Any) -> int | None:
-    if not isinstance(payload, dict):
-        return None
-    usage = payload.get("usage")
-    if not isinstance(usage, dict):
-        # A Responses stream's last event carries the whole response, its usage inside.
-        response = payload.get("response")
-        usage = response.get("usage") if isinstance(response, dict) else None
-        if not isinstance(usage, dict):
-            return None
-    tokens = usage.get("prompt_tokens", usage.get("input_tokens"))
-    if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0:
-        return tokens
-    return None
-
-
-def _sse_prompt_tokens(tail: bytes) -> int | None:
+def _sse_prompt_tokens(tail: bytes, read: UsageReader) -> int | None:
     """The prompt tokens of the last SSE event in ``tail`` whose ``usage`` is an object."""
     end = len(tail)
     while True:
@@ -206,7 +204,7 @@ def _sse_prompt_tokens(tail: bytes) -> int | None:
         tokens = None
         if line.startswith(b"data:"):
             try:
-                tokens = _usage_prompt_tokens(orjson.loads(line[5:]))
+                tokens = read(orjson.loads(line[5:]))
             except orjson.JSONDecodeError:
                 tokens = None
         if tokens is None:

@@ -7,7 +7,8 @@ The modules:
 
 * ``_compactor``: the core run for a model, on the compaction thread (``_calibration``: the
   upstream's count over ours; ``_quiet``: the limit under which a request skips the view);
-* ``_flow``: one request's compaction (lookup, compact, save once accepted); ``_hit_report``:
+* ``_flow``: one request's compaction, stated as a frozen :class:`FlowRequest` (lookup,
+  compact, a prepared checkpoint, decide what to save once accepted); ``_hit_report``:
   a checkpoint hit's report in the client's terms;
 * ``_prepare``: summaries prepared in the background, before the trigger needs them;
 * ``_offload``: large bodies parsed off the event loop (``_body_codec``: what a worker process
@@ -15,7 +16,7 @@ The modules:
 """
 
 from ._compactor import Compactor
-from ._flow import CompactionFlow, FlowResult, build_flow
+from ._flow import CompactionFlow, FlowRequest, FlowResult, build_flow
 from ._offload import OFFLOAD_BYTES
 from ._prepare import PreparedStats
 
@@ -23,6 +24,7 @@ __all__ = [
     "OFFLOAD_BYTES",
     "CompactionFlow",
     "Compactor",
+    "FlowRequest",
     "FlowResult",
     "PreparedStats",
     "build_flow",

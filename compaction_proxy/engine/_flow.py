@@ -44,6 +44,7 @@ from compaction_proxy.compaction import (
     Mode,
     ModelFacts,
     StrategyReport,
+    Summarizer,
     firing_point,
 )
 from compaction_proxy.config import Settings
@@ -56,6 +57,7 @@ from compaction_proxy.summarizer import (
     SummaryFlights,
 )
 from compaction_proxy.upstream import WindowBook
+from compaction_proxy.wire import DEFAULT_FORMAT, WireFormat
 
 from ._compactor import Compactor
 from ._hit_report import CHECKPOINT_STEP, as_sent, checkpoint_meta
@@ -68,6 +70,62 @@ from ._prepare import (
 )
 
 log = logging.getLogger("compaction_proxy.flow")
+
+
+@dataclass(frozen=True, slots=True)
+class FlowRequest:
+    """One request to compact, as every caller (the routes, the preview, ``compact``) states it.
+
+    ``data``: the chat-shaped body (a format's view, compaction_proxy/wire/format.py).
+    ``credential`` names the tenant (hashed into the namespace); ``authorization`` is what
+    the summarizer may send upstream (None when the client authenticated to the proxy).
+    ``tenant``: the ``X-Compaction-Tenant`` header, which joins the body's system block, tools
+    and per-user fields in the namespace (:func:`scope_of`). ``spend``: whether the
+    summarizer may spend an operator's key for this caller (by default it may not: the
+    edge says who was let in, compaction_proxy/http/_admission.py).
+    ``persist``: False stores nothing (a preview, a forced run).
+    ``context_window``: the window to budget for, when not the catalog's
+    (compaction_proxy/upstream/_windows.py); it is part of the checkpoint namespace;
+    ``window_source``: where it came from (the report says). ``calls``: the request's log of
+    summarizer HTTP calls (the request's telemetry counts them when it ends); None: counted as
+    they happen. ``summarize``: False keeps the summarizer out (a local preview,
+    ``compact --no-summarize``). ``wire``: the request's format: whether ``data`` may be sent
+    to the summarizer as a cache-aligned prefix, and the summary call's form on the request's
+    own upstream.
+    """
+
+    data: dict[str, Any]
+    mode: Mode
+    size_hint: int
+    credential: str | None
+    authorization: str | None
+    upstream_name: str
+    persist: bool = True
+    context_window: int | None = None
+    window_source: str | None = None
+    calls: SummaryCalls | None = None
+    summarize: bool = True
+    wire: WireFormat = DEFAULT_FORMAT
+    tenant: str | None = None
+    spend: Spending = UNKNOWN_CALLER
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What the lookup decided for one request: the run's state, replaced (never mutated)
+    when a prepared checkpoint takes over."""
+
+    request: FlowRequest
+    mode: Mode  # `dry-run-local` read as a dry run
+    offline: bool  # the summarizer is kept out
+    namespace: str
+    lookup: Lookup
+    store_error: str | None  # the first lookup's (a warning even when a prepared one is used)
+    effective: dict[str, Any]  # the body the pipeline runs on
+    withheld: Spending | None
+    summarizer: GuardedSummarizer | None
+    key: str | None  # the conversation's, when summaries may be prepared for it
+    probe: PreparedProbe | None
 
 
 @dataclass(slots=True)
@@ -147,167 +205,164 @@ class CompactionFlow:
             return None
         return spend if self.summarizer.upstream_for(model).api_key is not None else None
 
-    async def run(
-        self,
-        data: dict[str, Any],
-        mode: Mode,
-        *,
-        size_hint: int,
-        credential: str | None,
-        authorization: str | None,
-        upstream_name: str,
-        persist: bool = True,
-        context_window: int | None = None,
-        window_source: str | None = None,
-        calls: SummaryCalls | None = None,
-        summarize: bool = True,
-        summary_prefix: bool = True,
-        tenant: str | None = None,
-        spend: Spending = UNKNOWN_CALLER,
-    ) -> FlowResult:
-        """`credential` names the tenant (hashed into the namespace); `authorization` is what
-        the summarizer may send upstream (None when the client authenticated to the proxy).
-        `tenant`: the `X-Compaction-Tenant` header, which joins the body's system block, tools
-        and per-user fields in the namespace (:func:`scope_of`). `spend`: whether the
-        summarizer may spend an operator's key for this caller (by default it may not: the
-        edge says who was let in, compaction_proxy/http/_admission.py).
-        `context_window`: the window to budget for, when not the catalog's
-        (compaction_proxy/upstream/_windows.py); it is part of the checkpoint namespace;
-        `window_source`: where it came from (the report says). `calls`: the
-        request's log of summarizer HTTP calls (the request's telemetry counts them when it ends);
-        None: counted as they happen.
-        `summarize`: False keeps the summarizer out (a local preview, `compact --no-summarize`).
-        `summary_prefix`: False binds the summarizer to no forwarded request, so its calls send
-        the plain-text transcript: for a `data` that is a view of another API's body (the
-        Responses adapter's), which a chat-completions server must not be sent as a prefix.
-        """
+    async def run(self, request: FlowRequest) -> FlowResult:
+        """One request's compaction: lookup, compact, use a prepared checkpoint, decide what
+        to save. See :class:`FlowRequest` for what the request carries."""
+        plan = await self._plan(request)
+        result = await self._compact(plan, plan.probe or plan.summarizer)
+        prepared: PrepareState = "none" if plan.key is None else self.preparer.state(plan.key)
+        used = await self.preparer.prepared_for(plan.probe, result, plan.namespace, plan.lookup)
+        if used is not None:
+            # The trigger fired and a summary was made ahead of time: continue from it (the
+            # first run stopped at the summarizer and is discarded).
+            plan = self._continue_from(plan, used)
+            result = await self._compact(plan, plan.summarizer)
+        result, prepared = await self._settle(plan, result, used, prepared)
+        return self._decide(plan, result, used, prepared)
+
+    async def _plan(self, request: FlowRequest) -> _Plan:
+        """The lookup: the checkpoint, the effective view, and the summarizer it may use."""
+        data, mode = request.data, request.mode
         model: str = data["model"]
         # Kept off the summarizer (`dry-run-local`, `summarization.dryRun: skip` for dry runs,
         # or the caller's `summarize=False`): summarization reports itself skipped, nothing is
         # stored, and `dry-run-local` is an ordinary dry run otherwise.
         offline = (
-            not summarize
+            not request.summarize
             or mode is Mode.DRY_RUN_LOCAL
             or (mode is Mode.DRY_RUN and self.settings.summarization.dry_run == "skip")
         )
         if mode is Mode.DRY_RUN_LOCAL:
             mode = Mode.DRY_RUN
-        namespace = self.namespace(model, credential, context_window, scope=scope_of(data, tenant))
+        scope = scope_of(data, request.tenant)
+        namespace = self.namespace(model, request.credential, request.context_window, scope=scope)
         lookup = await self._lookup(namespace, data["messages"])
-        warnings = [lookup.store_error] if lookup.store_error else []
         effective = {**data, "messages": lookup.messages} if lookup.hit else data
-        withheld = None if offline else self.withholds(model, spend)
-        summarizer = (
-            None
-            if offline or withheld is not None
-            else self._summarizer_for(
-                model, namespace, authorization, upstream_name, calls, effective, summary_prefix
-            )
-        )
+        withheld = None if offline else self.withholds(model, request.spend)
+        summarizer = None
+        if not offline and withheld is None:
+            summarizer = self._summarizer_for(request, namespace, request.calls, effective)
         # Background summaries (compaction_proxy/engine/_prepare.py): only for ordinary requests.
-        preparer = self.preparer
-        key = (
-            conversation_key(lookup)
-            if preparer.enabled and summarizer is not None and mode is Mode.NORMAL and persist
-            else None
-        )
+        key = None
+        if (
+            self.preparer.enabled
+            and summarizer is not None
+            and mode is Mode.NORMAL
+            and request.persist
+        ):
+            key = conversation_key(lookup)
         probe = None
         if key is not None and summarizer is not None:
             probe = PreparedProbe(summarizer, partial(self._find_prepared, namespace, lookup, key))
-        result = await self.compactor.run(
-            effective,
+        return _Plan(
+            request,
             mode,
-            size_hint=size_hint,
-            summarizer=probe or summarizer,
-            context_window=context_window,
-            window_source=window_source,
+            offline,
+            namespace,
+            lookup,
+            lookup.store_error,
+            effective,
+            withheld,
+            summarizer,
+            key,
+            probe,
         )
-        prepared = "none" if key is None else preparer.state(key)
-        used = probe.found if probe is not None else None
-        if probe is not None and not probe.looked and result.changed:
-            # The trigger fired and the strategies before summarization reached the target:
-            # a summary prepared for this moment was paid for; it is used rather than left to
-            # expire (and it puts the next event further away). No waiting for a job here.
-            used = await self.preparer.find(namespace, lookup)
-        if used is not None:
-            # The trigger fired and a summary was made ahead of time: continue from it (the
-            # first run stopped at the summarizer and is discarded).
-            lookup, effective, prepared = used, {**data, "messages": used.messages}, "ready"
-            summarizer = self._summarizer_for(
-                model, namespace, authorization, upstream_name, calls, effective, summary_prefix
-            )
-            result = await self.compactor.run(
-                effective,
-                mode,
-                size_hint=size_hint,
-                summarizer=summarizer,
-                context_window=context_window,
-                window_source=window_source,
-            )
-        if summarizer is not None and any(
-            failure.reason == "not_shorter" for failure in result.report.failures
-        ):
+
+    async def _compact(self, plan: _Plan, summarizer: Summarizer | None) -> CompactionResult:
+        request = plan.request
+        return await self.compactor.run(
+            plan.effective,
+            plan.mode,
+            size_hint=request.size_hint,
+            summarizer=summarizer,
+            context_window=request.context_window,
+            window_source=request.window_source,
+        )
+
+    def _continue_from(self, plan: _Plan, used: Lookup) -> _Plan:
+        """The plan on a prepared checkpoint's view, with a summarizer bound to it."""
+        effective = {**plan.request.data, "messages": used.messages}
+        summarizer = self._summarizer_for(
+            plan.request, plan.namespace, plan.request.calls, effective
+        )
+        return replace(plan, lookup=used, effective=effective, summarizer=summarizer)
+
+    async def _settle(
+        self, plan: _Plan, result: CompactionResult, used: Lookup | None, prepared: PrepareState
+    ) -> tuple[CompactionResult, PrepareState]:
+        """The result in the client's terms, and the background summary it may start."""
+        summarizer = plan.summarizer
+        if summarizer is not None and _not_shorter(result):
             summarizer.reject()
         view_tokens = result.report.tokens_before  # the view's own count, before as_sent
         # On a hit, report what the client sent, not the view
         # (compaction_proxy/engine/_hit_report.py).
-        result = await as_sent(result, data["messages"], lookup, self.compactor)
+        data = plan.request.data
+        result = await as_sent(result, data["messages"], plan.lookup, self.compactor)
+        key = plan.key
         if used is not None:  # the prepared view is this event's result
-            result = replace(result, changed=True, report=_as_prepared(result.report, used))
-        elif key is not None and preparer.wants(result):
-            job = self._prepare_job(
-                data, effective, lookup, result, view_tokens, namespace, key,
-                size_hint=size_hint, context_window=context_window,
-                authorization=authorization, upstream_name=upstream_name,
-                summary_prefix=summary_prefix,
-            )  # fmt: skip
-            prepared = preparer.start(key, job, len(data["messages"]))
+            return replace(result, changed=True, report=_as_prepared(result.report, used)), "ready"
+        if key is not None and self.preparer.wants(result):
+            job = self._prepare_job(plan, result, view_tokens)
+            prepared = self.preparer.start(key, job, len(data["messages"]))
+        return result, prepared
+
+    def _decide(
+        self,
+        plan: _Plan,
+        result: CompactionResult,
+        used: Lookup | None,
+        prepared: PrepareState,
+    ) -> FlowResult:
+        """What to forward, what to say about it, and whether to save a checkpoint."""
+        lookup, data = plan.lookup, plan.request.data
+        warnings = [plan.store_error] if plan.store_error else []
         fired = _summarization_fired(result)
-        if offline and self.summarizer is not None and fired:
+        if plan.offline and self.summarizer is not None and fired:
             warnings.append(OFFLINE_NOTE)
         # What the fallback made instead of a withheld summary is not kept: the caller's next
         # request, once let in, summarizes that stretch (as after a failed summary).
+        withheld = plan.withheld
         unsummarized = withheld is not None and fired
-        if unsummarized:
-            assert withheld is not None
+        if withheld is not None and fired:
             warnings.append(withheld.note)
             self.withheld[withheld.reason] += 1
-        if mode is Mode.DRY_RUN:
+        if plan.mode is Mode.DRY_RUN:
             return FlowResult(None, result, "hit" if lookup.hit else "none", warnings)
-        if result.changed:
-            body = result.messages
-            checkpoints = self.checkpoints
-            # Nothing is stored for a preview or a forced run, after a failed summary, or when
-            # the store just failed the lookup (it would fail the write too).
-            if (
-                not persist
-                or offline
-                or unsummarized
-                or result.report.failures
-                or checkpoints is None
-                or lookup.store_error
-            ):
-                return FlowResult(body, result, "none", warnings, prepared=prepared, request=data)
-            saved_lookup = lookup
-
-            async def save() -> str | None:
-                assert checkpoints is not None
-                # The core hands back the client's own dicts (typed as read-only mappings).
-                messages = cast("list[dict[str, Any]]", result.messages)
-                error = await checkpoints.save(
-                    namespace, saved_lookup, messages, _meta(result, model)
+        if not result.changed:
+            if lookup.hit:
+                return FlowResult(
+                    lookup.messages, result, "hit", warnings, prepared=prepared, request=data
                 )
-                if used is not None and error is None:
-                    # The ordinary checkpoint now stands for it; kept when that was not stored.
-                    await preparer.consume(namespace, used, key)
-                return error
-
-            return FlowResult(body, result, "new", warnings, save, prepared, request=data)
-        if lookup.hit:
+            return FlowResult(None, result, "none", warnings, prepared=prepared)
+        # Nothing is stored for a preview or a forced run, after a failed summary, or when
+        # the store just failed the lookup (it would fail the write too).
+        if (
+            not plan.request.persist
+            or plan.offline
+            or unsummarized
+            or result.report.failures
+            or self.checkpoints is None
+            or lookup.store_error
+        ):
             return FlowResult(
-                lookup.messages, result, "hit", warnings, prepared=prepared, request=data
+                result.messages, result, "none", warnings, prepared=prepared, request=data
             )
-        return FlowResult(None, result, "none", warnings, prepared=prepared)
+        save = partial(self._save, self.checkpoints, plan, result, used)
+        return FlowResult(result.messages, result, "new", warnings, save, prepared, request=data)
+
+    async def _save(
+        self, checkpoints: Checkpoints, plan: _Plan, result: CompactionResult, used: Lookup | None
+    ) -> str | None:
+        """The new checkpoint, stored once the upstream accepted the request."""
+        # The core hands back the client's own dicts (typed as read-only mappings).
+        messages = cast("list[dict[str, Any]]", result.messages)
+        model: str = plan.request.data["model"]
+        error = await checkpoints.save(plan.namespace, plan.lookup, messages, _meta(result, model))
+        if used is not None and error is None:
+            # The ordinary checkpoint now stands for it; kept when that was not stored.
+            await self.preparer.consume(plan.namespace, used, plan.key)
+        return error
 
     async def _find_prepared(self, namespace: str, lookup: Lookup, key: str) -> Lookup | None:
         """A prepared checkpoint for this request, once a job making one here has finished."""
@@ -315,79 +370,66 @@ class CompactionFlow:
         return await self.preparer.find(namespace, lookup)
 
     def _prepare_job(
-        self,
-        data: dict[str, Any],
-        effective: dict[str, Any],
-        lookup: Lookup,
-        seen: CompactionResult,
-        view_tokens: int,
-        namespace: str,
-        key: str,
-        *,
-        size_hint: int,
-        context_window: int | None,
-        authorization: str | None,
-        upstream_name: str,
-        summary_prefix: bool,
+        self, plan: _Plan, seen: CompactionResult, view_tokens: int
     ) -> Callable[[], Awaitable[JobOutcome]]:
         """The background job for a request past the prepare threshold: the pipeline on its
         view, as if the growth up to the trigger were already there, stored as prepared."""
-        model: str = data["model"]
-        metrics = seen.metrics
         preparer = self.preparer
+        key = plan.key
+        assert key is not None
 
         async def job() -> JobOutcome:
-            if metrics is None:
+            if seen.metrics is None:
                 return "empty"
-            if await preparer.find(namespace, lookup) is not None:
+            if await preparer.find(plan.namespace, plan.lookup) is not None:
                 return "found"
-            async with preparer.lease(namespace, key) as acquired:
+            async with preparer.lease(plan.namespace, key) as acquired:
                 if not acquired:
                     return "elsewhere"
-                if await preparer.find(namespace, lookup) is not None:
+                if await preparer.find(plan.namespace, plan.lookup) is not None:
                     return "found"  # made by another replica while we waited for the lease
-                # The calibration may have moved since the request (its reply was read): the
-                # distance to the trigger is measured with the one this run will use.
-                now = replace(
-                    metrics,
-                    tokens=self.compactor.calibration_for(model).apply(view_tokens),
-                )
-                point = firing_point(self.compactor.settings_for(model)[1], now)
-                if point is None:
-                    return "empty"  # growth alone would never fire anything
-                summarizer = self._summarizer_for(
-                    model, namespace, authorization, upstream_name, None, effective, summary_prefix
-                )
-                made = await self.compactor.run(
-                    effective,
-                    Mode.NORMAL,
-                    size_hint=size_hint,
-                    summarizer=summarizer,
-                    context_window=context_window,
-                    anticipate=point - now.tokens,
-                )
-                if made.report.failures:
-                    for failure in made.report.failures:
-                        log.info(
-                            "background summary: %s failed (%s): %s",
-                            failure.strategy,
-                            failure.reason,
-                            failure.message,
-                        )
-                    if summarizer is not None and any(
-                        f.reason == "not_shorter" for f in made.report.failures
-                    ):
-                        summarizer.reject()
-                    return "failed"
-                if not made.changed:
-                    log.info("background summary: nothing to fold (%s)", made.report.changed_by)
-                    return "empty"
-                made = await as_sent(made, data["messages"], lookup, self.compactor)
-                messages = cast("list[dict[str, Any]]", made.messages)
-                saved = await preparer.save(namespace, lookup, messages, _meta(made, model))
-                return "made" if saved else "failed"
+                return await self._prepare(plan, seen, view_tokens)
 
         return job
+
+    async def _prepare(self, plan: _Plan, seen: CompactionResult, view_tokens: int) -> JobOutcome:
+        """The prepared checkpoint made and stored (the job's work, under its lease)."""
+        request = plan.request
+        model: str = request.data["model"]
+        assert seen.metrics is not None
+        # The calibration may have moved since the request (its reply was read): the
+        # distance to the trigger is measured with the one this run will use.
+        now = replace(seen.metrics, tokens=self.compactor.calibration_for(model).apply(view_tokens))
+        point = firing_point(self.compactor.settings_for(model)[1], now)
+        if point is None:
+            return "empty"  # growth alone would never fire anything
+        summarizer = self._summarizer_for(request, plan.namespace, None, plan.effective)
+        made = await self.compactor.run(
+            plan.effective,
+            Mode.NORMAL,
+            size_hint=request.size_hint,
+            summarizer=summarizer,
+            context_window=request.context_window,
+            anticipate=point - now.tokens,
+        )
+        if made.report.failures:
+            for failure in made.report.failures:
+                log.info(
+                    "background summary: %s failed (%s): %s",
+                    failure.strategy,
+                    failure.reason,
+                    failure.message,
+                )
+            if summarizer is not None and _not_shorter(made):
+                summarizer.reject()
+            return "failed"
+        if not made.changed:
+            log.info("background summary: nothing to fold (%s)", made.report.changed_by)
+            return "empty"
+        made = await as_sent(made, request.data["messages"], plan.lookup, self.compactor)
+        messages = cast("list[dict[str, Any]]", made.messages)
+        saved = await self.preparer.save(plan.namespace, plan.lookup, messages, _meta(made, model))
+        return "made" if saved else "failed"
 
     async def _lookup(self, namespace: str, messages: list[dict[str, Any]]) -> Lookup:
         if self.checkpoints is None:
@@ -396,27 +438,34 @@ class CompactionFlow:
 
     def _summarizer_for(
         self,
-        model: str,
+        request: FlowRequest,
         namespace: str,
-        authorization: str | None,
-        upstream_name: str,
         calls: SummaryCalls | None,
         body: dict[str, Any],
-        summary_prefix: bool,
     ) -> GuardedSummarizer | None:
         if self.summarizer is None:
             return None
+        model: str = request.data["model"]
+        upstream_name = request.upstream_name
         target = self.summarizer.upstream_for(model)
         # The caller's key was meant for the upstream its request goes to; a summarizer on
         # another provider must use that provider's own key (an upstream `api_key`).
-        if target.name != upstream_name:
-            authorization = None
+        authorization = request.authorization if target.name == upstream_name else None
         # The request as it goes upstream (the checkpoint view on a hit): a summary call built
         # on its prefix is served from the upstream's prompt cache
-        # (compaction_proxy/summarizer/_prefix.py). Without it (`summary_prefix=False`) the
-        # summarizer sends the transcript form.
-        forwarded = ForwardedRequest.from_body(body, upstream_name) if summary_prefix else None
-        bound = self.summarizer.bind(authorization=authorization, calls=calls, request=forwarded)
+        # (compaction_proxy/summarizer/_prefix.py). A format whose view is not chat completions
+        # (`prefix_summaries` False) gets the transcript form.
+        wire = request.wire
+        forwarded = (
+            ForwardedRequest.from_body(body, upstream_name) if wire.prefix_summaries else None
+        )
+        bound = self.summarizer.bind(
+            authorization=authorization,
+            calls=calls,
+            request=forwarded,
+            wire=wire,
+            upstream=upstream_name,
+        )
         return self.flights.bind(bound, namespace)
 
 
@@ -424,6 +473,11 @@ OFFLINE_NOTE = (
     "summarizer not called (dry-run-local, summarization.dryRun: skip or a local preview): "
     "summarization was skipped and later strategies stood in for it"
 )
+
+
+def _not_shorter(result: CompactionResult) -> bool:
+    """A summary came back no shorter than what it replaced: the summarizer backs off."""
+    return any(failure.reason == "not_shorter" for failure in result.report.failures)
 
 
 def _summarization_fired(result: CompactionResult) -> bool:

@@ -240,6 +240,25 @@ class Preparer:
         elif outcome == "failed":
             self.stats.count("failed")
 
+    async def prepared_for(
+        self,
+        probe: PreparedProbe | None,
+        result: CompactionResult,
+        namespace: str,
+        lookup: Lookup,
+    ) -> Lookup | None:
+        """The prepared checkpoint a request continues from, if any (the flow then runs the
+        pipeline again on its view): the one ``probe`` found when the pipeline asked for a
+        summary; or, when the trigger fired and the strategies before summarization reached
+        the target (no summary asked), one prepared for this moment, which was paid for and is
+        used rather than left to expire (it puts the next event further away). No waiting for
+        a job here."""
+        if probe is None:
+            return None
+        if probe.looked or not result.changed:
+            return probe.found
+        return await self.find(namespace, lookup)
+
     async def wait_for(self, key: str) -> None:
         """Wait (at most ``summarization.timeout``) for this process's job for ``key``."""
         task = self._jobs.get(key)

@@ -1,15 +1,18 @@
 """Label values: the route of a request, and a bound on labels a client controls.
 
 A Prometheus label with unbounded values is a memory leak in every scraper, so every label
-value comes from here: the route has five values whatever the path, the API of a compacted
-request two, and a client-controlled value (the model name) is kept for its first
+value comes from here: the route has one value per wire format
+(compaction_proxy/wire/registry.py) and three more, whatever the path; the API of a compacted
+request one per format; and a client-controlled value (the model name) is kept for its first
 ``MAX_MODELS`` distinct values, then ``other``.
 """
 
 from __future__ import annotations
 
+from compaction_proxy.wire import format_for_path
+from compaction_proxy.wire.registry import FORMATS
+
 __all__ = [
-    "COMPACTED_ROUTES",
     "MAX_MODELS",
     "ROUTE_CHAT",
     "ROUTE_OTHER",
@@ -17,6 +20,7 @@ __all__ = [
     "ROUTE_PREVIEW",
     "ROUTE_RESPONSES",
     "LabelCap",
+    "api_of",
     "route_of",
 ]
 
@@ -26,20 +30,22 @@ ROUTE_PREVIEW = "preview"
 ROUTE_PASSTHROUGH = "passthrough"
 ROUTE_OTHER = "other"
 
-COMPACTED_ROUTES: dict[str, str] = {ROUTE_CHAT: "chat", ROUTE_RESPONSES: "responses"}
-"""The routes whose requests are compacted, and the ``api`` label value of each."""
 
 MAX_MODELS = 100
 """Distinct model label values kept per metric family; later ones are counted as ``other``."""
 
 
+def api_of(route: str) -> str | None:
+    """The ``api`` label of a compacted route (its format's), None for any other route."""
+    return next((wire.api for wire in FORMATS if wire.name == route), None)
+
+
 def route_of(method: str | None, path: str) -> str:
-    """The ``route`` label of a request: five values, whatever the path."""
+    """The ``route`` label of a request: a format's name, or one of three, whatever the path."""
     if path.startswith("/v1/"):
-        if path == "/v1/chat/completions" and method == "POST":
-            return ROUTE_CHAT
-        if path == "/v1/responses" and method == "POST":
-            return ROUTE_RESPONSES
+        wire = format_for_path(method, path)
+        if wire is not None:
+            return wire.name
         if path == "/v1/compaction/preview":
             return ROUTE_PREVIEW
         return ROUTE_PASSTHROUGH

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from compaction_proxy.observability.dashboard import Dashboard, RecentRow
-from compaction_proxy.observability.labels import COMPACTED_ROUTES, ROUTE_OTHER, LabelCap, route_of
+from compaction_proxy.observability.labels import ROUTE_OTHER, LabelCap, api_of, route_of
 from compaction_proxy.observability.outcomes import final_outcomes
 from compaction_proxy.observability.prices import Prices
 from compaction_proxy.observability.prometheus import (
@@ -175,7 +175,7 @@ class Telemetry:
         if route == ROUTE_OTHER:
             return  # health checks, scrapes and the dashboard itself: counted, not shown
         self._observe_upstream(ctx)
-        api = COMPACTED_ROUTES.get(route)  # chat | responses: the compacted APIs
+        api = api_of(route)  # chat | responses | ...: a compacted API (its wire format's)
         report = ctx.report if api is not None else None
         overflow = ctx.overflow_outcome
         if overflow is not None:

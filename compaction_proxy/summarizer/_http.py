@@ -1,6 +1,9 @@
-"""``HttpSummarizer``: the summary call to an OpenAI-compatible upstream.
+"""``HttpSummarizer``: the summary call to an upstream, in its wire format's form.
 
-One non-streaming ``POST {base_url}/chat/completions`` per transcript chunk (see
+One non-streaming ``POST`` per transcript chunk, in the form of a
+:class:`~compaction_proxy.wire.SummaryCall`: the request's own format's when the summarizer is
+the request's own upstream and the format has one, else the default format's (chat
+completions: ``POST {base_url}/chat/completions``; see
 :mod:`._transcript`), with our prompts as the system message, ``summarization.parameters``
 merged into the body and ``maxSummaryTokens`` as the output limit. Anything short of a usable
 summary is a :class:`SummaryError` with a machine-readable reason, because a failed summary must
@@ -20,7 +23,8 @@ holds binary content or does not fit, the plain-text transcript.
 
 Which upstream: ``summarization.provider`` names one (case-insensitively; LibreChat configs say
 ``openAI``), else the request's own upstream. Which model: ``summarization.model``, else the
-request's. Credentials: the upstream's own ``api_key`` when it has one, else the caller's
+request's. Credentials: the upstream's own ``api_key`` when it has one (sent the way the call's
+format sends it, ``Authorization: Bearer`` or e.g. ``x-api-key``), else the caller's
 ``Authorization`` value, which the edge hands over with :meth:`HttpSummarizer.bind`. Error
 messages name the upstream and the status, never a key or the response body.
 """
@@ -49,6 +53,7 @@ from compaction_proxy.config.preflight import (
     validate_summarization_config,
 )
 from compaction_proxy.upstream import Router
+from compaction_proxy.wire import DEFAULT_FORMAT, SummaryCall, UpstreamAuth, WireFormat
 
 from ._prefix import ForwardedRequest, fits, has_binary, instruction, place_stretch, tool_choice_for
 from ._prompts import PromptSet
@@ -118,6 +123,8 @@ class HttpSummarizer:
         self._authorization: str | None = None
         self._calls: SummaryCalls | None = None
         self._request: ForwardedRequest | None = None
+        self._wire: WireFormat = DEFAULT_FORMAT
+        self._wire_upstream: str | None = None
 
     @classmethod
     def from_settings(
@@ -146,19 +153,34 @@ class HttpSummarizer:
         authorization: str | None,
         calls: SummaryCalls | None = None,
         request: ForwardedRequest | None = None,
+        wire: WireFormat = DEFAULT_FORMAT,
+        upstream: str | None = None,
     ) -> HttpSummarizer:
         """A per-request instance carrying the caller's ``Authorization`` header value.
 
         ``calls``: the request's log, which gets the outcome of every HTTP call this instance
         makes (the shared :attr:`stats` still records each one). ``request``: the chat
         request's messages and tools as they go upstream, from which a :class:`SummaryRequest`
-        without a ``prefix`` gets one (:mod:`._prefix`).
+        without a ``prefix`` gets one (:mod:`._prefix`). ``wire``: the request's format, whose
+        summary call form (and key header) is used on ``upstream``, the request's own upstream.
         """
         bound = copy.copy(self)
         bound._authorization = authorization
         bound._calls = calls
         bound._request = request
+        bound._wire = wire
+        bound._wire_upstream = upstream
         return bound
+
+    def _form(self, upstream: UpstreamSettings) -> tuple[SummaryCall, UpstreamAuth]:
+        """The summary call's form on ``upstream``, and how it takes the operator's key: the
+        request's format's on the request's own upstream, else the default format's."""
+        wire = self._wire
+        if wire.summary is not None and upstream.name == self._wire_upstream:
+            return wire.summary, wire.auth
+        default = DEFAULT_FORMAT
+        assert default.summary is not None  # the default format always has a summary call
+        return default.summary, default.auth
 
     def _with_prefix(self, request: SummaryRequest) -> SummaryRequest:
         """``request`` with the prefix and tools of the bound chat request, when it lacks them
@@ -321,19 +343,18 @@ class HttpSummarizer:
         extra: Mapping[str, Any],
         usage: dict[str, int],
     ) -> str:
-        body: dict[str, Any] = dict(self._parameters)
-        body.update(model=model, stream=False, messages=messages)
-        body.update(extra)
-        body[self._limit_param] = limit
+        call, auth = self._form(upstream)
+        body = call.body(self._parameters, model, messages, extra, self._limit_param, limit)
         headers = {"content-type": "application/json", "accept": "application/json"}
-        credential = self._credential(upstream)
-        if credential:
-            headers["authorization"] = credential
+        if upstream.api_key is not None:
+            headers[auth.header] = auth.value(upstream.api_key.get_secret_value())
+        elif self._authorization:
+            headers["authorization"] = self._authorization
         where = f"summarizer upstream '{upstream.name}'"
         try:
             async with asyncio.timeout(self._timeout):
                 response = await self._client.post(
-                    f"{upstream.url}/chat/completions",
+                    f"{upstream.url}{call.path}",
                     content=orjson.dumps(body),
                     headers=headers,
                     timeout=httpx.Timeout(self._timeout),
@@ -351,12 +372,7 @@ class HttpSummarizer:
                 "error",
                 f"{where} ({model}): HTTP {response.status_code}{_error_code(response.content)}",
             )
-        return _read_completion(response.content, where, model, limit, count, usage)
-
-    def _credential(self, upstream: UpstreamSettings) -> str | None:
-        if upstream.api_key is not None:
-            return f"Bearer {upstream.api_key.get_secret_value()}"
-        return self._authorization
+        return _read_completion(response.content, call, where, model, limit, count, usage)
 
 
 def length_note(limit: int) -> str:
@@ -411,6 +427,7 @@ def _error_code(content: bytes) -> str:
 
 def _read_completion(
     content: bytes,
+    call: SummaryCall,
     where: str,
     model: str,
     limit: int,
@@ -418,26 +435,19 @@ def _read_completion(
     usage: dict[str, int] | None = None,
 ) -> str:
     try:
-        data = orjson.loads(content)
-        choice = data["choices"][0]
-        message = choice["message"]
-    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
-        raise SummaryError(
-            "error", f"{where} ({model}): the response is not a chat completion"
-        ) from exc
-    cached = _cached_tokens(data.get("usage") if isinstance(data, dict) else None)
-    if usage is not None and cached:
-        usage["cached_tokens"] = cached
-    text = strip_echoed_wrapper(
-        _message_text(message.get("content") if isinstance(message, dict) else None)
-    )
+        reply = call.read(orjson.loads(content))
+    except (orjson.JSONDecodeError, ValueError) as exc:
+        raise SummaryError("error", f"{where} ({model}): the response is not {call.what}") from exc
+    if usage is not None and reply.cached_tokens:
+        usage["cached_tokens"] = reply.cached_tokens
+    text = strip_echoed_wrapper(reply.text)
     if not text:
         raise SummaryError("empty", f"{where} ({model}) returned an empty summary")
-    if choice.get("finish_reason") == "length":
+    if reply.cut:
         raise SummaryError(
             "oversized", f"{where} ({model}): the summary was cut at the limit of {limit} tokens"
         )
-    used = _completion_tokens(data.get("usage"))
+    used = reply.completion_tokens
     if used is None:
         used = count(text)
     if used > limit:
@@ -446,41 +456,6 @@ def _read_completion(
             f"{where} ({model}): the summary has {used} tokens, over the limit of {limit}",
         )
     return text
-
-
-def _message_text(content: object) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [
-            p.get("text")
-            for p in content
-            if isinstance(p, dict) and p.get("type") in ("text", "output_text")
-        ]
-        return "".join(p for p in parts if isinstance(p, str))
-    return ""
-
-
-def _completion_tokens(usage: object) -> int | None:
-    """Visible output tokens: ``completion_tokens`` minus reasoning tokens, which o-series
-    models count there too but which are not part of the summary."""
-    if not isinstance(usage, dict):
-        return None
-    total = usage.get("completion_tokens")
-    if not isinstance(total, int):
-        return None
-    details = usage.get("completion_tokens_details")
-    reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
-    return total - reasoning if isinstance(reasoning, int) else total
-
-
-def _cached_tokens(usage: object) -> int:
-    """``usage.prompt_tokens_details.cached_tokens`` (0 when absent or malformed)."""
-    if not isinstance(usage, dict):
-        return 0
-    details = usage.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    return cached if isinstance(cached, int) and not isinstance(cached, bool) and cached > 0 else 0
 
 
 def strip_echoed_wrapper(text: str) -> str:

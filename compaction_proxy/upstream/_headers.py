@@ -14,6 +14,7 @@ import httpx
 
 from compaction_proxy.config import UpstreamSettings
 from compaction_proxy.http import Scope
+from compaction_proxy.wire import BEARER, UpstreamAuth
 
 # RFC 9110 §7.6.1, plus headers a proxy must recompute itself.
 HOP_BY_HOP = frozenset(
@@ -42,11 +43,14 @@ def upstream_headers(
     upstream: UpstreamSettings,
     *,
     strip_authorization: bool,
+    auth: UpstreamAuth = BEARER,
 ) -> list[tuple[str, str]]:
     """Client headers as they go upstream.
 
     `strip_authorization` is set when the client authenticated to the proxy itself: the proxy
-    key must not travel to the provider.
+    key must not travel to the provider. `auth`: how the request's wire format sends an
+    upstream's own `api_key` (`Authorization: Bearer`, or e.g. `x-api-key`); what the client
+    sent in that header is dropped then.
     """
     connection_listed: set[str] = set()
     decoded: list[tuple[str, str]] = []
@@ -59,11 +63,13 @@ def upstream_headers(
     drop = _REQUEST_DROP | connection_listed
     if upstream.api_key is not None or strip_authorization:
         drop = drop | {"authorization"}
+    if upstream.api_key is not None:
+        drop = drop | {auth.header}
     if strip_authorization:
         drop = drop | {"x-api-key"}  # the proxy's own key, presented the other way
     out = [(n, v) for n, v in decoded if n not in drop]
     if upstream.api_key is not None:
-        out.append(("authorization", f"Bearer {upstream.api_key.get_secret_value()}"))
+        out.append((auth.header, auth.value(upstream.api_key.get_secret_value())))
     return out
 
 

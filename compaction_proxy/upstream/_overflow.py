@@ -20,8 +20,10 @@ from __future__ import annotations
 import json
 import re
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from compaction_proxy.wire import RefusalText
 
 #: Error bodies longer than this (as received) are not inspected: real refusals are a few
 #: hundred bytes, and scanning megabytes on every failed request is not worth it.
@@ -226,12 +228,17 @@ class _Refusal:
 
 
 def detect_overflow(
-    status: int, body: bytes, content_encoding: str | None = None
+    status: int,
+    body: bytes,
+    content_encoding: str | None = None,
+    refusals: Sequence[RefusalText] = (),
 ) -> Overflow | None:
     """Return what an upstream's error response says about an over-long prompt, else None.
 
     `content_encoding` is the response's Content-Encoding header: the client may have asked
     for gzip and the proxy relays bodies untouched, so the refusal can arrive compressed.
+    `refusals`: the request's wire format's own refusal phrases (`WireFormat.refusals`),
+    read before the common ones.
     """
     if status in _NEVER_OVERFLOW or not 400 <= status < 600:
         return None
@@ -251,6 +258,9 @@ def detect_overflow(
     explicit_code = refusal.code == "context_length_exceeded"
     if _RATE_LIMIT.search(searched) and not explicit_code:
         return None
+    own = _own_refusal(refusals, refusal.message)
+    if own is not None:
+        return own
     family = _family(refusal, searched)
     if family is None:
         if not (status in _REQUEST_REJECTED and explicit_code):
@@ -268,6 +278,28 @@ def detect_overflow(
         output_tokens=output,
         message=refusal.message.strip()[:MESSAGE_LIMIT],
     )
+
+
+def _own_refusal(refusals: Sequence[RefusalText], message: str) -> Overflow | None:
+    """The first of a format's own refusal phrases ``message`` matches, with the counts its
+    ``prompt`` and ``window`` groups state."""
+    for own in refusals:
+        match = own.pattern.search(message)
+        if match is None:
+            continue
+        counts = match.groupdict()
+        return Overflow(
+            family=own.family,
+            window=_count(counts.get("window")),
+            prompt_tokens=_count(counts.get("prompt")),
+            output_tokens=None,
+            message=message.strip()[:MESSAGE_LIMIT],
+        )
+    return None
+
+
+def _count(text: str | None) -> int | None:
+    return int(text.replace(",", "")) if text else None
 
 
 def _decode(body: bytes, content_encoding: str | None) -> bytes | None:

@@ -7,8 +7,10 @@
 * ``_forwarded``: :class:`ClientBody`, the client's bytes with one array spliced, which is
   what a compacted request goes upstream as;
 * ``_multipart``: the ``model`` field of a multipart upload, read as the body arrives;
-* :mod:`.responses`: the Responses API's ``input`` items shown to the core as chat messages
-  and mapped back (a package of its own; docs/responses.md).
+* :mod:`.format`: :class:`WireFormat`, what the edge needs to know about one API it compacts;
+  :mod:`.registry`: the formats, listed once; :mod:`.chat` and :mod:`.responses`: the two
+  formats (the Responses API's ``input`` items shown to the core as chat messages and mapped
+  back; docs/responses.md); ``_openai``: what those two share.
 """
 
 from ._bodies import parse_chat_body, parse_json_object, validate_chat
@@ -23,17 +25,41 @@ from ._jsonspans import (
     scan_object,
 )
 from ._multipart import Field, FieldReader, Unreadable, boundary_of
+from .format import (
+    BEARER,
+    Lowered,
+    RefusalText,
+    SummaryCall,
+    SummaryReply,
+    UpstreamAuth,
+    View,
+    WireFormat,
+)
+from .registry import DEFAULT as DEFAULT_FORMAT
+from .registry import for_body as format_for_body
+from .registry import for_path as format_for_path
 
 __all__ = [
+    "BEARER",
     "BOM",
+    "DEFAULT_FORMAT",
     "ClientBody",
     "Field",
     "FieldReader",
+    "Lowered",
     "ObjectSpans",
+    "RefusalText",
     "ScanError",
+    "SummaryCall",
+    "SummaryReply",
     "Unreadable",
+    "UpstreamAuth",
+    "View",
+    "WireFormat",
     "boundary_of",
     "decode_string",
+    "format_for_body",
+    "format_for_path",
     "lenient_member",
     "parse_chat_body",
     "parse_json_object",

@@ -229,6 +229,37 @@ def scan_object(
     )
 
 
+def _resume(
+    buf: bytes,
+    start: int,
+    known: ArraySpans | None,
+    starts: list[int],
+    ends: list[int],
+    differs: list[int],
+) -> int | ArraySpans:
+    """Where :func:`scan_array` goes on (``starts``, ``ends``, ``differs`` filled with the
+    ``known`` leading elements it resumes after), or the whole array when there is nothing
+    more to scan (it is empty, or the known elements were all of it)."""
+    if known is not None and len(known) and known.start == start:
+        starts.extend(known.starts)
+        ends.extend(known.ends)
+        differs.extend(known.differs)
+        after = _SEPARATOR.match(buf, ends[-1])
+        if after is not None and after.group(1) == b",":
+            return after.end()
+        # The known elements were the whole array (or the bytes changed): scan afresh.
+        if after is not None and after.group(1) == b"]":
+            return ArraySpans(start, after.end(), starts, ends, differs)
+        starts.clear()
+        ends.clear()
+        differs.clear()
+        return start + 1
+    empty = _SEPARATOR.match(buf, start + 1)
+    if empty is not None and empty.group(1) == b"]":
+        return ArraySpans(start, empty.end(), starts, ends, differs)
+    return start + 1
+
+
 def scan_array(
     buf: bytes,
     start: int,
@@ -243,33 +274,16 @@ def scan_array(
     verified: a mismatch falls back to the scan, so the spans are exact whatever the client's
     formatting). ``known``: spans of leading elements already found in a scan of the same
     leading bytes, from the same ``start`` (the caller vouches that those bytes are
-    unchanged); the scan resumes after the last of them. Raises :class:`ScanError`.
-    """
+    unchanged); the scan resumes after the last of them. Raises :class:`ScanError`."""
     if buf[start : start + 1] != b"[":
         raise ScanError("expected an array", start)
     starts: list[int] = []
     ends: list[int] = []
     differs: list[int] = []
-    if known is not None and len(known) and known.start == start:
-        starts.extend(known.starts)
-        ends.extend(known.ends)
-        differs.extend(known.differs)
-        after = _SEPARATOR.match(buf, ends[-1])
-        if after is None or after.group(1) != b",":
-            # The known elements were the whole array (or the bytes changed): scan afresh.
-            if after is not None and after.group(1) == b"]":
-                return ArraySpans(start, after.end(), starts, ends, differs)
-            starts.clear()
-            ends.clear()
-            differs.clear()
-            pos = start + 1
-        else:
-            pos = after.end()
-    else:
-        pos = start + 1
-        empty = _SEPARATOR.match(buf, pos)
-        if empty is not None and empty.group(1) == b"]":
-            return ArraySpans(start, empty.end(), starts, ends, differs)
+    resumed = _resume(buf, start, known, starts, ends, differs)
+    if isinstance(resumed, ArraySpans):
+        return resumed
+    pos = resumed
     hints = expected if expected is not None else ()
     speculate = expected is not None
     misses = 0

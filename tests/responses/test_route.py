@@ -13,7 +13,7 @@ import httpx
 import orjson
 import pytest
 
-import compaction_proxy.api._responses as route
+import compaction_proxy.wire.responses._format as route
 from compaction_proxy.app import ProxyApp, build_edge
 from compaction_proxy.config import Settings
 from compaction_proxy.upstream import HttpxUpstream

@@ -16,7 +16,7 @@ import pytest
 from compaction_proxy.checkpoints import MemoryStore
 from compaction_proxy.compaction import Mode
 from compaction_proxy.config import Settings
-from compaction_proxy.engine import CompactionFlow, Compactor, build_flow
+from compaction_proxy.engine import CompactionFlow, Compactor, FlowRequest, build_flow
 from compaction_proxy.engine._hit_report import CHECKPOINT_STEP
 
 MODEL = "small-model"
@@ -64,7 +64,9 @@ async def flow() -> AsyncIterator[CompactionFlow]:
 
 async def _run(flow: CompactionFlow, data: dict[str, Any], mode: Mode = Mode.NORMAL) -> Any:
     result = await flow.run(
-        data, mode, size_hint=0, credential="Bearer k", authorization=None, upstream_name="up"
+        FlowRequest(
+            data, mode, size_hint=0, credential="Bearer k", authorization=None, upstream_name="up"
+        )
     )
     if result.save is not None:
         assert await result.save() is None

@@ -1,0 +1,122 @@
+"""The compacted routes: one per wire format (compaction_proxy/wire/registry.py), all this one.
+
+Read the body with the format, lift it to the chat-shaped view the core compacts, compact
+(compaction_proxy/api/_attempts.py: checkpoint lookup, pipeline, summaries, report headers, the
+checkpoint saved once the upstream accepts), lower each attempt back into the client's bytes,
+forward, and compact again after an overflow refusal. The reply, JSON or SSE, is relayed byte
+for byte.
+
+What stays untouched: ``X-Compaction: off`` (the client's bytes, routed by ``model`` alone), a
+request whose history the upstream holds (``held_by``: the proxy can neither count nor compact
+it; ``X-Compaction-Skipped`` says so), and anything a compaction failure would touch (the
+original goes upstream, with a warning).
+"""
+
+from __future__ import annotations
+
+from compaction_proxy.checkpoints import StoreBudget
+from compaction_proxy.compaction import Mode
+from compaction_proxy.compaction.messages import last_user_text
+from compaction_proxy.engine import OFFLOAD_BYTES
+from compaction_proxy.http import Receive, Scope, Send, read_body
+from compaction_proxy.upstream import json_model
+from compaction_proxy.wire import ClientBody, WireFormat
+
+from ._attempts import Attempt, Subject, compact, send_with_retries
+from ._context import RequestContext
+from ._forward import Outcome
+from ._limits import compacted_model, size_limits
+from ._requests import (
+    compaction_mode,
+    effective_window,
+    readable_encoding,
+    route,
+)
+
+
+async def compacted(
+    wire: WireFormat, ctx: RequestContext, scope: Scope, receive: Receive, send: Send
+) -> Outcome:
+    # Every store call of the request (window read, lookup, summary flights, the checkpoint
+    # saved once the upstream answers, a learned window) shares one time budget: a store that
+    # hangs costs the request that much at most, however many calls it would have made.
+    with StoreBudget(ctx.state.settings.store.request_budget):
+        state = ctx.state
+        raw = await read_body(scope, receive, state.settings.server.max_body_bytes)
+        ctx.bytes_in = len(raw)
+        mode = compaction_mode(scope)
+        if mode is None:
+            return await untouched(wire, ctx, scope, receive, send, raw)
+        with state.compactor.offload.holding(raw):
+            return await _compact_and_send(wire, ctx, scope, receive, send, raw, mode)
+
+
+async def _compact_and_send(
+    wire: WireFormat,
+    ctx: RequestContext,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    raw: bytes,
+    mode: Mode,
+) -> Outcome:
+    state = ctx.state
+    offload = state.compactor.offload
+    # A large body is parsed (and held to server.max_messages / max_content_parts),
+    # validated and lifted off the event loop (compaction_proxy/engine/_offload.py).
+    body = await offload.parse(
+        raw,
+        wire.parse,
+        params=(wire.items,),
+        limits=size_limits(state, scope),
+        applies=compacted_model(state),
+    )
+    model = body.get("model")
+    ctx.model = model if isinstance(model, str) else None
+    upstream = state.router.for_model(ctx.model)
+    ctx.upstream = upstream.name
+    show = state.settings.dashboard.show_content
+    if show:
+        ctx.content = wire.shown(body)
+    attempt: Attempt | None = None
+    held_by = wire.held_by(body)
+    if held_by is not None:
+        ctx.response_headers.append((b"x-compaction-skipped", skipped_note(held_by)))
+    elif ctx.model is not None and wire.has_items(body) and state.compactor.enabled_for(ctx.model):
+        if len(raw) >= OFFLOAD_BYTES:
+            view = await offload.call(wire.lift, body)
+        else:
+            view = wire.lift(body)
+        if show:
+            ctx.content = last_user_text(view.chat["messages"])
+        window = await effective_window(ctx, scope, upstream, ctx.model)
+        subject = Subject(ClientBody(raw, body, wire.items), view, mode, wire)
+        attempt = await compact(ctx, scope, subject, window)
+    return await send_with_retries(ctx, scope, receive, send, upstream, raw, attempt, wire)
+
+
+async def untouched(
+    wire: WireFormat,
+    ctx: RequestContext,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    raw: bytes,
+) -> Outcome:
+    """``X-Compaction: off``: the client's bytes go upstream as they came, whatever JSON they
+    hold; only ``model`` is read, to route them (compaction_proxy/upstream/_routing.py)."""
+    readable_encoding(ctx, scope)
+    read = json_model(raw)
+    upstream = route(ctx, read)
+    ctx.upstream = upstream.name
+    if ctx.state.settings.dashboard.show_content and read.data is not None:
+        ctx.content = wire.shown(read.data)
+    return await send_with_retries(ctx, scope, receive, send, upstream, raw, None, wire)
+
+
+def skipped_note(field: str) -> bytes:
+    """``X-Compaction-Skipped``: why the request went upstream uncompacted."""
+    return (
+        f"{field}: the upstream holds this conversation's history, which the proxy cannot see; "
+        "forwarded unchanged"
+    ).encode()

@@ -1,0 +1,68 @@
+"""The chat-completions :class:`~compaction_proxy.wire.format.WireFormat`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from compaction_proxy.compaction.messages import last_user_text
+from compaction_proxy.http import error_body
+
+from .._bodies import parse_chat_body, validate_chat
+from .._openai import CHAT_SUMMARY, openai_usage_tokens
+from ..format import BEARER, Lowered, RefusalText, SummaryCall, UpstreamAuth
+
+
+@dataclass(frozen=True, slots=True)
+class ChatView:
+    """A chat body is its own view: the core compacts its ``messages`` as they are."""
+
+    chat: dict[str, Any]
+
+    def lower(self, messages: Sequence[Mapping[str, Any]]) -> Lowered:
+        # A message read back from a checkpoint that equals one the client sent goes as the
+        # client's bytes too.
+        return Lowered(messages, copies=True)
+
+
+class ChatFormat:
+    name = "chat_completions"
+    api = "chat"
+    paths = ("/v1/chat/completions",)
+    items = "messages"
+    auth: UpstreamAuth = BEARER
+    summary: SummaryCall | None = CHAT_SUMMARY
+    prefix_summaries = True
+    refusals: tuple[RefusalText, ...] = ()
+    parse: Callable[[bytes], dict[str, Any]] = staticmethod(parse_chat_body)
+
+    def claims(self, body: Mapping[str, Any]) -> bool:
+        return "messages" in body
+
+    def held_by(self, body: Mapping[str, Any]) -> str | None:
+        return None
+
+    def has_items(self, body: Mapping[str, Any]) -> bool:
+        # An empty list has nothing to compact; the upstream gives its own verdict on it.
+        return bool(body.get("messages"))
+
+    def shown(self, body: Mapping[str, Any]) -> str | None:
+        messages = body.get("messages")
+        return last_user_text(messages) if isinstance(messages, list) else None
+
+    def lift(self, body: dict[str, Any], *, check: bool = True) -> ChatView:
+        if check:
+            validate_chat(body)
+        return ChatView(body)
+
+    def usage_tokens(self, payload: Any) -> int | None:
+        return openai_usage_tokens(payload)
+
+    def error_body(
+        self, message: str, *, type: str, code: str | None = None, param: str | None = None
+    ) -> bytes:
+        return error_body(message, type=type, code=code, param=param)
+
+
+CHAT = ChatFormat()

@@ -1,0 +1,204 @@
+"""`WireFormat`: what the edge needs to know about one API it compacts (docs/architecture.md,
+"Wire formats").
+
+The core compacts chat-shaped messages; every API the proxy compacts in flight (chat
+completions, the Responses API, and any other) is one value satisfying :class:`WireFormat`,
+listed once in :mod:`compaction_proxy.wire.registry`. The routes, the preview, the CLI's
+``compact``, the metric labels and the summarizer ask the format, never the path or the body's
+keys: what a format is, is said here and only here.
+
+A format holds the knowledge of its API, not the machinery: the generic route
+(``api/_compacted.py``) parses with :attr:`WireFormat.parse`, lifts to a :class:`View`, runs
+the shared compaction flow on ``view.chat`` and lowers the result back with
+:meth:`View.lower`, splicing it into the client's own bytes at :attr:`WireFormat.items`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+__all__ = [
+    "BEARER",
+    "Lowered",
+    "RefusalText",
+    "SummaryCall",
+    "SummaryReply",
+    "UpstreamAuth",
+    "View",
+    "WireFormat",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamAuth:
+    """How an upstream of this format takes the operator's key: one header, with a scheme.
+
+    OpenAI's APIs take ``Authorization: Bearer <key>``; Anthropic's takes ``x-api-key: <key>``.
+    When an upstream has its own ``api_key``, whatever the client sent in :attr:`header` (and in
+    ``Authorization``) is dropped and this header is sent instead.
+    """
+
+    header: str = "authorization"
+    scheme: str = "Bearer "
+
+    def value(self, key: str) -> str:
+        return f"{self.scheme}{key}"
+
+
+BEARER = UpstreamAuth()
+
+
+@dataclass(frozen=True, slots=True)
+class RefusalText:
+    """A phrase by which this format's upstreams refuse a prompt that is too long, read beside
+    the ones every OpenAI-compatible server uses (compaction_proxy/upstream/_overflow.py).
+
+    ``pattern`` is searched in the refusal's message; its named groups ``prompt`` and
+    ``window``, when present, are the counts it states. ``family`` names it in logs and metrics.
+    """
+
+    family: str
+    pattern: re.Pattern[str]
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryReply:
+    """What a summary call's answer says, read by the format that made the call."""
+
+    text: str
+    cut: bool  # stopped at the output limit
+    completion_tokens: int | None
+    cached_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryCall:
+    """The summary call in this format's form: where it goes and how its body is written and
+    its answer read. The summarizer builds chat-shaped messages (a system prompt, a
+    transcript, or the request's own prefix and one instruction) and asks the format for the
+    rest.
+
+    ``body(parameters, model, messages, extra, limit_param, limit)``: the JSON body;
+    ``read(payload)``: the answer, or ``ValueError`` when it is not one of this format's.
+    """
+
+    path: str  # under the upstream's base_url, e.g. "/chat/completions"
+    body: Callable[
+        [Mapping[str, Any], str, list[dict[str, Any]], Mapping[str, Any], str, int],
+        dict[str, Any],
+    ]
+    read: Callable[[Any], SummaryReply]
+    what: str = "a chat completion"  # named when an answer is not one
+
+
+@dataclass(frozen=True, slots=True)
+class Lowered:
+    """The pipeline's messages in the format's own form: the elements of the member the
+    request rewrites (:attr:`WireFormat.items`), and notes for ``X-Compaction-Warning``.
+
+    ``copies``: an element equal to one the client sent may go as the client's bytes
+    (compaction_proxy/wire/_forwarded.py)."""
+
+    items: Sequence[Any]
+    notes: tuple[str, ...] = ()
+    copies: bool = False
+
+
+class View(Protocol):
+    """A request lifted for the core: the chat-shaped body the flow compacts, and the way back."""
+
+    @property
+    def chat(self) -> dict[str, Any]:
+        """``model``, ``messages``, ``tools`` and the per-user fields that key checkpoints."""
+        ...
+
+    def lower(self, messages: Sequence[Mapping[str, Any]]) -> Lowered:
+        """The compacted ``messages`` in the format's form; raises when they cannot be."""
+        ...
+
+
+class WireFormat(Protocol):
+    """One API the proxy compacts in flight. See the module docstring and "Adding a wire
+    format" in docs/architecture.md."""
+
+    @property
+    def name(self) -> str:
+        """The ``route`` metric label of its requests, e.g. ``chat_completions``."""
+        ...
+
+    @property
+    def api(self) -> str:
+        """The ``api`` metric label of its compacted requests, e.g. ``chat``."""
+        ...
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """The ``POST`` paths it serves, e.g. ``("/v1/chat/completions",)``."""
+        ...
+
+    @property
+    def items(self) -> str:
+        """The body's member a compacted request rewrites (``messages``, ``input``)."""
+        ...
+
+    @property
+    def auth(self) -> UpstreamAuth:
+        """How its upstreams take the operator's key."""
+        ...
+
+    @property
+    def summary(self) -> SummaryCall | None:
+        """The summary call in this format's form; None: the summarizer's default form."""
+        ...
+
+    @property
+    def prefix_summaries(self) -> bool:
+        """Whether ``View.chat`` may be sent to the summarizer as a cache-aligned prefix in its
+        chat form (False when the view is not valid chat completions: the transcript form)."""
+        ...
+
+    @property
+    def refusals(self) -> tuple[RefusalText, ...]:
+        """Overflow refusals of its own, beside the common ones."""
+        ...
+
+    @property
+    def parse(self) -> Callable[[bytes], dict[str, Any]]:
+        """The body as a dict, or a ``ProxyError`` 400. A module-level function: a large body
+        is parsed in a worker process, which imports it by name."""
+        ...
+
+    def claims(self, body: Mapping[str, Any]) -> bool:
+        """Whether a body sent to the preview or ``compact`` is this format's."""
+        ...
+
+    def held_by(self, body: Mapping[str, Any]) -> str | None:
+        """The field through which the upstream holds history the proxy cannot see (then the
+        request goes as sent), or None."""
+        ...
+
+    def has_items(self, body: Mapping[str, Any]) -> bool:
+        """Whether there is anything to compact."""
+        ...
+
+    def shown(self, body: Mapping[str, Any]) -> str | None:
+        """The last user text, for the dashboard (``dashboard.show_content``), before lifting."""
+        ...
+
+    def lift(self, body: dict[str, Any], *, check: bool = True) -> View:
+        """Validate and lift; a ``ProxyError`` 400 names what is wrong. ``check=False``: only
+        what lifting needs (the preview checks the view's messages later, when it compacts)."""
+        ...
+
+    def usage_tokens(self, payload: Any) -> int | None:
+        """The prompt tokens an upstream's JSON reply, or one SSE event's data, reports."""
+        ...
+
+    def error_body(
+        self, message: str, *, type: str, code: str | None = None, param: str | None = None
+    ) -> bytes:
+        """An error the proxy answers itself on this format's paths, in its shape."""
+        ...
