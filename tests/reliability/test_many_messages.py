@@ -243,9 +243,7 @@ def test_the_parse_worker_exits_when_the_proxy_is_killed(
     # Past the thread-parse limits: parsed (and refused) in the worker process.
     assert post(proxy, tiny(MILLION)).status_code == 413
     workers = [
-        child
-        for child in set(_children(pid)) - before
-        if b"multiprocessing" in _cmdline(child)
+        child for child in set(_children(pid)) - before if b"multiprocessing" in _cmdline(child)
     ]
     assert workers, "no parse worker was started"
     os.kill(pid, signal.SIGKILL)
