@@ -37,6 +37,7 @@ from compaction_proxy.upstream import (
     TRANSPORT_ERRORS,
     Body,
     UpstreamReply,
+    UpstreamRequest,
     UpstreamTransport,
     classify_error,
     response_headers,
@@ -211,7 +212,9 @@ async def _request(
     """The upstream's reply, or None when it could not be reached (answered 502/504)."""
     started = time.perf_counter()
     try:
-        reply = await transport.send(method, url, headers, content, relay.upstream.timeouts)
+        reply = await transport.send(
+            UpstreamRequest(method, url, headers, content), relay.upstream.timeouts
+        )
     except ProxyError:
         raise
     except TRANSPORT_ERRORS as exc:

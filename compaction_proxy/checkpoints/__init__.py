@@ -10,7 +10,7 @@ is found again (docs/architecture.md, "Checkpoints" and "The store contract").
   (shared by replicas), built by ``_factory`` behind the circuit breaker of ``_breaker``, with
   one time budget per request (``_deadline``), the leases of the memory and SQLite stores
   (``_leases``) and the process's memo of decoded values (``_decoded``);
-* ``_keyvalue``: small JSON values kept in the same store (:class:`KeyValueStore`), for the
+* ``_keyvalue``: small JSON values kept in the same store (:class:`StoredValues`), for the
   learned windows and the summaries shared across replicas.
 """
 
@@ -33,7 +33,7 @@ from ._keys import (
     namespace_for,
     scope_of,
 )
-from ._keyvalue import KeyValueStore, StoredValue, StoredValues
+from ._keyvalue import StoredValue, StoredValues
 from ._lookup import FOLDED_TOKENS, Checkpoints, Lookup
 from ._memory import MemoryStore
 from ._redis import RedisStore
@@ -46,7 +46,6 @@ __all__ = [
     "CheckpointStore",
     "Checkpoints",
     "ForeignValue",
-    "KeyValueStore",
     "Lookup",
     "MemoryStore",
     "Message",

@@ -35,6 +35,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from compaction_proxy.compaction import Summarizer
@@ -166,6 +167,18 @@ def watch_parent(parent: int, poll: float = PARENT_POLL_SECONDS) -> None:
 # --------------------------------------------------------------------------- the thread
 
 
+@dataclass(frozen=True, slots=True)
+class _LargeBody:
+    """:meth:`Offload.parse`'s arguments, bundled only when the body goes to the compaction
+    thread: the common small body pays for no bundle and no closure."""
+
+    raw: bytes
+    parser: Parser
+    params: tuple[str, ...]
+    limits: SizeLimits | None
+    applies: Callable[[str | None], bool]
+
+
 class Offload:
     """The compaction thread and the parse worker of one process (both started on first use)."""
 
@@ -235,28 +248,22 @@ class Offload:
         raises :class:`ProxyError` for a bad body."""
         if len(raw) < OFFLOAD_BYTES:
             return _checked(parser(raw), params, limits, applies)
-        return await self.run(self._parse_large(raw, parser, params, limits, applies))
+        return await self.run(self._parse_large(_LargeBody(raw, parser, params, limits, applies)))
 
-    async def _parse_large(
-        self,
-        raw: bytes,
-        parser: Parser,
-        params: tuple[str, ...],
-        limits: SizeLimits | None,
-        applies: Callable[[str | None], bool],
-    ) -> dict[str, Any]:
+    async def _parse_large(self, body: _LargeBody) -> dict[str, Any]:
+        raw = body.raw
         if len(raw) <= THREAD_PARSE_BYTES and _estimated_values(raw) <= THREAD_PARSE_VALUES:
             with full_collections_paused():
-                return _checked(parser(raw), params, limits, applies)
+                return _checked(body.parser(raw), body.params, body.limits, body.applies)
         status, payload = await asyncio.wrap_future(
-            self._worker().submit(parse_in_worker, raw, parser, params, limits)
+            self._worker().submit(parse_in_worker, raw, body.parser, body.params, body.limits)
         )
         if status == "limit":
             fields, model = payload
-            if applies(model):
+            if body.applies(model):
                 raise ProxyError(*fields)
             status, payload = await asyncio.wrap_future(
-                self._worker().submit(parse_in_worker, raw, parser, params, None)
+                self._worker().submit(parse_in_worker, raw, body.parser, body.params, None)
             )
         # The worker freed its copy of the body once the result went out: give it back.
         self._worker().submit(_trim)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from compaction_proxy.checkpoints import KeyValueStore, StoreUnavailable
+from compaction_proxy.checkpoints import StoredValues, StoreUnavailable
 from compaction_proxy.compaction.summarizer import Summarizer, SummaryError, SummaryRequest
 
 log = logging.getLogger("compaction_proxy.summaries")
@@ -67,7 +67,7 @@ class SummaryFlights:
 
     def __init__(
         self,
-        store: KeyValueStore | None,
+        store: StoredValues | None,
         *,
         result_ttl_seconds: int = 3600,
         lock_ttl_seconds: float = 120.0,

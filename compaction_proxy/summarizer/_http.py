@@ -74,6 +74,17 @@ LimitParam = Literal["max_completion_tokens", "max_tokens"]
 log = logging.getLogger("compaction_proxy.summaries")
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Target:
+    """Where a summary's calls go and what bounds their answers: the same for every call of
+    one summary (the chunks of a fold), so it is settled once."""
+
+    upstream: UpstreamSettings
+    model: str
+    limit: int
+    count: Callable[[str], int]
+
+
 # ------------------------------------------------------------------ the summarizer
 
 
@@ -248,6 +259,7 @@ class HttpSummarizer:
         tokenizer = self._tokenizer_for(model)
         count = tokenizer.count_text
         window = SummarizerWindow(facts.context_window, limit)
+        target = _Target(upstream, model, limit, count)
         # Counting a long prefix and rendering a long transcript are CPU work: off the loop.
         off_loop = len(request.messages) + len(request.prefix or ()) >= OFF_LOOP_MESSAGES
         if off_loop:
@@ -267,9 +279,7 @@ class HttpSummarizer:
                     extra["tool_choice"] = choice
             if context is not None and context.functions:
                 extra["functions"] = context.functions
-            return await self._complete(
-                upstream, model, limit, messages, count, extra=extra, form="prefix"
-            )
+            return await self._complete(target, messages, extra=extra, form="prefix")
         plan = partial(self._plan, request, window, count)
         chunks = await asyncio.to_thread(plan) if off_loop else plan()
         if len(chunks) > self._max_chunks:
@@ -284,7 +294,7 @@ class HttpSummarizer:
                 {"role": "system", "content": system + note},
                 {"role": "user", "content": user},
             ]
-            return await self._complete(upstream, model, limit, messages, count)
+            return await self._complete(target, messages)
 
         return await fold(chunks, request.previous_summary, self.prompts, call)
 
@@ -298,11 +308,8 @@ class HttpSummarizer:
 
     async def _complete(
         self,
-        upstream: UpstreamSettings,
-        model: str,
-        limit: int,
+        target: _Target,
         messages: list[dict[str, Any]],
-        count: Callable[[str], int],
         *,
         extra: Mapping[str, Any] | None = None,
         form: str = "transcript",
@@ -311,7 +318,7 @@ class HttpSummarizer:
         outcome = "error"
         usage: dict[str, int] = {}
         try:
-            text = await self._post(upstream, model, limit, messages, count, extra or {}, usage)
+            text = await self._post(target, messages, extra or {}, usage)
             outcome = "ok"
             return text
         except SummaryError as exc:
@@ -323,8 +330,8 @@ class HttpSummarizer:
                 calls.outcomes.append(outcome)
             self.stats.record(
                 SummaryCallRecord(
-                    upstream.name,
-                    model,
+                    target.upstream.name,
+                    target.model,
                     outcome,
                     time.monotonic() - started,
                     per_request=calls is not None,
@@ -335,14 +342,12 @@ class HttpSummarizer:
 
     async def _post(
         self,
-        upstream: UpstreamSettings,
-        model: str,
-        limit: int,
+        target: _Target,
         messages: list[dict[str, Any]],
-        count: Callable[[str], int],
         extra: Mapping[str, Any],
         usage: dict[str, int],
     ) -> str:
+        upstream, model, limit = target.upstream, target.model, target.limit
         call, auth = self._form(upstream)
         body = call.body(self._parameters, model, messages, extra, self._limit_param, limit)
         headers = {"content-type": "application/json", "accept": "application/json"}
@@ -372,7 +377,7 @@ class HttpSummarizer:
                 "error",
                 f"{where} ({model}): HTTP {response.status_code}{_error_code(response.content)}",
             )
-        return _read_completion(response.content, call, where, model, limit, count, usage)
+        return _read_completion(response.content, call, where, model, limit, target.count, usage)
 
 
 def length_note(limit: int) -> str:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import http.cookiejar
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Literal, Protocol
 
 import aiohttp
@@ -75,6 +76,19 @@ _WATCHED_BODY = 64 * 1024
 _WRITE_CHUNK = 256 * 1024
 
 
+@dataclass(slots=True)
+class UpstreamRequest:
+    """One request as a transport sends it: the URL exactly as given, the headers as they go
+    on the wire, the body as bytes or a stream. One object for the transports' shared
+    signature; not frozen, because a frozen dataclass costs four times as much to build (once
+    a request) and nothing changes it."""
+
+    method: str
+    url: str
+    headers: list[tuple[str, str]]
+    content: Body
+
+
 class UpstreamReply(Protocol):
     status: int
 
@@ -92,14 +106,7 @@ class UpstreamTransport(Protocol):
     @property
     def closed(self) -> bool: ...
 
-    async def send(
-        self,
-        method: str,
-        url: str,
-        headers: list[tuple[str, str]],
-        content: Body,
-        timeouts: Timeouts,
-    ) -> UpstreamReply: ...
+    async def send(self, request: UpstreamRequest, timeouts: Timeouts) -> UpstreamReply: ...
 
     async def aclose(self) -> None: ...
 
@@ -253,15 +260,9 @@ class AiohttpUpstream:
             self._timeouts[id(timeouts)] = cached
         return cached
 
-    async def send(
-        self,
-        method: str,
-        url: str,
-        headers: list[tuple[str, str]],
-        content: Body,
-        timeouts: Timeouts,
-    ) -> UpstreamReply:
+    async def send(self, request: UpstreamRequest, timeouts: Timeouts) -> UpstreamReply:
         slot = await self._slot(timeouts.pool)
+        content, headers = request.content, request.headers
         watch: _WriteWatch | None = None
         data: Body | None = content if content != b"" else None
         if not isinstance(content, bytes) or len(content) > _WATCHED_BODY:
@@ -275,8 +276,8 @@ class AiohttpUpstream:
                     watch.start(window)
                 try:
                     response = await self._get_session().request(
-                        method,
-                        yarl.URL(url, encoded=True),
+                        request.method,
+                        yarl.URL(request.url, encoded=True),
                         headers=headers,
                         data=data,
                         allow_redirects=False,
@@ -348,14 +349,7 @@ class HttpxUpstream:
     def closed(self) -> bool:
         return self.client.is_closed
 
-    async def send(
-        self,
-        method: str,
-        url: str,
-        headers: list[tuple[str, str]],
-        content: Body,
-        timeouts: Timeouts,
-    ) -> UpstreamReply:
+    async def send(self, request: UpstreamRequest, timeouts: Timeouts) -> UpstreamReply:
         timeout = self._timeouts.get(id(timeouts))
         if timeout is None:
             timeout = httpx.Timeout(
@@ -365,11 +359,15 @@ class HttpxUpstream:
                 pool=timeouts.pool,
             )
             self._timeouts[id(timeouts)] = timeout
-        request = self.client.build_request(
-            method, url, headers=headers, content=content, timeout=timeout
+        built = self.client.build_request(
+            request.method,
+            request.url,
+            headers=request.headers,
+            content=request.content,
+            timeout=timeout,
         )
         try:
-            return _HttpxReply(await self.client.send(request, stream=True))
+            return _HttpxReply(await self.client.send(built, stream=True))
         except httpx.TimeoutException as exc:
             phased = _phase_of(exc, timeouts)
             if phased is None:

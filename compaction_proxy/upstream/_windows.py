@@ -7,7 +7,7 @@ the model's maximum, is a guess (`default_context_window`). This module narrows 
 * **Learned**: when an upstream refuses a prompt as too long, the window it states (or one
   shrunk from the refused count, see :func:`window_after_refusal`) is kept per upstream and
   model, so the wall is hit once, not every turn. Learned windows are written to the store's
-  key-value interface (:class:`~compaction_proxy.checkpoints.KeyValueStore`) under their own
+  key-value interface (:class:`~compaction_proxy.checkpoints.StoredValues`) under their own
   namespace (one key per upstream and model), so replicas share them and a restarted proxy does
   not hit the wall again. An
   in-process dict sits in front: the hot path costs a dict lookup; a cold miss asks the store
@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from compaction_proxy.checkpoints import KeyValueStore, StoreUnavailable
+from compaction_proxy.checkpoints import StoredValues, StoreUnavailable
 from compaction_proxy.compaction import ModelCatalog
 from compaction_proxy.compaction.errors import CompactionProxyError
 
@@ -134,7 +134,7 @@ class WindowBook:
     def __init__(
         self,
         settings: Settings,
-        store: KeyValueStore | None,
+        store: StoredValues | None,
         client: Callable[[], httpx.AsyncClient | None],
         *,
         catalog: ModelCatalog | None = None,

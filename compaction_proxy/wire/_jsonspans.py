@@ -292,6 +292,9 @@ def scan_array(
     length = len(buf)
     while True:
         index = len(starts)
+        # `hit`: the guessed bytes matched and a separator other than a bare comma follows;
+        # the element then ends below, where a scanned one does (a flag, not a call).
+        hit = False
         if speculate and index < len(hints):
             try:
                 encoded = dumps(hints[index])
@@ -308,30 +311,23 @@ def scan_array(
                     ends.append(value_end)
                     pos = value_end + 1
                     continue
-                if following in _AFTER_VALUE:
-                    after = _SEPARATOR.match(buf, value_end)
-                    if after is None or after.group(1) == b"}":
-                        raise ScanError("expected ',' or ']'", value_end)
-                    starts.append(value_start)
-                    ends.append(value_end)
-                    pos = after.end()
-                    if after.group(1) == b"]":
-                        return ArraySpans(start, pos, starts, ends, differs)
-                    continue
-            misses += 1
-            if misses >= 8 and misses > len(starts) // 2:
-                speculate = False  # this client formats differently: stop paying for dumps
-        differs.append(index)
-        found = match(buf, pos)
-        if found is not None:
-            starts.append(found.start(1))
-            ends.append(found.end(1))
-            pos = found.end()
-            if found.group(2) == b"]":
-                return ArraySpans(start, pos, starts, ends, differs)
-            continue
-        value_start = _SPACE.match(buf, pos).end()  # type: ignore[union-attr]
-        value_end = skip_value(buf, value_start)
+                hit = following in _AFTER_VALUE
+            if not hit:
+                misses += 1
+                if misses >= 8 and misses > len(starts) // 2:
+                    speculate = False  # this client formats differently: stop paying for dumps
+        if not hit:
+            differs.append(index)
+            found = match(buf, pos)
+            if found is not None:
+                starts.append(found.start(1))
+                ends.append(found.end(1))
+                pos = found.end()
+                if found.group(2) == b"]":
+                    return ArraySpans(start, pos, starts, ends, differs)
+                continue
+            value_start = _SPACE.match(buf, pos).end()  # type: ignore[union-attr]
+            value_end = skip_value(buf, value_start)
         after = _SEPARATOR.match(buf, value_end)
         if after is None or after.group(1) == b"}":
             raise ScanError("expected ',' or ']'", value_end)

@@ -25,6 +25,7 @@ from compaction_proxy.upstream import (
     ModelRead,
     Router,
     UpstreamFailure,
+    UpstreamRequest,
     UpstreamTimeout,
     classify_error,
     json_model,
@@ -377,7 +378,7 @@ async def failure_via_aiohttp(
     transport = AiohttpUpstream(ServerSettings())
     transport._session = _FakeSession(error, cause)  # type: ignore[assignment]
     with pytest.raises(TRANSPORT_ERRORS) as info:
-        await transport.send("POST", URL, [], b"{}", UP.timeouts)
+        await transport.send(UpstreamRequest("POST", URL, [], b"{}"), UP.timeouts)
     return classify_error(info.value, UP), info.value
 
 
@@ -490,7 +491,7 @@ class TestClassifyAiohttpTransport:
         timeouts = Timeouts(pool=0.01)
         held = await transport._slot(timeouts.pool)
         with pytest.raises(UpstreamTimeout) as info:
-            await transport.send("POST", URL, [], b"{}", timeouts)
+            await transport.send(UpstreamRequest("POST", URL, [], b"{}"), timeouts)
         held.release()
         failure = classify_error(info.value, UP)
         assert (failure.status, failure.code) == (504, "upstream_timeout")

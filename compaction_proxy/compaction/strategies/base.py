@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, TypedDict
 
 from ..summarizer import Summarizer
 from ..triggers import Always, Condition, Metrics, OverBudget, count_demands
@@ -81,6 +81,15 @@ class StrategyOutcome:
     """Why the strategy could not do its work (a :class:`~..summarizer.SummaryError` reason);
     a failed strategy changed nothing and the pipeline moves on to the next one."""
     failure_message: str | None = None
+
+
+class Conditions(TypedDict, total=False):
+    """The keywords a strategy hands to :class:`Strategy` untouched (``**conditions:
+    Unpack[Conditions]``), so that each one does not restate them with their defaults."""
+
+    trigger: Condition | None
+    target: Condition | None
+    minimum_preserved: int
 
 
 class Strategy(ABC):

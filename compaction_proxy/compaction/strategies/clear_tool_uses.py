@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, Unpack
 
 from pydantic import Field
 
@@ -42,7 +42,7 @@ from ..draft import Draft
 from ..messages import Message
 from ..triggers import Always, Condition
 from ._tools import ToolResult, answered_results, newest_non_system
-from .base import Strategy, StrategyContext, StrategyOutcome
+from .base import Conditions, Strategy, StrategyContext, StrategyOutcome
 from .context_pruning import DEFAULT_PLACEHOLDER
 from .params import StrategyParams
 
@@ -102,11 +102,9 @@ class ClearToolUsesStrategy(Strategy):
         clear_at_least: int = 0,
         clear_tool_inputs: bool = False,
         placeholder: str = DEFAULT_PLACEHOLDER,
-        trigger: Condition | None = None,
-        target: Condition | None = None,
-        minimum_preserved: int = 0,
+        **conditions: Unpack[Conditions],
     ) -> None:
-        super().__init__(trigger=trigger, target=target, minimum_preserved=minimum_preserved)
+        super().__init__(**conditions)
         if keep < 0:
             raise ValueError("keep must be >= 0")
         if clear_at_least < 0:

@@ -64,7 +64,7 @@ Deliberate differences from LibreChat:
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Unpack
 
 from pydantic import ConfigDict, Field
 
@@ -81,7 +81,7 @@ from ._tools import (
     newest_non_system,
     text_part_like,
 )
-from .base import Strategy, StrategyContext, StrategyOutcome
+from .base import Conditions, Strategy, StrategyContext, StrategyOutcome
 from .params import BuildContext, StrategyParams
 
 DEFAULT_PLACEHOLDER = "[Old tool result content cleared]"
@@ -201,11 +201,9 @@ class ContextPruningStrategy(Strategy):
         soft_trim_tail_chars: int = 1500,
         hard_clear_enabled: bool = True,
         placeholder: str = DEFAULT_PLACEHOLDER,
-        trigger: Condition | None = None,
-        target: Condition | None = None,
-        minimum_preserved: int = 0,
+        **conditions: Unpack[Conditions],
     ) -> None:
-        super().__init__(trigger=trigger, target=target, minimum_preserved=minimum_preserved)
+        super().__init__(**conditions)
         for label, ratio in (
             ("soft_trim_ratio", soft_trim_ratio),
             ("hard_clear_ratio", hard_clear_ratio),

@@ -7,6 +7,7 @@ groups count as old, the floors that protect the newest ones, and when to stop a
 from __future__ import annotations
 
 from abc import abstractmethod
+from typing import Unpack
 
 from pydantic import Field
 
@@ -14,7 +15,7 @@ from ..draft import Draft
 from ..triggers import Always, Condition
 from ..view import Group
 from ._tools import kept_tool_call_groups, newest, newest_non_system
-from .base import Strategy, StrategyContext, StrategyOutcome
+from .base import Conditions, Strategy, StrategyContext, StrategyOutcome
 from .params import StrategyParams
 
 
@@ -38,11 +39,9 @@ class OldToolGroupsStrategy(Strategy):
         self,
         *,
         keep_last_tool_call_groups: int = 1,
-        trigger: Condition | None = None,
-        target: Condition | None = None,
-        minimum_preserved: int = 0,
+        **conditions: Unpack[Conditions],
     ) -> None:
-        super().__init__(trigger=trigger, target=target, minimum_preserved=minimum_preserved)
+        super().__init__(**conditions)
         if keep_last_tool_call_groups < 0:
             raise ValueError("keep_last_tool_call_groups must be >= 0")
         self.keep_last_tool_call_groups = keep_last_tool_call_groups
