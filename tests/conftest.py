@@ -68,6 +68,24 @@ class UpstreamFactory(Protocol):
     def __call__(self, context_window: int | None = None) -> UpstreamServer: ...
 
 
+# --------------------------------------------------------------------------- order
+
+# The folders whose files run longest (long agent sessions over real servers) come first. Under
+# pytest-xdist (`--dist loadfile`) a file runs on one worker from its first test to its last, so
+# a long file collected last would run on alone at the end; started first, the short unit
+# files fill the other workers meanwhile. Within a folder the order is unchanged.
+_LONG_FIRST = ("integration", "reliability", "observability", "harness", "deploy")
+
+
+def _rank(item: pytest.Item) -> int:
+    parts = item.path.relative_to(Path(__file__).parent).parts
+    return _LONG_FIRST.index(parts[0]) if parts[0] in _LONG_FIRST else len(_LONG_FIRST)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=_rank)  # stable: each file's tests stay together and in order
+
+
 # --------------------------------------------------------------------------- failure reports
 
 

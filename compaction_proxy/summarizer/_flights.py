@@ -17,6 +17,7 @@ import hashlib
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import orjson
@@ -76,8 +77,12 @@ class SummaryFlights:
         backoff_max_seconds: float = 600.0,
         max_tracked: int = 10_000,
         total_timeout_seconds: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
+        # Back-off deadlines are read on this clock (injected by tests, as the breaker's and
+        # the preparer's are).
+        self.clock = clock
         # One summary, however many chunks and lock waits it takes: the request behind it
         # must not outwait its client.
         self.total_timeout_seconds = total_timeout_seconds
@@ -154,13 +159,13 @@ class GuardedSummarizer:
         """The pipeline refused the summary it got (not shorter than what it replaces): back
         off from this stretch as from a failed call."""
         if self._last_retry_key is not None:
-            self._flights.record_failure(self._last_retry_key, time.monotonic())
+            self._flights.record_failure(self._last_retry_key, self._flights.clock())
 
     async def summarize(self, request: SummaryRequest) -> str:
         flights = self._flights
         retry_key = backoff_key(self._namespace, request)
         self._last_retry_key = retry_key
-        wait = flights.backing_off(retry_key, time.monotonic())
+        wait = flights.backing_off(retry_key, flights.clock())
         if wait is not None:
             raise SummaryError(
                 "backoff",
@@ -183,7 +188,7 @@ class GuardedSummarizer:
                     "(summarization.timeout)",
                 ) from None
         except SummaryError as error:
-            flights.record_failure(retry_key, time.monotonic())
+            flights.record_failure(retry_key, flights.clock())
             future.set_exception(error)
             future.exception()  # retrieved: waiters re-raise it, nobody else must
             raise

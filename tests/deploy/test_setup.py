@@ -55,6 +55,15 @@ def test_ci_runs_the_readme_test_command_exactly() -> None:
     assert lines[-1] == test_command, "the README's command is CI's last step (its exit status)"
 
 
+def test_the_readme_test_command_runs_the_suite_in_parallel_workers() -> None:
+    """The suite mostly waits on server processes; the README's bare `python -m pytest` runs
+    it in pytest-xdist workers, a module to a worker (its module-scoped servers start once)."""
+    assert "pytest-xdist" in _names(PYPROJECT["project"]["optional-dependencies"]["test"])
+    options = PYPROJECT["tool"]["pytest"]["ini_options"]["addopts"].split()
+    assert "-n" in options and int(options[options.index("-n") + 1]) > 1, options
+    assert options[options.index("--dist") + 1] == "loadfile", options
+
+
 def test_the_development_page_shows_the_readme_test_command() -> None:
     """docs/development.md explains the README's test command, so it shows that same one."""
     text = (REPO_ROOT / "docs" / "development.md").read_text(encoding="utf-8")

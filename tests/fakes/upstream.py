@@ -33,6 +33,9 @@ Per-request behaviour is steered by request headers, which pass through the prox
 - ``X-Fake-Body: html`` answers with an HTML page instead of JSON (status ``X-Fake-Status``,
   default 200), as a misconfigured gateway or a captive portal would.
 
+``summarizer_hold`` (``POST /_control``) holds every summarizer call until it is set false
+again, so a test can tell whether a request waited for one without timing it.
+
 ``api_keys`` (``POST /_control``) makes the API routes check keys as a provider does: a request
 whose ``Authorization`` is not ``Bearer <one of them>`` gets a 401 ``invalid_api_key`` (None,
 the default: every key, and none, is accepted).
@@ -342,6 +345,9 @@ class Settings:
     # How the summarizer persona answers: ok | error (500) | hang | empty | oversized.
     summarizer: str = "ok"
     summarizer_delay_ms: float = 0.0
+    # While true, summarizer calls wait at a gate until it is set false again (a test's way to
+    # see whether a request waited for one, without a clock).
+    summarizer_hold: bool = False
     # How a request over the window is refused (see the module docstring).
     refusal_style: str = "openai"
     # Which server's field `GET /v1/models` states the windows in: none | vllm | openrouter |
@@ -446,6 +452,9 @@ class FakeUpstream:
         self.counter = TokenCounter()
         self.prompt_cache = PrefixCache()
         self._ids = itertools.count(1)
+        # Open unless ``summarizer_hold`` is on; summarizer calls wait here.
+        self.summarizer_gate = asyncio.Event()
+        self.summarizer_gate.set()
 
     def next_id(self) -> int:
         return next(self._ids)
@@ -877,6 +886,8 @@ def create_app(
         forced: ChatReply | None = None
         if settings.summarizer_delay_ms and is_summarizer_call(payload):
             await asyncio.sleep(settings.summarizer_delay_ms / 1000)
+        if is_summarizer_call(payload):
+            await fake.summarizer_gate.wait()
         if settings.summarizer != "ok" and is_summarizer_call(payload):
             failure = _summarizer_failure(fake, request, settings.summarizer)
             if isinstance(failure, ChatReply):
@@ -1105,6 +1116,10 @@ def apply_control(fake: FakeUpstream, changes: Any) -> None:
         raise ValueError(f"publish_windows must be one of {', '.join(PUBLISH_STYLES)}")
     for name in known & set(changes):
         setattr(fake.settings, name, changes[name])
+    if fake.settings.summarizer_hold:
+        fake.summarizer_gate.clear()
+    else:
+        fake.summarizer_gate.set()
 
 
 def embedding_for(item: Any) -> list[float]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -143,14 +142,12 @@ def test_upstream_timeout_is_504(
     path: str,
     body: dict[str, Any] | None,
 ) -> None:
-    started = time.monotonic()
+    # The upstream never answers: only the proxy's 1 s read timeout (not the 600 s default)
+    # can answer within the client's generous 45 s, which raises on a hang.
     with impatient_proxy.http_client(timeout=45.0) as client:
         response = client.request(method, path, json=body, headers={"X-Fake-Hang": "1"})
-    elapsed = time.monotonic() - started
     error = assert_openai_error(response, 504)
     assert "slowup-3" in error["message"]
-    # Bounded by the 1 s read timeout, not by the 600 s default (generous margin).
-    assert elapsed < 30, elapsed
     assert len(upstream.requests(path)) == 1
 
 

@@ -15,7 +15,6 @@ byte rather than none, a stall mid-stream) so that this suite stands on its own.
 from __future__ import annotations
 
 import socket
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -249,20 +248,19 @@ def test_a_first_byte_later_than_the_read_timeout_is_504(
     stream: bool,
 ) -> None:
     tag = f"late-{uuid.uuid4().hex}"
-    started = time.monotonic()
+    # The client gives up after HANG_BOUND (a hang); the upstream answers after 4x the read
+    # timeout: a 504 naming the upstream shows the read timeout ended the wait.
     response = client.post(
         CHAT_PATH,
         json=chat_body(padded, "late", stream=stream),
         headers={"X-Fake-Delay-Ms": str(int(READ_TIMEOUT * 1000 * 4)), "X-Fake-Tag": tag},
     )
-    elapsed = time.monotonic() - started
     error = assert_openai_error(response, 504)
     assert "flaky-1" in error["message"]
     assert error["type"] == "upstream_error"
     assert_no_traceback(response.content)
     assert response.headers.get("x-request-id")
     assert_compacted_if_padded(response, padded)
-    assert elapsed < HANG_BOUND, elapsed
     assert_alive(fault_proxy)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 
@@ -27,6 +28,13 @@ from compaction_proxy.engine._prepare import (
 
 SYSTEM = {"role": "system", "content": "s"}
 MESSAGES = [SYSTEM, *({"role": "user", "content": f"m{i}"} for i in range(6))]
+
+
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Lets the loop run until ``condition`` holds; fails after a generous bound."""
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.001)
 
 
 class Clock:
@@ -103,7 +111,7 @@ async def test_a_job_reports_pending_then_ready() -> None:
     assert prep.start("k", job) == "pending"  # one job per conversation
     assert prep.stats.in_flight == 1
     gate.set()
-    await asyncio.sleep(0.01)
+    await until(lambda: prep.stats.in_flight == 0)
     assert prep.state("k") == "ready" and prep.stats.made == 1 and prep.stats.in_flight == 0
     await prep.close()
 
@@ -112,9 +120,11 @@ async def test_the_oldest_job_is_dropped_for_a_new_one() -> None:
     prep = preparer(prepareMaxInFlight=2)
     never = asyncio.Event()
     cancelled: list[str] = []
+    running: list[str] = []
 
     def job(name: str):
         async def run() -> JobOutcome:
+            running.append(name)
             try:
                 await never.wait()
             except asyncio.CancelledError:
@@ -126,13 +136,14 @@ async def test_the_oldest_job_is_dropped_for_a_new_one() -> None:
 
     for name in ("a", "b", "c"):
         prep.start(name, job(name))
-        await asyncio.sleep(0.01)  # running, so a cancellation reaches it
+        await until(lambda started=name: started in running)  # so a cancellation reaches it
+    await until(lambda: cancelled == ["a"])
     assert cancelled == ["a"] and prep.stats.dropped == 1
     assert prep.state("a") == "none" and prep.state("c") == "pending"
     # The dropped conversation's next request does not start it again (it would drop "b",
     # whose next request would drop "c"...: with more conversations than jobs none finishes).
-    prep.start("a", job("a"))
-    await asyncio.sleep(0.01)
+    # (Starting it would drop "b" at once, inside start().)
+    assert prep.start("a", job("a")) == "none"
     assert prep.stats.dropped == 1 and prep.state("b") == "pending"
     await prep.close()
     # After close (shutdown), nothing new starts.
@@ -147,7 +158,7 @@ async def test_a_broken_job_fails_quietly_and_cools_down() -> None:
         raise RuntimeError("bug")
 
     prep.start("k", broken)
-    await asyncio.sleep(0.01)
+    await until(lambda: prep.stats.in_flight == 0)
     assert prep.stats.failed == 1 and prep.state("k") == "none"
     ran: list[int] = []
 
@@ -155,19 +166,18 @@ async def test_a_broken_job_fails_quietly_and_cools_down() -> None:
         ran.append(1)
         return "empty"
 
-    prep.start("k", again)  # within the cool-down: not started
-    await asyncio.sleep(0.01)
+    # Within the cool-down: not started (a started job is in flight at once).
+    assert prep.start("k", again) == "none" and prep.stats.in_flight == 0
     assert ran == []
     clock.now += 31
     prep.start("k", again, size=10)
-    await asyncio.sleep(0.01)
+    await until(lambda: prep.stats.in_flight == 0)
     assert ran == [1]
     # Nothing to fold yet: tried again only once the conversation has grown by a step.
-    prep.start("k", again, size=11)
-    await asyncio.sleep(0.01)
+    assert prep.start("k", again, size=11) == "none" and prep.stats.in_flight == 0
     assert ran == [1] and prep.state("k") == "none"
     prep.start("k", again, size=12)
-    await asyncio.sleep(0.01)
+    await until(lambda: prep.stats.in_flight == 0)
     assert ran == [1, 1]
     await prep.close()
 
@@ -182,7 +192,7 @@ async def test_another_replica_holding_the_lease_reads_as_pending() -> None:
         return "elsewhere"
 
     two.start("k", elsewhere)
-    await asyncio.sleep(0.01)
+    await until(lambda: two.stats.in_flight == 0)  # done, and still reported pending
     assert two.state("k") == "pending"
     await one.close()
     await two.close()

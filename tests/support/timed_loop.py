@@ -29,6 +29,9 @@ class Step:
     prepared: str
     warnings: list[str]
     strategies: str = ""
+    # Summarizer calls that reached the upstream between this request and its reply (the
+    # request's own, or a background one).
+    summarizer_calls: int = 0
 
 
 @dataclass
@@ -37,6 +40,8 @@ class Session:
     summarizer_calls: int = 0
     summaries: list[str] = field(default_factory=list)
     facts_shown: list[str] = field(default_factory=list)
+    # Every request was answered while the upstream held summarizer calls at a gate.
+    held_summarizer: bool = False
 
     @property
     def events(self) -> list[Step]:
@@ -67,21 +72,31 @@ def drive(
     steps: int,
     think_seconds: float,
     settle_seconds: float,
+    hold_summarizer: bool = False,
 ) -> Session:
     """One agent loop; request i goes to clients[i % len(clients)] (replicas behind a
     balancer). Summarizer calls are collected from the upstream's recordings, whoever made
-    them and whenever (background calls land between requests)."""
-    session = Session()
+    them and whenever (background calls land between requests).
+
+    ``hold_summarizer``: the upstream holds summarizer calls at a gate while each request is
+    in flight and lets them go once it is answered (as the agent starts its tool), so a
+    request that waited for a summarizer call could not have been answered in time: it runs
+    into the proxy's summarization timeout and says so in its warnings."""
+    session = Session(held_summarizer=hold_summarizer)
     report = LoopReport(facts_shown=["FACT-TASK"])
     conversation: list[dict[str, Any]] = [SYSTEM, TASK]
     upstream.clear()
     for index in range(steps):
         client = clients[index % len(clients)]
+        if hold_summarizer:
+            upstream.control(summarizer_hold=True)
         started = time.perf_counter()
         raw = client.chat.completions.with_raw_response.create(
             model=model, messages=conversation, tools=TOOLS
         )
         seconds = time.perf_counter() - started
+        if hold_summarizer:
+            upstream.control(summarizer_hold=False)
         raw.parse()
         recorded = upstream.take(CHAT)  # read and cleared at once: no background call is lost
         forwarded = [r.json() for r in recorded if not is_summarizer_text(r.text)]
@@ -98,6 +113,7 @@ def drive(
                 prepared=raw.headers.get("x-compaction-prepared", ""),
                 warnings=raw.headers.get_list("x-compaction-warning"),
                 strategies=raw.headers.get("x-compaction-strategies", ""),
+                summarizer_calls=len(summaries),
             )
         )
         add_step(conversation, index, report)

@@ -62,6 +62,7 @@ class Listing:
         self.status = status
         self.body = body
         self.delay = 0.0
+        self.gate: asyncio.Event | None = None  # when set: answers only once it opens
         self.windows = windows
 
     async def handle(self, request: httpx.Request) -> httpx.Response:
@@ -70,6 +71,8 @@ class Listing:
         assert request.url.path == "/v1/models"
         if self.delay:
             await asyncio.sleep(self.delay)
+        if self.gate is not None:
+            await self.gate.wait()
         if self.body is not None:
             return httpx.Response(self.status, content=self.body)
         data = [{"id": m, "object": "model", "max_model_len": w} for m, w in self.windows.items()]
@@ -146,14 +149,19 @@ async def test_builtin_and_default_without_discovery() -> None:
 async def test_known_models_refresh_the_listing_in_the_background() -> None:
     settings = _settings()
     listing = Listing({"gpt-4": 6_000})
-    listing.delay = 0.05
+    listing.gate = asyncio.Event()
     book = _book(settings, None, listing)
     upstream = _upstream(settings)
-    # The built-in table knows gpt-4: the request does not wait for the listing...
+    # The built-in table knows gpt-4: the request does not wait for the listing (held at
+    # its gate, it has not answered)...
     assert await book.window_for(upstream, "gpt-4", None) == Window(8_192, "builtin")
-    await asyncio.sleep(0.1)
-    # ...which the next request then finds.
-    assert await book.window_for(upstream, "gpt-4", None) == Window(6_000, "discovered")
+    assert listing.calls <= 1
+    listing.gate.set()
+    # ...which a later request then finds, once it has answered.
+    async with asyncio.timeout(10):
+        while (found := await book.window_for(upstream, "gpt-4", None)).source != "discovered":
+            await asyncio.sleep(0.005)
+    assert found == Window(6_000, "discovered")
     assert listing.calls == 1
 
 
@@ -228,12 +236,12 @@ async def test_a_failed_listing_is_cached_and_never_raises(
 async def test_a_slow_listing_costs_at_most_the_timeout() -> None:
     settings = _settings(windows={"discovery_timeout": 0.1})
     listing = Listing({UNKNOWN: 4_096})
-    listing.delay = 5
+    listing.gate = asyncio.Event()  # never opened: the listing never answers
     book = _book(settings, None, listing)
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    assert await book.window_for(_upstream(settings), UNKNOWN, None) == Window(128_000, "default")
-    assert loop.time() - started < 1.0
+    # Only the discovery timeout can end this wait (the bound stops a test that would hang).
+    found = await asyncio.wait_for(book.window_for(_upstream(settings), UNKNOWN, None), 30)
+    assert found == Window(128_000, "default")
+    assert listing.calls == 1
     await book.close()
 
 
