@@ -16,7 +16,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
 from compaction_proxy.compaction import CompactionResult, Mode
@@ -66,9 +66,12 @@ def lowered(attempt: Attempt) -> Attempt:
         return attempt
     subject = attempt.subject
     out = subject.view.lower(attempt.messages)
-    attempt.body = subject.client.with_elements(out.items, copies=out.copies)
-    attempt.headers.extend((b"x-compaction-warning", header_safe(n)) for n in out.notes)
-    return attempt
+    notes = tuple((b"x-compaction-warning", header_safe(n)) for n in out.notes)
+    return replace(
+        attempt,
+        body=subject.client.with_elements(out.items, copies=out.copies),
+        headers=(*attempt.headers, *notes),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +99,7 @@ class Subject:
         return self.view.chat
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Attempt:
     """One compaction of the request: what to forward and what it was budgeted for."""
 
@@ -106,7 +109,7 @@ class Attempt:
     result: CompactionResult | None  # None: compaction failed, the original is forwarded
     window: Window | None
     checkpoint: str = "none"
-    headers: list[tuple[bytes, bytes]] = field(default_factory=list)  # to the client
+    headers: tuple[tuple[bytes, bytes], ...] = ()  # to the client
     # The messages the compaction made, to forward in place of the client's (None: unchanged).
     messages: Sequence[Mapping[str, Any]] | None = None
 
@@ -134,7 +137,7 @@ def failed(subject: Subject, window: Window | None) -> Attempt:
     A failure inside compaction must never fail a request that would have succeeded without
     the proxy, so every failure ends here rather than in an error reply.
     """
-    return Attempt(subject, subject.raw, None, None, window, headers=[_FAILED])
+    return Attempt(subject, subject.raw, None, None, window, headers=(_FAILED,))
 
 
 async def compact(
@@ -186,7 +189,7 @@ async def compact(
         flow.result,
         window,
         flow.checkpoint,
-        headers,
+        tuple(headers),
         flow.messages,
     )
     try:
@@ -254,10 +257,8 @@ async def send_with_retries(
         if retry is None:
             ctx.overflow_outcome = _refused_outcome(retries, overflow, ctx.overflow_outcome)
             # Nothing more to try: the client gets the (last) refusal exactly as it came.
-            outcome.bytes_out = await send_held(send, held, headers)
-            outcome.held = None
-            outcome.completed = True
-            return outcome
+            sent = await send_held(send, held, headers)
+            return replace(outcome, bytes_out=sent, held=None, completed=True)
         assert overflow is not None
         retries += 1
         attempt = retry
