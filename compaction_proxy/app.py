@@ -27,11 +27,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from compaction_proxy import __version__
 from compaction_proxy.api import (
     AppState,
-    Outcome,
+    Finished,
     RequestContext,
+    RouteOutcome,
     compacted,
     credential,
     dashboard_router,
+    finished,
     health_router,
     metrics_router,
     passthrough,
@@ -113,6 +115,7 @@ class ProxyApp:
         path: str = scope["path"]
         drain = self.state.drain
         flight = drain.enter()
+        outcome: RouteOutcome | None = None  # None: no route answered (errors, side paths)
         try:
             if drain.cutting:
                 raise ArrivedAfterCut
@@ -122,17 +125,10 @@ class ProxyApp:
                 # ctx.response_headers (the request id among them), no wrapper per message.
                 self._authenticate(ctx, scope)
                 if path == "/v1/compaction/preview":
-                    await preview(ctx, scope, receive, send)
+                    outcome = await preview(ctx, scope, receive, send)
                 else:
                     outcome = await self._forward(ctx, scope, receive, send)
-                    ctx.status = 499 if outcome.client_gone else outcome.status
-                    ctx.bytes_out = outcome.bytes_out
-                    ctx.client_gone = outcome.client_gone
-                    ctx.upstream_request_id = outcome.upstream_request_id
-                    ctx.upstream_seconds = outcome.upstream_seconds
-                    ctx.upstream_prompt_tokens = outcome.prompt_tokens
                     self._note_accepted(ctx, scope, outcome)
-                    ctx.cut_by_shutdown = outcome.cut_by_shutdown
             else:
                 access = self._side_access(ctx, scope, path)
                 if access is Access.DENIED:
@@ -153,20 +149,22 @@ class ProxyApp:
             await _send_error(send, error, headers, format_for_path(scope.get("method"), path))
         except ClientGone:
             ctx.status = 499
-            ctx.client_gone = True
         except (asyncio.CancelledError, ArrivedAfterCut):
             if not drain.owns(flight):
                 raise
             await _answer_cut(ctx, send)
         finally:
             drain.leave(flight)
-            self.telemetry.record_request(ctx, scope.get("method"), path)
-            _calibrate(ctx)
-            _access_log(ctx, scope)
+            # The one place a request is recorded: the context's edge facts with the route's
+            # frozen outcome.
+            done = finished(ctx, outcome)
+            self.telemetry.record_request(done, scope.get("method"), path)
+            _calibrate(ctx.state, done)
+            _access_log(done, scope)
 
     async def _forward(
         self, ctx: RequestContext, scope: Scope, receive: Receive, send: Send
-    ) -> Outcome:
+    ) -> RouteOutcome:
         wire = format_for_path(scope["method"], scope["path"])
         if wire is not None:
             return await compacted(wire, ctx, scope, receive, send)
@@ -192,12 +190,12 @@ class ProxyApp:
             presented = dict(parse_qsl(query)).get("key", "").encode()
         return side_access(path, presented, self._api_keys, self._metrics_keys)
 
-    def _note_accepted(self, ctx: RequestContext, scope: Scope, outcome: Outcome) -> None:
+    def _note_accepted(self, ctx: RequestContext, scope: Scope, outcome: RouteOutcome) -> None:
         """Remember the caller's key when an upstream that checks keys accepted it: the proxy
         may then spend an operator's key for this caller (compaction_proxy/http/_admission.py). A
         reply to a request that carried the operator's key, or the proxy's own, proves
         nothing about the caller's."""
-        if ctx.authenticated or not 200 <= outcome.status < 300:
+        if ctx.authenticated or outcome.sent is None or not 200 <= outcome.sent.status < 300:
             return
         upstream = self._upstreams.get(ctx.upstream or "")
         if upstream is None or upstream.api_key is not None or upstream.keyless:
@@ -253,12 +251,12 @@ def _safe_path(scope: Scope) -> str:
     return safe.path
 
 
-def _calibrate(ctx: RequestContext) -> None:
+def _calibrate(state: AppState, done: Finished) -> None:
     """Feed the upstream's prompt-token count for a compacted request back to the triggers."""
-    report = ctx.report
-    if report is None or not ctx.upstream_prompt_tokens or report.mode == "dry-run":
+    report = done.report
+    if report is None or not done.upstream_prompt_tokens or report.mode == "dry-run":
         return
-    ctx.state.compactor.calibrate(report.model, ctx.upstream_prompt_tokens, report.tokens_after)
+    state.compactor.calibrate(report.model, done.upstream_prompt_tokens, report.tokens_after)
 
 
 def _with_request_id(ctx: RequestContext, send: Send) -> Send:
@@ -280,7 +278,7 @@ def _request_id(scope: Scope) -> str:
     return f"{_ID_PREFIX}{next(_ID_COUNTER):010x}"
 
 
-def _access_log(ctx: RequestContext, scope: Scope) -> None:
+def _access_log(ctx: Finished, scope: Scope) -> None:
     if not ACCESS.isEnabledFor(logging.INFO):
         return
     # Serialized here, once, with orjson: the formatter passes the line through untouched.
@@ -304,7 +302,7 @@ def _access_log(ctx: RequestContext, scope: Scope) -> None:
     )
 
 
-def _report_fields(ctx: RequestContext) -> dict[str, object]:
+def _report_fields(ctx: Finished) -> dict[str, object]:
     report = ctx.report
     if report is None:
         return {}

@@ -14,6 +14,8 @@ FastAPI routers the app includes:
   the report headers); ``_limits``: the body limits a route reads with;
 * ``_context``: :class:`AppState`, what every request shares, and :class:`RequestContext`,
   one request's, which feeds the access log;
+* ``_outcome``: :class:`RouteOutcome`, what a route returns (frozen), and :class:`Finished`,
+  the one value a finished request is recorded from;
 * ``_health``, ``_metrics``, ``_dashboard``: ``/healthz`` and ``/readyz``, ``/metrics``,
   ``/dashboard`` (its page is ``static/dashboard.html``).
 """
@@ -22,20 +24,22 @@ from ._compacted import compacted
 from ._context import AppState, RequestContext
 from ._dashboard import router as dashboard_router
 from ._dashboard import send_unauthorized_page
-from ._forward import Outcome
 from ._health import router as health_router
 from ._metrics import router as metrics_router
+from ._outcome import Finished, RouteOutcome, finished
 from ._passthrough import passthrough
 from ._preview import preview
 from ._requests import credential
 
 __all__ = [
     "AppState",
-    "Outcome",
+    "Finished",
     "RequestContext",
+    "RouteOutcome",
     "compacted",
     "credential",
     "dashboard_router",
+    "finished",
     "health_router",
     "metrics_router",
     "passthrough",

@@ -16,7 +16,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
 from compaction_proxy.compaction import CompactionResult, Mode
@@ -38,6 +38,7 @@ from compaction_proxy.wire import ClientBody, View, WireFormat
 
 from ._context import RequestContext
 from ._forward import Outcome, forward, send_held
+from ._outcome import RouteOutcome, relayed
 from ._requests import (
     authorization,
     credential,
@@ -66,9 +67,12 @@ def lowered(attempt: Attempt) -> Attempt:
         return attempt
     subject = attempt.subject
     out = subject.view.lower(attempt.messages)
-    attempt.body = subject.client.with_elements(out.items, copies=out.copies)
-    attempt.headers.extend((b"x-compaction-warning", header_safe(n)) for n in out.notes)
-    return attempt
+    notes = tuple((b"x-compaction-warning", header_safe(n)) for n in out.notes)
+    return replace(
+        attempt,
+        body=subject.client.with_elements(out.items, copies=out.copies),
+        headers=(*attempt.headers, *notes),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +100,7 @@ class Subject:
         return self.view.chat
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Attempt:
     """One compaction of the request: what to forward and what it was budgeted for."""
 
@@ -106,16 +110,14 @@ class Attempt:
     result: CompactionResult | None  # None: compaction failed, the original is forwarded
     window: Window | None
     checkpoint: str = "none"
-    headers: list[tuple[bytes, bytes]] = field(default_factory=list)  # to the client
+    headers: tuple[tuple[bytes, bytes], ...] = ()  # to the client
     # The messages the compaction made, to forward in place of the client's (None: unchanged).
     messages: Sequence[Mapping[str, Any]] | None = None
 
-    def report_to(self, ctx: RequestContext) -> None:
-        """Make this the attempt the request reports (the access log and the metrics read the
-        report and checkpoint from the context; the headers go with the reply itself)."""
-        if self.result is not None:
-            ctx.report = self.result.report
-            ctx.checkpoint = self.checkpoint
+    def reported(self, before: Attempt | None) -> Attempt | None:
+        """The attempt the request reports once this one is sent: this one, unless its
+        compaction failed (then the one reported before stays)."""
+        return self if self.result is not None else before
 
     @property
     def retriable(self) -> bool:
@@ -134,7 +136,7 @@ def failed(subject: Subject, window: Window | None) -> Attempt:
     A failure inside compaction must never fail a request that would have succeeded without
     the proxy, so every failure ends here rather than in an error reply.
     """
-    return Attempt(subject, subject.raw, None, None, window, headers=[_FAILED])
+    return Attempt(subject, subject.raw, None, None, window, headers=(_FAILED,))
 
 
 async def compact(
@@ -186,7 +188,7 @@ async def compact(
         flow.result,
         window,
         flow.checkpoint,
-        headers,
+        tuple(headers),
         flow.messages,
     )
     try:
@@ -205,7 +207,7 @@ async def send_with_retries(
     raw: bytes,
     attempt: Attempt | None,
     wire: WireFormat,
-) -> Outcome:
+) -> RouteOutcome:
     """Forward ``attempt`` (None: the client's ``raw`` bytes) and relay the reply; ``wire``
     says how the upstream is authenticated, its usage read and its refusals recognised.
 
@@ -216,8 +218,9 @@ async def send_with_retries(
     """
     base = ctx.response_headers  # the request's own (its id, X-Compaction-Skipped)
     headers = base
+    reported: Attempt | None = None  # the attempt the request reports (its report, checkpoint)
     if attempt is not None:
-        attempt.report_to(ctx)
+        reported = attempt.reported(None)
         headers = [*base, *attempt.headers]
     hold = REFUSAL_STATUSES if attempt is not None and attempt.retriable else None
     retries = 0
@@ -237,41 +240,48 @@ async def send_with_retries(
             ),
             content=body,
             extra_headers=headers,
-            usage=wire.usage_tokens if ctx.report is not None else None,
+            usage=wire.usage_tokens if reported is not None else None,
             on_accepted=None if save is None else saver(save),
             hold=hold,
         )
         held = outcome.held
         if held is None:
+            overflow_outcome = None
             if retries:
-                ctx.overflow_outcome = "fixed" if 200 <= outcome.status < 300 else "refused_again"
-            return outcome
+                overflow_outcome = "fixed" if 200 <= outcome.status < 300 else "refused_again"
+            return _answered(outcome, reported, retries, overflow_outcome)
         overflow = detect_overflow(held.status, held.body, held.content_encoding, wire.refusals)
         retry = None
         if overflow is not None:
             assert attempt is not None  # only a compacted request's refusals are held
             retry = await after_refusal(ctx, scope, attempt, overflow, retries)
         if retry is None:
-            ctx.overflow_outcome = _refused_outcome(retries, overflow, ctx.overflow_outcome)
             # Nothing more to try: the client gets the (last) refusal exactly as it came.
-            outcome.bytes_out = await send_held(send, held, headers)
-            outcome.held = None
-            outcome.completed = True
-            return outcome
+            sent = await send_held(send, held, headers)
+            delivered = replace(outcome, bytes_out=sent, held=None, completed=True)
+            return _answered(delivered, reported, retries, _refused_outcome(retries, overflow))
         assert overflow is not None
         retries += 1
         attempt = retry
-        retry.report_to(ctx)
+        reported = retry.reported(reported)
         # The headers of the attempt that produced the answer, never a refused one's.
         headers = [*base, *retry.headers, *retried_headers(retries, overflow)]
-        ctx.compaction_retries = retries
 
 
-def _refused_outcome(retries: int, overflow: Overflow | None, before: str | None) -> str | None:
-    """``overflow_outcome`` when a refusal reaches the client."""
+def _answered(
+    sent: Outcome, reported: Attempt | None, retries: int, overflow: str | None
+) -> RouteOutcome:
+    if reported is None:
+        return relayed(sent, retries=retries, overflow=overflow)
+    report = None if reported.result is None else reported.result.report
+    return relayed(sent, report, reported.checkpoint, retries, overflow)
+
+
+def _refused_outcome(retries: int, overflow: Overflow | None) -> str | None:
+    """The overflow outcome when a refusal reaches the client."""
     if retries:
         return "refused_again"
-    return "passed_through" if overflow is not None else before
+    return "passed_through" if overflow is not None else None
 
 
 def retried_headers(retries: int, overflow: Overflow) -> list[tuple[bytes, bytes]]:

@@ -14,9 +14,12 @@ original goes upstream, with a warning).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from compaction_proxy.checkpoints import StoreBudget
 from compaction_proxy.compaction import Mode
 from compaction_proxy.compaction.messages import last_user_text
+from compaction_proxy.config import UpstreamSettings
 from compaction_proxy.engine import OFFLOAD_BYTES
 from compaction_proxy.http import Receive, Scope, Send, read_body
 from compaction_proxy.upstream import json_model
@@ -24,8 +27,8 @@ from compaction_proxy.wire import ClientBody, WireFormat
 
 from ._attempts import Attempt, Subject, compact, send_with_retries
 from ._context import RequestContext
-from ._forward import Outcome
 from ._limits import compacted_model, size_limits
+from ._outcome import RouteOutcome
 from ._requests import (
     compaction_mode,
     effective_window,
@@ -36,7 +39,7 @@ from ._requests import (
 
 async def compacted(
     wire: WireFormat, ctx: RequestContext, scope: Scope, receive: Receive, send: Send
-) -> Outcome:
+) -> RouteOutcome:
     # Every store call of the request (window read, lookup, summary flights, the checkpoint
     # saved once the upstream answers, a learned window) shares one time budget: a store that
     # hangs costs the request that much at most, however many calls it would have made.
@@ -45,21 +48,35 @@ async def compacted(
         raw = await read_body(scope, receive, state.settings.server.max_body_bytes)
         ctx.bytes_in = len(raw)
         mode = compaction_mode(scope)
+        call = _Call(wire, ctx, scope, receive, send, raw)
         if mode is None:
-            return await untouched(wire, ctx, scope, receive, send, raw)
+            return await _untouched(call)
         with state.compactor.offload.holding(raw):
-            return await _compact_and_send(wire, ctx, scope, receive, send, raw, mode)
+            return await _compact_and_send(call, mode)
 
 
-async def _compact_and_send(
-    wire: WireFormat,
-    ctx: RequestContext,
-    scope: Scope,
-    receive: Receive,
-    send: Send,
-    raw: bytes,
-    mode: Mode,
-) -> Outcome:
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """One compacted route's request as it reached the proxy: what each of its steps takes."""
+
+    wire: WireFormat
+    ctx: RequestContext
+    scope: Scope
+    receive: Receive
+    send: Send
+    raw: bytes
+
+    async def send_upstream(
+        self, upstream: UpstreamSettings, attempt: Attempt | None
+    ) -> RouteOutcome:
+        """Forward ``attempt`` (None: the client's bytes), compacting again after a refusal."""
+        return await send_with_retries(
+            self.ctx, self.scope, self.receive, self.send, upstream, self.raw, attempt, self.wire
+        )
+
+
+async def _compact_and_send(call: _Call, mode: Mode) -> RouteOutcome:
+    wire, ctx, scope, raw = call.wire, call.ctx, call.scope, call.raw
     state = ctx.state
     offload = state.compactor.offload
     # A large body is parsed (and held to server.max_messages / max_content_parts),
@@ -92,26 +109,20 @@ async def _compact_and_send(
         window = await effective_window(ctx, scope, upstream, ctx.model)
         subject = Subject(ClientBody(raw, body, wire.items), view, mode, wire)
         attempt = await compact(ctx, scope, subject, window)
-    return await send_with_retries(ctx, scope, receive, send, upstream, raw, attempt, wire)
+    return await call.send_upstream(upstream, attempt)
 
 
-async def untouched(
-    wire: WireFormat,
-    ctx: RequestContext,
-    scope: Scope,
-    receive: Receive,
-    send: Send,
-    raw: bytes,
-) -> Outcome:
+async def _untouched(call: _Call) -> RouteOutcome:
     """``X-Compaction: off``: the client's bytes go upstream as they came, whatever JSON they
     hold; only ``model`` is read, to route them (compaction_proxy/upstream/_routing.py)."""
+    wire, ctx, scope = call.wire, call.ctx, call.scope
     readable_encoding(ctx, scope)
-    read = json_model(raw)
+    read = json_model(call.raw)
     upstream = route(ctx, read)
     ctx.upstream = upstream.name
     if ctx.state.settings.dashboard.show_content and read.data is not None:
         ctx.content = wire.shown(read.data)
-    return await send_with_retries(ctx, scope, receive, send, upstream, raw, None, wire)
+    return await call.send_upstream(upstream, None)
 
 
 def skipped_note(field: str) -> bytes:

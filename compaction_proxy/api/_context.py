@@ -12,7 +12,6 @@ if TYPE_CHECKING:
     import httpx
 
     from compaction_proxy.checkpoints import CheckpointStore
-    from compaction_proxy.compaction import CompactionReport
     from compaction_proxy.config import Settings
     from compaction_proxy.engine import CompactionFlow, Compactor
     from compaction_proxy.observability.telemetry import Telemetry
@@ -56,7 +55,10 @@ class AppState:
 
 @dataclass(slots=True)
 class RequestContext:
-    """What one request carries from the edge to the access log."""
+    """What one request carries from the edge to the access log besides its route's frozen
+    outcome (compaction_proxy/api/_outcome.py): id, timings, bytes in, and the facts that must
+    outlive a route that ends in an error (the model and upstream it was routed by, the
+    compaction's time and summarizer calls so far, the edge's own status for an error)."""
 
     state: AppState
     request_id: str
@@ -66,22 +68,12 @@ class RequestContext:
     upstream: str | None = None
     status: int = 0
     bytes_in: int = 0
-    bytes_out: int = 0
-    client_gone: bool = False
-    upstream_request_id: str | None = None
     response_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
-    report: CompactionReport | None = None
-    checkpoint: str | None = None
-    # For metrics and the dashboard (compaction_proxy/observability/, which reads these fields
-    # through its FinishedRequest protocol rather than importing this class):
+    # For metrics and the dashboard, through ``Finished`` (compaction_proxy/api/_outcome.py):
     compaction_seconds: float | None = None
     # This request's summarizer HTTP calls; the chat route creates it and hands it to the flow.
     summarizer_calls: SummaryCalls | None = None
-    upstream_seconds: float | None = None  # to the upstream's response headers
-    upstream_prompt_tokens: int | None = None  # usage.prompt_tokens of the upstream's reply
     content: str | None = None  # last user message, only when dashboard.show_content
-    compaction_retries: int = 0  # compacted retries after overflow refusals (X-Compaction-Retry)
-    overflow_outcome: str | None = None  # fixed | refused_again | passed_through
     cut_by_shutdown: bool = False  # answered 503 / ended with an error event (drain.py)
 
     @property

@@ -51,8 +51,10 @@ log = logging.getLogger("compaction_proxy.forward")
 _SSE_HEADERS = [(b"x-accel-buffering", b"no"), (b"cache-control", b"no-cache")]
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Outcome:
+    """What one forwarding did, once it is over; the relay's running tally, frozen."""
+
     status: int
     bytes_out: int = 0
     completed: bool = False
@@ -62,6 +64,35 @@ class Outcome:
     prompt_tokens: int | None = None  # the reply's usage.prompt_tokens (when asked to read it)
     cut_by_shutdown: bool = False  # answered 503, or the stream ended with an error event
     held: HeldReply | None = None  # a reply read but not sent (see `hold` in `forward`)
+
+
+@dataclass(slots=True)
+class _Tally:
+    """:class:`Outcome`'s fields while the reply is relayed: the one mutable copy, private to
+    the relay."""
+
+    status: int = 0
+    bytes_out: int = 0
+    completed: bool = False
+    client_gone: bool = False
+    upstream_request_id: str | None = None
+    upstream_seconds: float | None = None
+    prompt_tokens: int | None = None
+    cut_by_shutdown: bool = False
+    held: HeldReply | None = None
+
+    def frozen(self) -> Outcome:
+        return Outcome(
+            self.status,
+            self.bytes_out,
+            self.completed,
+            self.client_gone,
+            self.upstream_request_id,
+            self.upstream_seconds,
+            self.prompt_tokens,
+            self.cut_by_shutdown,
+            self.held,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,14 +186,14 @@ async def forward(
     try:
         reply = await _request(relay, transport, method, url, headers, content, streamed)
         if reply is None:
-            return outcome
+            return outcome.frozen()
         opened = await _open(relay, reply, hold)
         if opened is None:
-            return outcome  # held (outcome.held) or failed (answered 502/504)
+            return outcome.frozen()  # held (outcome.held) or failed (answered 502/504)
         out_headers, prefix = opened
         await _start(relay, reply, out_headers, on_accepted, flight, usage)
         await _relay_body(relay, prefix)
-        return outcome
+        return outcome.frozen()
     except asyncio.CancelledError:
         if watch.fired:
             # The client left. Closing the reply (below) drops the upstream connection, which
@@ -175,7 +206,7 @@ async def forward(
         await _end_for_shutdown(
             send, outcome, flight, scope, relay.started, relay.events, extra_headers
         )
-        return outcome
+        return outcome.frozen()
     finally:
         watch.finish()
         if relay.reply is not None:
@@ -190,7 +221,7 @@ class _Relay:
     send: Send
     upstream: UpstreamSettings
     extra_headers: list[tuple[bytes, bytes]] | None
-    outcome: Outcome = field(default_factory=lambda: Outcome(status=0))
+    outcome: _Tally = field(default_factory=_Tally)
     reply: UpstreamReply | None = None
     chunks: AsyncIterator[bytes] | None = None
     events: EventRelay | None = None
@@ -338,11 +369,11 @@ def _client_left(relay: _Relay) -> Outcome:
         outcome.completed = True
         if relay.probe is not None:
             outcome.prompt_tokens = relay.probe.prompt_tokens()
-        return outcome
+        return outcome.frozen()
     outcome.client_gone = True
     if outcome.status == 0:
         outcome.status = 499
-    return outcome
+    return outcome.frozen()
 
 
 def _uncancel() -> None:
@@ -363,7 +394,7 @@ def _length(content_length: str | None) -> int | None:
 
 
 def _delivered(
-    outcome: Outcome, length: int | None, events: EventRelay | None, probe: UsageProbe | None
+    outcome: _Tally, length: int | None, events: EventRelay | None, probe: UsageProbe | None
 ) -> bool:
     """Whether the client had the whole reply when it left: every byte of a declared length,
     a stream's final event (``[DONE]``, ``response.completed``...), or a JSON body that parses
@@ -376,7 +407,7 @@ def _delivered(
 
 
 async def _send_rest(
-    send: Send, outcome: Outcome, events: EventRelay | None, probe: UsageProbe | None
+    send: Send, outcome: _Tally, events: EventRelay | None, probe: UsageProbe | None
 ) -> None:
     """What the event relay still holds: the upstream stopped inside an event."""
     if events is None:
@@ -391,7 +422,7 @@ async def _send_rest(
 
 async def _end_for_shutdown(
     send: Send,
-    outcome: Outcome,
+    outcome: _Tally,
     flight: InFlight,
     scope: Scope,
     started: bool,
@@ -459,7 +490,7 @@ async def _close_quietly(reply: UpstreamReply) -> None:
 
 async def _send_failure(
     send: Send,
-    outcome: Outcome,
+    outcome: _Tally,
     exc: BaseException,
     upstream: UpstreamSettings,
     extra_headers: list[tuple[bytes, bytes]] | None,

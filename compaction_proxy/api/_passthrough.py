@@ -40,7 +40,8 @@ from compaction_proxy.upstream import ModelRead, json_model, upstream_headers, u
 from compaction_proxy.wire import BOM, FieldReader, Unreadable, boundary_of
 
 from ._context import RequestContext
-from ._forward import Outcome, StreamedBody, forward
+from ._forward import StreamedBody, forward
+from ._outcome import RouteOutcome, relayed
 from ._requests import readable_encoding, route
 
 _NO_BODY = frozenset({"GET", "HEAD", "DELETE", "OPTIONS"})
@@ -71,7 +72,9 @@ class Incoming:
         return chunk
 
 
-async def passthrough(ctx: RequestContext, scope: Scope, receive: Receive, send: Send) -> Outcome:
+async def passthrough(
+    ctx: RequestContext, scope: Scope, receive: Receive, send: Send
+) -> RouteOutcome:
     state = ctx.state
     limit = state.settings.server.max_body_bytes
     declared = content_length(scope)
@@ -98,7 +101,7 @@ async def passthrough(ctx: RequestContext, scope: Scope, receive: Receive, send:
             # A body relayed as it streams in keeps the length the client declared: without
             # it the transport would send it chunked, which some upstreams refuse (411).
             headers.append(("content-length", str(declared)))
-    return await forward(
+    sent = await forward(
         state.transport,
         upstream,
         scope,
@@ -111,6 +114,7 @@ async def passthrough(ctx: RequestContext, scope: Scope, receive: Receive, send:
         streamed=streamed,
         extra_headers=ctx.response_headers,
     )
+    return relayed(sent)
 
 
 async def _relay(

@@ -39,6 +39,7 @@ from compaction_proxy.wire import (
 
 from ._context import RequestContext
 from ._limits import compacted_model, size_limits
+from ._outcome import RouteOutcome
 from ._requests import (
     authorization,
     compaction_mode,
@@ -59,7 +60,7 @@ or a tool schema got a bare 500 instead of a 400. The chat route needs no such b
 failed compaction forwards the client's bytes untouched."""
 
 
-async def preview(ctx: RequestContext, scope: Scope, receive: Receive, send: Send) -> None:
+async def preview(ctx: RequestContext, scope: Scope, receive: Receive, send: Send) -> RouteOutcome:
     if scope["method"] != "POST":
         raise ProxyError(405, "use POST with a chat-completions body", code="method_not_allowed")
     raw = await read_body(scope, receive, ctx.state.settings.server.max_body_bytes)
@@ -96,12 +97,11 @@ async def preview(ctx: RequestContext, scope: Scope, receive: Receive, send: Sen
         payload: dict[str, Any] = {"changed": False, "request": body, "report": None}
         if held_by is not None:
             payload["skipped"] = f"{held_by}: server-side history the proxy cannot see"
-        ctx.status = 200
         await send_bytes(send, 200, orjson.dumps(payload), ctx.response_headers)
-        return
+        return RouteOutcome(None, 200)
     assert view is not None
     validate_chat(data)
-    await _compact_and_answer(ctx, scope, send, wire, body, view, mode, len(raw))
+    return await _compact_and_answer(ctx, scope, send, wire, body, view, mode, len(raw))
 
 
 async def _compact_and_answer(
@@ -113,7 +113,7 @@ async def _compact_and_answer(
     view: View,
     mode: Mode,
     size: int,
-) -> None:
+) -> RouteOutcome:
     data = view.chat
     # Dry-run and normal compute the same thing here: nothing is forwarded either way, and
     # nothing is stored (a preview must not change what the next real request finds).
@@ -149,8 +149,6 @@ async def _compact_and_answer(
             500, f"compaction failed: {type(exc).__name__}", "server_error", "compaction_failed"
         ) from None
     result = flow.result
-    ctx.report = result.report
-    ctx.checkpoint = flow.checkpoint
     warnings = list(flow.warnings)
     request = body
     if flow.messages is not None:
@@ -175,8 +173,8 @@ async def _compact_and_answer(
         *report_headers(result, run_mode),
         (b"x-compaction-checkpoint", flow.checkpoint.encode()),
     ]
-    ctx.status = 200
     await send_bytes(send, 200, orjson.dumps(payload), headers)
+    return RouteOutcome(None, 200, result.report, flow.checkpoint)
 
 
 def check_nesting(data: dict[str, object], skip: str | None = None) -> None:

@@ -6,9 +6,10 @@ the end of the request and have their own hooks: summarizer HTTP calls (a
 :class:`~compaction_proxy.summarizer.SummarizerStats` listener, for their latency and for
 calls no request keeps) and the figures read at scrape time (:mod:`.prometheus`).
 
-Telemetry reads the request through :class:`FinishedRequest`, a protocol the request context
-satisfies as it is: nothing is copied per request, and observability imports nothing from the
-request path, so no import circle forms.
+Telemetry reads the request through :class:`FinishedRequest`, a protocol the finished request
+(the context's edge facts with the route's frozen outcome, built once where the access log is
+written) satisfies: observability imports nothing from the request path, so no import circle
+forms.
 
 Label values a client controls (the model name) are capped: after ``MAX_MODELS`` distinct
 values every new one is ``other``.
@@ -65,7 +66,7 @@ class _Tokens(NamedTuple):
 class FinishedRequest(Protocol):
     """What telemetry reads from a request once it is over.
 
-    ``compaction_proxy.api._context.RequestContext`` provides all of it. Read-only: telemetry never
+    ``compaction_proxy.api._outcome.Finished`` provides all of it. Read-only: telemetry never
     changes the request it records.
     """
 

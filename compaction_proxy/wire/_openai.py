@@ -11,9 +11,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from compaction_proxy.http import error_body
+
 from .format import SummaryCall, SummaryReply
 
-__all__ = ["CHAT_SUMMARY", "openai_usage_tokens"]
+__all__ = ["CHAT_SUMMARY", "OpenAIReplies", "openai_usage_tokens"]
+
+
+class OpenAIReplies:
+    """How both of OpenAI's APIs read a reply's usage and shape an error: one definition the
+    two formats inherit, so they cannot drift apart."""
+
+    def usage_tokens(self, payload: Any) -> int | None:
+        return openai_usage_tokens(payload)
+
+    def error_body(
+        self, message: str, *, type: str, code: str | None = None, param: str | None = None
+    ) -> bytes:
+        return error_body(message, type=type, code=code, param=param)
 
 
 def openai_usage_tokens(payload: Any) -> int | None:

@@ -13,7 +13,7 @@ import httpx
 import orjson
 import pytest
 
-from compaction_proxy.api import AppState, RequestContext
+from compaction_proxy.api import Finished
 from compaction_proxy.api._usage import UsageProbe
 from compaction_proxy.compaction.messages import last_user_text
 from compaction_proxy.compaction.report import CompactionReport, StrategyFailure, StrategyReport
@@ -171,24 +171,27 @@ def _report(*failures: str, changed: tuple[str, ...] = ()) -> CompactionReport:
     )
 
 
-def _ctx(telemetry: Telemetry, report: CompactionReport, calls: list[str]) -> RequestContext:
-    # Telemetry reads only the request's own fields: the rest of the edge is not built.
-    state = AppState(
-        settings=Settings(),
-        router=None,  # type: ignore[arg-type]
-        compactor=None,  # type: ignore[arg-type]
-        store=None,  # type: ignore[arg-type]
-        client=None,  # type: ignore[arg-type]
-        transport=None,  # type: ignore[arg-type]
-        windows=None,  # type: ignore[arg-type]
-        flow=None,  # type: ignore[arg-type]
-        telemetry=telemetry,
+def _ctx(
+    telemetry: Telemetry,
+    report: CompactionReport,
+    calls: list[str],
+    *,
+    checkpoint: str = "none",
+    prompt_tokens: int | None = None,
+) -> Finished:
+    # Telemetry reads only the finished request's own fields: the edge is not built.
+    return Finished(
+        request_id="r1",
+        elapsed_ms=1.0,
+        status=200,
+        model="gpt-4o",
+        upstream="openai",
+        report=report,
+        checkpoint=checkpoint,
+        summarizer_calls=SummaryCalls(calls),
+        compaction_seconds=0.01,
+        upstream_prompt_tokens=prompt_tokens,
     )
-    ctx = RequestContext(state=state, request_id="r1")
-    ctx.model, ctx.upstream, ctx.status = "gpt-4o", "openai", 200
-    ctx.report, ctx.checkpoint, ctx.summarizer_calls = report, "none", SummaryCalls(calls)
-    ctx.compaction_seconds = 0.01
-    return ctx
 
 
 @pytest.mark.parametrize(
@@ -367,8 +370,7 @@ def _hit_report() -> CompactionReport:
 
 def test_a_checkpoint_hit_counts_as_a_compaction_and_a_saving() -> None:
     telemetry = Telemetry(Settings(), clock=lambda: 1_800_000_000.0)
-    ctx = _ctx(telemetry, _hit_report(), [])
-    ctx.checkpoint = "hit"
+    ctx = _ctx(telemetry, _hit_report(), [], checkpoint="hit")
     telemetry.record_request(ctx, "POST", "/v1/chat/completions")
     samples = parse_metrics(telemetry.exposition().decode())
     assert value(samples, "compaction_proxy_tokens_saved_total") == 108_992
@@ -411,8 +413,7 @@ def test_the_calibration_column_is_weighted_by_tokens() -> None:
     big = replace(_report(), tokens_before=100_000, tokens_after=100_000, strategies=())
     small = replace(_report(), tokens_before=10, tokens_after=10, strategies=())
     for report, usage in ((big, 150_000), (small, 7)):
-        ctx = _ctx(telemetry, report, [])
-        ctx.upstream_prompt_tokens = usage
+        ctx = _ctx(telemetry, report, [], prompt_tokens=usage)
         telemetry.record_request(ctx, "POST", "/v1/chat/completions")
     (model,) = telemetry.snapshot()["models"]
     assert model["calibration"] == pytest.approx(150_007 / 100_010, abs=1e-4)

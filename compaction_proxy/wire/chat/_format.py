@@ -7,10 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from compaction_proxy.compaction.messages import last_user_text
-from compaction_proxy.http import error_body
 
 from .._bodies import parse_chat_body, validate_chat
-from .._openai import CHAT_SUMMARY, openai_usage_tokens
+from .._openai import CHAT_SUMMARY, OpenAIReplies
 from ..format import BEARER, Lowered, RefusalText, SummaryCall, UpstreamAuth
 
 
@@ -26,7 +25,7 @@ class ChatView:
         return Lowered(messages, copies=True)
 
 
-class ChatFormat:
+class ChatFormat(OpenAIReplies):
     name = "chat_completions"
     api = "chat"
     paths = ("/v1/chat/completions",)
@@ -55,14 +54,6 @@ class ChatFormat:
         if check:
             validate_chat(body)
         return ChatView(body)
-
-    def usage_tokens(self, payload: Any) -> int | None:
-        return openai_usage_tokens(payload)
-
-    def error_body(
-        self, message: str, *, type: str, code: str | None = None, param: str | None = None
-    ) -> bytes:
-        return error_body(message, type=type, code=code, param=param)
 
 
 CHAT = ChatFormat()

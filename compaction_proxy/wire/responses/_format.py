@@ -17,10 +17,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from compaction_proxy.http import bad_request, error_body
+from compaction_proxy.http import bad_request
 
 from .._bodies import parse_json_object
-from .._openai import openai_usage_tokens
+from .._openai import OpenAIReplies
 from ..format import BEARER, Lowered, RefusalText, SummaryCall, UpstreamAuth
 from ._lift import Lifted, input_items, lift
 from ._lower import lower
@@ -72,7 +72,7 @@ class ResponsesView:
         return Lowered(lowered.items, lowered.notes)
 
 
-class ResponsesFormat:
+class ResponsesFormat(OpenAIReplies):
     name = "responses"
     api = "responses"
     paths = ("/v1/responses",)
@@ -103,14 +103,6 @@ class ResponsesFormat:
             raise bad_request(issue.message, param=issue.param, code="invalid_input")
         lifted = lift(body)
         return ResponsesView(lifted, lifted.chat_body(body))
-
-    def usage_tokens(self, payload: Any) -> int | None:
-        return openai_usage_tokens(payload)
-
-    def error_body(
-        self, message: str, *, type: str, code: str | None = None, param: str | None = None
-    ) -> bytes:
-        return error_body(message, type=type, code=code, param=param)
 
 
 RESPONSES = ResponsesFormat()
