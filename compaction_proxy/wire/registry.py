@@ -13,12 +13,13 @@ from typing import Any
 
 from .chat import CHAT
 from .format import WireFormat
+from .messages import MESSAGES
 from .responses import RESPONSES
 
 __all__ = ["DEFAULT", "FORMATS", "for_body", "for_path", "register", "unregister"]
 
-FORMATS: list[WireFormat] = [CHAT, RESPONSES]
-"""Every format, in the order :func:`for_body` asks them; the first is the default."""
+FORMATS: list[WireFormat] = [CHAT, RESPONSES, MESSAGES]
+"""Every format, in the order the dashboard and docs list them."""
 
 DEFAULT: WireFormat = CHAT
 """What a body no format claims is read as (the preview's and ``compact``'s default, and the
@@ -46,5 +47,8 @@ def for_path(method: str | None, path: str) -> WireFormat | None:
 
 
 def for_body(body: Mapping[str, Any]) -> WireFormat:
-    """The format a body sent to the preview or ``compact`` is written in."""
-    return next((f for f in FORMATS if f.claims(body)), DEFAULT)
+    """The format a body sent to the preview or ``compact`` is written in: the first that
+    claims it, asking the default last (a chat body and a plain-text Messages body look
+    alike, and read alike)."""
+    others = (f for f in FORMATS if f is not DEFAULT and f.claims(body))
+    return next(others, DEFAULT)
