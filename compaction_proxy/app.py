@@ -31,6 +31,7 @@ from compaction_proxy.api import (
     RequestContext,
     RouteOutcome,
     compacted,
+    count_tokens,
     credential,
     dashboard_router,
     finished,
@@ -78,7 +79,12 @@ from compaction_proxy.upstream import (
     make_transport,
     plain_httpx_client,
 )
-from compaction_proxy.wire import WireFormat, format_for_path
+from compaction_proxy.wire import (
+    WireFormat,
+    format_for_count_path,
+    format_for_path,
+    format_owner_of,
+)
 
 log = logging.getLogger("compaction_proxy.app")
 
@@ -146,7 +152,7 @@ class ProxyApp:
             headers = ctx.response_headers
             if error.status == 401:
                 headers = [*headers, (b"www-authenticate", b"Bearer")]
-            await _send_error(send, error, headers, format_for_path(scope.get("method"), path))
+            await _send_error(send, error, headers, format_owner_of(scope.get("method"), path))
         except ClientGone:
             ctx.status = 499
         except (asyncio.CancelledError, ArrivedAfterCut):
@@ -168,6 +174,9 @@ class ProxyApp:
         wire = format_for_path(scope["method"], scope["path"])
         if wire is not None:
             return await compacted(wire, ctx, scope, receive, send)
+        counted = format_for_count_path(scope["method"], scope["path"])
+        if counted is not None:
+            return await count_tokens(counted, ctx, scope, receive, send)
         return await passthrough(ctx, scope, receive, send)
 
     def _authenticate(self, ctx: RequestContext, scope: Scope) -> None:

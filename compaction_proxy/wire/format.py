@@ -140,6 +140,12 @@ class WireFormat(Protocol):
         ...
 
     @property
+    def count_path(self) -> str | None:
+        """Its token-counting route, e.g. ``/v1/messages/count_tokens``: answered for what
+        the proxy would forward (compaction_proxy/api/_count_tokens.py). None: it has none."""
+        ...
+
+    @property
     def items(self) -> str:
         """The body's member a compacted request rewrites (``messages``, ``input``)."""
         ...

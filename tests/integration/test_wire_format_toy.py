@@ -59,6 +59,7 @@ class ToyFormat:
     name = "toy_talk"
     api = "toy"
     paths = (TOY_PATH,)
+    count_path = None
     items = "turns"
     auth = UpstreamAuth("x-toy-key", "Toy ")
     summary: SummaryCall | None = None

@@ -138,6 +138,7 @@ class MessagesFormat:
     name = "messages"
     api = "messages"
     paths = ("/v1/messages",)
+    count_path: str | None = "/v1/messages/count_tokens"
     items = "messages"
     auth: UpstreamAuth = X_API_KEY
     summary: SummaryCall | None = None  # the summarizer's own (chat) form, for now

@@ -76,6 +76,7 @@ class ResponsesFormat(OpenAIReplies):
     name = "responses"
     api = "responses"
     paths = ("/v1/responses",)
+    count_path: str | None = None
     items = "input"
     auth: UpstreamAuth = BEARER
     summary: SummaryCall | None = None  # the summarizer's own (chat) form
