@@ -158,7 +158,7 @@ class ProxyApp:
         except (asyncio.CancelledError, ArrivedAfterCut):
             if not drain.owns(flight):
                 raise
-            await _answer_cut(ctx, send)
+            await _answer_cut(ctx, send, scope, path)
         finally:
             drain.leave(flight)
             # The one place a request is recorded: the context's edge facts with the route's
@@ -224,9 +224,9 @@ async def _send_error(
     await send_bytes(send, error.status, body, headers)
 
 
-async def _answer_cut(ctx: RequestContext, send: Send) -> None:
+async def _answer_cut(ctx: RequestContext, send: Send, scope: Scope, path: str) -> None:
     """A request the shutdown cut before it reached the forwarder (reading its body,
-    compacting, calling the summarizer): a 503 in OpenAI's shape with ``Retry-After``
+    compacting, calling the summarizer): a 503 in the path format's shape with ``Retry-After``
     (compaction_proxy/http/_drain.py). The forwarder answers the ones it was relaying itself."""
     task = asyncio.current_task()
     while task is not None and task.cancelling():
@@ -234,8 +234,9 @@ async def _answer_cut(ctx: RequestContext, send: Send) -> None:
     ctx.status = 503
     ctx.cut_by_shutdown = True
     error = shutdown_error(ctx.state.drain.grace_seconds)
+    headers = [*ctx.response_headers, retry_after_header()]
     try:
-        await send_error(send, error, [*ctx.response_headers, retry_after_header()])
+        await _send_error(send, error, headers, format_owner_of(scope.get("method"), path))
     except RuntimeError:
         # The response had started (the server refuses a second start): nothing more can be
         # said; the server closes the connection, and the client sees the reply cut.

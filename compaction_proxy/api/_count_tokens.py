@@ -144,6 +144,7 @@ async def _ask_upstream(
         content=body,
         extra_headers=extra,
         hold=UNCOUNTED if result is not None else None,
+        wire=wire,
     )
     # The count's compaction is reported in its headers, never to telemetry: nothing it made
     # was forwarded, so nothing was saved (the next request reports its own).

@@ -208,3 +208,10 @@ class WireFormat(Protocol):
     ) -> bytes:
         """An error the proxy answers itself on this format's paths, in its shape."""
         ...
+
+    def stream_error(
+        self, message: str, *, type: str, code: str | None, param: str | None, sequence: int
+    ) -> bytes:
+        """The SSE event that ends a stream the proxy must cut (a shutdown), in this format's
+        shape; ``sequence``: one past the last event's ``sequence_number`` (0 without one)."""
+        ...

@@ -11,6 +11,7 @@ come in Anthropic's shape, which the SDK raises as its own exceptions.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,6 +25,7 @@ from tests.support.messages_upstream import COUNT_TOKENS, MESSAGES, MessagesUpst
 from tests.support.servers import ProxyServer, proxy_config, upstream_entry
 
 MODEL = "claude-sonnet-4-5"
+DOWN = "claude-down"  # routed to an upstream nobody listens on
 WINDOW = 8_000
 BASH = {
     "name": "Bash",
@@ -56,6 +58,7 @@ def proxy(
 ) -> ProxyServer:
     db = tmp_path_factory.mktemp("messages-store") / "checkpoints.db"
     config = proxy_config(
+        upstream_entry(free_url() + "/v1", name="down", models=[DOWN]),
         upstream_entry(fake.url + "/v1", name="anthropic"),
         store={"backend": "sqlite", "path": str(db)},
         models={MODEL: {"context_window": WINDOW}},
@@ -75,6 +78,12 @@ def client(proxy: ProxyServer) -> Iterator[anthropic.Anthropic]:
     )
     yield sdk
     sdk.close()
+
+
+def free_url() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{probe.getsockname()[1]}"
 
 
 def session(steps: int, lines: int = 120) -> list[dict[str, Any]]:
@@ -258,3 +267,17 @@ def test_the_proxys_own_errors_are_in_anthropics_shape(
     assert counted.status_code == 400
     assert counted.json()["error"]["message"].startswith("messages.0.role")
     assert upstream.messages() == []  # nothing bad went upstream
+
+
+def test_an_upstream_that_is_down_is_a_502_in_anthropics_shape(
+    client: anthropic.Anthropic,
+) -> None:
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        client.messages.create(
+            model=DOWN, max_tokens=16, messages=[{"role": "user", "content": "hi"}]
+        )
+    assert caught.value.status_code == 502
+    body = caught.value.body
+    assert isinstance(body, dict) and body["type"] == "error"
+    assert body["error"]["type"] == "api_error"
+    assert "down" in body["error"]["message"]

@@ -91,6 +91,11 @@ class ToyFormat:
     ) -> bytes:
         return orjson.dumps({"toy_error": {"said": message, "code": code}})
 
+    def stream_error(
+        self, message: str, *, type: str, code: str | None, param: str | None, sequence: int
+    ) -> bytes:
+        return b"data: " + self.error_body(message, type=type, code=code) + b"\n\n"
+
 
 TOY = ToyFormat()
 

@@ -175,5 +175,12 @@ class MessagesFormat:
     ) -> bytes:
         return anthropic_error_body(message, type=type, code=code, param=param)
 
+    def stream_error(
+        self, message: str, *, type: str, code: str | None, param: str | None, sequence: int
+    ) -> bytes:
+        """Anthropic's ``error`` event, which its SDKs raise mid-stream."""
+        body = anthropic_error_body(message, type=type, code=code, param=param)
+        return b"event: error\ndata: " + body + b"\n\n"
+
 
 MESSAGES = MessagesFormat()
