@@ -31,6 +31,7 @@ from compaction_proxy.api import (
     RequestContext,
     RouteOutcome,
     compacted,
+    count_tokens,
     credential,
     dashboard_router,
     finished,
@@ -78,7 +79,12 @@ from compaction_proxy.upstream import (
     make_transport,
     plain_httpx_client,
 )
-from compaction_proxy.wire import WireFormat, format_for_path
+from compaction_proxy.wire import (
+    WireFormat,
+    format_for_count_path,
+    format_for_path,
+    format_owner_of,
+)
 
 log = logging.getLogger("compaction_proxy.app")
 
@@ -146,13 +152,13 @@ class ProxyApp:
             headers = ctx.response_headers
             if error.status == 401:
                 headers = [*headers, (b"www-authenticate", b"Bearer")]
-            await _send_error(send, error, headers, format_for_path(scope.get("method"), path))
+            await _send_error(send, error, headers, format_owner_of(scope.get("method"), path))
         except ClientGone:
             ctx.status = 499
         except (asyncio.CancelledError, ArrivedAfterCut):
             if not drain.owns(flight):
                 raise
-            await _answer_cut(ctx, send)
+            await _answer_cut(ctx, send, scope, path)
         finally:
             drain.leave(flight)
             # The one place a request is recorded: the context's edge facts with the route's
@@ -168,6 +174,9 @@ class ProxyApp:
         wire = format_for_path(scope["method"], scope["path"])
         if wire is not None:
             return await compacted(wire, ctx, scope, receive, send)
+        counted = format_for_count_path(scope["method"], scope["path"])
+        if counted is not None:
+            return await count_tokens(counted, ctx, scope, receive, send)
         return await passthrough(ctx, scope, receive, send)
 
     def _authenticate(self, ctx: RequestContext, scope: Scope) -> None:
@@ -215,9 +224,9 @@ async def _send_error(
     await send_bytes(send, error.status, body, headers)
 
 
-async def _answer_cut(ctx: RequestContext, send: Send) -> None:
+async def _answer_cut(ctx: RequestContext, send: Send, scope: Scope, path: str) -> None:
     """A request the shutdown cut before it reached the forwarder (reading its body,
-    compacting, calling the summarizer): a 503 in OpenAI's shape with ``Retry-After``
+    compacting, calling the summarizer): a 503 in the path format's shape with ``Retry-After``
     (compaction_proxy/http/_drain.py). The forwarder answers the ones it was relaying itself."""
     task = asyncio.current_task()
     while task is not None and task.cancelling():
@@ -225,8 +234,9 @@ async def _answer_cut(ctx: RequestContext, send: Send) -> None:
     ctx.status = 503
     ctx.cut_by_shutdown = True
     error = shutdown_error(ctx.state.drain.grace_seconds)
+    headers = [*ctx.response_headers, retry_after_header()]
     try:
-        await send_error(send, error, [*ctx.response_headers, retry_after_header()])
+        await _send_error(send, error, headers, format_owner_of(scope.get("method"), path))
     except RuntimeError:
         # The response had started (the server refuses a second start): nothing more can be
         # said; the server closes the connection, and the client sees the reply cut.

@@ -6,6 +6,7 @@ FastAPI routers the app includes:
 * ``_compacted``: the compacted routes, one per wire format (compaction_proxy/wire/registry.py),
   on one path, ``_attempts`` (compact, forward, hold a refusal and compact again after an
   overflow);
+* ``_count_tokens``: a format's token-counting route, answered for the compacted request;
 * ``_preview``: the same compaction, nothing forwarded or stored;
 * ``_passthrough``: every other ``/v1/*`` path, relayed as sent and routed by its model;
 * ``_forward``: the relay of an upstream's reply (``_stream_events``: a stream cut only at
@@ -22,6 +23,7 @@ FastAPI routers the app includes:
 
 from ._compacted import compacted
 from ._context import AppState, RequestContext
+from ._count_tokens import count_tokens
 from ._dashboard import router as dashboard_router
 from ._dashboard import send_unauthorized_page
 from ._health import router as health_router
@@ -37,6 +39,7 @@ __all__ = [
     "RequestContext",
     "RouteOutcome",
     "compacted",
+    "count_tokens",
     "credential",
     "dashboard_router",
     "finished",

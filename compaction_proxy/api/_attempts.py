@@ -243,6 +243,7 @@ async def send_with_retries(
             usage=wire.usage_tokens if reported is not None else None,
             on_accepted=None if save is None else saver(save),
             hold=hold,
+            wire=wire,
         )
         held = outcome.held
         if held is None:

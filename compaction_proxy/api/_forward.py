@@ -29,7 +29,7 @@ from compaction_proxy.http import (
     Send,
     in_flight,
     retry_after_header,
-    send_error,
+    send_bytes,
     shutdown_error,
 )
 from compaction_proxy.upstream import (
@@ -42,6 +42,7 @@ from compaction_proxy.upstream import (
     classify_error,
     response_headers,
 )
+from compaction_proxy.wire import WireFormat
 
 from ._stream_events import EventRelay
 from ._usage import UsageProbe, UsageReader
@@ -169,6 +170,7 @@ async def forward(
     usage: UsageReader | None = None,
     on_accepted: Callable[[], Awaitable[None]] | None = None,
     hold: frozenset[int] | None = None,
+    wire: WireFormat | None = None,
 ) -> Outcome:
     """Forward and relay. Never raises for transport problems: the client gets 502/504.
 
@@ -178,8 +180,10 @@ async def forward(
     `hold`: statuses whose reply is read whole (up to MAX_ERROR_BODY) and returned in
     `outcome.held` instead of being sent; a longer body is relayed as usual. Only these
     replies are buffered: every other one streams through as it arrives.
+    `wire`: the route's format, whose shape the proxy's own errors take (502/504, a shutdown's
+    503 or stream error event); None (passthrough): OpenAI's.
     """
-    relay = _Relay(send, upstream, extra_headers)
+    relay = _Relay(send, upstream, extra_headers, wire)
     outcome = relay.outcome
     watch = _DisconnectWatch(receive, streamed)
     flight = in_flight.get()
@@ -203,9 +207,7 @@ async def forward(
         if flight is None or not flight.cut:
             raise
         _uncancel()
-        await _end_for_shutdown(
-            send, outcome, flight, scope, relay.started, relay.events, extra_headers
-        )
+        await _end_for_shutdown(relay, flight)
         return outcome.frozen()
     finally:
         watch.finish()
@@ -221,6 +223,7 @@ class _Relay:
     send: Send
     upstream: UpstreamSettings
     extra_headers: list[tuple[bytes, bytes]] | None
+    wire: WireFormat | None = None
     outcome: _Tally = field(default_factory=_Tally)
     reply: UpstreamReply | None = None
     chunks: AsyncIterator[bytes] | None = None
@@ -253,9 +256,7 @@ async def _request(
         # client; the transport reports that as a connection failure, which it is not.
         if streamed is not None and streamed.error is not None:
             raise streamed.error from None
-        await _send_failure(
-            relay.send, relay.outcome, exc, relay.upstream, relay.extra_headers, "request failed"
-        )
+        await _send_failure(relay, relay.outcome, exc, "request failed")
         return None
     relay.reply = reply
     relay.outcome.upstream_seconds = time.perf_counter() - started
@@ -281,9 +282,7 @@ async def _open(
         try:
             prefix, complete = await _read_bounded(chunks)
         except TRANSPORT_ERRORS as exc:
-            await _send_failure(
-                relay.send, outcome, exc, relay.upstream, relay.extra_headers, "error reply broke"
-            )
+            await _send_failure(relay, outcome, exc, "error reply broke")
             return None
         if complete:
             outcome.held = HeldReply(
@@ -420,32 +419,33 @@ async def _send_rest(
             probe.feed(rest)
 
 
-async def _end_for_shutdown(
-    send: Send,
-    outcome: _Tally,
-    flight: InFlight,
-    scope: Scope,
-    started: bool,
-    events: EventRelay | None,
-    extra_headers: list[tuple[bytes, bytes]] | None,
-) -> None:
+async def _end_for_shutdown(relay: _Relay, flight: InFlight) -> None:
     """The shutdown's cut (compaction_proxy/http/_drain.py): a 503 when nothing went out yet, an
     error event after the last whole event of a stream. A compressed stream cannot take an
     event: it is left unfinished, which closes the connection (the client sees a cut)."""
     error = shutdown_error(flight.grace_seconds)
+    outcome = relay.outcome
     outcome.cut_by_shutdown = True
-    if not started:
+    if not relay.started:
         outcome.status = error.status
-        await send_error(send, error, [*(extra_headers or ()), retry_after_header()])
+        headers = [*(relay.extra_headers or ()), retry_after_header()]
+        await send_bytes(relay.send, error.status, _error_body(error, relay.wire), headers)
         outcome.completed = True
         return
-    if events is None:
+    if relay.events is None:
         return
-    event = events.error_event(error, responses=scope.get("path") == "/v1/responses")
+    event = relay.events.error_event(error, relay.wire)
     outcome.bytes_out += len(event)
-    await send({"type": "http.response.body", "body": event, "more_body": True})
-    await send({"type": "http.response.body", "body": b"", "more_body": False})
+    await relay.send({"type": "http.response.body", "body": event, "more_body": True})
+    await relay.send({"type": "http.response.body", "body": b"", "more_body": False})
     outcome.completed = True
+
+
+def _error_body(error: ProxyError, wire: WireFormat | None) -> bytes:
+    """An error the proxy answers itself, in the route's format (OpenAI's without one)."""
+    if wire is None:
+        return error.body()
+    return wire.error_body(error.message, type=error.type, code=error.code, param=error.param)
 
 
 def _small(content_length: str | None) -> bool:
@@ -488,21 +488,11 @@ async def _close_quietly(reply: UpstreamReply) -> None:
         log.debug("error while closing upstream response", exc_info=True)
 
 
-async def _send_failure(
-    send: Send,
-    outcome: _Tally,
-    exc: BaseException,
-    upstream: UpstreamSettings,
-    extra_headers: list[tuple[bytes, bytes]] | None,
-    what: str,
-) -> None:
-    """Answer a transport failure before any byte went out: 502/504 in OpenAI's shape."""
-    failure = classify_error(exc, upstream)
+async def _send_failure(relay: _Relay, outcome: _Tally, exc: BaseException, what: str) -> None:
+    """Answer a transport failure before any byte went out: 502/504 in the route's shape."""
+    failure = classify_error(exc, relay.upstream)
     log.warning("upstream %s: %s", what, failure.message)
     outcome.status = failure.status
-    await send_error(
-        send,
-        ProxyError(failure.status, failure.message, "upstream_error", failure.code),
-        extra_headers,
-    )
+    error = ProxyError(failure.status, failure.message, "upstream_error", failure.code)
+    await send_bytes(relay.send, error.status, _error_body(error, relay.wire), relay.extra_headers)
     outcome.completed = True

@@ -6,17 +6,16 @@ of one. The relay sends every chunk up to its last event boundary at once and ho
 (a part of one event, which no client can act on before its end anyway) until the next chunk
 completes it. Bytes are never changed, only where a chunk is cut: the client gets exactly the
 upstream's bytes, and at any moment has received whole events only. That is what makes a
-clean end possible: after the last whole event, one error event in the route's own format:
-
-* chat completions (and any other stream): ``data: {"error": {...}}``, OpenAI's shape, which
-  the SDKs raise as an ``APIError``;
-* the Responses API: ``event: error`` with ``{"type": "error", "code", "message", "param",
-  "sequence_number"}``, the API's own error event (the SDKs' ``ResponseErrorEvent``), numbered
-  after the last event relayed.
+clean end possible: after the last whole event, one error event in the route's own format
+(``WireFormat.stream_error``): chat completions (and any passthrough stream) ``data:
+{"error": {...}}``, which the SDKs raise as an ``APIError``; the Responses API its own
+``event: error`` numbered after the last event relayed; the Messages API ``event: error``
+in Anthropic's shape.
 
 The relay also knows whether the last event it sent ends the reply (``data: [DONE]``,
-``response.completed``, ``response.failed``, ``response.incomplete``): a client that closes right
-after it has been answered in full (compaction_proxy/api/_forward.py).
+``response.completed``, ``response.failed``, ``response.incomplete``, Anthropic's
+``message_stop``): a client that closes right after it has been answered in full
+(compaction_proxy/api/_forward.py).
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ import re
 import orjson
 
 from compaction_proxy.http import ProxyError
+from compaction_proxy.wire import WireFormat
 
 MAX_HELD = 1 << 20
 """Bytes of one unfinished event held at most; a longer event is relayed as it comes."""
@@ -36,7 +36,9 @@ _ENDS = (b"\n\n", b"\r\n\r\n")
 _TERMINAL = re.compile(
     rb"^data:\s*\[DONE\]"
     rb"|^event:\s*response\.(?:completed|failed|incomplete)\s*$"
-    rb'|"type"\s*:\s*"response\.(?:completed|failed|incomplete)"',
+    rb'|"type"\s*:\s*"response\.(?:completed|failed|incomplete)"'
+    rb"|^event:\s*message_stop\s*$"
+    rb'|"type"\s*:\s*"message_stop"',
     re.MULTILINE,
 )
 _SEQUENCE = re.compile(rb'"sequence_number"\s*:\s*(\d+)')
@@ -110,20 +112,21 @@ class EventRelay:
             return False
         return _TERMINAL.search(self._last_event()[:_HEAD]) is not None
 
-    def error_event(self, error: ProxyError, *, responses: bool) -> bytes:
-        """The event that ends the stream, in the route's format (see the module docstring);
-        preceded by a blank line if an unfinished event went out, so it stands alone."""
+    def error_event(self, error: ProxyError, wire: WireFormat | None) -> bytes:
+        """The event that ends the stream, in the route's format (``wire.stream_error``;
+        OpenAI's chat shape without one); preceded by a blank line if an unfinished event
+        went out, so it stands alone."""
         lead = b"\n\n" if self.mid_event else b""
-        if not responses:
+        if wire is None:
             return lead + b"data: " + error.body() + b"\n\n"
-        payload = {
-            "type": "error",
-            "code": error.code,
-            "message": error.message,
-            "param": error.param,
-            "sequence_number": self._next_sequence(),
-        }
-        return lead + b"event: error\ndata: " + orjson.dumps(payload) + b"\n\n"
+        event = wire.stream_error(
+            error.message,
+            type=error.type,
+            code=error.code,
+            param=error.param,
+            sequence=self._next_sequence(),
+        )
+        return lead + event
 
     def _next_sequence(self) -> int:
         """One past the last whole event's ``sequence_number`` (0 when it has none)."""

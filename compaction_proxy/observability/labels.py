@@ -2,14 +2,14 @@
 
 A Prometheus label with unbounded values is a memory leak in every scraper, so every label
 value comes from here: the route has one value per wire format
-(compaction_proxy/wire/registry.py) and three more, whatever the path; the API of a compacted
-request one per format; and a client-controlled value (the model name) is kept for its first
-``MAX_MODELS`` distinct values, then ``other``.
+(compaction_proxy/wire/registry.py), one per format's counting route, and three more,
+whatever the path; the API of a compacted request one per format; and a client-controlled
+value (the model name) is kept for its first ``MAX_MODELS`` distinct values, then ``other``.
 """
 
 from __future__ import annotations
 
-from compaction_proxy.wire import format_for_path
+from compaction_proxy.wire import format_for_count_path, format_for_path
 from compaction_proxy.wire.registry import FORMATS
 
 __all__ = [
@@ -46,6 +46,9 @@ def route_of(method: str | None, path: str) -> str:
         wire = format_for_path(method, path)
         if wire is not None:
             return wire.name
+        counted = format_for_count_path(method, path)
+        if counted is not None:
+            return f"{counted.name}_count_tokens"
         if path == "/v1/compaction/preview":
             return ROUTE_PREVIEW
         return ROUTE_PASSTHROUGH

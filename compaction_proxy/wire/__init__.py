@@ -37,7 +37,9 @@ from .format import (
 )
 from .registry import DEFAULT as DEFAULT_FORMAT
 from .registry import for_body as format_for_body
+from .registry import for_count_path as format_for_count_path
 from .registry import for_path as format_for_path
+from .registry import owner_of as format_owner_of
 
 __all__ = [
     "BEARER",
@@ -59,7 +61,9 @@ __all__ = [
     "boundary_of",
     "decode_string",
     "format_for_body",
+    "format_for_count_path",
     "format_for_path",
+    "format_owner_of",
     "lenient_member",
     "parse_chat_body",
     "parse_json_object",

@@ -30,6 +30,13 @@ class OpenAIReplies:
     ) -> bytes:
         return error_body(message, type=type, code=code, param=param)
 
+    def stream_error(
+        self, message: str, *, type: str, code: str | None, param: str | None, sequence: int
+    ) -> bytes:
+        """Chat completions' (and the SDKs' generic) stream error: ``data: {"error": ...}``,
+        which the SDKs raise as an ``APIError``."""
+        return b"data: " + error_body(message, type=type, code=code, param=param) + b"\n\n"
+
 
 def openai_usage_tokens(payload: Any) -> int | None:
     """``usage.prompt_tokens`` (chat completions) or ``usage.input_tokens`` (Responses) of a

@@ -140,6 +140,12 @@ class WireFormat(Protocol):
         ...
 
     @property
+    def count_path(self) -> str | None:
+        """Its token-counting route, e.g. ``/v1/messages/count_tokens``: answered for what
+        the proxy would forward (compaction_proxy/api/_count_tokens.py). None: it has none."""
+        ...
+
+    @property
     def items(self) -> str:
         """The body's member a compacted request rewrites (``messages``, ``input``)."""
         ...
@@ -201,4 +207,11 @@ class WireFormat(Protocol):
         self, message: str, *, type: str, code: str | None = None, param: str | None = None
     ) -> bytes:
         """An error the proxy answers itself on this format's paths, in its shape."""
+        ...
+
+    def stream_error(
+        self, message: str, *, type: str, code: str | None, param: str | None, sequence: int
+    ) -> bytes:
+        """The SSE event that ends a stream the proxy must cut (a shutdown), in this format's
+        shape; ``sequence``: one past the last event's ``sequence_number`` (0 without one)."""
         ...

@@ -13,12 +13,22 @@ from typing import Any
 
 from .chat import CHAT
 from .format import WireFormat
+from .messages import MESSAGES
 from .responses import RESPONSES
 
-__all__ = ["DEFAULT", "FORMATS", "for_body", "for_path", "register", "unregister"]
+__all__ = [
+    "DEFAULT",
+    "FORMATS",
+    "for_body",
+    "for_count_path",
+    "for_path",
+    "owner_of",
+    "register",
+    "unregister",
+]
 
-FORMATS: list[WireFormat] = [CHAT, RESPONSES]
-"""Every format, in the order :func:`for_body` asks them; the first is the default."""
+FORMATS: list[WireFormat] = [CHAT, RESPONSES, MESSAGES]
+"""Every format, in the order the dashboard and docs list them."""
 
 DEFAULT: WireFormat = CHAT
 """What a body no format claims is read as (the preview's and ``compact``'s default, and the
@@ -27,8 +37,8 @@ summarizer's call form)."""
 
 def register(wire: WireFormat) -> None:
     """Add ``wire`` (its name and paths must be new)."""
-    taken = {p for f in FORMATS for p in f.paths}
-    if any(f.name == wire.name for f in FORMATS) or taken.intersection(wire.paths):
+    taken = {p for f in FORMATS for p in _served(f)}
+    if any(f.name == wire.name for f in FORMATS) or taken.intersection(_served(wire)):
         raise ValueError(f"wire format {wire.name!r}: its name or a path is already served")
     FORMATS.append(wire)
 
@@ -45,6 +55,25 @@ def for_path(method: str | None, path: str) -> WireFormat | None:
     return next((f for f in FORMATS if path in f.paths), None)
 
 
+def for_count_path(method: str | None, path: str) -> WireFormat | None:
+    """The format whose token-counting route is ``method path``; None: not one."""
+    if method != "POST":
+        return None
+    return next((f for f in FORMATS if f.count_path == path), None)
+
+
+def owner_of(method: str | None, path: str) -> WireFormat | None:
+    """The format serving ``method path`` on either of its routes: its errors' shape."""
+    return for_path(method, path) or for_count_path(method, path)
+
+
+def _served(wire: WireFormat) -> tuple[str, ...]:
+    return (*wire.paths, *((wire.count_path,) if wire.count_path else ()))
+
+
 def for_body(body: Mapping[str, Any]) -> WireFormat:
-    """The format a body sent to the preview or ``compact`` is written in."""
-    return next((f for f in FORMATS if f.claims(body)), DEFAULT)
+    """The format a body sent to the preview or ``compact`` is written in: the first that
+    claims it, asking the default last (a chat body and a plain-text Messages body look
+    alike, and read alike)."""
+    others = (f for f in FORMATS if f is not DEFAULT and f.claims(body))
+    return next(others, DEFAULT)

@@ -59,6 +59,7 @@ class ToyFormat:
     name = "toy_talk"
     api = "toy"
     paths = (TOY_PATH,)
+    count_path = None
     items = "turns"
     auth = UpstreamAuth("x-toy-key", "Toy ")
     summary: SummaryCall | None = None
@@ -89,6 +90,11 @@ class ToyFormat:
         self, message: str, *, type: str, code: str | None = None, param: str | None = None
     ) -> bytes:
         return orjson.dumps({"toy_error": {"said": message, "code": code}})
+
+    def stream_error(
+        self, message: str, *, type: str, code: str | None, param: str | None, sequence: int
+    ) -> bytes:
+        return b"data: " + self.error_body(message, type=type, code=code) + b"\n\n"
 
 
 TOY = ToyFormat()

@@ -57,11 +57,21 @@ def test_every_exception_of_the_package_derives_from_one_root() -> None:
         assert issubclass(exceptions[name], base), name
 
 
-def _error_literals(tree: ast.AST) -> list[int]:
-    """Lines of dict literals shaped like OpenAI's error body: ``{"error": {"message": ...}}``."""
+def _error_literals(tree: ast.AST, *, anthropic: bool = False) -> list[int]:
+    """Lines of dict literals shaped like OpenAI's error body: ``{"error": {"message": ...}}``
+    (``anthropic``: like Anthropic's, the same with ``"type": "error"`` beside it)."""
     lines = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Dict):
+            continue
+        tagged = any(
+            isinstance(k, ast.Constant)
+            and k.value == "type"
+            and isinstance(v, ast.Constant)
+            and v.value == "error"
+            for k, v in zip(node.keys, node.values, strict=True)
+        )
+        if tagged != anthropic:
             continue
         for key, value in zip(node.keys, node.values, strict=True):
             if (
@@ -82,6 +92,16 @@ def test_openai_error_body_is_built_in_one_place() -> None:
     }
     assert list(built) == ["compaction_proxy/http/_errors.py"]
     assert len(built["compaction_proxy/http/_errors.py"]) == 1
+
+
+def test_anthropic_error_body_is_built_in_one_place() -> None:
+    built = {
+        str(path.relative_to(PACKAGE.parent)): lines
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if (lines := _error_literals(ast.parse(path.read_text()), anthropic=True))
+    }
+    assert list(built) == ["compaction_proxy/wire/messages/_format.py"]
+    assert len(built["compaction_proxy/wire/messages/_format.py"]) == 1
 
 
 def test_the_protocols_own_errors_are_that_body() -> None:

@@ -11,6 +11,9 @@ from hypothesis import strategies as st
 from compaction_proxy.api import _stream_events as stream_events
 from compaction_proxy.api._stream_events import EventRelay
 from compaction_proxy.http import ProxyError
+from compaction_proxy.wire.chat import CHAT as CHAT_FORMAT
+from compaction_proxy.wire.messages import MESSAGES
+from compaction_proxy.wire.responses import RESPONSES as RESPONSES_FORMAT
 from tests.support.sse import sse_data
 
 CHAT = [
@@ -24,6 +27,12 @@ RESPONSES = [
     b'"sequence_number":1,"delta":"hi"}\n\n',
     b'event: response.completed\ndata: {"type":"response.completed","sequence_number":2,'
     b'"response":{"usage":{"input_tokens":9}}}\r\n\r\n',
+]
+MESSAGES_EVENTS = [
+    b'event: message_start\ndata: {"type":"message_start","message":{"usage":'
+    b'{"input_tokens":9,"output_tokens":1}}}\n\n',
+    b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0}\n\n',
+    b'event: message_stop\ndata: {"type":"message_stop"}\n\n',
 ]
 ERROR = ProxyError(503, "going away", "server_error", "server_shutting_down")
 
@@ -58,7 +67,14 @@ def test_a_whole_event_goes_out_at_once_and_a_split_one_when_complete() -> None:
 
 @pytest.mark.parametrize(
     ("events", "terminal"),
-    [(CHAT[:2], False), (CHAT, True), (RESPONSES[:2], False), (RESPONSES, True)],
+    [
+        (CHAT[:2], False),
+        (CHAT, True),
+        (RESPONSES[:2], False),
+        (RESPONSES, True),
+        (MESSAGES_EVENTS[:2], False),
+        (MESSAGES_EVENTS, True),
+    ],
 )
 def test_it_knows_whether_the_last_event_ends_the_reply(
     events: list[bytes], terminal: bool
@@ -71,7 +87,7 @@ def test_it_knows_whether_the_last_event_ends_the_reply(
 def test_the_chat_error_event_is_openais_error_object() -> None:
     relay = EventRelay()
     relay.take(CHAT[0])
-    event = relay.error_event(ERROR, responses=False)
+    event = relay.error_event(ERROR, CHAT_FORMAT)
     assert event.endswith(b"\n\n") and not event.startswith(b"\n")
     (data,) = sse_data(event)
     assert orjson.loads(data) == {
@@ -87,7 +103,7 @@ def test_the_chat_error_event_is_openais_error_object() -> None:
 def test_the_responses_error_event_is_numbered_after_the_last_one() -> None:
     relay = EventRelay()
     relay.take(b"".join(RESPONSES[:2]))
-    event = relay.error_event(ERROR, responses=True)
+    event = relay.error_event(ERROR, RESPONSES_FORMAT)
     assert event.startswith(b"event: error\ndata: ")
     (data,) = sse_data(event)
     assert orjson.loads(data) == {
@@ -99,6 +115,23 @@ def test_the_responses_error_event_is_numbered_after_the_last_one() -> None:
     }
 
 
+def test_the_messages_error_event_is_anthropics() -> None:
+    relay = EventRelay()
+    relay.take(MESSAGES_EVENTS[0])
+    event = relay.error_event(ERROR, MESSAGES)
+    assert event.startswith(b"event: error\ndata: ")
+    (data,) = sse_data(event)
+    assert orjson.loads(data) == {
+        "type": "error",
+        "error": {"type": "overloaded_error", "message": "going away"},
+    }
+
+
+def test_a_passthrough_stream_ends_with_openais_error_object() -> None:
+    relay = EventRelay()
+    assert relay.error_event(ERROR, None) == relay.error_event(ERROR, CHAT_FORMAT)
+
+
 def test_an_event_longer_than_the_bound_is_not_held(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(stream_events, "MAX_HELD", 16)
     relay = EventRelay()
@@ -106,6 +139,6 @@ def test_an_event_longer_than_the_bound_is_not_held(monkeypatch: pytest.MonkeyPa
     assert relay.take(big) == big
     assert relay.mid_event and not relay.terminal
     # Its error event stands apart from the unfinished one.
-    assert relay.error_event(ERROR, responses=False).startswith(b"\n\ndata: ")
+    assert relay.error_event(ERROR, CHAT_FORMAT).startswith(b"\n\ndata: ")
     assert relay.take(b"\n\n" + CHAT[2]) == b"\n\n" + CHAT[2]
     assert relay.terminal

@@ -29,6 +29,7 @@ class ChatFormat(OpenAIReplies):
     name = "chat_completions"
     api = "chat"
     paths = ("/v1/chat/completions",)
+    count_path: str | None = None
     items = "messages"
     auth: UpstreamAuth = BEARER
     summary: SummaryCall | None = CHAT_SUMMARY

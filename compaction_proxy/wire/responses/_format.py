@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from compaction_proxy.http import bad_request
 
 from .._bodies import parse_json_object
@@ -76,6 +78,7 @@ class ResponsesFormat(OpenAIReplies):
     name = "responses"
     api = "responses"
     paths = ("/v1/responses",)
+    count_path: str | None = None
     items = "input"
     auth: UpstreamAuth = BEARER
     summary: SummaryCall | None = None  # the summarizer's own (chat) form
@@ -94,6 +97,20 @@ class ResponsesFormat(OpenAIReplies):
 
     def shown(self, body: Mapping[str, Any]) -> str | None:
         return None  # read from the lifted view
+
+    def stream_error(
+        self, message: str, *, type: str, code: str | None, param: str | None, sequence: int
+    ) -> bytes:
+        """The API's own error event (the SDKs' ``ResponseErrorEvent``), numbered after the
+        last event relayed."""
+        payload = {
+            "type": "error",
+            "code": code,
+            "message": message,
+            "param": param,
+            "sequence_number": sequence,
+        }
+        return b"event: error\ndata: " + orjson.dumps(payload) + b"\n\n"
 
     def lift(self, body: dict[str, Any], *, check: bool = True) -> ResponsesView:
         """The chat-shaped view of ``body``, or a 400 naming what is wrong with its input

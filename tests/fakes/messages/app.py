@@ -19,7 +19,8 @@ Settings (``POST /_control`` with any of them, ``{"reset": true}`` or ``{"clear_
 ``cache_min_tokens``, ``thinking`` (``auto``: think when the request enables thinking;
 ``never``), ``redacted_thinking`` (add a redacted block to each thinking reply),
 ``thinking_binding`` (``off`` | ``record`` | ``enforce``), ``loop_steps`` / ``loop_lines`` (a
-loop for every request with tools), ``unsupported_fields``, ``chunk_delay_ms``, ``record``.
+loop for every request with tools), ``unsupported_fields``, ``chunk_delay_ms``, ``count_route``
+(False: ``count_tokens`` answers 404), ``record``.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ class Settings:
     loop_lines: int = 120
     unsupported_fields: list[str] = field(default_factory=list)
     chunk_delay_ms: float = 0.0
+    count_route: bool = True  # False: count_tokens answers 404, as most local servers do
     record: bool = True
     models: list[str] = field(default_factory=lambda: list(DEFAULT_MODELS))
 
@@ -288,6 +290,8 @@ def create_app(
         body, early = await prelude(request)
         if early is not None:
             return early
+        if not fake.settings.count_route:
+            return errors.error_response(404, "not_found_error", "Not Found")
         valid = checked(request, parse(body), needs_max_tokens=False)
         if isinstance(valid, str):
             return rejected(request, valid)

@@ -1,0 +1,161 @@
+"""A format's token-counting route (``POST /v1/messages/count_tokens``): the count of what the
+proxy would forward.
+
+Clients that size their context ask the upstream how long a request is (the Anthropic SDKs'
+``messages.count_tokens``). Passed through untouched, the answer would be the length of the
+client's request, which the proxy never sends once it compacts: the client's meter would show
+a conversation about to overflow that the proxy keeps well inside the window, or make the client
+compact on its own. So the body is compacted as the format's own route would compact it (the
+same checkpoint lookup, pipeline and window; but nothing is stored and no summarizer is paid for
+a count: a stretch a summary would replace is counted as the fallback would leave it), and:
+
+* nothing to compact: the client's bytes go to the upstream's counting route, as sent;
+* compacted: the compacted body goes there instead, so the upstream counts, with its own
+  tokenizer, exactly what the next request would carry;
+* an upstream that has no counting route (404, 405, 501: most local servers): the proxy answers
+  ``{"input_tokens": N}`` itself, its own count of that body calibrated by the upstream's
+  reported usage, with ``X-Compaction-Counted: proxy``.
+
+The report headers say what compaction did, as on the format's route.
+"""
+
+from __future__ import annotations
+
+import math
+
+import orjson
+
+from compaction_proxy.checkpoints import StoreBudget
+from compaction_proxy.compaction import CompactionResult, Mode
+from compaction_proxy.compaction.messages import last_user_text
+from compaction_proxy.config import UpstreamSettings
+from compaction_proxy.engine import FlowRequest
+from compaction_proxy.http import Receive, Scope, Send, read_body, send_bytes
+from compaction_proxy.upstream import json_model, upstream_headers, upstream_url
+from compaction_proxy.wire import ClientBody, WireFormat
+
+from ._context import RequestContext
+from ._forward import forward
+from ._limits import compacted_model, size_limits
+from ._outcome import RouteOutcome, relayed
+from ._requests import (
+    compaction_mode,
+    credential,
+    effective_window,
+    header_safe,
+    report_headers,
+    route,
+    spending,
+    tenant,
+)
+
+UNCOUNTED = frozenset({404, 405, 501})
+"""Statuses by which an upstream says it has no counting route: the proxy answers instead."""
+
+
+async def count_tokens(
+    wire: WireFormat, ctx: RequestContext, scope: Scope, receive: Receive, send: Send
+) -> RouteOutcome:
+    with StoreBudget(ctx.state.settings.store.request_budget):
+        state = ctx.state
+        raw = await read_body(scope, receive, state.settings.server.max_body_bytes)
+        ctx.bytes_in = len(raw)
+        mode = compaction_mode(scope)
+        if mode is None:
+            upstream = route(ctx, json_model(raw))
+            ctx.upstream = upstream.name
+            return await _ask_upstream(wire, ctx, upstream, scope, receive, send, raw)
+        body = await state.compactor.offload.parse(
+            raw,
+            wire.parse,
+            params=(wire.items,),
+            limits=size_limits(state, scope),
+            applies=compacted_model(state),
+        )
+        model = body.get("model")
+        ctx.model = model if isinstance(model, str) else None
+        upstream = state.router.for_model(ctx.model)
+        ctx.upstream = upstream.name
+        if (
+            ctx.model is None
+            or not wire.has_items(body)
+            or not state.compactor.enabled_for(ctx.model)
+        ):
+            return await _ask_upstream(wire, ctx, upstream, scope, receive, send, raw)
+        view = wire.lift(body)
+        if state.settings.dashboard.show_content:
+            ctx.content = last_user_text(view.chat["messages"])
+        window = await effective_window(ctx, scope, upstream, ctx.model)
+        flow = await state.flow.run(
+            FlowRequest(
+                view.chat,
+                Mode.FORCE if mode is Mode.FORCE else Mode.NORMAL,
+                size_hint=len(raw),
+                credential=credential(scope),
+                authorization=None,
+                upstream_name=upstream.name,
+                persist=False,  # a count changes nothing the next request finds
+                context_window=window.tokens,
+                window_source=window.source,
+                summarize=False,  # no summarizer is paid for a count
+                wire=wire,
+                tenant=tenant(scope),
+                spend=spending(ctx, scope),
+            )
+        )
+        headers = report_headers(flow.result, mode)
+        headers.append((b"x-compaction-checkpoint", flow.checkpoint.encode()))
+        forwarded = raw
+        if flow.messages is not None:
+            lowered = view.lower(flow.messages)
+            client = ClientBody(raw, body, wire.items)
+            forwarded = client.with_elements(lowered.items, copies=lowered.copies)
+            headers.extend((b"x-compaction-warning", header_safe(n)) for n in lowered.notes)
+        return await _ask_upstream(
+            wire, ctx, upstream, scope, receive, send, forwarded, headers, flow.result
+        )
+
+
+async def _ask_upstream(
+    wire: WireFormat,
+    ctx: RequestContext,
+    upstream: UpstreamSettings,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    body: bytes,
+    headers: list[tuple[bytes, bytes]] | None = None,
+    result: CompactionResult | None = None,
+) -> RouteOutcome:
+    """Forward ``body`` to the upstream's counting route; answer it ourselves when the upstream
+    has none and the proxy has a count (``result``)."""
+    extra = [*ctx.response_headers, *(headers or ())]
+    sent = await forward(
+        ctx.state.transport,
+        upstream,
+        scope,
+        receive,
+        send,
+        method="POST",
+        url=upstream_url(upstream, scope),
+        headers=upstream_headers(
+            scope["headers"], upstream, strip_authorization=ctx.authenticated, auth=wire.auth
+        ),
+        content=body,
+        extra_headers=extra,
+        hold=UNCOUNTED if result is not None else None,
+        wire=wire,
+    )
+    # The count's compaction is reported in its headers, never to telemetry: nothing it made
+    # was forwarded, so nothing was saved (the next request reports its own).
+    if sent.held is None or result is None:
+        return relayed(sent)
+    counted = math.ceil(result.report.tokens_after * result.report.calibration)
+    answer = orjson.dumps({"input_tokens": counted})
+    await send_bytes(
+        send,
+        200,
+        answer,
+        [*extra, (b"x-compaction-counted", b"proxy")],
+    )
+    return RouteOutcome(None, 200)

@@ -1,0 +1,186 @@
+"""Anthropic's Messages API (``POST /v1/messages``) as a wire format
+(:class:`~compaction_proxy.wire.format.WireFormat`).
+
+Claude Code, the Claude Agent SDK and the Anthropic SDKs re-send the whole conversation every
+turn, as chat agents do, so their messages are shown to the core as chat messages
+(:mod:`._lift`) and the result is mapped back (:mod:`._lower`); only ``messages`` is replaced
+in the client's bytes. Keys: Anthropic's upstreams take ``x-api-key``; its clients send their
+key as ``x-api-key`` (Claude Code) or ``Authorization: Bearer`` (the Python SDK). Errors the
+proxy answers itself on this path are in Anthropic's shape, ``{"type": "error", "error":
+{"type", "message"}}``, which its SDKs parse. See docs/messages.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from compaction_proxy.http import bad_request
+
+from .._bodies import parse_json_object
+from ..format import Lowered, RefusalText, SummaryCall, UpstreamAuth
+from ._blocks import block_type
+from ._lift import Lifted, lift, request_messages
+from ._lower import lower
+from ._validation import validate_request
+
+X_API_KEY = UpstreamAuth(header="x-api-key", scheme="")
+
+ANTHROPIC_ONLY_FIELDS = frozenset(
+    {"system", "stop_sequences", "top_k", "thinking", "context_management", "anthropic_version"}
+)
+"""Top-level fields a chat-completions body never has: a body with one is a Messages body."""
+ANTHROPIC_BLOCKS = frozenset(
+    {"tool_use", "tool_result", "thinking", "redacted_thinking", "document", "image"}
+)
+
+_ERROR_TYPES = {
+    "invalid_api_key": "authentication_error",
+    "request_too_large": "request_too_large",
+    "too_many_messages": "request_too_large",
+    "too_many_content_parts": "request_too_large",
+    "model_not_found": "not_found_error",
+    "not_found": "not_found_error",
+    "server_shutting_down": "overloaded_error",
+}
+"""Our error codes by the Anthropic error type its SDKs map to an exception class."""
+_KNOWN_TYPES = frozenset(
+    {
+        "invalid_request_error",
+        "authentication_error",
+        "permission_error",
+        "not_found_error",
+        "request_too_large",
+        "rate_limit_error",
+        "api_error",
+        "overloaded_error",
+    }
+)
+
+
+def parse_messages_body(raw: bytes) -> dict[str, Any]:
+    """The request as a dict, or a 400 that says what is wrong with it (a module-level
+    function: a large body is parsed in a worker process, which imports it by name)."""
+    data = parse_json_object(raw)
+    model = data.get("model")
+    if model is not None and not isinstance(model, str):
+        raise bad_request(
+            f"model: must be a string, not {type(model).__name__}",
+            param="model",
+            code="invalid_type",
+        )
+    return data
+
+
+def is_messages_body(body: Mapping[str, Any]) -> bool:
+    """A Messages body rather than a chat-completions one: it has a field only Messages has,
+    or a content block only Messages has (a plain-text one reads the same either way)."""
+    if "messages" not in body:
+        return False
+    if ANTHROPIC_ONLY_FIELDS.intersection(body):
+        return True
+    for message in request_messages(body)[-64:]:
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if isinstance(content, list) and any(block_type(b) in ANTHROPIC_BLOCKS for b in content):
+            return True
+    return False
+
+
+def anthropic_error_body(
+    message: str, *, type: str, code: str | None = None, param: str | None = None
+) -> bytes:
+    kind = _ERROR_TYPES.get(code or "") or (type if type in _KNOWN_TYPES else None)
+    if kind is None:
+        kind = "invalid_request_error" if type == "invalid_request_error" else "api_error"
+    return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
+
+
+def usage_tokens(payload: Any) -> int | None:
+    """The prompt's tokens an Anthropic reply reports: ``input_tokens`` plus the cached
+    (``cache_read_input_tokens``) and cache-written (``cache_creation_input_tokens``) ones,
+    of a JSON message, a stream's ``message_start`` (``message.usage``) or its
+    ``message_delta`` (``usage``, cumulative)."""
+    if not isinstance(payload, Mapping):
+        return None
+    usage = payload.get("usage")
+    if not isinstance(usage, Mapping):
+        message = payload.get("message")
+        usage = message.get("usage") if isinstance(message, Mapping) else None
+        if not isinstance(usage, Mapping):
+            return None
+    total = 0
+    seen = False
+    for key in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"):
+        value = usage.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            total += value
+            seen = seen or key == "input_tokens"
+    return total if seen and total > 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class MessagesView:
+    """A Messages body as the core sees it, and the way back to its messages."""
+
+    lifted: Lifted
+    chat: dict[str, Any]
+    body: Mapping[str, Any]
+
+    def lower(self, messages: Sequence[Mapping[str, Any]]) -> Lowered:
+        lowered = lower(self.lifted, messages, self.body)
+        return Lowered(lowered.items, lowered.notes)
+
+
+class MessagesFormat:
+    name = "messages"
+    api = "messages"
+    paths = ("/v1/messages",)
+    count_path: str | None = "/v1/messages/count_tokens"
+    items = "messages"
+    auth: UpstreamAuth = X_API_KEY
+    summary: SummaryCall | None = None  # the summarizer's own (chat) form, for now
+    prefix_summaries = False  # the transcript form: the view is not chat completions
+    refusals: tuple[RefusalText, ...] = ()  # Anthropic's phrase is among the common ones
+    parse = staticmethod(parse_messages_body)
+
+    def claims(self, body: Mapping[str, Any]) -> bool:
+        return is_messages_body(body)
+
+    def held_by(self, body: Mapping[str, Any]) -> str | None:
+        return None  # the Messages API holds no conversation state server-side
+
+    def has_items(self, body: Mapping[str, Any]) -> bool:
+        return bool(request_messages(body))
+
+    def shown(self, body: Mapping[str, Any]) -> str | None:
+        return None  # read from the lifted view
+
+    def lift(self, body: dict[str, Any], *, check: bool = True) -> MessagesView:
+        """The chat-shaped view of ``body``, or a 400 naming what is wrong with its messages
+        (checked whatever ``check`` says: what is wrong cannot be lifted)."""
+        issue = validate_request(body)
+        if issue is not None:
+            raise bad_request(issue.message, param=issue.param, code="invalid_messages")
+        lifted = lift(body)
+        return MessagesView(lifted, lifted.chat_body(body), body)
+
+    def usage_tokens(self, payload: Any) -> int | None:
+        return usage_tokens(payload)
+
+    def error_body(
+        self, message: str, *, type: str, code: str | None = None, param: str | None = None
+    ) -> bytes:
+        return anthropic_error_body(message, type=type, code=code, param=param)
+
+    def stream_error(
+        self, message: str, *, type: str, code: str | None, param: str | None, sequence: int
+    ) -> bytes:
+        """Anthropic's ``error`` event, which its SDKs raise mid-stream."""
+        body = anthropic_error_body(message, type=type, code=code, param=param)
+        return b"event: error\ndata: " + body + b"\n\n"
+
+
+MESSAGES = MessagesFormat()
