@@ -38,6 +38,7 @@ from compaction_proxy.wire import (
 )
 
 from ._context import RequestContext
+from ._context_edits import context_edits
 from ._limits import compacted_model, size_limits
 from ._outcome import RouteOutcome
 from ._requests import (
@@ -122,6 +123,8 @@ async def _compact_and_answer(
     # The answer carries the summary: an operator's key pays for it only for a caller
     # authenticated by server.api_keys (compaction_proxy/http/_admission.py).
     spend = preview_spending(ctx)
+    # Edits the routed upstream would not apply: shown as the proxy would apply them.
+    edits = context_edits(ctx, upstream, view)
     try:
         with StoreBudget(ctx.state.settings.store.request_budget):
             window = await effective_window(ctx, scope, upstream, data["model"], spend)
@@ -141,6 +144,7 @@ async def _compact_and_answer(
                     wire=wire,
                     tenant=tenant(scope),
                     spend=spend,
+                    edits=edits,
                 )
             )
     except Exception as exc:  # the preview has no original to fall back on: say what broke
@@ -151,6 +155,9 @@ async def _compact_and_answer(
     result = flow.result
     warnings = list(flow.warnings)
     request = body
+    if edits is not None:
+        request = {k: v for k, v in body.items() if k not in edits.strip}
+        warnings.extend(edits.notes(result.report))
     if flow.messages is not None:
         try:
             lowered = view.lower(flow.messages)
@@ -159,7 +166,7 @@ async def _compact_and_answer(
             raise ProxyError(
                 500, "compaction failed: LowerError", "server_error", "compaction_failed"
             ) from None
-        request = {**body, wire.items: list(lowered.items)}
+        request = {**request, wire.items: list(lowered.items)}
         warnings.extend(lowered.notes)
     payload = {
         "changed": flow.messages is not None,

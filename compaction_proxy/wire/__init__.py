@@ -27,6 +27,8 @@ from ._jsonspans import (
 from ._multipart import Field, FieldReader, Unreadable, boundary_of
 from .format import (
     BEARER,
+    ContextEdits,
+    EditedView,
     Lowered,
     RefusalText,
     SummaryCall,
@@ -46,6 +48,8 @@ __all__ = [
     "BOM",
     "DEFAULT_FORMAT",
     "ClientBody",
+    "ContextEdits",
+    "EditedView",
     "Field",
     "FieldReader",
     "Lowered",
