@@ -728,3 +728,46 @@ async def test_checkpoints_are_kept_apart_by_the_edits() -> None:
     finally:
         await client.aclose()
         compactor.close()
+
+
+async def test_compact_summarizes_above_its_trigger_and_reports_the_summary_inside(
+    compactor: Compactor,
+) -> None:
+    from tests.compaction.summarizer_fakes import FakeSummarizer
+
+    messages = tool_loop(80)
+    body = {
+        "model": MODEL,
+        "max_tokens": 1024,
+        "messages": messages,
+        "context_management": {
+            "edits": [
+                {"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 50_000}}
+            ]
+        },
+    }
+    view = MESSAGES.lift(body)
+    assert isinstance(view, EditedView)
+    edits = view.context_edits(summarizer=True)
+    assert edits is not None
+    summarizer = FakeSummarizer("FACT-TASK-7 is half done")
+    result = await compactor.run(
+        view.chat,
+        Mode.NORMAL,
+        size_hint=0,
+        summarizer=summarizer,
+        edits=edits.strategies,
+        edits_key=edits.key,
+    )
+    assert len(summarizer.calls) == 1
+    report = result.report
+    assert report.tokens_before > 50_000 > report.tokens_after
+    step = report.strategies[0]
+    assert step.name == "compact_20260112" and step.changed
+    assert [child.name for child in step.children] == ["summarization"]
+    assert report.changed_by == ("summarization",)
+    forwarded = view.lower(result.messages).items
+    assert any("FACT-TASK-7 is half done" in str(m["content"]) for m in forwarded)
+    assert forwarded[-1] is messages[-1]  # the newest step goes verbatim
+    (note,) = edits.notes(report)
+    assert note.startswith("context_management applied by the proxy (compact_20260112 ")

@@ -97,8 +97,8 @@ class MessagesEdits:
         unapplied = [note for edit in self.edits for note in edit.unapplied]
         if report is None:
             head = (
-                f"{FIELD} was stripped for an upstream that does not apply it, and the proxy did "
-                "not apply it either: the request was not compacted"
+                f"{FIELD} stripped for an upstream that does not apply it, and not applied: "
+                "the request went uncompacted (a dry run, or the compaction failed)"
             )
             return (head, *unapplied)
         steps: dict[str, list[StrategyReport]] = {}
