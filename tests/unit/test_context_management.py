@@ -24,13 +24,13 @@ from compaction_proxy.engine import Compactor
 from compaction_proxy.http import ProxyError
 from compaction_proxy.wire import EditedView
 from compaction_proxy.wire.messages import MESSAGES, anthropic_error_body
-from compaction_proxy.wire.messages._context_edits import (
+from compaction_proxy.wire.messages._context_management import MessagesEdits, translate
+from compaction_proxy.wire.messages._edit_strategies import (
     ClearThinking,
     ClearToolUses,
     ClearToolUsesByCount,
     Compact,
 )
-from compaction_proxy.wire.messages._context_management import MessagesEdits, translate
 from tests.support.processes import tiktoken_cache_dir
 
 MODEL = "claude-sonnet-4-5"

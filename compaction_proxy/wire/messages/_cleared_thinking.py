@@ -1,5 +1,5 @@
 """The lowering's part of ``clear_thinking_20251015``: an assistant piece whose thinking
-:class:`._context_edits.ClearThinking` cleared goes upstream as the client's message without
+:class:`._edit_strategies.ClearThinking` cleared goes upstream as the client's message without
 its ``thinking`` / ``redacted_thinking`` blocks.
 
 The view's chat messages carry an assistant message's signed thinking in a riding field

@@ -40,7 +40,7 @@ from compaction_proxy.compaction.strategies.base import Strategy
 from compaction_proxy.compaction.triggers import TokensExceed
 from compaction_proxy.http import ProxyError, bad_request
 
-from ._context_edits import (
+from ._edit_strategies import (
     CLEAR_THINKING,
     CLEAR_TOOL_USES,
     COMPACT,
