@@ -771,3 +771,49 @@ async def test_compact_summarizes_above_its_trigger_and_reports_the_summary_insi
     assert forwarded[-1] is messages[-1]  # the newest step goes verbatim
     (note,) = edits.notes(report)
     assert note.startswith("context_management applied by the proxy (compact_20260112 ")
+
+
+def lowered_json(view: Any, messages: list[Any]) -> bytes:
+    return orjson.dumps(list(view.lower(messages).items))
+
+
+async def test_a_checkpoints_copies_lower_as_the_pipelines_own_output(
+    compactor: Compactor,
+) -> None:
+    """On a checkpoint hit the pipeline's messages are copies read back from the store: the
+    thinking the edit cleared is still dropped, and every other piece is still the client's."""
+    messages = chat_turns(4)
+    body = {"model": MODEL, "max_tokens": 1024, "messages": messages}
+    view = MESSAGES.lift(body)
+    edits = edits_of({"edits": [{"type": "clear_thinking_20251015"}]})
+    result = await compactor.run(view.chat, Mode.NORMAL, size_hint=0, edits=edits.strategies)
+    assert result.changed
+    copies = orjson.loads(orjson.dumps(result.messages))
+    assert lowered_json(view, copies) == lowered_json(view, list(result.messages))
+    assert view.lower(copies).items[-2] is messages[-2]
+
+
+async def test_pieces_that_differ_only_in_thinking_are_told_apart(compactor: Compactor) -> None:
+    same = {"type": "text", "text": "Done."}
+    messages = [
+        {"role": "user", "content": "one"},
+        {"role": "assistant", "content": [thinking(0), same]},  # cleared: an older turn
+        {"role": "user", "content": "two"},
+        {"role": "assistant", "content": [same]},  # no thinking, the same bytes once cleared
+        {"role": "user", "content": "three"},
+        {"role": "assistant", "content": [thinking(2), same]},  # the newest: kept
+        {"role": "user", "content": "four"},
+    ]
+    view = MESSAGES.lift({"model": MODEL, "max_tokens": 1024, "messages": messages})
+    edits = edits_of({"edits": [{"type": "clear_thinking_20251015"}]})
+    result = await compactor.run(view.chat, Mode.NORMAL, size_hint=0, edits=edits.strategies)
+    expected = [
+        messages[0],
+        {"role": "assistant", "content": [same]},
+        *messages[2:],
+    ]
+    assert orjson.loads(lowered_json(view, list(result.messages))) == expected
+    copies = orjson.loads(orjson.dumps(result.messages))
+    lowered = view.lower(copies).items
+    assert orjson.loads(orjson.dumps(list(lowered))) == expected
+    assert lowered[3] is messages[3] and lowered[5] is messages[5]
