@@ -817,3 +817,35 @@ async def test_pieces_that_differ_only_in_thinking_are_told_apart(compactor: Com
     lowered = view.lower(copies).items
     assert orjson.loads(orjson.dumps(list(lowered))) == expected
     assert lowered[3] is messages[3] and lowered[5] is messages[5]
+
+
+@pytest.mark.parametrize(
+    ("base_url", "setting", "native"),
+    [
+        ("https://api.anthropic.com/v1", None, True),
+        ("https://API.Anthropic.com/v1", None, True),
+        ("http://127.0.0.1:8080/v1", None, False),
+        ("https://gateway.example.com/anthropic/v1", None, False),
+        ("https://api.anthropic.com.example.com/v1", None, False),
+        ("https://api.anthropic.com/v1", "emulate", False),
+        ("http://llama:8080/v1", "native", True),
+    ],
+)
+def test_who_applies_context_management(base_url: str, setting: str | None, native: bool) -> None:
+    from compaction_proxy.config import UpstreamSettings
+
+    entry: dict[str, Any] = {"name": "up", "base_url": base_url}
+    if setting is not None:
+        entry["context_management"] = setting
+    assert UpstreamSettings.model_validate(entry).applies_context_management is native
+
+
+def test_an_unknown_context_management_setting_is_refused() -> None:
+    from pydantic import ValidationError
+
+    from compaction_proxy.config import UpstreamSettings
+
+    with pytest.raises(ValidationError):
+        UpstreamSettings.model_validate(
+            {"name": "up", "base_url": "http://x/v1", "context_management": "auto"}
+        )
