@@ -351,3 +351,15 @@ def test_compact_writes_a_messages_body_back(tmp_path: Path) -> None:
         if isinstance(block, dict) and block.get("type") == "tool_result"
     ]
     assert uses == results  # every call kept has its result, in order
+
+
+def test_metrics_label_the_messages_api(
+    client: anthropic.Anthropic, proxy: ProxyServer, upstream: MessagesUpstreamServer
+) -> None:
+    client.messages.create(model=MODEL, max_tokens=64, tools=[BASH], messages=session(20))
+    client.messages.count_tokens(model=MODEL, messages=session(2))
+    with httpx.Client(base_url=proxy.url, trust_env=False, timeout=30) as http:
+        metrics = http.get("/metrics").text
+    assert 'compaction_proxy_requests_total{route="messages",status="200"}' in metrics
+    assert 'compaction_proxy_requests_total{route="messages_count_tokens",status="200"}' in metrics
+    assert 'compaction_proxy_api_prompt_tokens_total{api="messages",stage="before"}' in metrics
