@@ -54,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
         "report",
     )
     comp.add_argument(
-        "file", help="a chat-completions or Responses body, or a bare list of messages"
+        "file", help="a chat-completions, Responses or Messages body, or a bare list of messages"
     )
     comp.add_argument("--model", "-m", help="model to budget for (default: the body's model)")
     comp.add_argument("--config", "-c", help=f"YAML config file (default: ${CONFIG_ENV_VAR})")

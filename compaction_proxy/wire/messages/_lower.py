@@ -36,7 +36,14 @@ import orjson
 from compaction_proxy.compaction.canonical import canonical_bytes
 from compaction_proxy.compaction.errors import CompactionProxyError
 
-from ._blocks import CACHE_CONTROL, MAX_BREAKPOINTS, block_type, blocks_of, nested_blocks
+from ._blocks import (
+    CACHE_CONTROL,
+    MAX_BREAKPOINTS,
+    THINKING_TYPES,
+    block_type,
+    blocks_of,
+    nested_blocks,
+)
 from ._blocks import breakpoints as count_breakpoints
 from ._lift import Lifted, Owner
 
@@ -267,13 +274,17 @@ def _emit(lifted: Lifted, run: _Run) -> Any:
 
 
 def _keep_thinking_first(items: list[Any], runs: list[_Run]) -> None:
-    """A made-up assistant message right before the model's own turn would merge into it, and
-    the API wants a turn with thinking to open with its thinking block: make it user text."""
+    """A made-up assistant message right before a turn of the model's that opens with thinking
+    would merge into it (the API joins consecutive turns of one role), and the API wants such
+    a turn to open with its thinking block: the made-up one goes as user text instead."""
     for position, run in enumerate(runs[:-1]):
         if run.made is None or run.made["role"] != "assistant":
             continue
         following = items[position + 1]
-        if isinstance(following, Mapping) and following.get("role") == "assistant":
+        if not isinstance(following, Mapping) or following.get("role") != "assistant":
+            continue
+        content = following.get("content")
+        if isinstance(content, list) and content and block_type(content[0]) in THINKING_TYPES:
             run.made["role"] = "user"
 
 
