@@ -77,13 +77,12 @@ def lower(
     items = [_emit(lifted, run) for run in runs]
     notes: list[str] = []
     _keep_thinking_first(items, runs)
+    _cache_checkpoint(items, runs, body)  # before the opening note: it is no checkpoint
     first = _first_turn(items)
     if first is not None and items[first].get("role") == "assistant" and _opens_with_user(lifted):
         note = {"role": "user", "content": [{"type": "text", "text": OMITTED_NOTE}]}
         items.insert(first, note)
-        runs.insert(first, _Run(None, made=note))
         notes.append("a user message was put first: the API wants the conversation to open so")
-    _cache_checkpoint(items, runs, body)
     return Lowered(items, tuple(notes))
 
 
