@@ -60,6 +60,7 @@ class ToyFormat:
     api = "toy"
     paths = (TOY_PATH,)
     items = "turns"
+    output_limits: tuple[str, ...] = ()  # a toy turn has no output limit
     auth = UpstreamAuth("x-toy-key", "Toy ")
     summary: SummaryCall | None = None
     prefix_summaries = False

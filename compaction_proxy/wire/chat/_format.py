@@ -30,6 +30,7 @@ class ChatFormat(OpenAIReplies):
     api = "chat"
     paths = ("/v1/chat/completions",)
     items = "messages"
+    output_limits = ("max_completion_tokens", "max_tokens")
     auth: UpstreamAuth = BEARER
     summary: SummaryCall | None = CHAT_SUMMARY
     prefix_summaries = True

@@ -77,6 +77,7 @@ class ResponsesFormat(OpenAIReplies):
     api = "responses"
     paths = ("/v1/responses",)
     items = "input"
+    output_limits = ("max_output_tokens",)
     auth: UpstreamAuth = BEARER
     summary: SummaryCall | None = None  # the summarizer's own (chat) form
     prefix_summaries = False  # the transcript form: the view is not chat completions
