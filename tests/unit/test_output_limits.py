@@ -5,11 +5,17 @@ compaction_proxy/engine/_compactor.py).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
+import httpx
+import orjson
 import pytest
+import respx
+import yaml
 
+from compaction_proxy.cli import main
 from compaction_proxy.compaction import Mode
 from compaction_proxy.compaction.budget import asked_output
 from compaction_proxy.config import Settings
@@ -17,6 +23,7 @@ from compaction_proxy.engine import Compactor
 from compaction_proxy.wire import WireFormat
 from compaction_proxy.wire.registry import FORMATS
 from tests.support.processes import tiktoken_cache_dir
+from tests.unit.test_app import _RespxTransport, in_process
 
 ASKED = 32_000
 
@@ -108,3 +115,64 @@ def test_per_model_keys_are_validated() -> None:
             upstreams=[{"name": "up", "base_url": "http://up.test/v1"}],
             models={"m": {"output_reserve_share": 0}},
         )
+
+
+# ----------------------------------------------------------------- the preview and `compact`
+
+LOCAL = "local-32k"
+CONFIG = {"models": {LOCAL: {"context_window": 32_768}}, "summarization": {"enabled": False}}
+
+
+def _messages() -> list[dict[str, Any]]:
+    return [{"role": "user", "content": "look " * 2_000}]
+
+
+@pytest.fixture
+async def preview() -> AsyncIterator[httpx.AsyncClient]:
+    settings = Settings(upstreams=[{"name": "up", "base_url": "http://up.test/v1"}], **CONFIG)
+    mock = respx.MockRouter(assert_all_called=False)
+    app = in_process(settings, httpx.AsyncClient(transport=_RespxTransport(mock)))
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy")
+    yield client
+    await client.aclose()
+    await app.state.client.aclose()
+    app.state.compactor.close()
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"model": LOCAL, "messages": _messages(), "max_tokens": ASKED}, "max_tokens"),
+        ({"model": LOCAL, "input": _messages(), "max_output_tokens": ASKED}, "max_output_tokens"),
+    ],
+    ids=["chat", "responses"],
+)
+async def test_the_preview_shows_the_limit_that_would_be_forwarded(
+    preview: httpx.AsyncClient, body: dict[str, Any], field: str
+) -> None:
+    response = await preview.post("/v1/compaction/preview", json=body)
+    assert response.status_code == 200, response.text
+    data = response.json()
+    limit = data["report"]["output_limit"]
+    assert limit["asked"] == ASKED and limit["lowered"] is True
+    assert data["changed"] is True  # the messages are as sent; the limit is not
+    assert data["request"] == {**body, field: limit["forwarded"]}
+    assert response.headers["x-compaction-output-limit"] == str(limit["forwarded"])
+
+
+def test_compact_prints_and_writes_the_lowered_limit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(CONFIG))
+    source = tmp_path / "conv.json"
+    source.write_bytes(orjson.dumps({"model": LOCAL, "messages": _messages(), "max_tokens": ASKED}))
+    out = tmp_path / "out.json"
+    assert main(["compact", str(source), "--config", str(config), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    written = orjson.loads(out.read_bytes())
+    forwarded = written["max_tokens"]
+    assert forwarded < ASKED
+    assert f"output limit        32,000 -> {forwarded:,}  (lowered" in printed
+    assert "at most output_reserve_share of the window" in printed
+    assert written["messages"] == _messages()
