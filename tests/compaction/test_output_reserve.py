@@ -13,10 +13,11 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import assume, given
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from compaction_proxy.compaction import (
+    Calibration,
     CompactionRequest,
     CompactionSettings,
     FactsOverride,
@@ -30,6 +31,7 @@ from compaction_proxy.compaction.budget import DEFAULT_RESERVE_SHARE, OUTPUT_FLO
 
 from .helpers import a, s, u
 from .summarizer_fakes import TOK
+from .test_properties import conversations
 
 WINDOW_32K = 32_768
 
@@ -296,3 +298,44 @@ def test_a_small_ask_changes_nothing_and_says_nothing() -> None:
     limit = report.output_limit
     assert limit is not None and not limit.lowered and limit.fits
     assert report.warnings == ()
+
+
+@given(
+    conversations(),
+    st.integers(min_value=300, max_value=4_000),
+    st.integers(min_value=1, max_value=40_000),
+    st.floats(min_value=0.05, max_value=1.0),
+    st.sampled_from([1.0, 1.3, 2.0]),
+)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_what_the_pipeline_forwards_fits_the_window_with_its_limit(
+    messages: list[dict[str, object]], window: int, asked: int, share: float, ratio: float
+) -> None:
+    """Generated conversations (tool loops, late results, developer messages) compacted by the
+    default pipeline: whenever the compacted prompt is within its budget, that prompt (as the
+    triggers count it, calibrated) and the limit forwarded fit the window, lowered exactly when
+    the ask would not; the limit is never raised, and lowered only when the ask does not fit."""
+    result = compact(
+        CompactionRequest(
+            messages,
+            model="local",
+            pipeline=build_pipeline(CompactionSettings()),
+            tokenizer=TOK,
+            facts=ModelFacts(window, None),
+            max_tokens=asked,
+            output_share=share,
+            lower_output=True,
+            calibration=Calibration(ratio=ratio),
+        )
+    )
+    report = result.report
+    limit = report.output_limit
+    assert limit is not None and limit.asked == asked and limit.forwarded <= asked
+    prompt = Calibration(ratio=ratio).apply(report.tokens_after)
+    room = window - report.safety_reserve - prompt
+    if limit.lowered:
+        assert asked > room
+    if prompt <= report.budget:
+        assert limit.lowered == (asked > room)
+        assert prompt + limit.forwarded <= window
+        assert limit.fits
