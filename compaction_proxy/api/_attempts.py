@@ -240,7 +240,7 @@ async def send_with_retries(
             ),
             content=body,
             extra_headers=headers,
-            usage=wire.usage_tokens if reported is not None else None,
+            usage=wire if reported is not None else None,
             on_accepted=None if save is None else saver(save),
             hold=hold,
         )

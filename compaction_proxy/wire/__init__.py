@@ -27,12 +27,15 @@ from ._jsonspans import (
 from ._multipart import Field, FieldReader, Unreadable, boundary_of
 from .format import (
     BEARER,
+    CallerKey,
+    Headers,
     Lowered,
     RefusalText,
     SummaryCall,
     SummaryReply,
     UpstreamAuth,
     View,
+    WindowOption,
     WireFormat,
 )
 from .registry import DEFAULT as DEFAULT_FORMAT
@@ -43,9 +46,11 @@ __all__ = [
     "BEARER",
     "BOM",
     "DEFAULT_FORMAT",
+    "CallerKey",
     "ClientBody",
     "Field",
     "FieldReader",
+    "Headers",
     "Lowered",
     "ObjectSpans",
     "RefusalText",
@@ -55,6 +60,7 @@ __all__ = [
     "Unreadable",
     "UpstreamAuth",
     "View",
+    "WindowOption",
     "WireFormat",
     "boundary_of",
     "decode_string",
