@@ -40,7 +40,7 @@ from ._context import RequestContext
 from ._forward import Outcome, forward, send_held
 from ._outcome import RouteOutcome, relayed
 from ._requests import (
-    authorization,
+    caller_key,
     credential,
     header_safe,
     report_headers,
@@ -158,7 +158,7 @@ async def compact(
                 mode,
                 size_hint=len(subject.raw),
                 credential=credential(scope),
-                authorization=None if ctx.authenticated else authorization(scope),
+                caller_key=None if ctx.authenticated else caller_key(scope, subject.wire.auth),
                 upstream_name=ctx.upstream or "",
                 # A forced compaction is a one-off: it must not become the sticky prefix.
                 persist=mode is Mode.NORMAL,
@@ -167,7 +167,7 @@ async def compact(
                 calls=calls,
                 wire=subject.wire,
                 tenant=tenant(scope),
-                spend=spending(ctx, scope),
+                spend=spending(ctx, scope, subject.wire.auth),
             )
         )
     except Exception:
@@ -337,8 +337,9 @@ async def after_refusal(
     )
     if learned is None:
         return None
+    option = refused.window.option  # the header-chosen window it refused, if any
     if overflow.window is not None or learned < used:
-        await state.windows.learn(ctx.upstream or "", model, learned)
+        await state.windows.learn(ctx.upstream or "", model, learned, option)
     if retries >= MAX_RETRIES:
         return None
     if overflow.window is not None and learned >= used:
@@ -347,7 +348,7 @@ async def after_refusal(
         target = min(learned, used)
     if target < MIN_LEARNED_WINDOW:
         return None
-    retry = await compact(ctx, scope, refused.subject, Window(target, "learned"))
+    retry = await compact(ctx, scope, refused.subject, Window(target, "learned", option))
     if retry.result is None or retry.result.report.tokens_after >= sent:
         return None  # nothing smaller to offer (or it failed): the upstream would refuse it again
     return retry

@@ -37,8 +37,11 @@ from compaction_proxy.upstream._windows import (
     window_after_refusal,
     window_key,
 )
+from compaction_proxy.wire import CallerKey
 
 UNKNOWN = "local-llama"  # in neither the config nor the built-in table
+SK_CALLER = CallerKey("authorization", "Bearer sk-caller")
+MADE_UP = CallerKey("authorization", "Bearer made-up")
 
 
 def _settings(**extra: Any) -> Settings:
@@ -174,10 +177,10 @@ async def test_listing_uses_the_upstreams_key_else_the_callers() -> None:
     )
     listing = Listing({UNKNOWN: 4_096})
     await _book(keyed, None, listing).window_for(
-        _upstream(keyed), UNKNOWN, "Bearer sk-caller", may_spend=True
+        _upstream(keyed), UNKNOWN, SK_CALLER, may_spend=True
     )
     plain = _settings()
-    await _book(plain, None, listing).window_for(_upstream(plain), UNKNOWN, "Bearer sk-caller")
+    await _book(plain, None, listing).window_for(_upstream(plain), UNKNOWN, SK_CALLER)
     await _book(plain, None, listing).window_for(_upstream(plain), UNKNOWN, None)
     assert listing.authorization == ["Bearer sk-up", "Bearer sk-caller", None]
 
@@ -192,7 +195,7 @@ async def test_the_upstreams_key_reads_no_listing_for_a_caller_not_let_in() -> N
     listing = Listing({UNKNOWN: 4_096})
     book = _book(keyed, None, listing)
     upstream = _upstream(keyed)
-    assert await book.window_for(upstream, UNKNOWN, "Bearer made-up") == Window(128_000, "default")
+    assert await book.window_for(upstream, UNKNOWN, MADE_UP) == Window(128_000, "default")
     assert listing.calls == 0
     assert await book.window_for(upstream, UNKNOWN, None, may_spend=True) == Window(
         4_096, "discovered"
@@ -200,7 +203,7 @@ async def test_the_upstreams_key_reads_no_listing_for_a_caller_not_let_in() -> N
     assert await book.window_for(upstream, UNKNOWN, None) == Window(4_096, "discovered")
     assert listing.calls == 1
     plain = _settings()
-    await _book(plain, None, listing).window_for(_upstream(plain), UNKNOWN, "Bearer sk-caller")
+    await _book(plain, None, listing).window_for(_upstream(plain), UNKNOWN, SK_CALLER)
     assert listing.authorization == ["Bearer sk-up", "Bearer sk-caller"]
 
 
