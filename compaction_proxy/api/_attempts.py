@@ -315,7 +315,7 @@ async def after_refusal(
     if (
         overflow.window is not None
         and overflow.prompt_tokens is not None
-        and "at least" not in overflow.message.lower()
+        and not overflow.prompt_is_floor
     ):
         # The upstream's own count of what we sent: tiktoken miscounts other vendors' models.
         # Not when the count is a floor (newer vLLM stops counting past the window).

@@ -501,3 +501,67 @@ async def test_the_summarizer_sends_the_callers_own_key_in_its_calls_form(
         assert request.headers.get(name) == value
         other = "authorization" if name == "x-api-key" else "x-api-key"
         assert other not in request.headers
+
+
+# ------------------------------------------------------------------ refusals
+
+
+def fake_refusal(style: str, window: int, prompt: int, max_tokens: int) -> httpx.Response:
+    refusal = errors.overflow(style, window, prompt, max_tokens, False)
+    assert refusal is not None
+    return httpx.Response(
+        refusal.status_code, content=refusal.body, headers={"content-type": "application/json"}
+    )
+
+
+@pytest.mark.parametrize(
+    ("style", "learned"),
+    [
+        ("anthropic", 4_000),
+        ("llamacpp", 4_000),
+        ("vllm", 4_000),
+        ("vllm_old", 4_000),
+        ("413", None),
+    ],
+)
+async def test_each_servers_refusal_is_compacted_away_and_its_window_learned(
+    edge_for: Any, style: str, learned: int | None
+) -> None:
+    model = "local-coder"
+    edge = edge_for(**NO_SUMMARIES, windows={"discover": False})
+    sent = body(model, turns=30)
+    forward = edge.mock.post(f"{LOCAL}/messages")
+    forward.side_effect = [
+        fake_refusal(style, 4_000, 6_000, sent["max_tokens"]),
+        httpx.Response(200, json=reply_json({})),
+    ]
+    reply = await edge.messages(sent, **{"x-api-key": CALLER})
+    assert reply.status_code == 200, reply.text
+    assert reply.headers["x-compaction-retry"] == "1"
+    retried = orjson.loads(forward.calls[1].request.content)
+    assert len(retried["messages"]) < len(sent["messages"])
+    window = await edge.app.state.windows.learned("local", model)
+    before = int(reply.headers["x-compaction-tokens-before"])
+    if learned is None:  # a 413 states nothing: 0.8 of what was sent and reserved
+        assert window == int(0.8 * (before + sent["max_tokens"]))
+    else:
+        assert window == learned
+    assert int(reply.headers["x-compaction-tokens-after"]) < window
+
+
+@pytest.mark.parametrize(("style", "calibrates"), [("anthropic", True), ("vllm", False)])
+async def test_a_stated_prompt_count_calibrates_but_vllms_floor_does_not(
+    edge_for: Any, style: str, calibrates: bool
+) -> None:
+    model = "local-coder"
+    edge = edge_for(**NO_SUMMARIES, windows={"discover": False})
+    sent = body(model, turns=30)
+    forward = edge.mock.post(f"{LOCAL}/messages")
+    forward.side_effect = [
+        fake_refusal(style, 4_000, 6_000, sent["max_tokens"]),
+        httpx.Response(200, json=reply_json({})),
+    ]
+    reply = await edge.messages(sent, **{"x-api-key": CALLER})
+    before = int(reply.headers["x-compaction-tokens-before"])
+    ratio = _calibrated(edge, model)
+    assert ratio == (pytest.approx(6_000 / before) if calibrates else 1.0)
