@@ -53,9 +53,9 @@ def anthropic_usage_tokens(payload: Any) -> int | None:
     """The prompt's tokens a Messages reply (or one SSE event's data) states, or None.
 
     ``usage`` at the top (a JSON reply, ``message_delta``) or inside ``message``
-    (``message_start``); the three input counts are added, a missing or null one counting 0.
-    None when no input count is stated at all (a ``message_delta`` with only
-    ``output_tokens``) or their sum is 0 (a server that states it only at the end).
+    (``message_start``); the three input counts are added, a missing or null cache count
+    counting 0. None without ``input_tokens`` (a ``message_delta`` with only
+    ``output_tokens``) or when the sum is 0 (a server that states it only at the end).
     """
     if not isinstance(payload, dict):
         return None
@@ -71,7 +71,7 @@ def anthropic_usage_tokens(payload: Any) -> int | None:
         value = usage.get(name)
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             total += value
-            stated = True
+            stated = stated or name == "input_tokens"
     return total if stated and total > 0 else None
 
 

@@ -54,6 +54,7 @@ def test_a_cumulative_message_delta_states_it_at_the_top() -> None:
         {"output_tokens": 15},  # llama.cpp's message_delta
         {"input_tokens": 0, "output_tokens": 15},  # a server that states it only at the end
         {"input_tokens": None, "cache_read_input_tokens": None},
+        {"cache_read_input_tokens": 5_000, "output_tokens": 15},  # no input count: not a prompt
         {"input_tokens": True},
         {"input_tokens": "12"},
         {"input_tokens": -5},
