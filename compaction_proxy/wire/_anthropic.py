@@ -12,7 +12,7 @@ Pure helpers for the Messages format's :class:`~compaction_proxy.wire.format.Wir
   among them).
 * **The 1M-context beta.** ``anthropic-beta: context-1m-2025-08-07`` lets a request to Claude
   Sonnet 4 or 4.5 use a 1,000,000-token window instead of 200,000. Opus 4.6, Sonnet 4.6 and
-  every later model have the 1M window without it (docs/claude.md has the table); the header
+  every later model have the 1M window without it (docs/compaction.md, "The budget"); the header
   is honoured there too and changes nothing but the name a refused window is learned under.
 """
 
