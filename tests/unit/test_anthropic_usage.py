@@ -18,6 +18,7 @@ import pytest
 from compaction_proxy.api._usage import UsageProbe
 from compaction_proxy.wire._anthropic import anthropic_usage_tokens
 from tests.fakes.messages import render
+from tests.fakes.messages.app import Settings, validate_settings
 
 CHUNK_SIZES = (1, 9, 512, 4096, 1 << 20)
 
@@ -180,3 +181,19 @@ def test_the_head_is_bounded_and_a_usage_event_cut_at_its_bound_is_not_guessed_a
     assert b'"usage"' in (filler + start)[:16_384]
     probe.feed(b"x" * 10_000)  # pushes message_start out of the tail
     assert probe.prompt_tokens() is None
+
+
+def test_the_fake_states_llamacpps_message_delta_when_asked() -> None:
+    """The fake Messages upstream's ``delta_usage: output`` (what the real-process tests use)."""
+    opening = render.message("msg_1", "m", [], None, USAGE, None)
+    content = [{"type": "text", "text": "hi"}]
+
+    async def collect(style: str) -> list[bytes]:
+        events = render.events(opening, content, "end_turn", USAGE, delta_usage=style)
+        return [e async for e in events]
+
+    for style, stated in (("output", {"output_tokens": 77}), ("cumulative", USAGE)):
+        delta = next(e for e in asyncio.run(collect(style)) if b"message_delta" in e)
+        assert orjson.loads(delta.split(b"data: ", 1)[1])["usage"] == stated
+    with pytest.raises(ValueError, match="delta_usage"):
+        validate_settings(Settings(delta_usage="nope"))
