@@ -244,7 +244,9 @@ class Client:
         for session in self.sessions.values():
             await session.close()
 
-    async def send(self, where: str, route: str, data: bytes) -> tuple[Sample, dict[str, str]]:
+    async def send(
+        self, where: str, route: str, data: bytes
+    ) -> tuple[Sample, dict[str, str], bytes]:
         url = self.bases[where] + PATHS[route]
         started = time.perf_counter()
         async with self.sessions[where].post(url, data=data, headers=HEADERS[route]) as reply:
@@ -255,21 +257,25 @@ class Client:
             if reply.status != 200:
                 raise RuntimeError(f"{where} {route}: {reply.status} {(first + rest)[:300]!r}")
             headers = {k.lower(): v for k, v in reply.headers.items()}
-        return Sample((ttfb - started) * 1000, (end - started) * 1000), headers
+        return Sample((ttfb - started) * 1000, (end - started) * 1000), headers, first + rest
 
     async def pair(self, series: Series, route: str, data: bytes, flip: bool) -> dict[str, str]:
-        """One direct and one proxied request of the same bytes; the proxy's headers."""
+        """One direct and one proxied request of the same bytes; the proxy's headers. The
+        proxy relays the reply byte for byte, so both answers must be the same bytes."""
         order = ("proxy", "direct") if flip else ("direct", "proxy")
         headers: dict[str, str] = {}
+        answers: dict[str, bytes] = {}
         for where in order:
             if where == "proxy":
                 self.cpu.mark(series)
-            sample, got = await self.send(where, route, data)
+            sample, got, answers[where] = await self.send(where, route, data)
             if where == "proxy":
                 series.proxy.append(sample)
                 headers = got
             else:
                 series.direct.append(sample)
+        if answers["proxy"] != answers["direct"]:
+            raise RuntimeError(f"{route}: the proxied reply differs from the direct one")
         return headers
 
 
@@ -366,7 +372,7 @@ async def measure(
                     if warm:  # an earlier request counted every message (nothing fired)
                         plain = body(fresh, route, model(route, "plain"), False, [])
                         client.cpu.mark(None)
-                        _, seen = await client.send("proxy", route, plain)
+                        _, seen, _ = await client.send("proxy", route, plain)
                         assert seen.get("x-compaction-strategies") == "none", seen
                     data = body(fresh, route, model(route, "ckpt"), stream, [])
                     headers = await client.pair(
@@ -383,7 +389,7 @@ async def measure(
 async def prime(client: Client, setup: RouteSetup) -> None:
     """The base compacts once and becomes the checkpoint every hit request finds."""
     route = setup.route
-    _, headers = await client.send(
+    _, headers, _ = await client.send(
         "proxy", route, body(setup.base, route, model(route, "ckpt"), False, [])
     )
     if headers.get("x-compaction-strategies") in (None, "none"):
@@ -391,7 +397,7 @@ async def prime(client: Client, setup: RouteSetup) -> None:
     setup.primed = headers
     probe = fork_steps(f"{route[0]}probe", len(setup.base.steps), 1)
     for _ in range(100):  # the checkpoint is stored once the upstream has answered
-        _, seen = await client.send(
+        _, seen, _ = await client.send(
             "proxy", route, body(setup.base, route, model(route, "ckpt"), False, probe)
         )
         if seen.get("x-compaction-checkpoint") == "hit":
@@ -638,7 +644,8 @@ def main(argv: list[str] | None = None) -> None:
             stop(target)
     total = sum(len(s.proxy) for s in series.values())
     notes = [
-        f"{total} proxied requests, every one with the report headers its case means: "
+        f"{total} proxied requests, every reply the same bytes as its direct twin's, and "
+        "every one with the report headers its case means: "
         "`first request` and `pass-over` nothing compacted and no checkpoint (strategies "
         "`none`); `checkpoint hit` the checkpoint found (strategies `checkpoint`) and nothing "
         "compacted again; the compaction cases a strategy fired and a new checkpoint made.",
