@@ -15,7 +15,7 @@ proxy's own count of the lifted body; the chat route's peer is the same kind of 
 as chat messages, sized the same way, measured in the same run. Cases, each as JSON and as a
 stream (time to first byte and total):
 
-* ``first request``: system, tools and the task only (~10k tokens), nothing compacted;
+* ``first request``: system, tools and the task only (~8k tokens), nothing compacted;
 * ``pass-over``: the 128k session on a 4M-token window: nothing compacted, the proxy's cost of
   reading, counting and forwarding it;
 * ``checkpoint hit``: the same session on a window whose trigger sits ~10 % under it, after
