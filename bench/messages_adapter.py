@@ -62,6 +62,7 @@ REQUEST = ("validate", "lift", "compact", "lower", "body")
 class Row:
     blocks: int
     route: str
+    compacted: bool  # False: the session fits the window, nothing fired
     messages: int  # elements of the client's `messages`
     core: int  # chat messages the core sees
     tokens_before: int
@@ -120,7 +121,6 @@ class Bench:
         shown = view()
         run_compact = self.compactor(shown.chat)
         result = run_compact()  # warms the count cache, as earlier requests would have
-        assert result.changed, "the session did not compact on the 32k window"
         stored = orjson.loads(orjson.dumps(shown.lifted.messages))
         lowered = shown.lower(result.messages)
         from_checkpoint = shown.lower(stored)
@@ -142,6 +142,7 @@ class Bench:
         return Row(
             target,
             "messages",
+            result.changed,
             len(body["messages"]),
             len(shown.chat["messages"]),
             report.tokens_before,
@@ -156,7 +157,6 @@ class Bench:
         shown = CHAT.lift(body, check=False)
         run_compact = self.compactor(shown.chat)
         result = run_compact()
-        assert result.changed, "the session did not compact on the 32k window"
         stored = orjson.loads(orjson.dumps(body["messages"]))
         lowered = shown.lower(result.messages)
         from_checkpoint = shown.lower(stored)
@@ -177,6 +177,7 @@ class Bench:
         return Row(
             target,
             "chat",
+            result.changed,
             len(body["messages"]),
             len(body["messages"]),
             report.tokens_before,
@@ -227,7 +228,9 @@ def render(rows: list[Row], sessions: dict[int, Conversation], argv: list[str]) 
             row.route,
             f"{row.messages:,}",
             f"{row.core:,}",
-            f"{row.tokens_before:,} -> {row.tokens_after:,}",
+            f"{row.tokens_before:,} -> {row.tokens_after:,}"
+            if row.compacted
+            else f"{row.tokens_before:,} (nothing fired)",
             *(f"{row.ms[s]:.2f}" for s in STEPS),
             f"{row.request:.2f}",
             f"{row.outside:.2f}",
