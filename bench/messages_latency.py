@@ -105,11 +105,23 @@ def model(route: str, kind: str) -> str:
     return f"{'claude' if route == 'messages' else 'chat'}-bench-{kind}"
 
 
-def ckpt_window(base_tokens: int) -> int:
-    """A window whose trigger sits ~10 % under the base's count, with the request's own
-    ``max_tokens`` (Claude Code's 32,000) as the output reserve."""
+def reserve_share() -> float:
+    """The share of the window a request's own output limit may reserve, by the proxy's
+    default settings (1.0, the whole limit, where the proxy has no such bound)."""
+    from compaction_proxy.compaction.settings import CompactionSettings
+
+    share = getattr(CompactionSettings(), "output_reserve_share", 1.0)
+    return float(share)
+
+
+def ckpt_window(base_tokens: int, share: float = 1.0) -> int:
+    """A window whose trigger sits ~10 % under the base's count. The output reserve is the
+    request's ``max_tokens`` (Claude Code's 32,000), at most ``share`` of the window."""
     budget = base_tokens * 0.9 / TRIGGER_RATIO
-    return math.ceil((budget + MAX_TOKENS) / (1 - RESERVE_RATIO)) + 1
+    window = math.ceil((budget + MAX_TOKENS) / (1 - RESERVE_RATIO)) + 1
+    if share * window < MAX_TOKENS:  # the bound applies: the reserve is share x window
+        window = math.ceil(budget / (1 - RESERVE_RATIO - share)) + 1
+    return window
 
 
 def body(session: Conversation, route: str, name: str, stream: bool, extra: list[Step]) -> bytes:
@@ -582,7 +594,8 @@ def main(argv: list[str] | None = None) -> None:
         tokens = count(base)
         step_tokens = (tokens - count(conversation(base.tag))) / max(1, len(base.steps))
         per_fork = max(1, int(FORK_SHARE * tokens / step_tokens))
-        setups[route] = RouteSetup(route, base, tokens, ckpt_window(tokens), per_fork, count)
+        window = ckpt_window(tokens, reserve_share())
+        setups[route] = RouteSetup(route, base, tokens, window, per_fork, count)
         windows[model(route, "plain")] = PLAIN_WINDOW
         windows[model(route, "ckpt")] = setups[route].window
         print(
