@@ -43,6 +43,7 @@ from ._requests import (
     authorization,
     credential,
     header_safe,
+    native_request,
     report_headers,
     spending,
     tenant,
@@ -168,6 +169,7 @@ async def compact(
                 wire=subject.wire,
                 tenant=tenant(scope),
                 spend=spending(ctx, scope),
+                native=native_request(scope, subject.wire, subject.client.data, subject.view),
             )
         )
     except Exception:

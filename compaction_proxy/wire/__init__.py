@@ -28,6 +28,8 @@ from ._multipart import Field, FieldReader, Unreadable, boundary_of
 from .format import (
     BEARER,
     Lowered,
+    NativeRequest,
+    PrefixCall,
     RefusalText,
     SummaryCall,
     SummaryReply,
@@ -36,6 +38,8 @@ from .format import (
     WireFormat,
 )
 from .registry import DEFAULT as DEFAULT_FORMAT
+from .registry import api_names
+from .registry import for_api as format_for_api
 from .registry import for_body as format_for_body
 from .registry import for_path as format_for_path
 
@@ -47,7 +51,9 @@ __all__ = [
     "Field",
     "FieldReader",
     "Lowered",
+    "NativeRequest",
     "ObjectSpans",
+    "PrefixCall",
     "RefusalText",
     "ScanError",
     "SummaryCall",
@@ -56,8 +62,10 @@ __all__ = [
     "UpstreamAuth",
     "View",
     "WireFormat",
+    "api_names",
     "boundary_of",
     "decode_string",
+    "format_for_api",
     "format_for_body",
     "format_for_path",
     "lenient_member",

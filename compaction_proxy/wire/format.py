@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 __all__ = [
     "BEARER",
     "Lowered",
+    "NativeRequest",
+    "PrefixCall",
     "RefusalText",
     "SummaryCall",
     "SummaryReply",
@@ -75,14 +77,47 @@ class SummaryReply:
 
 
 @dataclass(frozen=True, slots=True)
+class NativeRequest:
+    """A request in its own format's form, for a summary call that sends its prefix as the
+    client wrote it (:attr:`SummaryCall.prefix`): the client's parsed body (its members other
+    than the rewritten one: ``system``, ``tools``, ...), the view's way back from chat-shaped
+    messages to the format's own (:meth:`View.lower`), and the client's headers the call
+    repeats (:attr:`SummaryCall.repeats`)."""
+
+    body: Mapping[str, Any]
+    lower: Callable[[Sequence[Mapping[str, Any]]], Lowered]
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixCall:
+    """What a prefix-form summary call is made of: the request, the chat-shaped prefix (the
+    view's messages from the start to the stretch's end, the very dicts) and the instruction
+    that follows it (compaction_proxy/summarizer/_prefix.py)."""
+
+    request: NativeRequest
+    messages: Sequence[Mapping[str, Any]]
+    instruction: str
+
+
+@dataclass(frozen=True, slots=True)
 class SummaryCall:
     """The summary call in this format's form: where it goes and how its body is written and
     its answer read. The summarizer builds chat-shaped messages (a system prompt, a
     transcript, or the request's own prefix and one instruction) and asks the format for the
     rest.
 
-    ``body(parameters, model, messages, extra, limit_param, limit)``: the JSON body;
-    ``read(payload)``: the answer, or ``ValueError`` when it is not one of this format's.
+    ``body(parameters, model, messages, extra, limit_param, limit)``: the JSON body, from
+    chat-shaped ``messages`` (``extra``: members sent as they are, such as a chat prefix's
+    ``tools``); ``read(payload)``: the answer, or ``ValueError`` when it is not one of this
+    format's.
+
+    ``prefix(parameters, model, call, limit)``: the body of the cache-aligned call in the
+    format's own form, written from the client's own request (``call.request``), for a format
+    whose view is not valid chat completions; ``ValueError`` when it cannot be (the summarizer
+    then sends the transcript). None: the chat-shaped prefix goes through ``body``.
+    ``headers``: sent on every call (``anthropic-version``); ``repeats``: the client's headers
+    a prefix-form call sends again, over ``headers`` (the betas its content may need).
     """
 
     path: str  # under the upstream's base_url, e.g. "/chat/completions"
@@ -92,6 +127,9 @@ class SummaryCall:
     ]
     read: Callable[[Any], SummaryReply]
     what: str = "a chat completion"  # named when an answer is not one
+    prefix: Callable[[Mapping[str, Any], str, PrefixCall, int], dict[str, Any]] | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    repeats: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,16 @@ from .chat import CHAT
 from .format import WireFormat
 from .responses import RESPONSES
 
-__all__ = ["DEFAULT", "FORMATS", "for_body", "for_path", "register", "unregister"]
+__all__ = [
+    "DEFAULT",
+    "FORMATS",
+    "api_names",
+    "for_api",
+    "for_body",
+    "for_path",
+    "register",
+    "unregister",
+]
 
 FORMATS: list[WireFormat] = [CHAT, RESPONSES]
 """Every format, in the order :func:`for_body` asks them; the first is the default."""
@@ -48,3 +57,14 @@ def for_path(method: str | None, path: str) -> WireFormat | None:
 def for_body(body: Mapping[str, Any]) -> WireFormat:
     """The format a body sent to the preview or ``compact`` is written in."""
     return next((f for f in FORMATS if f.claims(body)), DEFAULT)
+
+
+def for_api(api: str) -> WireFormat | None:
+    """The format whose ``api`` label is ``api`` (an upstream's ``api`` setting names the API
+    it speaks by this label: the summarizer calls it in that format's form); None: unknown."""
+    return next((f for f in FORMATS if f.api == api), None)
+
+
+def api_names() -> tuple[str, ...]:
+    """Every ``api`` label, in registry order (what ``upstreams[].api`` may say)."""
+    return tuple(dict.fromkeys(f.api for f in FORMATS))
