@@ -105,7 +105,7 @@ class UpstreamSettings(Strict):
     request's own upstream (a `summarization.provider`): a wire format's `api` label
     (compaction_proxy/wire/registry.py, `api_names`; `chat`, `messages`), checked at start-up
     against the formats the proxy serves. The request's own upstream is called in the
-    request's own format."""
+    request's own format when that format has a summary call."""
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
     base_url: AnyHttpUrl
