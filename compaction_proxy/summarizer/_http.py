@@ -247,11 +247,11 @@ class HttpSummarizer:
     ) -> dict[str, Any] | None:
         """The prefix-form body for ``request``, or ``None`` for the transcript form."""
         mode = self._settings.reuse_prefix
-        context = self._request
-        if mode == "never" or context is None:
+        if mode == "never":
             return None
+        context = self._request
         call = target.call
-        native = context.native
+        native = context.native if context is not None else None
         if call.prefix is not None:
             # Written from the client's own request, which must be in this call's format.
             if native is None or call is not self._wire.summary:
@@ -280,13 +280,13 @@ class HttpSummarizer:
                 log.info("summary call: the prefix cannot be sent in its own form (%s)", exc)
                 return None
         extra: dict[str, Any] = {}
-        tools = request.tools or context.tools
+        tools = request.tools or (context.tools if context is not None else None)
         if tools:
             extra["tools"] = tools
-            choice = tool_choice_for(context.tool_choice)
+            choice = tool_choice_for(context.tool_choice if context is not None else None)
             if choice is not None:
                 extra["tool_choice"] = choice
-        if context.functions:
+        if context is not None and context.functions:
             extra["functions"] = context.functions
         messages = [*prefix, {"role": "user", "content": final}]
         return call.body(
