@@ -112,6 +112,9 @@ def _messages_prefix_body(
     items = [item for item in lowered.items if isinstance(item, dict)]
     if not items or len(items) != len(lowered.items):
         raise ValueError("the prefix has no Messages messages")
+    if _open_tool_use(items[-1]):
+        # the API wants its results in the very next message, not an instruction
+        raise ValueError("the prefix ends in a tool use without its results")
     system = native.get("system")
     tools = native.get("tools")
     items = with_end_breakpoint(system, tools, items)
@@ -131,6 +134,13 @@ def _messages_prefix_body(
     body["max_tokens"] = output_limit(thinking, limit)
     body["messages"] = [*items, {"role": "user", "content": call.instruction}]
     return _without_sampling_beside_thinking(body)
+
+
+def _open_tool_use(message: Mapping[str, Any]) -> bool:
+    return message.get("role") == "assistant" and any(
+        isinstance(block, Mapping) and block.get("type") == "tool_use"
+        for block in _blocks(message.get("content"))
+    )
 
 
 def _accepted(parameters: Mapping[str, Any]) -> dict[str, Any]:

@@ -305,14 +305,16 @@ async def test_made_up_stretch_messages_are_lowered_after_the_clients(
 ) -> None:
     route = mock.post(f"{ANTHROPIC}/messages").mock(return_value=reply())
     view = lift(messages_body())
-    made_up = {"role": "user", "content": "[Tool results: Bash: 1 failed]"}
-    request = SummaryRequest((*stretch(view, 2), made_up), None, MODEL)
+    # an earlier strategy collapsed the tool-use group into a message the request lacks
+    made_up = {"role": "assistant", "content": "[Tool results: Bash: 1 failed]"}
+    request = SummaryRequest((*stretch(view, 1), made_up), None, MODEL)
     await bound(client, view).summarize(request)
     call, _ = sent(route)
-    assert call["messages"][:1] == [view.native["messages"][0]]
-    assert without_marks(call["messages"][1]) == without_marks(view.native["messages"][1])
-    assert call["messages"][2]["content"][0]["text"] == made_up["content"]
-    assert call["messages"][3]["content"].startswith(PREFIX_MARKER)
+    assert without_marks(call["messages"][0]) == without_marks(view.native["messages"][0])
+    assert call["messages"][1]["role"] == "assistant"
+    assert call["messages"][1]["content"][0]["text"] == made_up["content"]
+    assert marks(call)[-1] == "messages.1.content.0"
+    assert call["messages"][2]["content"].startswith(PREFIX_MARKER)
 
 
 async def test_a_prefix_the_view_cannot_lower_gets_the_transcript(
@@ -333,6 +335,18 @@ async def test_a_prefix_the_view_cannot_lower_gets_the_transcript(
     assert turn["content"][0]["text"].startswith("<conversation>")
     assert "tools" not in call and "thinking" not in call
     assert "anthropic-beta" not in headers  # the transcript needs no beta
+
+
+async def test_a_prefix_ending_in_a_tool_use_gets_the_transcript(
+    mock: respx.MockRouter, client: httpx.AsyncClient
+) -> None:
+    """The API wants a tool use's results in the very next message: a prefix cut between the
+    two (a view that could not place the results) is not sent."""
+    route = mock.post(f"{ANTHROPIC}/messages").mock(return_value=reply())
+    view = lift(messages_body())
+    await bound(client, view).summarize(SummaryRequest(stretch(view, 2), None, MODEL))
+    call, _ = sent(route)
+    assert call["messages"][0]["content"][0]["text"].startswith("<conversation>")
 
 
 @pytest.mark.parametrize(
