@@ -66,7 +66,15 @@ from compaction_proxy.wire import (
     format_for_api,
 )
 
-from ._prefix import ForwardedRequest, fits, has_binary, instruction, place_stretch, tool_choice_for
+from ._prefix import (
+    ForwardedRequest,
+    fits,
+    has_binary,
+    instruction,
+    place_stretch,
+    stretch_end,
+    tool_choice_for,
+)
 from ._prompts import PromptSet
 from ._stats import SummarizerStats, SummaryCallRecord, SummaryCalls
 from ._transcript import SummarizerWindow, TranscriptOptions, fold, plan_chunks, render_blocks
@@ -271,11 +279,16 @@ class HttpSummarizer:
             log.info("summary call: the request's prefix does not fit the summarizer's window")
             return None
         if call.prefix is not None:
-            assert native is not None
+            assert native is not None and context is not None
+            end = stretch_end(context.messages, request.messages)
+            if end is None:
+                return None
+            position, placed = end
+            written = PrefixCall(
+                native, context.messages, position, request.messages[placed:], final
+            )
             try:
-                return call.prefix(
-                    self._parameters, target.model, PrefixCall(native, prefix, final), target.limit
-                )
+                return call.prefix(self._parameters, target.model, written, target.limit)
             except ValueError as exc:
                 log.info("summary call: the prefix cannot be sent in its own form (%s)", exc)
                 return None

@@ -12,8 +12,10 @@ Two bodies:
   the ``system`` parameter, user and assistant text become messages of text blocks;
 * **the request's own prefix** (:attr:`SummaryCall.prefix`, the cache-aligned form): the
   client's own ``system`` (its ``cache_control`` blocks included), ``tools``, ``tool_choice`` and
-  ``thinking``, and its messages up to the stretch's end as it sent them (the view maps the
-  chat-shaped prefix back, :meth:`View.lower`), then one user message with the instruction.
+  ``thinking``, and its messages up to the stretch's end as the request went upstream (the
+  view maps them back, :meth:`View.lower`: the whole request's lowering, cut where the
+  prefix's own ends, since a message's form may depend on what follows it), then one user
+  message with the instruction.
   The upstream's prompt cache keys the messages on ``thinking`` and ``tool_choice`` too, so
   both go as the client sent them where they allow a text answer: a forced ``tool_choice``
   (``any``, ``tool``) becomes ``{"type": "none"}``, and a manual ``thinking`` budget
@@ -21,11 +23,13 @@ Two bodies:
   messages (the system and tools stay cached). Adaptive thinking stays; ``max_tokens`` then has
   :data:`THINKING_HEADROOM` over the summary's limit, which the summarizer still holds the text
   to (a reply that thought reports no ``completion_tokens``: ``output_tokens`` counts the
-  thinking too). One ``cache_control`` breakpoint goes on the prefix's last block (the API looks
-  for cached prefixes only at breakpoints and up to 20 blocks before them; the forwarded
-  requests wrote entries at their own ends), moved from the newest message breakpoint when the
-  request already has the 4 the API allows, with the ``cache_control`` of the client's newest
-  one (so a longer ``ttl`` never follows a shorter one).
+  thinking too). One ``cache_control`` breakpoint goes on the last block of the prefix's cached
+  part, the messages the request went upstream with (the API looks for cached prefixes only at
+  breakpoints and up to 20 blocks before them; the forwarded requests wrote entries at their
+  own ends), not on the stretch messages an earlier strategy made up after it (new content:
+  caching it costs more than reading it once); moved from the newest message breakpoint when
+  the request already has the 4 the API allows, with the ``cache_control`` of the client's
+  newest one (so a longer ``ttl`` never follows a shorter one).
 
 ``max_tokens`` is always set (the API requires it; chat's ``limit_param`` does not apply), the
 call never streams, and of ``summarization.parameters`` only what Messages accepts is sent
@@ -105,19 +109,15 @@ def _messages_prefix_body(
     parameters: Mapping[str, Any], model: str, call: PrefixCall, limit: int
 ) -> dict[str, Any]:
     native = call.request.body
-    try:
-        lowered = call.request.lower(call.messages)
-    except Exception as exc:  # the view's own error, whatever its type: the transcript then
-        raise ValueError("the prefix cannot be written in Messages form") from exc
-    items = [item for item in lowered.items if isinstance(item, dict)]
-    if not items or len(items) != len(lowered.items):
-        raise ValueError("the prefix has no Messages messages")
-    if _open_tool_use(items[-1]):
+    cached, tail = forwarded_prefix(call)
+    if _open_tool_use([*cached, *tail][-1]):
         # the API wants its results in the very next message, not an instruction
         raise ValueError("the prefix ends in a tool use without its results")
     system = native.get("system")
     tools = native.get("tools")
-    items = with_end_breakpoint(system, tools, items)
+    # The breakpoint closes the cached part: the tail is new, and caching it would cost more
+    # than reading it once.
+    items = [*with_end_breakpoint(system, tools, cached), *tail]
     body = _accepted(parameters)
     body.pop("thinking", None)  # the request's own decides: the cached messages depend on it
     thinking = kept_thinking(native.get("thinking"))
@@ -134,6 +134,32 @@ def _messages_prefix_body(
     body["max_tokens"] = output_limit(thinking, limit)
     body["messages"] = [*items, {"role": "user", "content": call.instruction}]
     return _without_sampling_beside_thinking(body)
+
+
+def forwarded_prefix(call: PrefixCall) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The prefix in Messages form, as (the cached part, the tail): the items the whole
+    forwarded request lowers to, as many as its cached part lowers to on its own; then the tail
+    lowered after them. ``ValueError`` when the view cannot lower them, or the two lowerings do
+    not line up (an item of the client's own in one where the other has another)."""
+    lower = call.request.lower
+    cached = list(call.forwarded[: call.end])
+    try:
+        whole = list(lower(call.forwarded).items)
+        head = list(lower(cached).items)
+        tail = list(lower([*cached, *call.tail]).items)[len(head) :] if call.tail else []
+    except Exception as exc:  # the view's own error, whatever its type: the transcript then
+        raise ValueError("the prefix cannot be written in Messages form") from exc
+    if not head or len(head) > len(whole):
+        raise ValueError("the prefix has no Messages messages")
+    messages = call.request.body.get("messages")
+    own = {id(m) for m in messages} if isinstance(messages, list) else set()
+    for alone, in_context in zip(head, whole, strict=False):
+        if (id(alone) in own or id(in_context) in own) and alone is not in_context:
+            raise ValueError("the prefix does not line up with the forwarded request")
+    cached_items = whole[: len(head)]
+    if not all(isinstance(item, dict) for item in [*cached_items, *tail]):
+        raise ValueError("the prefix has no Messages messages")
+    return cached_items, tail
 
 
 def _open_tool_use(message: Mapping[str, Any]) -> bool:

@@ -91,13 +91,28 @@ class NativeRequest:
 
 @dataclass(frozen=True, slots=True)
 class PrefixCall:
-    """What a prefix-form summary call is made of: the request, the chat-shaped prefix (the
-    view's messages from the start to the stretch's end, the very dicts) and the instruction
-    that follows it (compaction_proxy/summarizer/_prefix.py)."""
+    """What a prefix-form summary call is made of (compaction_proxy/summarizer/_prefix.py):
+    the request; ``forwarded``, the view's chat-shaped messages as the request goes upstream
+    (the effective view), of which ``forwarded[:end]`` runs from the start to the stretch's
+    last message found there (the part the upstream has cached); ``tail``, the stretch
+    messages after that one, in the core's form (ones an earlier strategy made up); and the
+    instruction that follows them all.
+
+    The whole of ``forwarded`` is there because a format's lowering may depend on what follows
+    a message (the Messages format writes a made-up message as user text before a turn that
+    opens with thinking): the cached part is what the whole request lowers to, not what the
+    cut lowers to."""
 
     request: NativeRequest
-    messages: Sequence[Mapping[str, Any]]
+    forwarded: Sequence[Mapping[str, Any]]
+    end: int
+    tail: Sequence[Mapping[str, Any]]
     instruction: str
+
+    @property
+    def messages(self) -> list[Mapping[str, Any]]:
+        """The chat-shaped prefix: the cached part, then the tail."""
+        return [*self.forwarded[: self.end], *self.tail]
 
 
 @dataclass(frozen=True, slots=True)

@@ -310,11 +310,91 @@ async def test_made_up_stretch_messages_are_lowered_after_the_clients(
     request = SummaryRequest((*stretch(view, 1), made_up), None, MODEL)
     await bound(client, view).summarize(request)
     call, _ = sent(route)
-    assert without_marks(call["messages"][0]) == without_marks(view.native["messages"][0])
-    assert call["messages"][1]["role"] == "assistant"
-    assert call["messages"][1]["content"][0]["text"] == made_up["content"]
-    assert marks(call)[-1] == "messages.1.content.0"
+    # the client's own message closes the cached part: the breakpoint goes there (its string
+    # content as the one text block it stands for), not on the made-up message after it
+    task = view.native["messages"][0]["content"]
+    assert call["messages"][0]["content"] == [
+        {"type": "text", "text": task, "cache_control": EPHEMERAL}
+    ]
+    assert call["messages"][1] == {
+        "role": "assistant",
+        "content": [{"type": "text", "text": made_up["content"]}],
+    }
+    assert marks(call) == ["system.0", "system.1", "messages.0.content.0"]
     assert call["messages"][2]["content"].startswith(PREFIX_MARKER)
+
+
+class ContextView(DoubleView):
+    """Lowers a made-up assistant message as user text before a turn that opens with thinking,
+    as the Messages format does: a message's form depends on what follows it."""
+
+    def lower(self, messages: Sequence[Mapping[str, Any]]) -> Lowered:
+        items: list[Any] = []
+        for index, message in enumerate(messages):
+            if message is self.system:
+                continue
+            own = self.owner.get(id(message))
+            if own is not None:
+                if not items or items[-1] is not own:
+                    items.append(own)
+                continue
+            after = messages[index + 1] if index + 1 < len(messages) else None
+            before_thinking = after is not None and bool(after.get("thinking"))
+            role = "user" if before_thinking else str(message["role"])
+            items.append({"role": role, "content": [{"type": "text", "text": message["content"]}]})
+        return Lowered(items)
+
+
+def checkpoint_view() -> tuple[ContextView, list[dict[str, Any]], dict[str, Any]]:
+    """A view as a checkpoint hit forwards it: a made-up message (an earlier event's collapse)
+    between the task and the next thinking turn."""
+    base = lift(messages_body())
+    view = ContextView(base.chat, base.native, base.system, base.owner)
+    made_up = {"role": "assistant", "content": "[Tool results: Bash: 1 failed FACT-2]"}
+    chat = view.chat["messages"]
+    forwarded = [chat[0], chat[1], made_up, *chat[2:]]
+    return view, forwarded, made_up
+
+
+async def test_the_cached_part_is_what_the_whole_request_lowers_to(
+    mock: respx.MockRouter, client: httpx.AsyncClient
+) -> None:
+    route = mock.post(f"{ANTHROPIC}/messages").mock(return_value=reply())
+    view, forwarded, made_up = checkpoint_view()
+    summarizer = bound(client, view)
+    summarizer._request = ForwardedRequest.from_body(
+        {**view.chat, "messages": forwarded}, "anthropic", view.native_request()
+    )
+    # the stretch ends at the made-up message: cut there, it would lower as assistant text
+    assert view.lower(forwarded[:3]).items[-1]["role"] == "assistant"
+    await summarizer.summarize(SummaryRequest((forwarded[1], made_up), None, MODEL))
+    call, _ = sent(route)
+    first, collapsed, instruction_message = call["messages"]
+    assert first == view.native["messages"][0]
+    # as the forwarded request carried it (before a thinking turn): user text
+    assert collapsed["role"] == "user"
+    assert collapsed["content"][0]["text"] == made_up["content"]
+    assert instruction_message["content"].startswith(PREFIX_MARKER)
+
+
+async def test_lowerings_that_do_not_line_up_get_the_transcript(
+    mock: respx.MockRouter, client: httpx.AsyncClient
+) -> None:
+    route = mock.post(f"{ANTHROPIC}/messages").mock(return_value=reply())
+    view = lift(messages_body())
+
+    def shifting(messages: Sequence[Mapping[str, Any]]) -> Lowered:
+        items = list(view.lower(messages).items)
+        if len(messages) == len(view.chat["messages"]):  # the whole request: one item more
+            items.insert(0, {"role": "user", "content": "note"})
+        return Lowered(items)
+
+    native = NativeRequest(view.native, shifting, {})
+    await bound(client, view, native=native).summarize(
+        SummaryRequest(stretch(view, 3), None, MODEL)
+    )
+    call, _ = sent(route)
+    assert call["messages"][0]["content"][0]["text"].startswith("<conversation>")
 
 
 async def test_a_prefix_the_view_cannot_lower_gets_the_transcript(
