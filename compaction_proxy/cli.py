@@ -54,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
         "report",
     )
     comp.add_argument(
-        "file", help="a chat-completions or Responses body, or a bare list of messages"
+        "file", help="a chat-completions, Responses or Messages body, or a bare list of messages"
     )
     comp.add_argument("--model", "-m", help="model to budget for (default: the body's model)")
     comp.add_argument("--config", "-c", help=f"YAML config file (default: ${CONFIG_ENV_VAR})")
@@ -108,9 +108,10 @@ def _load_checked(file: str | None, *, serving: bool = False) -> Settings:
     """The settings, refused with every problem the run would trip on
     (compaction_proxy/config/preflight.py); `serving`: what `serve` would refuse too."""
     from compaction_proxy.config import preflight
+    from compaction_proxy.wire import api_names
 
     settings = load_settings(file)
-    preflight.check(settings, source=_source(file), serving=serving)
+    preflight.check(settings, source=_source(file), serving=serving, apis=api_names())
     return settings
 
 
@@ -127,7 +128,7 @@ def _compact(args: argparse.Namespace) -> int:
     from compaction_proxy.compaction import Mode, build_view
     from compaction_proxy.engine import Compactor
     from compaction_proxy.observability.report_text import render
-    from compaction_proxy.wire import DEFAULT_FORMAT, format_for_body
+    from compaction_proxy.wire import DEFAULT_FORMAT, format_for_body, lowered_limits
 
     settings = _load_checked(args.config)
     try:
@@ -171,8 +172,10 @@ def _compact(args: argparse.Namespace) -> int:
     if notes:
         print("\nsummarizer:", "; ".join(notes))
     if args.out:
-        # The compacted member in the body's own format, every other field as it was.
-        compacted = {**body, wire.items: list(view.lower(result.messages).items)}
+        # The compacted member (and any output limit lowered to fit the window) in the body's
+        # own format, every other field as it was.
+        limits = lowered_limits(body, wire.output_limits, result.report.output_limit)
+        compacted = {**body, **limits, wire.items: list(view.lower(result.messages).items)}
         with open(args.out, "wb") as handle:
             handle.write(orjson.dumps(compacted, option=orjson.OPT_INDENT_2))
         print(f"\nwrote {args.out}")
@@ -239,7 +242,7 @@ async def _run_flow(
                 mode,
                 size_hint=size_hint,
                 credential=None,
-                authorization=None,
+                caller_key=None,
                 upstream_name=upstream.name,
                 persist=False,
                 summarize=summarize,
@@ -262,6 +265,7 @@ def _serve(args: argparse.Namespace) -> int:
     from compaction_proxy.config import preflight
     from compaction_proxy.http import client_limits, configure_logging, logging_config
     from compaction_proxy.http.protocol import FIELD_LIMIT_ENV
+    from compaction_proxy.wire import api_names
 
     settings = load_settings(args.config)
     overrides = {
@@ -272,7 +276,7 @@ def _serve(args: argparse.Namespace) -> int:
     settings = override_server(
         settings, overrides, {"host": "--host", "port": "--port", "workers": "--workers"}
     )
-    preflight.check(settings, source=_source(args.config), serving=True)
+    preflight.check(settings, source=_source(args.config), serving=True, apis=api_names())
     server = settings.server
     configure_logging(server.log_level)
     common: dict[str, Any] = {

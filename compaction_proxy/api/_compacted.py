@@ -112,7 +112,7 @@ async def _compact_and_send(call: _Call, mode: Mode) -> RouteOutcome:
         client = ClientBody(raw, body, wire.items)
         if edits is not None:
             client = client.without(edits.strip)
-        window = await effective_window(ctx, scope, upstream, ctx.model)
+        window = await effective_window(ctx, scope, upstream, ctx.model, wire)
         subject = Subject(client, view, mode, wire, edits)
         attempt = await compact(ctx, scope, subject, window)
     return await call.send_upstream(upstream, attempt)

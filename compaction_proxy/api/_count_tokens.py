@@ -93,7 +93,7 @@ async def count_tokens(
         client = ClientBody(raw, body, wire.items)
         if edits is not None:
             client = client.without(edits.strip)
-        window = await effective_window(ctx, scope, upstream, ctx.model)
+        window = await effective_window(ctx, scope, upstream, ctx.model, wire)
         run_mode = Mode.FORCE if mode is Mode.FORCE else Mode.NORMAL
         flow = await state.flow.run(
             FlowRequest(
@@ -101,7 +101,7 @@ async def count_tokens(
                 run_mode,
                 size_hint=len(raw),
                 credential=credential(scope),
-                authorization=None,
+                caller_key=None,
                 upstream_name=upstream.name,
                 persist=False,  # a count changes nothing the next request finds
                 context_window=window.tokens,
@@ -109,7 +109,7 @@ async def count_tokens(
                 summarize=False,  # no summarizer is paid for a count
                 wire=wire,
                 tenant=tenant(scope),
-                spend=spending(ctx, scope),
+                spend=spending(ctx, scope, wire.auth),
                 edits=edits,
             )
         )

@@ -33,6 +33,7 @@ from compaction_proxy.wire import (
     View,
     WireFormat,
     format_for_body,
+    lowered_limits,
     parse_json_object,
     validate_chat,
 )
@@ -42,10 +43,11 @@ from ._context_edits import context_edits
 from ._limits import compacted_model, size_limits
 from ._outcome import RouteOutcome
 from ._requests import (
-    authorization,
+    caller_key,
     compaction_mode,
     credential,
     effective_window,
+    native_request,
     preview_spending,
     report_headers,
     tenant,
@@ -127,14 +129,14 @@ async def _compact_and_answer(
     edits = context_edits(ctx, upstream, view)
     try:
         with StoreBudget(ctx.state.settings.store.request_budget):
-            window = await effective_window(ctx, scope, upstream, data["model"], spend)
+            window = await effective_window(ctx, scope, upstream, data["model"], wire, spend)
             flow = await ctx.state.flow.run(
                 FlowRequest(
                     data,
                     run_mode,
                     size_hint=size,
                     credential=credential(scope),
-                    authorization=None if ctx.authenticated else authorization(scope),
+                    caller_key=None if ctx.authenticated else caller_key(scope, wire.auth),
                     upstream_name=upstream.name,
                     persist=False,
                     context_window=window.tokens,
@@ -144,6 +146,7 @@ async def _compact_and_answer(
                     wire=wire,
                     tenant=tenant(scope),
                     spend=spend,
+                    native=native_request(scope, wire, body, view),
                     edits=edits,
                 )
             )
@@ -154,9 +157,11 @@ async def _compact_and_answer(
         ) from None
     result = flow.result
     warnings = list(flow.warnings)
-    request = body
+    # The output limits the budget lowered so the prompt and the answer fit the window.
+    limits = lowered_limits(body, wire.output_limits, result.report.output_limit)
+    request = {**body, **limits}
     if edits is not None:
-        request = {k: v for k, v in body.items() if k not in edits.strip}
+        request = {k: v for k, v in request.items() if k not in edits.strip}
         warnings.extend(edits.notes(result.report))
     if flow.messages is not None:
         try:
@@ -169,7 +174,7 @@ async def _compact_and_answer(
         request = {**request, wire.items: list(lowered.items)}
         warnings.extend(lowered.notes)
     payload = {
-        "changed": flow.messages is not None,
+        "changed": flow.messages is not None or bool(limits),
         "checkpoint": flow.checkpoint,
         "request": request,
         "report": result.report.to_dict(),

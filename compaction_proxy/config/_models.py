@@ -105,6 +105,12 @@ class UpstreamSettings(Strict):
     an upstream without `api_key` gets no Authorization header at all, which is refused at
     start-up unless it says `keyless: true` (compaction_proxy/config/preflight.py).
 
+    `api`: the API the upstream speaks for the proxy's own summary calls when it is not the
+    request's own upstream (a `summarization.provider`): a wire format's `api` label
+    (compaction_proxy/wire/registry.py, `api_names`; `chat`, `messages`), checked at start-up
+    against the formats the proxy serves. The request's own upstream is called in the
+    request's own format when that format has a summary call.
+
     `context_management`: who applies a Messages request's `context_management` edits:
     `native`, the upstream (the body goes as sent), or `emulate`, the proxy (the edits run as
     strategies before the pipeline and the field is stripped; docs/context-management.md).
@@ -117,6 +123,7 @@ class UpstreamSettings(Strict):
     keyless: bool = False
     models: list[str] = Field(default_factory=lambda: ["*"])
     timeouts: Timeouts = Field(default_factory=Timeouts)
+    api: str = Field("chat", min_length=1, pattern=r"^[a-z][a-z0-9_]*$")
     context_management: Literal["native", "emulate"] | None = None
 
     @model_validator(mode="after")
@@ -159,11 +166,21 @@ class ModelSettings(Strict):
     context_window: int | None = Field(None, gt=0)
     max_output_tokens: int | None = Field(None, gt=0)
     encoding: str | None = None
+    # The share of the window a request's output limit may reserve, and whether the forwarded
+    # limit may be lowered to fit, for this model (unset: the `compaction` block's).
+    output_reserve_share: float | None = Field(None, gt=0, le=1)
+    lower_output_limit: bool | None = None
     # Replaces the top-level `compaction` block for requests to matching models.
     compaction: CompactionSettings | None = None
 
     def facts_override(self) -> FactsOverride:
-        return FactsOverride(self.context_window, self.max_output_tokens, self.encoding)
+        return FactsOverride(
+            self.context_window,
+            self.max_output_tokens,
+            self.encoding,
+            output_reserve_share=self.output_reserve_share,
+            lower_output=self.lower_output_limit,
+        )
 
 
 class StoreSettings(Strict):

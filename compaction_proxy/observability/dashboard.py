@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from compaction_proxy import __version__
-from compaction_proxy.observability.labels import ROUTE_CHAT, ROUTE_RESPONSES
+from compaction_proxy.observability.labels import api_of
+from compaction_proxy.wire.registry import FORMATS
 
 if TYPE_CHECKING:
     from compaction_proxy.compaction.report import StrategyFailure
@@ -133,8 +134,7 @@ class _Minute:
 @dataclass(slots=True)
 class _Totals:
     requests: int = 0
-    chat_requests: int = 0
-    responses_requests: int = 0
+    by_api: dict[str, int] = field(default_factory=dict)  # a compacted API's requests, by label
     errors: int = 0
     compacted: int = 0
     tokens_before: int = 0
@@ -192,10 +192,9 @@ class Dashboard:
         before = row.tokens_before
         after = row.tokens_after
         error = row.status >= 400
-        if row.route == ROUTE_CHAT:
-            totals.chat_requests += 1
-        elif row.route == ROUTE_RESPONSES:
-            totals.responses_requests += 1
+        api = api_of(row.route)
+        if api is not None:
+            totals.by_api[api] = totals.by_api.get(api, 0) + 1
         if overflow is not None:
             self._overflows[overflow] = self._overflows.get(overflow, 0) + 1
         if row.reported:
@@ -337,8 +336,9 @@ class Dashboard:
             "show_content": self.show_content,
             "totals": {
                 "requests": totals.requests,
-                "chat_requests": totals.chat_requests,
-                "responses_requests": totals.responses_requests,
+                "api_requests": {wire.api: totals.by_api.get(wire.api, 0) for wire in FORMATS},
+                "chat_requests": totals.by_api.get("chat", 0),
+                "responses_requests": totals.by_api.get("responses", 0),
                 "errors": totals.errors,
                 "compacted": totals.compacted,
                 "tokens_before": totals.tokens_before,

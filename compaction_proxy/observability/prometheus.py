@@ -151,7 +151,8 @@ class PrometheusMetrics:
         self.api_prompt_tokens = Counter(
             "compaction_proxy_api_prompt_tokens",
             "Prompt tokens of compacted requests per API (api=chat: chat completions, "
-            "api=responses: the Responses API), stage=before as the client sent them, "
+            "api=responses: the Responses API, api=messages: Anthropic's Messages API), "
+            "stage=before as the client sent them, "
             "stage=after as forwarded (the proxy's count; the other token families sum both)",
             ["api", "stage"],
             registry=r,

@@ -4,8 +4,8 @@
   what is wrong, in OpenAI's shape);
 * ``_jsonspans``: where the members of a JSON object and the elements of one array sit in the
   client's bytes (a lexical scan, which also reads ``model`` from JSON orjson refuses);
-* ``_forwarded``: :class:`ClientBody`, the client's bytes with one array spliced, which is
-  what a compacted request goes upstream as;
+* ``_forwarded``: :class:`ClientBody`, the client's bytes with one array (and a lowered
+  output limit) spliced, which is what a compacted request goes upstream as;
 * ``_multipart``: the ``model`` field of a multipart upload, read as the body arrives;
 * :mod:`.format`: :class:`WireFormat`, what the edge needs to know about one API it compacts;
   :mod:`.registry`: the formats, listed once; :mod:`.chat` and :mod:`.responses`: the two
@@ -14,7 +14,7 @@
 """
 
 from ._bodies import parse_chat_body, parse_json_object, validate_chat
-from ._forwarded import ClientBody
+from ._forwarded import ClientBody, lowered_limits
 from ._jsonspans import (
     BOM,
     ObjectSpans,
@@ -27,17 +27,24 @@ from ._jsonspans import (
 from ._multipart import Field, FieldReader, Unreadable, boundary_of
 from .format import (
     BEARER,
+    CallerKey,
     ContextEdits,
     EditedView,
+    Headers,
     Lowered,
+    NativeRequest,
+    PrefixCall,
     RefusalText,
     SummaryCall,
     SummaryReply,
     UpstreamAuth,
     View,
+    WindowOption,
     WireFormat,
 )
 from .registry import DEFAULT as DEFAULT_FORMAT
+from .registry import api_names
+from .registry import for_api as format_for_api
 from .registry import for_body as format_for_body
 from .registry import for_count_path as format_for_count_path
 from .registry import for_path as format_for_path
@@ -47,13 +54,17 @@ __all__ = [
     "BEARER",
     "BOM",
     "DEFAULT_FORMAT",
+    "CallerKey",
     "ClientBody",
     "ContextEdits",
     "EditedView",
     "Field",
     "FieldReader",
+    "Headers",
     "Lowered",
+    "NativeRequest",
     "ObjectSpans",
+    "PrefixCall",
     "RefusalText",
     "ScanError",
     "SummaryCall",
@@ -61,14 +72,18 @@ __all__ = [
     "Unreadable",
     "UpstreamAuth",
     "View",
+    "WindowOption",
     "WireFormat",
+    "api_names",
     "boundary_of",
     "decode_string",
+    "format_for_api",
     "format_for_body",
     "format_for_count_path",
     "format_for_path",
     "format_owner_of",
     "lenient_member",
+    "lowered_limits",
     "parse_chat_body",
     "parse_json_object",
     "scan_array",

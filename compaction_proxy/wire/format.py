@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -26,35 +26,97 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BEARER",
+    "CallerKey",
     "ContextEdits",
     "EditedView",
+    "Headers",
     "Lowered",
+    "NativeRequest",
+    "PrefixCall",
     "RefusalText",
     "SummaryCall",
     "SummaryReply",
     "UpstreamAuth",
     "View",
+    "WindowOption",
     "WireFormat",
 ]
+
+Headers = Sequence[tuple[bytes, bytes]]
+"""A request's headers as the ASGI scope holds them: lower-case names, raw values."""
 
 
 @dataclass(frozen=True, slots=True)
 class UpstreamAuth:
-    """How an upstream of this format takes the operator's key: one header, with a scheme.
+    """How an upstream of this format takes a key: the header the operator's key goes in (with
+    its scheme), and every header a caller's own key may arrive in.
 
-    OpenAI's APIs take ``Authorization: Bearer <key>``; Anthropic's takes ``x-api-key: <key>``.
-    When an upstream has its own ``api_key``, whatever the client sent in :attr:`header` (and in
-    ``Authorization``) is dropped and this header is sent instead.
+    OpenAI's APIs take ``Authorization: Bearer <key>``; Anthropic's takes ``x-api-key: <key>``,
+    and also ``Authorization: Bearer`` (the Python SDK 2.x sends its key that way, OAuth
+    tokens always go there). When an upstream has its own ``api_key``, every one of
+    :attr:`caller_headers` the client sent is dropped and :attr:`header` is sent instead.
     """
 
     header: str = "authorization"
     scheme: str = "Bearer "
+    also: tuple[str, ...] = ("authorization",)  # where else callers send their key
 
     def value(self, key: str) -> str:
         return f"{self.scheme}{key}"
 
+    @property
+    def caller_headers(self) -> tuple[str, ...]:
+        """The headers a caller's key is read from, in order of preference: :attr:`header`,
+        then :attr:`also`."""
+        return tuple(dict.fromkeys((self.header, *self.also)))
+
 
 BEARER = UpstreamAuth()
+
+
+@dataclass(frozen=True, slots=True)
+class CallerKey:
+    """A caller's own key as it arrived: the header it came in and that header's value.
+
+    The proxy sends it on calls of its own to the caller's upstream (summaries, the window
+    listing). It is never logged: the value is left out of ``repr``, and what the proxy keeps
+    of it across requests is a keyed hash (compaction_proxy/http/_admission.py).
+    """
+
+    header: str
+    value: str = field(repr=False)
+
+    @property
+    def key(self) -> str:
+        """The key itself: an ``Authorization`` value without its ``Bearer`` scheme."""
+        value = self.value.strip()
+        if self.header == "authorization":
+            scheme, _, rest = value.partition(" ")
+            if scheme.lower() == "bearer" and rest.strip():
+                return rest.strip()
+        return value
+
+    def sent_with(self, auth: UpstreamAuth) -> tuple[str, str]:
+        """The header and value that carry it on a call whose upstream takes keys the way
+        ``auth`` says: as it came when the call takes keys in that header (an OAuth token in
+        ``Authorization`` stays there), else in ``auth.header`` with its scheme (an
+        ``x-api-key`` on a chat-completions call goes as ``Authorization: Bearer``)."""
+        if self.header in auth.caller_headers:
+            return self.header, self.value
+        return auth.header, auth.value(self.key)
+
+
+@dataclass(frozen=True, slots=True)
+class WindowOption:
+    """A window a request's own headers opt into (Anthropic's 1M-context beta).
+
+    ``name`` keeps what is learned about it apart from the model's ordinary window: a refusal
+    of a request that opted in teaches nothing about one that did not, and the other way
+    round (compaction_proxy/upstream/_windows.py).
+    """
+
+    tokens: int
+    name: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,14 +143,62 @@ class SummaryReply:
 
 
 @dataclass(frozen=True, slots=True)
+class NativeRequest:
+    """A request in its own format's form, for a summary call that sends its prefix as the
+    client wrote it (:attr:`SummaryCall.prefix`): the client's parsed body (its members other
+    than the rewritten one: ``system``, ``tools``, ...), the view's way back from chat-shaped
+    messages to the format's own (:meth:`View.lower`), and the client's headers the call
+    repeats (:attr:`SummaryCall.repeats`)."""
+
+    body: Mapping[str, Any]
+    lower: Callable[[Sequence[Mapping[str, Any]]], Lowered]
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixCall:
+    """What a prefix-form summary call is made of (compaction_proxy/summarizer/_prefix.py):
+    the request; ``forwarded``, the view's chat-shaped messages as the request goes upstream
+    (the effective view), of which ``forwarded[:end]`` runs from the start to the stretch's
+    last message found there (the part the upstream has cached); ``tail``, the stretch
+    messages after that one, in the core's form (ones an earlier strategy made up); and the
+    instruction that follows them all.
+
+    The whole of ``forwarded`` is there because a format's lowering may depend on what follows
+    a message (the Messages format writes a made-up message as user text before a turn that
+    opens with thinking): the cached part is what the whole request lowers to, not what the
+    cut lowers to."""
+
+    request: NativeRequest
+    forwarded: Sequence[Mapping[str, Any]]
+    end: int
+    tail: Sequence[Mapping[str, Any]]
+    instruction: str
+
+    @property
+    def messages(self) -> list[Mapping[str, Any]]:
+        """The chat-shaped prefix: the cached part, then the tail."""
+        return [*self.forwarded[: self.end], *self.tail]
+
+
+@dataclass(frozen=True, slots=True)
 class SummaryCall:
     """The summary call in this format's form: where it goes and how its body is written and
     its answer read. The summarizer builds chat-shaped messages (a system prompt, a
     transcript, or the request's own prefix and one instruction) and asks the format for the
     rest.
 
-    ``body(parameters, model, messages, extra, limit_param, limit)``: the JSON body;
-    ``read(payload)``: the answer, or ``ValueError`` when it is not one of this format's.
+    ``body(parameters, model, messages, extra, limit_param, limit)``: the JSON body, from
+    chat-shaped ``messages`` (``extra``: members sent as they are, such as a chat prefix's
+    ``tools``); ``read(payload)``: the answer, or ``ValueError`` when it is not one of this
+    format's.
+
+    ``prefix(parameters, model, call, limit)``: the body of the cache-aligned call in the
+    format's own form, written from the client's own request (``call.request``), for a format
+    whose view is not valid chat completions; ``ValueError`` when it cannot be (the summarizer
+    then sends the transcript). None: the chat-shaped prefix goes through ``body``.
+    ``headers``: sent on every call (``anthropic-version``); ``repeats``: the client's headers
+    a prefix-form call sends again, over ``headers`` (the betas its content may need).
     """
 
     path: str  # under the upstream's base_url, e.g. "/chat/completions"
@@ -98,6 +208,9 @@ class SummaryCall:
     ]
     read: Callable[[Any], SummaryReply]
     what: str = "a chat completion"  # named when an answer is not one
+    prefix: Callable[[Mapping[str, Any], str, PrefixCall, int], dict[str, Any]] | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    repeats: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +314,16 @@ class WireFormat(Protocol):
         ...
 
     @property
+    def output_limits(self) -> tuple[str, ...]:
+        """The body's members that limit the answer's tokens, the one the upstream reads
+        first first (chat: ``max_completion_tokens``, ``max_tokens``; Responses:
+        ``max_output_tokens``; ``()``: none). The lift shows the first one set to the core as
+        the chat view's ``max_completion_tokens`` (a chat body is its own view); a limit the
+        budget lowers so the prompt and the answer fit the window (docs/compaction.md, "The
+        output limit") is written into each of them that asks more, in the client's bytes."""
+        ...
+
+    @property
     def auth(self) -> UpstreamAuth:
         """How its upstreams take the operator's key."""
         ...
@@ -251,6 +374,18 @@ class WireFormat(Protocol):
 
     def usage_tokens(self, payload: Any) -> int | None:
         """The prompt tokens an upstream's JSON reply, or one SSE event's data, reports."""
+        ...
+
+    @property
+    def usage_at_start(self) -> bool:
+        """Whether a stream states the prompt's usage in its first event(s) (Anthropic's
+        ``message_start``), so the relay reads them as well as the stream's last events
+        (compaction_proxy/api/_usage.py)."""
+        ...
+
+    def window_option(self, model: str, headers: Headers) -> WindowOption | None:
+        """The window ``model`` gets because of the request's headers (Anthropic's 1M-context
+        beta), or None: the request's headers change no window."""
         ...
 
     def error_body(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -22,7 +23,8 @@ import pytest
 
 from tests.fakes.messages.prompt import Counter, build_prompt
 from tests.support.messages_upstream import COUNT_TOKENS, MESSAGES, MessagesUpstreamServer
-from tests.support.servers import ProxyServer, proxy_config, upstream_entry
+from tests.support.processes import run_python_module
+from tests.support.servers import ProxyServer, proxy_config, upstream_entry, write_config
 
 MODEL = "claude-sonnet-4-5"
 DOWN = "claude-down"  # routed to an upstream nobody listens on
@@ -281,3 +283,83 @@ def test_an_upstream_that_is_down_is_a_502_in_anthropics_shape(
     assert isinstance(body, dict) and body["type"] == "error"
     assert body["error"]["type"] == "api_error"
     assert "down" in body["error"]["message"]
+
+
+def test_the_preview_takes_a_messages_body(
+    proxy: ProxyServer, upstream: MessagesUpstreamServer
+) -> None:
+    body = {"model": MODEL, "max_tokens": 256, "tools": [BASH], "messages": session(30)}
+    with httpx.Client(base_url=proxy.url, trust_env=False, timeout=30) as http:
+        reply = http.post(
+            "/v1/compaction/preview",
+            content=orjson.dumps(body),
+            headers={"content-type": "application/json", "x-compaction": "dry-run-local"},
+        )
+    assert reply.status_code == 200, reply.text
+    answer = reply.json()
+    assert answer["changed"] is True
+    shown = answer["request"]
+    assert shown["tools"] == [BASH] and shown["max_tokens"] == 256
+    assert len(shown["messages"]) < len(body["messages"])
+    assert shown["messages"][-1] == body["messages"][-1]
+    assert all(isinstance(m["content"], list | str) for m in shown["messages"])
+    assert answer["report"]["tokens_after"] < answer["report"]["tokens_before"]
+    assert upstream.messages() == []  # a preview forwards nothing
+
+
+def test_compact_writes_a_messages_body_back(tmp_path: Path) -> None:
+    config = proxy_config(
+        upstream_entry("http://127.0.0.1:9/v1", name="nowhere"),
+        models={MODEL: {"context_window": WINDOW}},
+    )
+    path = write_config(tmp_path / "config.yaml", config)
+    source = tmp_path / "session.json"
+    body = {
+        "model": MODEL,
+        "max_tokens": 256,
+        "system": [{"type": "text", "text": "Be careful.", "cache_control": {"type": "ephemeral"}}],
+        "messages": session(30),
+    }
+    source.write_bytes(orjson.dumps(body))
+    out = tmp_path / "out.json"
+    result = run_python_module(
+        "compaction_proxy",
+        "compact",
+        str(source),
+        "-c",
+        str(path),
+        "-o",
+        str(out),
+        "--no-summarize",
+    )
+    assert result.returncode == 0, result.stderr
+    written = orjson.loads(out.read_bytes())
+    assert written["system"] == body["system"] and written["max_tokens"] == 256
+    assert len(written["messages"]) < len(body["messages"])
+    assert written["messages"][0] == body["messages"][0]  # the task is kept (first user group)
+    assert written["messages"][-1] == body["messages"][-1]
+    uses = [
+        block["id"]
+        for message in written["messages"]
+        for block in message["content"]
+        if isinstance(block, dict) and block.get("type") == "tool_use"
+    ]
+    results = [
+        block["tool_use_id"]
+        for message in written["messages"]
+        for block in message["content"]
+        if isinstance(block, dict) and block.get("type") == "tool_result"
+    ]
+    assert uses == results  # every call kept has its result, in order
+
+
+def test_metrics_label_the_messages_api(
+    client: anthropic.Anthropic, proxy: ProxyServer, upstream: MessagesUpstreamServer
+) -> None:
+    client.messages.create(model=MODEL, max_tokens=64, tools=[BASH], messages=session(20))
+    client.messages.count_tokens(model=MODEL, messages=session(2))
+    with httpx.Client(base_url=proxy.url, trust_env=False, timeout=30) as http:
+        metrics = http.get("/metrics").text
+    assert 'compaction_proxy_requests_total{route="messages",status="200"}' in metrics
+    assert 'compaction_proxy_requests_total{route="messages_count_tokens",status="200"}' in metrics
+    assert 'compaction_proxy_api_prompt_tokens_total{api="messages",stage="before"}' in metrics

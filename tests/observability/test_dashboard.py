@@ -100,6 +100,8 @@ def test_data_counts_the_traffic(content_proxy: ProxyServer) -> None:
     totals = data["totals"]
     assert totals["requests"] - before["requests"] == 3
     assert totals["chat_requests"] - before["chat_requests"] == 2
+    assert totals["api_requests"]["chat"] - before["api_requests"]["chat"] == 2
+    assert set(totals["api_requests"]) == {"chat", "responses", "messages"}  # the registry's
     saved = sum(s.before - s.after for s in (small, big))  # type: ignore[operator]
     assert saved > 0
     assert totals["tokens_saved"] - before["tokens_saved"] == saved

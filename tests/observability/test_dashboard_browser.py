@@ -136,6 +136,10 @@ def test_the_page_shows_the_traffic_numbers(
     assert hits >= 1
     assert f"{hits} hits" in page.text_content("#k-hit-sub")
     assert page.text_content("#k-fail") == "2"  # the error and the back-off
+    # Requests per compacted API, one entry per registered format.
+    chat = len(t.chats())
+    assert chat >= 1
+    assert f"chat {chat:,} · responses 0 · messages 0)" in page.text_content("#k-compacted-sub")
     strategies = page.text_content("#strategies")
     for name in t.strategy_runs():
         assert name in strategies

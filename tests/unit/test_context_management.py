@@ -709,7 +709,7 @@ async def test_checkpoints_are_kept_apart_by_the_edits() -> None:
                 Mode.NORMAL,
                 size_hint=0,
                 credential="k",
-                authorization=None,
+                caller_key=None,
                 upstream_name="up",
                 edits=edits,
             )

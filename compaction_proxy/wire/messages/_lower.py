@@ -36,7 +36,14 @@ import orjson
 from compaction_proxy.compaction.canonical import canonical_bytes
 from compaction_proxy.compaction.errors import CompactionProxyError
 
-from ._blocks import CACHE_CONTROL, MAX_BREAKPOINTS, block_type, blocks_of, nested_blocks
+from ._blocks import (
+    CACHE_CONTROL,
+    MAX_BREAKPOINTS,
+    THINKING_TYPES,
+    block_type,
+    blocks_of,
+    nested_blocks,
+)
 from ._blocks import breakpoints as count_breakpoints
 from ._lift import Lifted, Owner
 
@@ -77,17 +84,31 @@ def lower(
     items = [_emit(lifted, run) for run in runs]
     notes: list[str] = []
     _keep_thinking_first(items, runs)
-    if items and items[0].get("role") == "assistant" and _opens_with_user(lifted):
-        items.insert(0, {"role": "user", "content": [{"type": "text", "text": OMITTED_NOTE}]})
-        runs.insert(0, _Run(None, made=items[0]))
+    _cache_checkpoint(items, runs, body)  # before the opening note: it is no checkpoint
+    first = _first_turn(items)
+    if first is not None and items[first].get("role") == "assistant" and _opens_with_user(lifted):
+        note = {"role": "user", "content": [{"type": "text", "text": OMITTED_NOTE}]}
+        items.insert(first, note)
         notes.append("a user message was put first: the API wants the conversation to open so")
-    _cache_checkpoint(items, runs, body)
     return Lowered(items, tuple(notes))
 
 
+def _first_turn(items: Sequence[Any]) -> int | None:
+    """The position of the first message that is not a ``role: "system"`` note: the one the
+    API wants to be the user's (the notes keep their place before it)."""
+    return next(
+        (
+            p
+            for p, item in enumerate(items)
+            if isinstance(item, Mapping) and item.get("role") != "system"
+        ),
+        None,
+    )
+
+
 def _opens_with_user(lifted: Lifted) -> bool:
-    first = lifted.sources[0] if lifted.sources else None
-    return isinstance(first, Mapping) and first.get("role") == "user"
+    first = _first_turn(lifted.sources)
+    return first is not None and lifted.sources[first].get("role") == "user"
 
 
 def _runs(lifted: Lifted, messages: Sequence[Mapping[str, Any]]) -> list[_Run]:
@@ -267,13 +288,17 @@ def _emit(lifted: Lifted, run: _Run) -> Any:
 
 
 def _keep_thinking_first(items: list[Any], runs: list[_Run]) -> None:
-    """A made-up assistant message right before the model's own turn would merge into it, and
-    the API wants a turn with thinking to open with its thinking block: make it user text."""
+    """A made-up assistant message right before a turn of the model's that opens with thinking
+    would merge into it (the API joins consecutive turns of one role), and the API wants such
+    a turn to open with its thinking block: the made-up one goes as user text instead."""
     for position, run in enumerate(runs[:-1]):
         if run.made is None or run.made["role"] != "assistant":
             continue
         following = items[position + 1]
-        if isinstance(following, Mapping) and following.get("role") == "assistant":
+        if not isinstance(following, Mapping) or following.get("role") != "assistant":
+            continue
+        content = following.get("content")
+        if isinstance(content, list) and content and block_type(content[0]) in THINKING_TYPES:
             run.made["role"] = "user"
 
 
