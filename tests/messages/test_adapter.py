@@ -18,6 +18,7 @@ import orjson
 import pytest
 
 from compaction_proxy.compaction import (
+    CharacterEstimatorTokenizer,
     CompactionRequest,
     EncodingLoader,
     Mode,
@@ -48,6 +49,7 @@ from compaction_proxy.wire.messages import (
     parse_messages_body,
     usage_tokens,
 )
+from compaction_proxy.wire.messages._lift import thinking_blocks
 from compaction_proxy.wire.messages._lower import OMITTED_NOTE
 from compaction_proxy.wire.responses import RESPONSES
 
@@ -202,10 +204,12 @@ def test_an_assistant_turn_is_one_message_with_its_thinking_and_other_blocks_rid
                 "function": {"name": "Bash", "arguments": '{"command":"ls"}'},
             }
         ],
-        "thinking": [thinking(1), redacted],
+        # what the model reads of its thinking: the text, not the signature
+        "thinking": [{"type": "thinking", "thinking": "plan 1"}, redacted],
         "blocks": [SEARCH, FOUND, unknown],
     }
-    assert message["thinking"][0] is turn["content"][0]  # the signed block itself
+    assert thinking_blocks(lifted, 1) == [turn["content"][0], redacted]
+    assert thinking_blocks(lifted, 1)[0] is turn["content"][0]  # the signed block itself
     assert lifted.calls == {"toolu_1": 1}
     # a turn of calls only has no text; a string answer stays a string
     only = lift(body_of(user("go"), assistant(use("t")), user(result("t")))).messages[1]
@@ -810,3 +814,17 @@ def test_parse_takes_a_messages_body() -> None:
     assert parse_messages_body(b'{"messages": []}') == {
         "messages": []
     }  # no model: the upstream's to judge
+
+
+def test_a_signature_is_not_counted_as_what_the_model_reads() -> None:
+    # Claude Code's adaptive thinking sends its blocks back with empty text and a long seal.
+    sealed = {"type": "thinking", "thinking": "", "signature": "E" * 4_000}
+    turn = assistant(sealed, text("Running it."), use("toolu_1"))
+    body = body_of(user("go"), turn, user(result("toolu_1")))
+    bare = body_of(
+        user("go"), assistant(text("Running it."), use("toolu_1")), user(result("toolu_1"))
+    )
+    counter = CharacterEstimatorTokenizer()
+    with_seal = counter.count_messages(lift(body).messages)
+    without = counter.count_messages(lift(bare).messages)
+    assert with_seal - without < 20  # the block's frame, not 1,000 tokens of base64

@@ -18,7 +18,7 @@ from typing import Any
 
 from compaction_proxy.compaction.canonical import canonical_bytes
 
-from ._lift import THINKING_FIELD, Lifted
+from ._lift import THINKING_FIELD, Lifted, thinking_blocks
 
 
 def restore_thinking(
@@ -65,7 +65,7 @@ def restore_thinking(
             if out is None:
                 out = list(messages)
             out[position] = lifted.messages[index]
-        drop.update(id(block) for block in lifted.messages[index][THINKING_FIELD])
+        drop.update(id(block) for block in thinking_blocks(lifted, index))
     return (out if out is not None else messages), drop
 
 

@@ -21,9 +21,10 @@ Each chat message stands for a *piece* of one client message:
   turn of its own;
 - an assistant message: one assistant message, its text as ``text`` parts, its ``tool_use``
   blocks as ``tool_calls`` (input as JSON text), its ``thinking`` / ``redacted_thinking`` blocks
-  riding in a ``thinking`` field and its server-tool and unknown blocks in a ``blocks`` field
-  (counted as JSON, never edited, dropped only with the whole turn: a strategy that drops a
-  step drops its thinking with it, and one that edits a step never touches its thinking).
+  riding in a ``thinking`` field (what the model reads of them: the text, not the signature)
+  and its server-tool and unknown blocks in a ``blocks`` field (counted as JSON, never edited,
+  dropped only with the whole turn: a strategy that drops a step drops its thinking with it,
+  and one that edits a step never touches its thinking).
 
 The chat messages are a pure function of what the model reads: ``cache_control`` (which moves
 to the newest block every turn) is left out, so a checkpoint's hash chain over them is stable
@@ -188,7 +189,7 @@ def _assistant(content: Any) -> dict[str, Any]:
         elif kind == "tool_use":
             calls.append(_tool_call(block))
         elif kind in THINKING_TYPES:
-            thinking.append(block)
+            thinking.append(_thought(block))
         else:
             riding.append(lift_part(block))
     message["content"] = texts or None
@@ -199,6 +200,28 @@ def _assistant(content: Any) -> dict[str, Any]:
     if riding:
         message[BLOCKS_FIELD] = riding
     return message
+
+
+def _thought(block: Mapping[str, Any]) -> dict[str, Any]:
+    """A thinking block as the core counts it: what the model reads of it. The signature (a
+    long base64 seal the model never reads: a quarter of a Claude Code session's bytes) and
+    ``cache_control`` are left out; a redacted block's ``data`` stands for the thinking it
+    hides."""
+    if block.get("type") == "thinking":
+        text = block.get("thinking")
+        return {"type": "thinking", "thinking": text if isinstance(text, str) else ""}
+    return {"type": "redacted_thinking", "data": block.get("data")}
+
+
+def thinking_blocks(lifted: Lifted, index: int) -> list[Any]:
+    """The client's own thinking blocks of the assistant piece ``lifted.messages[index]``
+    (its :data:`THINKING_FIELD` holds what the core counts of them, in the same order)."""
+    owner = lifted.owners[index]
+    if owner is None:
+        return []
+    content = lifted.sources[owner.source].get("content")
+    blocks = content if isinstance(content, list) else []
+    return [block for block in blocks if block_type(block) in THINKING_TYPES]
 
 
 def _tool_call(block: Mapping[str, Any]) -> dict[str, Any]:
