@@ -11,6 +11,8 @@ built here:
   as ``-> name(arguments)``, tool results are headed with the name of the call they answer;
 * image parts, audio, files, ``data:`` URLs and long base64 runs become placeholders such as
   ``[image]`` or ``[binary data, 12345 bytes]``;
+* text that rides beside a message's content (a format's ``blocks`` or ``items`` field: e.g.
+  what a user wrote while a step's tools ran) is shown after it;
 * reasoning/thinking (``reasoning_content``, ``reasoning``, ``thinking`` fields and content
   parts of type thinking/reasoning/redacted_thinking) is dropped whole, never edited;
 * a block longer than ``max_message_chars`` keeps its head and tail around
@@ -229,8 +231,9 @@ def render_message(
 ) -> str:
     """One message as a transcript block (header line, then text and tool calls).
 
-    Only role, name, content, tool calls and (for assistants) a refusal or audio marker are
-    read, so reasoning fields are dropped by construction.
+    Only role, name, content, tool calls, (for assistants) a refusal or audio marker, and the
+    text parts riding in :data:`RIDING_FIELDS` are read, so reasoning fields are dropped by
+    construction.
     """
     opts = options or TranscriptOptions()
     body_parts: list[str] = []
@@ -243,9 +246,31 @@ def render_message(
     if message.get("audio"):
         body_parts.append("[audio]")
     body_parts.extend(_tool_call_lines(message, opts))
+    body_parts.extend(_riding_text(message))
     body = elide("\n".join(body_parts), opts.max_message_chars)
     header = _header(message, names or {})
     return f"{header}\n{body}" if body else header
+
+
+RIDING_FIELDS = ("blocks", "items")
+"""Fields in which a format's adapter carries content the core has no field for (Anthropic's
+blocks after a step's tool results, such as a user's note queued while tools ran; Responses
+items of unknown types): their text parts are part of what the model read, so the transcript
+shows them; anything else riding there is not."""
+
+
+def _riding_text(message: Mapping[str, Any]) -> list[str]:
+    lines: list[str] = []
+    for field_name in RIDING_FIELDS:
+        riding = message.get(field_name)
+        if not isinstance(riding, list):
+            continue
+        for part in riding:
+            if isinstance(part, Mapping) and part.get("type") in TEXT_PART_TYPES:
+                text = part.get("text")
+                if isinstance(text, str) and text.strip():
+                    lines.append(scrub_text(text))
+    return lines
 
 
 def render_blocks(

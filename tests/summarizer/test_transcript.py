@@ -236,3 +236,20 @@ async def test_fold_without_chunks_is_empty() -> None:
     with pytest.raises(SummaryError) as caught:
         await fold([], None, DEFAULT_PROMPTS, RecordingCall())
     assert caught.value.reason == "empty"
+
+
+def test_text_riding_beside_a_tool_result_is_shown() -> None:
+    # Anthropic's blocks after a step's tool results ride on its last result
+    # (compaction_proxy/wire/messages/_lift.py): a note the user queued is what the model read.
+    message = {
+        "role": "tool",
+        "tool_call_id": "toolu_1",
+        "content": "tests: 3 failed",
+        "blocks": [
+            {"type": "text", "text": "User note: the deadline is FRIDAY-9."},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+        ],
+    }
+    block = render_message(message)
+    assert "tests: 3 failed" in block and "FRIDAY-9" in block
+    assert "base64" not in block
