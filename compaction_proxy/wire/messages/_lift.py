@@ -13,8 +13,12 @@ Each chat message stands for a *piece* of one client message:
   drops, edits or summarizes, so it keeps its place;
 - a user message without ``tool_result`` blocks: a user message;
 - a user message with ``tool_result`` blocks: one ``tool`` message per result (the core pairs it
-  with its ``tool_use`` wherever it sits, and keeps parallel results with their calls), then a
-  user message of its other blocks, if any (what the model reads as user text);
+  with its ``tool_use`` wherever it sits, and keeps parallel results with their calls); its
+  other blocks (Claude Code's system reminders after the results) ride on the last result's
+  ``tool`` message, in a ``blocks`` field. They belong to the step: shown as a user message of
+  their own they would start a new turn, which leaves the newest step unprotected (a strategy
+  could drop the very calls the model must answer) and makes every reminder of a tool loop a
+  turn of its own;
 - an assistant message: one assistant message, its text as ``text`` parts, its ``tool_use``
   blocks as ``tool_calls`` (input as JSON text), its ``thinking`` / ``redacted_thinking`` blocks
   riding in a ``thinking`` field and its server-tool and unknown blocks in a ``blocks`` field
@@ -42,7 +46,8 @@ THINKING_FIELD = "thinking"
 """Where an assistant message's signed thinking blocks ride; the summarizer's transcript drops
 the field whole."""
 BLOCKS_FIELD = "blocks"
-"""Where server-tool and unknown assistant blocks ride, counted as their JSON."""
+"""Where server-tool and unknown assistant blocks ride, and the blocks after the results of a
+user message, counted as their JSON."""
 
 
 class Piece(Enum):
@@ -50,7 +55,6 @@ class Piece(Enum):
     USER = "user"
     ASSISTANT = "assistant"
     RESULT = "result"
-    REST = "rest"  # the non-result blocks of a user message holding results
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,9 +158,11 @@ def _pieces(source: int, message: Mapping[str, Any]) -> list[tuple[Owner, dict[s
         if block.get("is_error") is True:
             chat["is_error"] = True
         out.append((Owner(Piece.RESULT, source, (position,), key), chat))
-    if rest:
-        parts = [lift_part(content[position]) for position in rest]
-        out.append((Owner(Piece.REST, source, tuple(rest)), {"role": "user", "content": parts}))
+    if rest:  # they ride with the last result (see the module docstring)
+        owner, chat = out[-1]
+        assert owner.blocks is not None
+        chat[BLOCKS_FIELD] = [lift_part(content[position]) for position in rest]
+        out[-1] = (Owner(Piece.RESULT, source, (*owner.blocks, *rest), owner.key), chat)
     return out
 
 

@@ -84,17 +84,31 @@ def lower(
     items = [_emit(lifted, run) for run in runs]
     notes: list[str] = []
     _keep_thinking_first(items, runs)
-    if items and items[0].get("role") == "assistant" and _opens_with_user(lifted):
-        items.insert(0, {"role": "user", "content": [{"type": "text", "text": OMITTED_NOTE}]})
-        runs.insert(0, _Run(None, made=items[0]))
+    _cache_checkpoint(items, runs, body)  # before the opening note: it is no checkpoint
+    first = _first_turn(items)
+    if first is not None and items[first].get("role") == "assistant" and _opens_with_user(lifted):
+        note = {"role": "user", "content": [{"type": "text", "text": OMITTED_NOTE}]}
+        items.insert(first, note)
         notes.append("a user message was put first: the API wants the conversation to open so")
-    _cache_checkpoint(items, runs, body)
     return Lowered(items, tuple(notes))
 
 
+def _first_turn(items: Sequence[Any]) -> int | None:
+    """The position of the first message that is not a ``role: "system"`` note: the one the
+    API wants to be the user's (the notes keep their place before it)."""
+    return next(
+        (
+            p
+            for p, item in enumerate(items)
+            if isinstance(item, Mapping) and item.get("role") != "system"
+        ),
+        None,
+    )
+
+
 def _opens_with_user(lifted: Lifted) -> bool:
-    first = lifted.sources[0] if lifted.sources else None
-    return isinstance(first, Mapping) and first.get("role") == "user"
+    first = _first_turn(lifted.sources)
+    return first is not None and lifted.sources[first].get("role") == "user"
 
 
 def _runs(lifted: Lifted, messages: Sequence[Mapping[str, Any]]) -> list[_Run]:
