@@ -46,6 +46,7 @@ LOOP = Loop(steps=STEPS, lines=12, parallel=2, every=3)
 MAX_TOKENS = 4_096
 THINKING = {"type": "adaptive"}  # as Claude Code asks; the fake thinks every turn
 LIAR_WINDOW = 12_000  # what the fake enforces for the liar-* models; the proxy guesses 128k
+BETAS = "claude-code-20250219,interleaved-thinking-2025-05-14"
 TASK_FACTS = ["FACT-TASK21", "FACT-OWNER7"]
 EARLY_FACT = "FACT-R3"  # in the output of step 3, folded into a summary long before the end
 TASK = {
@@ -255,6 +256,9 @@ class Session:
             "tools": TOOLS,
             "thinking": THINKING,
             "messages": self.messages,
+            # Claude Code's query and betas, which go upstream as sent
+            "extra_query": {"beta": "true"},
+            "extra_headers": {"anthropic-beta": BETAS},
         }
         if n % 2:
             with client.messages.stream(**kwargs) as stream:
@@ -272,7 +276,9 @@ class Session:
         self.replies.append(content)
         taken = fake.take()
         self.summary_calls += [r for r in taken if is_summary_call(r)]
-        [forwarded] = [r.json() for r in taken if r.path == MESSAGES and not is_summary_call(r)]
+        [recorded] = [r for r in taken if r.path == MESSAGES and not is_summary_call(r)]
+        assert recorded.query == "beta=true" and recorded.headers["anthropic-beta"] == BETAS
+        forwarded = recorded.json()
         self.forwarded.append(forwarded)
         self.messages.append({"role": "assistant", "content": content})
         uses = [b for b in content if b["type"] == "tool_use"]
