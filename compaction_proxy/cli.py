@@ -127,7 +127,7 @@ def _compact(args: argparse.Namespace) -> int:
     from compaction_proxy.compaction import Mode, build_view
     from compaction_proxy.engine import Compactor
     from compaction_proxy.observability.report_text import render
-    from compaction_proxy.wire import DEFAULT_FORMAT, format_for_body
+    from compaction_proxy.wire import DEFAULT_FORMAT, format_for_body, lowered_limits
 
     settings = _load_checked(args.config)
     try:
@@ -171,8 +171,10 @@ def _compact(args: argparse.Namespace) -> int:
     if notes:
         print("\nsummarizer:", "; ".join(notes))
     if args.out:
-        # The compacted member in the body's own format, every other field as it was.
-        compacted = {**body, wire.items: list(view.lower(result.messages).items)}
+        # The compacted member (and any output limit lowered to fit the window) in the body's
+        # own format, every other field as it was.
+        limits = lowered_limits(body, wire.output_limits, result.report.output_limit)
+        compacted = {**body, **limits, wire.items: list(view.lower(result.messages).items)}
         with open(args.out, "wb") as handle:
             handle.write(orjson.dumps(compacted, option=orjson.OPT_INDENT_2))
         print(f"\nwrote {args.out}")

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from compaction_proxy.compaction import CompactionResult, Mode
+from compaction_proxy.compaction import CompactionResult, Mode, OutputLimit
 from compaction_proxy.config import UpstreamSettings
 from compaction_proxy.engine import FlowRequest
 from compaction_proxy.http import Receive, Scope, Send
@@ -34,7 +34,7 @@ from compaction_proxy.upstream import (
     upstream_url,
     window_after_refusal,
 )
-from compaction_proxy.wire import ClientBody, View, WireFormat
+from compaction_proxy.wire import ClientBody, View, WireFormat, lowered_limits
 
 from ._context import RequestContext
 from ._forward import Outcome, forward, send_held
@@ -60,18 +60,36 @@ _FAILED = (b"x-compaction-warning", b"compaction failed; the original request wa
 def lowered(attempt: Attempt) -> Attempt:
     """``attempt`` (made on the chat-shaped view) with the body to forward: the client's bytes
     with the compacted elements in place of theirs at the format's member
-    (compaction_proxy/wire/_forwarded.py); every other field, and every element the proxy did
-    not change, goes upstream as the client wrote it. Unchanged requests and dry runs keep the
+    (compaction_proxy/wire/_forwarded.py), and each of the format's output limits the budget
+    lowered (:func:`output_limits`); every other field, and every element the proxy did not
+    change, goes upstream as the client wrote it. Unchanged requests and dry runs keep the
     client's bytes."""
-    if attempt.result is None or attempt.messages is None:
+    if attempt.result is None:
         return attempt
     subject = attempt.subject
+    limits = output_limits(attempt)
+    if attempt.messages is None:
+        if not limits:
+            return attempt
+        return replace(attempt, body=subject.client.with_members(limits))
     out = subject.view.lower(attempt.messages)
     notes = tuple((b"x-compaction-warning", header_safe(n)) for n in out.notes)
     return replace(
         attempt,
-        body=subject.client.with_elements(out.items, copies=out.copies),
+        body=subject.client.with_elements(out.items, copies=out.copies, members=limits),
         headers=(*attempt.headers, *notes),
+    )
+
+
+def output_limits(attempt: Attempt) -> dict[str, int]:
+    """The output-limit members to write into the forwarded body: those of the format's
+    ``output_limits`` the client set above the limit the report lowered it to (none for a dry
+    run, which forwards the client's bytes, or when nothing was lowered)."""
+    result, subject = attempt.result, attempt.subject
+    if result is None or subject.mode not in (Mode.NORMAL, Mode.FORCE):
+        return {}
+    return lowered_limits(
+        subject.client.data, subject.wire.output_limits, result.report.output_limit
     )
 
 
@@ -305,7 +323,8 @@ async def after_refusal(
     The window learned is kept (compaction_proxy/upstream/_windows.py) even when no retry follows.
     The retry is compacted for `min(learned, the window the refused attempt used)`, or 80 % of the
     latter when the upstream states a window no smaller than ours (our count was off, not the
-    window), and is sent only when it came out smaller than what was refused.
+    window), and is sent only when it came out smaller than what was refused: a smaller prompt,
+    or an output limit lowered further for the smaller window.
     """
     state = ctx.state
     compactor = state.compactor
@@ -322,11 +341,20 @@ async def after_refusal(
         # Not when the count is a floor (newer vLLM stops counting past the window).
         compactor.calibrate(model, overflow.prompt_tokens, sent)
     used = refused.window.tokens
+    # The output the refused request asked for: the limit forwarded (lowered to fit, or as
+    # the client asked), else what the budget reserved.
+    limit = refused.result.report.output_limit
     learned = window_after_refusal(
         overflow,
         sent_tokens=compactor.calibration_for(model).apply(sent),
-        output_reserve=compactor.output_reserve(data, used),
-        requested_output=_requested_output(data),
+        output_reserve=(
+            compactor.output_reserve(data, used)
+            if limit is None
+            else min(_forwarded_output(refused, limit), used)
+        ),
+        requested_output=(
+            _requested_output(data) if limit is None else _forwarded_output(refused, limit)
+        ),
     )
     log.warning(
         "upstream %r refused %s tokens for model %r (%s): window %s",
@@ -349,9 +377,29 @@ async def after_refusal(
     if target < MIN_LEARNED_WINDOW:
         return None
     retry = await compact(ctx, scope, refused.subject, Window(target, "learned"))
-    if retry.result is None or retry.result.report.tokens_after >= sent:
-        return None  # nothing smaller to offer (or it failed): the upstream would refuse it again
+    if retry.result is None:
+        return None
+    # A smaller prompt, or the same prompt with a lower output limit (the refusal of a prompt
+    # plus a limit over the window is fixed by the limit alone); nothing smaller to offer: the
+    # upstream would refuse it again.
+    if retry.result.report.tokens_after >= sent and not _less_output(retry, refused):
+        return None
     return retry
+
+
+def _forwarded_output(attempt: Attempt, limit: OutputLimit) -> int:
+    """The output limit ``attempt`` went upstream with: the lowered one when it was written
+    into the body, else the one asked."""
+    return limit.forwarded if output_limits(attempt) else limit.asked
+
+
+def _less_output(retry: Attempt, refused: Attempt) -> bool:
+    """Whether ``retry`` goes upstream with a lower output limit than ``refused`` did."""
+    assert retry.result is not None and refused.result is not None
+    was, now = refused.result.report.output_limit, retry.result.report.output_limit
+    if was is None or now is None:
+        return False
+    return _forwarded_output(retry, now) < _forwarded_output(refused, was)
 
 
 def _requested_output(data: dict[str, Any]) -> int | None:

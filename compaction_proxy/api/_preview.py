@@ -33,6 +33,7 @@ from compaction_proxy.wire import (
     View,
     WireFormat,
     format_for_body,
+    lowered_limits,
     parse_json_object,
     validate_chat,
 )
@@ -150,7 +151,9 @@ async def _compact_and_answer(
         ) from None
     result = flow.result
     warnings = list(flow.warnings)
-    request = body
+    # The output limits the budget lowered so the prompt and the answer fit the window.
+    limits = lowered_limits(body, wire.output_limits, result.report.output_limit)
+    request = {**body, **limits}
     if flow.messages is not None:
         try:
             lowered = view.lower(flow.messages)
@@ -159,10 +162,10 @@ async def _compact_and_answer(
             raise ProxyError(
                 500, "compaction failed: LowerError", "server_error", "compaction_failed"
             ) from None
-        request = {**body, wire.items: list(lowered.items)}
+        request = {**request, wire.items: list(lowered.items)}
         warnings.extend(lowered.notes)
     payload = {
-        "changed": flow.messages is not None,
+        "changed": flow.messages is not None or bool(limits),
         "checkpoint": flow.checkpoint,
         "request": request,
         "report": result.report.to_dict(),

@@ -72,6 +72,11 @@ def report_headers(result: CompactionResult, mode: Mode) -> list[tuple[bytes, by
     ]
     if mode in (Mode.DRY_RUN, Mode.DRY_RUN_LOCAL):
         headers.append((b"x-compaction-dry-run", b"true"))
+    limit = report.output_limit
+    if limit is not None and limit.lowered:
+        # The output limit forwarded (a dry run's: the one that would be); the warning below
+        # says what was asked and why.
+        headers.append((b"x-compaction-output-limit", str(limit.forwarded).encode()))
     for warning in report.warnings:
         headers.append((b"x-compaction-warning", header_safe(warning)))
     return headers

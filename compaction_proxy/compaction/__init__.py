@@ -22,7 +22,14 @@ The strategies themselves (to compose a pipeline in code, or write a new one) ar
 "Budget and tokens" in docs/architecture.md for how the pieces fit.
 """
 
-from .budget import Calibration, FactsOverride, ModelCatalog, ModelFacts, compute_budget
+from .budget import (
+    Calibration,
+    FactsOverride,
+    ModelCatalog,
+    ModelFacts,
+    OutputLimit,
+    compute_budget,
+)
 from .encodings import EncodingLoader
 from .factory import build_pipeline
 from .images import ImagePricing
@@ -57,6 +64,7 @@ __all__ = [
     "Mode",
     "ModelCatalog",
     "ModelFacts",
+    "OutputLimit",
     "Pipeline",
     "StrategyReport",
     "SummarizationSettings",

@@ -1,21 +1,34 @@
-"""Model facts, the token budget and the calibration ratio.
+"""Model facts, the token budget, the output limit forwarded and the calibration ratio.
 
 The budget is what the prompt may use: ``window - output_reserve - reserve_ratio * window``.
 One rule gives the output reserve, whatever the window's source (declared in ``models:``,
 learned from a refusal, published by the upstream, the built-in table or the default guess):
 
-1. the request's ``max_completion_tokens`` (or ``max_tokens``) when it sends one, at most the
-   window (source ``request``);
+1. the request's ``max_completion_tokens`` (or ``max_tokens``) when it sends one, at most
+   ``output_reserve_share`` of the window (source ``request``; ``share`` when the request
+   asked more than the share and the share is what is reserved). A coding agent asks the same
+   large limit on every request (Claude Code: 32,000), whatever the window: on a 32k local
+   window a reserve of that size would leave the conversation nothing. The share (the core's
+   default 1.0, the configuration's :data:`DEFAULT_RESERVE_SHARE`) bounds it; a request asking
+   less than the share reserves what it asks, as before the bound existed;
 2. else the model's ``max_output_tokens`` (a ``models:`` entry's, else the built-in table's),
    at most half the window, so a window far below the model's published one still leaves a
    prompt budget (source ``model``);
 3. else :data:`DEFAULT_OUTPUT_SHARE` of the window, at most :data:`DEFAULT_OUTPUT_CAP` tokens
    (source ``default``): 2,048 for an 8,192 window, 4,096 from a 16k window on.
 
+A bounded reserve means the prompt may grow until prompt + asked output is more than the
+window, which vLLM, SGLang and Anthropic refuse (llama.cpp and OpenAI cut the answer at the
+window instead). :meth:`Budget.output_limit` says what to forward instead: with
+``lower_output`` on, the asked limit lowered to what the window leaves after the prompt and the
+safety reserve, never raised and never below :data:`OUTPUT_FLOOR` (or the reserve, when that
+is smaller). A prompt within the budget always leaves at least the reserve, so the lowered
+limit lies between the reserve and the asked one.
+
 ``reserve_ratio`` (LibreChat's ``reserveRatio``) is the margin for counting error, applied once
 to the window (LibreChat subtracts it twice).  :class:`Budget` keeps where each part came from,
 for the report, the preview and ``compact``.  :func:`output_reserve` is the one place the
-reserve is decided, so a bound on what a client may ask for fits there.
+reserve is decided.
 
 Facts come from a built-in table, matched by exact name, then glob, then the longest name
 prefix that ends at a ``-`` (so dated variants such as ``gpt-4o-2024-08-06`` resolve, while
@@ -42,11 +55,17 @@ class ModelFacts:
     ``max_output_tokens`` is the output reserve used when the request sets no limit; ``None``
     when nothing says it (an unknown model): the default reserve then applies (see the module
     docstring).
+
+    ``output_reserve_share`` and ``lower_output``: the operator's choice for this model's
+    output reserve and forwarded limit (``models.<name>``); ``None``: the run's
+    (:class:`~.pipeline.CompactionRequest`'s, from the ``compaction`` block).
     """
 
     context_window: int
     max_output_tokens: int | None
     encoding: str = O200K
+    output_reserve_share: float | None = None
+    lower_output: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +75,8 @@ class FactsOverride:
     context_window: int | None = None
     max_output_tokens: int | None = None
     encoding: str | None = None
+    output_reserve_share: float | None = None
+    lower_output: bool | None = None
 
     def apply(self, facts: ModelFacts) -> ModelFacts:
         """``facts`` with this override's set fields replaced."""
@@ -68,6 +89,12 @@ class FactsOverride:
                 else facts.max_output_tokens
             ),
             encoding=self.encoding or facts.encoding,
+            output_reserve_share=(
+                self.output_reserve_share
+                if self.output_reserve_share is not None
+                else facts.output_reserve_share
+            ),
+            lower_output=self.lower_output if self.lower_output is not None else facts.lower_output,
         )
 
 
@@ -107,6 +134,15 @@ DEFAULT_OUTPUT_CAP = 4_096
 """The default output reserve's upper end, in tokens."""
 MODEL_OUTPUT_SHARE = 0.5
 """A model's ``max_output_tokens`` reserves at most this share of the window."""
+DEFAULT_RESERVE_SHARE = 0.25
+"""``compaction.output_reserve_share``: a request's asked output reserves at most this share
+of the window. A quarter keeps three quarters of a 32k window for the conversation while
+reserving 8,192 tokens of answer, more than a coding agent's turn needs; from a 128k window on
+it reserves 32,000 and more, so the limits clients ask of hosted models are reserved whole."""
+OUTPUT_FLOOR = 1_024
+"""A lowered output limit is never below this (or the output reserve, when that is smaller):
+an answer cut shorter is not worth the call, and a prompt that leaves less room is over its
+budget anyway (the report warns), so the upstream's own verdict is better than a stub."""
 
 
 def _is_glob(pattern: str) -> bool:
@@ -233,8 +269,27 @@ def _names(model: str) -> list[str]:
     return [model, model.rsplit("/", 1)[-1]] if "/" in model else [model]
 
 
-OutputSource = Literal["request", "model", "default"]
+OutputSource = Literal["request", "share", "model", "default"]
 """Where an output reserve came from (see the module docstring)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutputLimit:
+    """The output limit the request asked for and the one to forward (the report's
+    ``output_limit``): equal unless it was lowered so that the prompt and the output fit the
+    window (:meth:`Budget.output_limit`). ``fits``: whether the prompt and ``forwarded`` fit
+    the window less its safety reserve."""
+
+    asked: int
+    forwarded: int
+    fits: bool
+
+    @property
+    def lowered(self) -> bool:
+        return self.forwarded < self.asked
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"asked": self.asked, "forwarded": self.forwarded, "lowered": self.lowered}
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,8 +298,10 @@ class Budget:
 
     ``window_source``: where the window came from (``config``, ``learned``, ``discovered``,
     ``builtin``, ``default``; ``given`` when the caller passed the facts themselves);
-    ``output_source``: ``request``, ``model`` or ``default``; ``reserve_ratio``: the share of
-    the window kept as ``safety_reserve``.
+    ``output_source``: ``request``, ``share``, ``model`` or ``default``; ``reserve_ratio``:
+    the share of the window kept as ``safety_reserve``. ``output_asked``: the request's own
+    output limit (None: it set none); ``output_share``: the share of the window it may
+    reserve; ``lower_output``: whether :meth:`output_limit` may lower it.
     """
 
     context_window: int
@@ -253,6 +310,9 @@ class Budget:
     window_source: str = "given"
     output_source: OutputSource = "model"
     reserve_ratio: float = 0.0
+    output_asked: int | None = None
+    output_share: float = 1.0
+    lower_output: bool = False
 
     @property
     def limit(self) -> int:
@@ -260,12 +320,41 @@ class Budget:
         return max(0, self.context_window - self.output_reserve - self.safety_reserve)
 
     def sources(self) -> dict[str, Any]:
-        """Where each part came from, JSON-ready (the report's ``budget`` entry)."""
-        return {
+        """Where each part came from, JSON-ready (the report's ``budget`` entry); the share
+        is named when it is what bounded the reserve."""
+        out: dict[str, Any] = {
             "window_source": self.window_source,
             "output_source": self.output_source,
             "reserve_ratio": self.reserve_ratio,
         }
+        if self.output_source == "share":
+            out["output_share"] = self.output_share
+        return out
+
+    def output_room(self, prompt_tokens: int) -> int:
+        """The output the window leaves after a prompt of ``prompt_tokens`` (calibrated) and
+        the safety reserve, the margin for our counting error (it may be negative)."""
+        return self.context_window - self.safety_reserve - prompt_tokens
+
+    def output_limit(self, prompt_tokens: int) -> OutputLimit | None:
+        """The output limit to forward with a prompt of ``prompt_tokens`` (calibrated); None
+        when the request asked for none (nothing to lower: the upstream then stops at the
+        window itself).
+
+        Lowered only when ``lower_output`` is on and the asked limit does not fit what the
+        window leaves (:meth:`output_room`); then to that room, never raised, never below
+        ``min(OUTPUT_FLOOR, output_reserve)`` (nor below 1). Within the budget the room is at
+        least the reserve, so the prompt and the forwarded limit fit the window.
+        """
+        asked = self.output_asked
+        if asked is None:
+            return None
+        room = self.output_room(prompt_tokens)
+        if asked <= room or not self.lower_output:
+            return OutputLimit(asked, asked, asked <= room)
+        floor = max(1, min(OUTPUT_FLOOR, self.output_reserve))
+        forwarded = min(asked, max(room, floor))
+        return OutputLimit(asked, forwarded, forwarded <= room)
 
 
 def output_reserve(
@@ -273,15 +362,27 @@ def output_reserve(
     *,
     max_completion_tokens: int | None = None,
     max_tokens: int | None = None,
+    share: float = 1.0,
 ) -> tuple[int, OutputSource]:
-    """The output reserve and its source, by the one rule of the module docstring."""
+    """The output reserve and its source, by the one rule of the module docstring; ``share``:
+    the share of the window a request's own limit may reserve."""
     window = facts.context_window
-    requested = max_completion_tokens if max_completion_tokens is not None else max_tokens
-    if requested is not None and requested >= 0:
-        return min(requested, window), "request"
+    requested = asked_output(max_completion_tokens, max_tokens)
+    if requested is not None:
+        bound = math.floor(window * share)
+        if requested > bound:
+            return bound, "share"
+        return requested, "request"
     if facts.max_output_tokens is not None:
         return min(facts.max_output_tokens, math.floor(window * MODEL_OUTPUT_SHARE)), "model"
     return min(DEFAULT_OUTPUT_CAP, math.floor(window * DEFAULT_OUTPUT_SHARE)), "default"
+
+
+def asked_output(max_completion_tokens: int | None, max_tokens: int | None) -> int | None:
+    """The request's output limit: ``max_completion_tokens`` when set, else ``max_tokens``
+    (as OpenAI and vLLM read them); None for neither (or a negative one)."""
+    requested = max_completion_tokens if max_completion_tokens is not None else max_tokens
+    return requested if requested is not None and requested >= 0 else None
 
 
 def compute_budget(
@@ -291,12 +392,21 @@ def compute_budget(
     max_tokens: int | None = None,
     reserve_ratio: float = 0.05,
     window_source: str = "given",
+    output_share: float = 1.0,
+    lower_output: bool = False,
 ) -> Budget:
-    """Budget = window - output reserve - reserve_ratio x window (the ratio applied once)."""
+    """Budget = window - output reserve - reserve_ratio x window (the ratio applied once).
+
+    ``output_share`` and ``lower_output``: the run's; the facts' own
+    (``ModelFacts.output_reserve_share``, ``ModelFacts.lower_output``) win when set.
+    """
     if not 0 <= reserve_ratio < 1:
         raise ValueError("reserve_ratio must be in [0, 1)")
+    share = facts.output_reserve_share if facts.output_reserve_share is not None else output_share
+    if not 0 < share <= 1:
+        raise ValueError("output_reserve_share must be in (0, 1]")
     output, source = output_reserve(
-        facts, max_completion_tokens=max_completion_tokens, max_tokens=max_tokens
+        facts, max_completion_tokens=max_completion_tokens, max_tokens=max_tokens, share=share
     )
     return Budget(
         context_window=facts.context_window,
@@ -305,6 +415,9 @@ def compute_budget(
         window_source=window_source,
         output_source=source,
         reserve_ratio=reserve_ratio,
+        output_asked=asked_output(max_completion_tokens, max_tokens),
+        output_share=share,
+        lower_output=facts.lower_output if facts.lower_output is not None else lower_output,
     )
 
 

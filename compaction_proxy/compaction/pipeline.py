@@ -51,7 +51,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from .budget import Budget, Calibration, ModelCatalog, ModelFacts, compute_budget
+from .budget import Budget, Calibration, ModelCatalog, ModelFacts, OutputLimit, compute_budget
 from .carry import carry_user_messages, pin_summaries
 from .draft import Draft
 from .messages import Message
@@ -186,7 +186,12 @@ class CompactionRequest:
     safety reserve; ``calibration``; ``mode``; ``summary_marker``, how summary checkpoints are
     recognised (default: the pipeline's, :meth:`Pipeline.marker`); ``window_source``, where the
     window in ``facts`` came from, for the report (the edge knows a learned or discovered one;
-    default: the catalog's own answer, or ``given`` for bare facts).
+    default: the catalog's own answer, or ``given`` for bare facts). ``output_share``: the share
+    of the window the request's output limit may reserve, and ``lower_output``: whether the
+    result's :attr:`~.report.CompactionReport.output_limit` may lower that limit so the prompt
+    and the output fit the window (the model's facts win when they say; :mod:`.budget`). The
+    core's defaults (1.0, off) are the rule before the bound existed; the configuration's are
+    :data:`~.budget.DEFAULT_RESERVE_SHARE` and on.
     """
 
     messages: Sequence[Message]
@@ -202,6 +207,8 @@ class CompactionRequest:
     mode: Mode = Mode.NORMAL
     summary_marker: SummaryMarker | None = None
     window_source: str | None = None
+    output_share: float = 1.0
+    lower_output: bool = False
 
 
 def request_budget(request: CompactionRequest, facts: ModelFacts) -> Budget:
@@ -220,6 +227,8 @@ def request_budget(request: CompactionRequest, facts: ModelFacts) -> Budget:
         max_tokens=request.max_tokens,
         reserve_ratio=request.reserve_ratio,
         window_source=source,
+        output_share=request.output_share,
+        lower_output=request.lower_output,
     )
 
 
@@ -439,7 +448,12 @@ def _report(
     calibration: Calibration,
     **figures: Any,
 ) -> CompactionReport:
-    """A report's fixed part (model, mode, tokenizer, budget, calibration) plus ``figures``."""
+    """A report's fixed part (model, mode, tokenizer, budget, calibration) plus ``figures``,
+    and the output limit to forward with the prompt it leaves (:meth:`Budget.output_limit`)."""
+    prompt = calibration.apply(figures["tokens_after"])
+    limit = budget.output_limit(prompt)
+    warnings = tuple(figures.pop("warnings", ()))
+    note = output_note(limit, budget, prompt)
     return CompactionReport(
         model=request.model,
         mode=str(request.mode),
@@ -450,7 +464,31 @@ def _report(
         budget=budget.limit,
         budget_sources=budget.sources(),
         calibration=calibration.effective,
+        output_limit=limit,
+        warnings=warnings if note is None else (*warnings, note),
         **figures,
+    )
+
+
+def output_note(limit: OutputLimit | None, budget: Budget, prompt: int) -> str | None:
+    """The warning that says what was done to the output limit, or that it does not fit."""
+    if limit is None or (limit.fits and not limit.lowered):
+        return None
+    window = (
+        f"the {budget.context_window}-token window less its {budget.safety_reserve}-token "
+        "safety reserve"
+    )
+    if limit.lowered:
+        fits = (
+            "" if limit.fits else " (the floor: it still does not fit, the prompt is over budget)"
+        )
+        return (
+            f"output limit lowered from {limit.asked} to {limit.forwarded} tokens{fits}: the "
+            f"prompt ({prompt} tokens) and {limit.asked} would exceed {window}"
+        )
+    return (
+        f"the prompt ({prompt} tokens) and the output limit ({limit.asked}) exceed {window}; "
+        "an upstream that counts both may refuse it (lower_output_limit is off)"
     )
 
 

@@ -11,6 +11,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from .budget import OutputLimit
+
 
 class StrategyFailure(NamedTuple):
     """One strategy that could not do its work (``CompactionReport.failures``)."""
@@ -107,6 +109,10 @@ class CompactionReport:
     budget_sources: Mapping[str, Any] = field(default_factory=dict)
     """Where the budget's parts came from: ``window_source``, ``output_source``,
     ``reserve_ratio`` (see :class:`~.budget.Budget`)."""
+    output_limit: OutputLimit | None = None
+    """The output limit the request asked for and the one to forward with the compacted prompt
+    (lowered when ``lower_output_limit`` is on and both would not fit the window;
+    :meth:`~.budget.Budget.output_limit`); None when the request asked for none."""
 
     @property
     def changed_by(self) -> tuple[str, ...]:
@@ -157,6 +163,7 @@ class CompactionReport:
                 **self.budget_sources,
             },
             "calibration": self.calibration,
+            "output_limit": None if self.output_limit is None else self.output_limit.to_dict(),
             "tokens_before": self.tokens_before,
             "tokens_after": self.tokens_after,
             "messages_before": self.messages_before,

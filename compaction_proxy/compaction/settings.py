@@ -32,6 +32,7 @@ from pydantic import (
     model_validator,
 )
 
+from .budget import DEFAULT_RESERVE_SHARE
 from .carry import DEFAULT_CARRY_SHARE
 from .fields import CamelModel, StrictModel, TargetField, TriggerField, error_at
 from .strategies.context_pruning import ContextPruningSettings
@@ -170,7 +171,9 @@ class CompactionSettings(StrictModel):
     ``stop_when`` and ``hysteresis`` need ``early_stop`` (a plain pipeline has neither).
     ``fallback_truncation``: the proxy's own guarantee that the request fits, whatever the
     composition. ``carry_user_messages`` and ``min_saving`` apply to every pipeline, configured
-    or default (see :mod:`.carry` and :mod:`.churn`).
+    or default (see :mod:`.carry` and :mod:`.churn`). ``output_reserve_share`` and
+    ``lower_output_limit`` bound the output reserve and lower the forwarded output limit
+    (:mod:`.budget`); a ``models.<pattern>`` entry's own keys of those names win.
 
     ``plugins``: ``"module:function"`` references, each called once with the strategy registry
     to register strategies of the user's own (:mod:`.strategies.registry`).  Declared before
@@ -192,6 +195,13 @@ class CompactionSettings(StrictModel):
     # Our addition: a strategy whose work saves less than this share of the budget is undone,
     # so the forwarded prefix (and the upstream's prompt cache) stays; 0: every change is kept.
     min_saving: float = Field(default=DEFAULT_MIN_SAVING, ge=0, lt=1)
+    # Our addition: a request's own output limit (max_tokens, max_completion_tokens,
+    # max_output_tokens) reserves at most this share of the window in the budget
+    # (compaction_proxy/compaction/budget.py); 1: the whole limit, as asked.
+    output_reserve_share: float = Field(default=DEFAULT_RESERVE_SHARE, gt=0, le=1)
+    # Our addition: when the compacted prompt plus the asked output limit would not fit the
+    # window, forward the limit lowered so they do (never raised); off: forward it as asked.
+    lower_output_limit: bool = True
     calibration: CalibrationSettings = CalibrationSettings()
     tokenizer: TokenizerSettings = TokenizerSettings()
 

@@ -141,11 +141,21 @@ class ModelSettings(Strict):
     context_window: int | None = Field(None, gt=0)
     max_output_tokens: int | None = Field(None, gt=0)
     encoding: str | None = None
+    # The share of the window a request's output limit may reserve, and whether the forwarded
+    # limit may be lowered to fit, for this model (unset: the `compaction` block's).
+    output_reserve_share: float | None = Field(None, gt=0, le=1)
+    lower_output_limit: bool | None = None
     # Replaces the top-level `compaction` block for requests to matching models.
     compaction: CompactionSettings | None = None
 
     def facts_override(self) -> FactsOverride:
-        return FactsOverride(self.context_window, self.max_output_tokens, self.encoding)
+        return FactsOverride(
+            self.context_window,
+            self.max_output_tokens,
+            self.encoding,
+            output_reserve_share=self.output_reserve_share,
+            lower_output=self.lower_output_limit,
+        )
 
 
 class StoreSettings(Strict):

@@ -62,6 +62,8 @@ _BUILTIN_ENCODINGS = ("o200k_base", "cl100k_base")
 # Summarization settings that change when or how a summary is made, not what it says: a
 # changed value must not orphan every stored checkpoint.
 _NOT_SHAPING = {"timeout", "dry_run", "prepare", "prepare_ttl", "prepare_max_in_flight"}
+# Compaction settings that change only the forwarded output limit, never the messages.
+_NOT_SHAPING_COMPACTION = {"lower_output_limit"}
 
 
 class Compactor:
@@ -289,10 +291,12 @@ class Compactor:
 
     def output_reserve(self, body: Mapping[str, Any], context_window: int | None = None) -> int:
         """The completion budget the request's prompt budget leaves room for."""
+        model: str = body["model"]
         return compute_budget(
-            self.facts_for(body["model"], context_window),
+            self.facts_for(model, context_window),
             max_completion_tokens=_int_or_none(body.get("max_completion_tokens")),
             max_tokens=_int_or_none(body.get("max_tokens")),
+            output_share=self.settings_for(model)[0].output_reserve_share,
         ).output_reserve
 
     def _request(
@@ -305,6 +309,7 @@ class Compactor:
     ) -> CompactionRequest:
         model: str = body["model"]
         tools = body.get("tools") or body.get("functions")
+        compaction = self.settings_for(model)[0]
         return CompactionRequest(
             body["messages"],
             model=model,
@@ -318,6 +323,8 @@ class Compactor:
             calibration=replace(self.calibration_for(model), offset=anticipate),
             mode=mode,
             window_source=window_source if context_window is not None else None,
+            output_share=compaction.output_reserve_share,
+            lower_output=compaction.lower_output_limit,
         )
 
     def calibrate(self, model: str, reported: int, counted: int) -> None:
@@ -357,9 +364,14 @@ class Compactor:
         facts = self.facts_for(model, context_window)
         payload = orjson.dumps(
             [
-                compaction.model_dump(mode="json"),
+                compaction.model_dump(mode="json", exclude=_NOT_SHAPING_COMPACTION),
                 self.settings.summarization.model_dump(mode="json", exclude=_NOT_SHAPING),
-                [facts.context_window, facts.max_output_tokens, facts.encoding],
+                [
+                    facts.context_window,
+                    facts.max_output_tokens,
+                    facts.encoding,
+                    facts.output_reserve_share,
+                ],
             ],
             option=orjson.OPT_SORT_KEYS,
         )

@@ -14,6 +14,7 @@ def render(report: CompactionReport, view: ConversationView | None = None) -> st
         f"output reserve   {report.output_reserve:>9,}{_source(report, 'output_source')}",
         f"safety reserve   {report.safety_reserve:>9,}{_ratio(report)}",
         f"budget           {report.budget:>9,}",
+        *_output_limit(report),
         f"tokens           {report.tokens_before:>9,} -> {report.tokens_after:,}"
         f"  ({_saved(report.tokens_before, report.tokens_after)})",
         f"messages         {report.messages_before:>9,} -> {report.messages_after:,}",
@@ -40,6 +41,7 @@ _SOURCES = {
     "default": "default_context_window",
     "given": "given",
     "request": "the request's max_tokens",
+    "share": "the request's max_tokens, at most output_reserve_share of the window",
     "model": "the model's max_output_tokens",
 }
 
@@ -49,6 +51,19 @@ def _source(report: CompactionReport, key: str) -> str:
     if key == "output_source" and source == "default":
         return "  (default: a quarter of the window, at most 4,096)"
     return f"  ({_SOURCES.get(str(source), str(source))})" if source else ""
+
+
+def _output_limit(report: CompactionReport) -> list[str]:
+    """The output limit forwarded, when the request asked one."""
+    limit = report.output_limit
+    if limit is None:
+        return []
+    if limit.lowered:
+        return [
+            f"output limit     {limit.asked:>9,} -> {limit.forwarded:,}"
+            "  (lowered: the prompt and the limit asked would not fit the window)"
+        ]
+    return [f"output limit     {limit.asked:>9,}  (as asked)"]
 
 
 def _ratio(report: CompactionReport) -> str:

@@ -4,8 +4,8 @@
   what is wrong, in OpenAI's shape);
 * ``_jsonspans``: where the members of a JSON object and the elements of one array sit in the
   client's bytes (a lexical scan, which also reads ``model`` from JSON orjson refuses);
-* ``_forwarded``: :class:`ClientBody`, the client's bytes with one array spliced, which is
-  what a compacted request goes upstream as;
+* ``_forwarded``: :class:`ClientBody`, the client's bytes with one array (and a lowered
+  output limit) spliced, which is what a compacted request goes upstream as;
 * ``_multipart``: the ``model`` field of a multipart upload, read as the body arrives;
 * :mod:`.format`: :class:`WireFormat`, what the edge needs to know about one API it compacts;
   :mod:`.registry`: the formats, listed once; :mod:`.chat` and :mod:`.responses`: the two
@@ -14,7 +14,7 @@
 """
 
 from ._bodies import parse_chat_body, parse_json_object, validate_chat
-from ._forwarded import ClientBody
+from ._forwarded import ClientBody, lowered_limits
 from ._jsonspans import (
     BOM,
     ObjectSpans,
@@ -65,6 +65,7 @@ __all__ = [
     "format_for_path",
     "format_owner_of",
     "lenient_member",
+    "lowered_limits",
     "parse_chat_body",
     "parse_json_object",
     "scan_array",

@@ -23,6 +23,10 @@ in the order it was first forwarded in.)
 
 Where the bytes cannot be spliced (the member appears twice, so a parser and the upstream could
 disagree on which one counts), the body is serialized whole, as before this module existed.
+
+Another top-level member may change with it, or alone: an output limit lowered so the prompt
+and the answer fit the window (``members``, :meth:`ClientBody.with_members`). Its value is
+written in place of the client's and every other byte stays.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import orjson
+
+from compaction_proxy.compaction import OutputLimit
 
 from ._jsonspans import ObjectSpans, ScanError, scan_object
 
@@ -67,17 +73,30 @@ class ClientBody:
                 self._spans = None
         return self._spans
 
-    def with_elements(self, elements: Sequence[Any], *, copies: bool = False) -> bytes:
+    def with_elements(
+        self,
+        elements: Sequence[Any],
+        *,
+        copies: bool = False,
+        members: Mapping[str, Any] | None = None,
+    ) -> bytes:
         """The body with ``key`` holding ``elements``, every other byte the client's.
 
         ``copies``: also take the client's bytes for an element equal to one of the client's
         elements not otherwise used (a message read back from a checkpoint; see
-        :func:`matches`).
+        :func:`matches`). ``members``: other top-level members whose values change too (an
+        output limit lowered to fit the window), each written in place of the client's.
         """
         spans = self.spans
         member = spans.last(self.key) if spans is not None else None
-        if spans is None or member is None or spans.count(self.key) != 1:
-            return orjson.dumps({**self.data, self.key: list(elements)})
+        changed = dict(members or {})
+        if (
+            spans is None
+            or member is None
+            or spans.count(self.key) != 1
+            or not _spliceable(spans, changed)
+        ):
+            return orjson.dumps({**self.data, self.key: list(elements), **changed})
         raw = self.raw
         if spans.encoded and spans.elements is None:
             # The client wrote the array as orjson writes it, so orjson writes each element
@@ -86,7 +105,64 @@ class ClientBody:
             value = orjson.dumps(list(elements))
         else:
             value = _array_bytes(raw, spans, self.data.get(self.key), elements, copies)
-        return b"".join((raw[: member.start], value, raw[member.end :]))
+        return _spliced(raw, spans, {self.key: value, **_encoded(changed)})
+
+    def with_members(self, members: Mapping[str, Any]) -> bytes:
+        """The body with only ``members``' values replaced (top-level members other than
+        ``key``, such as an output limit), every other byte the client's: what a request whose
+        messages compaction left alone goes upstream as when one of them changed."""
+        if not members:
+            return self.raw
+        spans = self.spans
+        if spans is None or not _spliceable(spans, members):
+            return orjson.dumps({**self.data, **members})
+        return _spliced(self.raw, spans, _encoded(members))
+
+
+def lowered_limits(
+    body: Mapping[str, Any], names: Sequence[str], limit: OutputLimit | None
+) -> dict[str, int]:
+    """The output-limit members of ``body`` (a format's ``output_limits``) to write when the
+    report's ``limit`` was lowered: each that asks more than the limit forwarded, lowered to
+    it, so no member an upstream might read is left asking more than the window leaves. A
+    member that is absent, not an integer or already within it stays as the client sent it (a
+    limit is never added or raised); nothing when ``limit`` was not lowered."""
+    if limit is None or not limit.lowered:
+        return {}
+    forwarded = limit.forwarded
+    return {
+        name: forwarded
+        for name in names
+        if isinstance(value := body.get(name), int)
+        and not isinstance(value, bool)
+        and value > forwarded
+    }
+
+
+def _spliceable(spans: ObjectSpans, members: Mapping[str, Any]) -> bool:
+    """Whether each of ``members`` is written exactly once (so the one a parser keeps is
+    the one replaced; a member the client did not send cannot be spliced in)."""
+    return all(spans.count(name) == 1 for name in members)
+
+
+def _encoded(members: Mapping[str, Any]) -> dict[str, bytes]:
+    return {name: orjson.dumps(value) for name, value in members.items()}
+
+
+def _spliced(raw: bytes, spans: ObjectSpans, values: Mapping[str, bytes]) -> bytes:
+    """``raw`` with the value of each member named in ``values`` replaced by its bytes."""
+    replaced = sorted(
+        (member.start, member.end, values[member.key])
+        for member in spans.members
+        if member.key in values
+    )
+    parts: list[bytes] = []
+    at = 0
+    for start, end, value in replaced:
+        parts += (raw[at:start], value)
+        at = end
+    parts.append(raw[at:])
+    return b"".join(parts)
 
 
 def _array_bytes(

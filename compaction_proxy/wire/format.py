@@ -151,6 +151,16 @@ class WireFormat(Protocol):
         ...
 
     @property
+    def output_limits(self) -> tuple[str, ...]:
+        """The body's members that limit the answer's tokens, the one the upstream reads
+        first first (chat: ``max_completion_tokens``, ``max_tokens``; Responses:
+        ``max_output_tokens``; ``()``: none). The lift shows the first one set to the core as
+        the chat view's ``max_completion_tokens`` (a chat body is its own view); a limit the
+        budget lowers so the prompt and the answer fit the window (docs/compaction.md, "The
+        output limit") is written into each of them that asks more, in the client's bytes."""
+        ...
+
+    @property
     def auth(self) -> UpstreamAuth:
         """How its upstreams take the operator's key."""
         ...

@@ -61,6 +61,7 @@ class ToyFormat:
     paths = (TOY_PATH,)
     count_path = None
     items = "turns"
+    output_limits: tuple[str, ...] = ()  # a toy turn has no output limit
     auth = UpstreamAuth("x-toy-key", "Toy ")
     summary: SummaryCall | None = None
     prefix_summaries = False

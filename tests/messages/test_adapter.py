@@ -683,9 +683,10 @@ def test_tool_result_compaction_collapses_whole_steps_with_their_thinking() -> N
     result, lowered = run(body, ToolResultCompactionStrategy(keep_last_tool_call_groups=1))
     assert result.changed
     roles = [m["role"] for m in lowered.items]
-    assert roles == ["user", "user", "user", "user", "assistant", "user"]
+    # the collapsed steps are text, the model's; the last, right before a turn of the model's
+    # that opens with thinking (the API would merge the two), goes as user text
+    assert roles == ["user", "assistant", "assistant", "user", "assistant", "user"]
     assert lowered.items[0] is body["messages"][0]
-    # the collapsed steps are text; the last before the model's thinking turn is user text
     assert all(
         len(m["content"]) == 1 and m["content"][0]["type"] == "text" for m in lowered.items[1:4]
     )

@@ -19,7 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compaction_proxy.wire import ClientBody
+from compaction_proxy.compaction import OutputLimit
+from compaction_proxy.wire import ClientBody, lowered_limits
 from compaction_proxy.wire._jsonspans import (
     REGEX_DEPTH,
     ScanError,
@@ -415,3 +416,87 @@ def test_an_array_written_as_orjson_writes_it_is_written_in_one_call() -> None:
         b'{"role":"user","content":"caf\xc3\xa9"}]}'
     )
     assert client.with_elements(data["messages"]) == raw
+
+
+# --------------------------------------------------------------------------- an output limit
+
+
+LIMITS = ("max_completion_tokens", "max_tokens")
+
+
+@given(
+    st.lists(values, max_size=4),
+    st.dictionaries(
+        st.text(max_size=4).filter(lambda k: k not in ("messages", *LIMITS)), values, max_size=3
+    ),
+    st.integers(min_value=1, max_value=2**40),
+    st.integers(min_value=1, max_value=2**40),
+    st.booleans(),
+    st.randoms(use_true_random=False),
+)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_a_lowered_output_limit_is_the_only_member_that_changes(
+    elements: list[Any],
+    others: dict[str, Any],
+    asked: int,
+    forwarded: int,
+    with_messages: bool,
+    rng: random.Random,
+) -> None:
+    """With the messages as the client sent them (:meth:`ClientBody.with_members`) or changed
+    with it in one splice, every other member is the client's bytes, in place."""
+    members = list({**others, "messages": elements, "max_tokens": asked}.items())
+    rng.shuffle(members)
+    raw = body_with(dict(members), rng)
+    client, _ = _client(raw)
+    new = [{"role": "user", "content": "<summary>s</summary>"}]
+    if with_messages:
+        out = client.with_elements(new, members={"max_tokens": forwarded})
+    else:
+        out = client.with_members({"max_tokens": forwarded})
+    parsed = json.loads(out)
+    assert parsed["max_tokens"] == forwarded
+    assert parsed["messages"] == (new if with_messages else json.loads(raw)["messages"])
+    before, after = scan_object(raw), scan_object(out)
+    changed = {"max_tokens", "messages"} if with_messages else {"max_tokens"}
+    assert [(m.key, out[m.key_start : m.end]) for m in after.members if m.key not in changed] == [
+        (m.key, raw[m.key_start : m.end]) for m in before.members if m.key not in changed
+    ]
+    assert [m.key for m in after.members] == [m.key for m in before.members]
+    assert out[: after.start] == raw[: before.start]
+    assert out[after.end :] == raw[before.end :]
+
+
+def test_nothing_to_change_is_the_clients_bytes() -> None:
+    raw = b'{ "model" : "m", "messages":[], "max_tokens": 32000 , "seed":1180591620717411303424}'
+    client, _ = _client(raw)
+    assert client.with_members({}) == raw
+    assert client.with_members({"max_tokens": 21_000}) == (
+        b'{ "model" : "m", "messages":[], "max_tokens": 21000 , "seed":1180591620717411303424}'
+    )
+
+
+def test_a_duplicated_limit_is_written_whole() -> None:
+    """Two ``max_tokens``: which one the upstream reads is unknown, so the body is written
+    whole with one (as a duplicated ``messages`` is)."""
+    raw = b'{"model":"m","max_tokens":32000,"messages":[],"max_tokens":32000}'
+    client, _ = _client(raw)
+    assert client.with_members({"max_tokens": 9000}) == (
+        b'{"model":"m","max_tokens":9000,"messages":[]}'
+    )
+
+
+def test_the_limits_lowered_are_those_that_ask_more() -> None:
+    lowered = OutputLimit(32_000, 20_000, True)
+    body = {"max_completion_tokens": 32_000, "max_tokens": 16_000, "n": 1}
+    assert lowered_limits(body, LIMITS, lowered) == {"max_completion_tokens": 20_000}
+    both = {"max_completion_tokens": 32_000, "max_tokens": 64_000}
+    assert lowered_limits(both, LIMITS, lowered) == {
+        "max_completion_tokens": 20_000,
+        "max_tokens": 20_000,
+    }
+    # Never added, never raised, never a value that is not a count.
+    assert lowered_limits({"max_tokens": True, "max_completion_tokens": "9"}, LIMITS, lowered) == {}
+    assert lowered_limits({}, LIMITS, lowered) == {}
+    assert lowered_limits(body, LIMITS, OutputLimit(32_000, 32_000, False)) == {}
+    assert lowered_limits(body, LIMITS, None) == {}

@@ -99,6 +99,23 @@ async def test_a_cold_conversation_is_counted_and_still_quick(compactor: Compact
     assert quick.report == (await full_path(compactor, body)).report
 
 
+async def test_the_fast_path_lowers_the_output_limit_as_the_full_path_does(
+    compactor: Compactor,
+) -> None:
+    """An agent's 32,000 on this 4,000 window: the reserve is a quarter of it, and the limit
+    forwarded is what the window leaves, whichever path counted the prompt."""
+    body = {**agent_body(3), "max_tokens": 32_000}
+    quick = await compactor.run(body, Mode.NORMAL, size_hint=0)
+    full = await full_path(compactor, body)
+    assert quick.metrics is None, "the fast path was not taken"
+    assert quick.report == full.report
+    report = quick.report
+    assert report.output_reserve == WINDOW // 4
+    limit = report.output_limit
+    assert limit is not None and limit.lowered
+    assert limit.forwarded == WINDOW - report.safety_reserve - report.tokens_after
+
+
 async def test_a_large_uncached_message_takes_the_full_path(compactor: Compactor) -> None:
     """Past the inline size a new message is only bounded: not exact, so the view decides."""
     body = agent_body(1)

@@ -31,6 +31,7 @@ class ChatFormat(OpenAIReplies):
     paths = ("/v1/chat/completions",)
     count_path: str | None = None
     items = "messages"
+    output_limits = ("max_completion_tokens", "max_tokens")
     auth: UpstreamAuth = BEARER
     summary: SummaryCall | None = CHAT_SUMMARY
     prefix_summaries = True

@@ -139,6 +139,7 @@ class MessagesFormat:
     api = "messages"
     paths = ("/v1/messages",)
     count_path: str | None = "/v1/messages/count_tokens"
+    output_limits: tuple[str, ...] = ("max_tokens",)
     items = "messages"
     auth: UpstreamAuth = X_API_KEY
     summary: SummaryCall | None = None  # the summarizer's own (chat) form, for now

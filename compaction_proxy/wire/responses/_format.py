@@ -80,6 +80,7 @@ class ResponsesFormat(OpenAIReplies):
     paths = ("/v1/responses",)
     count_path: str | None = None
     items = "input"
+    output_limits = ("max_output_tokens",)
     auth: UpstreamAuth = BEARER
     summary: SummaryCall | None = None  # the summarizer's own (chat) form
     prefix_summaries = False  # the transcript form: the view is not chat completions
