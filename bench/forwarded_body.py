@@ -90,7 +90,7 @@ async def _rows(size: str, requests: int, tmp: Path, env_dir: str | None) -> lis
                     Mode.NORMAL,
                     size_hint=len(raw),
                     credential=f"k-{spelling}",
-                    authorization=None,
+                    caller_key=None,
                     upstream_name="mock",
                 )
             )

@@ -92,7 +92,7 @@ async def run(tokens: int, rounds: int) -> dict[str, Any]:
     data = {"model": MODEL, "messages": first}
     made = await flow.run(
         FlowRequest(
-            data, Mode.NORMAL, size_hint=0, credential="k", authorization=None, upstream_name="up"
+            data, Mode.NORMAL, size_hint=0, credential="k", caller_key=None, upstream_name="up"
         )
     )
     assert made.checkpoint == "new" and made.save is not None
@@ -107,7 +107,7 @@ async def run(tokens: int, rounds: int) -> dict[str, Any]:
                 Mode.NORMAL,
                 size_hint=0,
                 credential="k",
-                authorization=None,
+                caller_key=None,
                 upstream_name="up",
             )
         )

@@ -100,7 +100,7 @@ async def measure(
                 Mode.NORMAL,
                 size_hint=1 << 20,
                 credential="k",
-                authorization=None,
+                caller_key=None,
                 upstream_name="mock",
             )
         )
@@ -117,7 +117,7 @@ async def measure(
                     Mode.NORMAL,
                     size_hint=len(raw),
                     credential="k",
-                    authorization=None,
+                    caller_key=None,
                     upstream_name="mock",
                 )
             )
@@ -141,7 +141,7 @@ async def measure(
                 Mode.NORMAL,
                 size_hint=1 << 20,
                 credential="k",
-                authorization=None,
+                caller_key=None,
                 upstream_name="mock",
             )
         )

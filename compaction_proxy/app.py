@@ -30,9 +30,9 @@ from compaction_proxy.api import (
     Finished,
     RequestContext,
     RouteOutcome,
+    caller_key,
     compacted,
     count_tokens,
-    credential,
     dashboard_router,
     finished,
     health_router,
@@ -80,6 +80,7 @@ from compaction_proxy.upstream import (
     plain_httpx_client,
 )
 from compaction_proxy.wire import (
+    BEARER,
     WireFormat,
     format_for_count_path,
     format_for_path,
@@ -203,13 +204,16 @@ class ProxyApp:
         """Remember the caller's key when an upstream that checks keys accepted it: the proxy
         may then spend an operator's key for this caller (compaction_proxy/http/_admission.py). A
         reply to a request that carried the operator's key, or the proxy's own, proves
-        nothing about the caller's."""
+        nothing about the caller's. The key is read where the request's format takes one
+        (`Authorization`; `x-api-key` too on Anthropic's), and only its keyed hash is kept."""
         if ctx.authenticated or outcome.sent is None or not 200 <= outcome.sent.status < 300:
             return
         upstream = self._upstreams.get(ctx.upstream or "")
         if upstream is None or upstream.api_key is not None or upstream.keyless:
             return
-        self.state.known_callers.accepted(credential(scope))
+        wire = format_owner_of(scope.get("method"), scope["path"])
+        caller = caller_key(scope, BEARER if wire is None else wire.auth)
+        self.state.known_callers.accepted(None if caller is None else caller.key)
 
 
 async def _send_error(

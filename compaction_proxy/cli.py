@@ -241,7 +241,7 @@ async def _run_flow(
                 mode,
                 size_hint=size_hint,
                 credential=None,
-                authorization=None,
+                caller_key=None,
                 upstream_name=upstream.name,
                 persist=False,
                 summarize=summarize,

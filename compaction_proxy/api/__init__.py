@@ -31,13 +31,14 @@ from ._metrics import router as metrics_router
 from ._outcome import Finished, RouteOutcome, finished
 from ._passthrough import passthrough
 from ._preview import preview
-from ._requests import credential
+from ._requests import caller_key, credential
 
 __all__ = [
     "AppState",
     "Finished",
     "RequestContext",
     "RouteOutcome",
+    "caller_key",
     "compacted",
     "count_tokens",
     "credential",

@@ -40,7 +40,7 @@ from ._context import RequestContext
 from ._forward import Outcome, forward, send_held
 from ._outcome import RouteOutcome, relayed
 from ._requests import (
-    authorization,
+    caller_key,
     credential,
     header_safe,
     report_headers,
@@ -176,7 +176,7 @@ async def compact(
                 mode,
                 size_hint=len(subject.raw),
                 credential=credential(scope),
-                authorization=None if ctx.authenticated else authorization(scope),
+                caller_key=None if ctx.authenticated else caller_key(scope, subject.wire.auth),
                 upstream_name=ctx.upstream or "",
                 # A forced compaction is a one-off: it must not become the sticky prefix.
                 persist=mode is Mode.NORMAL,
@@ -185,7 +185,7 @@ async def compact(
                 calls=calls,
                 wire=subject.wire,
                 tenant=tenant(scope),
-                spend=spending(ctx, scope),
+                spend=spending(ctx, scope, subject.wire.auth),
             )
         )
     except Exception:
@@ -258,7 +258,7 @@ async def send_with_retries(
             ),
             content=body,
             extra_headers=headers,
-            usage=wire.usage_tokens if reported is not None else None,
+            usage=wire if reported is not None else None,
             on_accepted=None if save is None else saver(save),
             hold=hold,
             wire=wire,
@@ -335,7 +335,7 @@ async def after_refusal(
     if (
         overflow.window is not None
         and overflow.prompt_tokens is not None
-        and "at least" not in overflow.message.lower()
+        and not overflow.prompt_is_floor
     ):
         # The upstream's own count of what we sent: tiktoken miscounts other vendors' models.
         # Not when the count is a floor (newer vLLM stops counting past the window).
@@ -366,8 +366,9 @@ async def after_refusal(
     )
     if learned is None:
         return None
+    option = refused.window.option  # the header-chosen window it refused, if any
     if overflow.window is not None or learned < used:
-        await state.windows.learn(ctx.upstream or "", model, learned)
+        await state.windows.learn(ctx.upstream or "", model, learned, option)
     if retries >= MAX_RETRIES:
         return None
     if overflow.window is not None and learned >= used:
@@ -376,7 +377,7 @@ async def after_refusal(
         target = min(learned, used)
     if target < MIN_LEARNED_WINDOW:
         return None
-    retry = await compact(ctx, scope, refused.subject, Window(target, "learned"))
+    retry = await compact(ctx, scope, refused.subject, Window(target, "learned", option))
     if retry.result is None:
         return None
     # A smaller prompt, or the same prompt with a lower output limit (the refusal of a prompt

@@ -106,7 +106,7 @@ async def _compact_and_send(call: _Call, mode: Mode) -> RouteOutcome:
             view = wire.lift(body)
         if show:
             ctx.content = last_user_text(view.chat["messages"])
-        window = await effective_window(ctx, scope, upstream, ctx.model)
+        window = await effective_window(ctx, scope, upstream, ctx.model, wire)
         subject = Subject(ClientBody(raw, body, wire.items), view, mode, wire)
         attempt = await compact(ctx, scope, subject, window)
     return await call.send_upstream(upstream, attempt)

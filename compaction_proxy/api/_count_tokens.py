@@ -85,14 +85,14 @@ async def count_tokens(
         view = wire.lift(body)
         if state.settings.dashboard.show_content:
             ctx.content = last_user_text(view.chat["messages"])
-        window = await effective_window(ctx, scope, upstream, ctx.model)
+        window = await effective_window(ctx, scope, upstream, ctx.model, wire)
         flow = await state.flow.run(
             FlowRequest(
                 view.chat,
                 Mode.FORCE if mode is Mode.FORCE else Mode.NORMAL,
                 size_hint=len(raw),
                 credential=credential(scope),
-                authorization=None,
+                caller_key=None,
                 upstream_name=upstream.name,
                 persist=False,  # a count changes nothing the next request finds
                 context_window=window.tokens,
@@ -100,7 +100,7 @@ async def count_tokens(
                 summarize=False,  # no summarizer is paid for a count
                 wire=wire,
                 tenant=tenant(scope),
-                spend=spending(ctx, scope),
+                spend=spending(ctx, scope, wire.auth),
             )
         )
         headers = report_headers(flow.result, mode)

@@ -45,7 +45,7 @@ from compaction_proxy.upstream import (
 from compaction_proxy.wire import WireFormat
 
 from ._stream_events import EventRelay
-from ._usage import UsageProbe, UsageReader
+from ._usage import UsageFormat, UsageProbe
 
 log = logging.getLogger("compaction_proxy.forward")
 
@@ -167,7 +167,7 @@ async def forward(
     content: Body,
     streamed: StreamedBody | None = None,
     extra_headers: list[tuple[bytes, bytes]] | None = None,
-    usage: UsageReader | None = None,
+    usage: UsageFormat | None = None,
     on_accepted: Callable[[], Awaitable[None]] | None = None,
     hold: frozenset[int] | None = None,
     wire: WireFormat | None = None,
@@ -175,8 +175,9 @@ async def forward(
     """Forward and relay. Never raises for transport problems: the client gets 502/504.
 
     `on_accepted`: awaited once the upstream answered 2xx, before the response starts.
-    `usage`: note the reply's prompt tokens in the outcome, read by this reader (the
-    format's) from the bytes as they are relayed (nothing is held back or changed).
+    `usage`: note the reply's prompt tokens in the outcome, read the way this format (the
+    request's) states them, from the bytes as they are relayed (nothing is held back or
+    changed).
     `hold`: statuses whose reply is read whole (up to MAX_ERROR_BODY) and returned in
     `outcome.held` instead of being sent; a longer body is relayed as usual. Only these
     replies are buffered: every other one streams through as it arrives.
@@ -298,7 +299,7 @@ async def _start(
     out_headers: list[tuple[bytes, bytes]],
     on_accepted: Callable[[], Awaitable[None]] | None,
     flight: InFlight | None,
-    usage: UsageReader | None,
+    usage: UsageFormat | None,
 ) -> None:
     """The response's start, once what must precede the client's first byte is done."""
     if relay.extra_headers:
@@ -323,7 +324,8 @@ async def _start(
             content_type,
             reply.header("content-encoding"),
             reply.header("content-length"),
-            usage,
+            usage.usage_tokens,
+            at_start=usage.usage_at_start,
         )
 
 

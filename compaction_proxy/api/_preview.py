@@ -42,7 +42,7 @@ from ._context import RequestContext
 from ._limits import compacted_model, size_limits
 from ._outcome import RouteOutcome
 from ._requests import (
-    authorization,
+    caller_key,
     compaction_mode,
     credential,
     effective_window,
@@ -125,14 +125,14 @@ async def _compact_and_answer(
     spend = preview_spending(ctx)
     try:
         with StoreBudget(ctx.state.settings.store.request_budget):
-            window = await effective_window(ctx, scope, upstream, data["model"], spend)
+            window = await effective_window(ctx, scope, upstream, data["model"], wire, spend)
             flow = await ctx.state.flow.run(
                 FlowRequest(
                     data,
                     run_mode,
                     size_hint=size,
                     credential=credential(scope),
-                    authorization=None if ctx.authenticated else authorization(scope),
+                    caller_key=None if ctx.authenticated else caller_key(scope, wire.auth),
                     upstream_name=upstream.name,
                     persist=False,
                     context_window=window.tokens,

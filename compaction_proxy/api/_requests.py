@@ -1,7 +1,9 @@
 """What the routes share: the upstream a request goes to (by the rule of
 compaction_proxy/upstream/_routing.py), its headers, the window it is budgeted for, who is
-asking (credential, tenant, whether an operator credential may be spent for them), and the
-report headers of its compaction. The body itself is read by compaction_proxy/wire/."""
+asking (credential, the caller's own key, tenant, whether an operator credential may be spent
+for them), and the report headers of its compaction. The body itself is read by
+compaction_proxy/wire/; where a caller's key arrives and which header changes a window, the
+request's format says (``WireFormat.auth``, ``WireFormat.window_option``)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from compaction_proxy.http import (
     header,
 )
 from compaction_proxy.upstream import ModelRead, Window
+from compaction_proxy.wire import BEARER, CallerKey, UpstreamAuth, WireFormat
 
 from ._context import RequestContext
 
@@ -92,22 +95,26 @@ async def effective_window(
     scope: Scope,
     upstream: UpstreamSettings,
     model: str,
+    wire: WireFormat,
     spend: Spending | None = None,
 ) -> Window:
-    """The window to budget `model` for (compaction_proxy/upstream/_windows.py).
+    """The window to budget `model` for (compaction_proxy/upstream/_windows.py), as the
+    request's format reads its headers (`window_option`).
 
     `spend`: whether a listing may be read with the upstream's own `api_key` for this caller
     (default: :func:`spending`). Never fails the request: a problem here means budgeting with
     the catalog's window.
     """
     if spend is None:
-        spend = spending(ctx, scope)
+        spend = spending(ctx, scope, wire.auth)
     try:
         return await ctx.state.windows.window_for(
             upstream,
             model,
-            None if ctx.authenticated else authorization(scope),
+            None if ctx.authenticated else caller_key(scope, wire.auth),
             may_spend=spend.allowed,
+            auth=wire.auth,
+            option=wire.window_option(model, scope["headers"]),
         )
     except Exception:
         log.exception("window lookup failed; using the catalog's window")
@@ -121,9 +128,16 @@ def credential(scope: Scope) -> str | None:
     return value.decode("latin-1") if value else None
 
 
-def authorization(scope: Scope) -> str | None:
-    value = header(scope, b"authorization")
-    return value.decode("latin-1") if value else None
+def caller_key(scope: Scope, auth: UpstreamAuth = BEARER) -> CallerKey | None:
+    """The caller's own key, from the first of the headers the request's format takes one in
+    (`auth.caller_headers`: `Authorization` for OpenAI's APIs; `x-api-key`, then
+    `Authorization`, for Anthropic's). For the summarizer and the window listing, and, hashed,
+    for admission; never logged."""
+    for name in auth.caller_headers:
+        value = header(scope, name.encode("latin-1"))
+        if value and value.strip():
+            return CallerKey(name, value.decode("latin-1"))
+    return None
 
 
 def tenant(scope: Scope) -> str | None:
@@ -133,13 +147,15 @@ def tenant(scope: Scope) -> str | None:
     return value.decode("latin-1") if value and value.strip() else None
 
 
-def spending(ctx: RequestContext, scope: Scope) -> Spending:
+def spending(ctx: RequestContext, scope: Scope, auth: UpstreamAuth = BEARER) -> Spending:
     """Whether the proxy may spend an operator credential for this request's caller
     (compaction_proxy/http/_admission.py): authenticated by `server.api_keys`, a key an upstream
-    accepted recently, or `server.allow_anonymous_spend`."""
+    accepted recently (read where the request's format takes keys, `auth`), or
+    `server.allow_anonymous_spend`."""
     if ctx.authenticated or ctx.state.settings.server.allow_anonymous_spend:
         return ALLOWED
-    if ctx.state.known_callers.known(credential(scope)):
+    caller = caller_key(scope, auth)
+    if ctx.state.known_callers.known(None if caller is None else caller.key):
         return ALLOWED
     return UNKNOWN_CALLER
 

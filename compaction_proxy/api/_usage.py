@@ -1,4 +1,4 @@
-"""``usage.prompt_tokens`` read from an upstream reply while it is relayed.
+"""The prompt's size an upstream reply reports (``usage``), read while it is relayed.
 
 It lives beside the forwarder because it runs inside its relay loop, once per chunk: the
 upstream's own count of the prompt is what calibrates the proxy's token counts, and the only
@@ -11,6 +11,12 @@ server behind a compressing gateway) would otherwise never calibrate anything. T
 out, asking the upstream for ``identity``, would send the client several times the bytes it
 asked for; decompressing here costs microseconds per reply (``bench/usage_probe.py``,
 docs/observability.md).
+
+Where a stream states it is its format's to say (``WireFormat.usage_tokens``,
+``WireFormat.usage_at_start``): OpenAI's streams in their last chunk or event, Anthropic's in
+the first event (``message_start``) and, on some servers, again at the end (``message_delta``,
+cumulative; llama.cpp's states only the output there). So the probe keeps a stream's last
+4 KiB and, when the format says so, its first 16 KiB: bounded, and never a byte held back.
 """
 
 from __future__ import annotations
@@ -18,21 +24,34 @@ from __future__ import annotations
 import re
 import zlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 from compaction_proxy.wire import DEFAULT_FORMAT
 
-__all__ = ["UsageProbe", "UsageReader"]
+__all__ = ["UsageFormat", "UsageProbe", "UsageReader"]
 
 UsageReader = Callable[[Any], "int | None"]
 """The prompt tokens a reply's JSON (or one SSE event's data) reports: its format's reader."""
 
+
+class UsageFormat(Protocol):
+    """How a reply's format states usage: the part of ``WireFormat`` the relay reads."""
+
+    def usage_tokens(self, payload: Any) -> int | None: ...
+
+    @property
+    def usage_at_start(self) -> bool: ...
+
+
 _JSON_LIMIT = 1 << 20
 """Largest JSON body (decompressed) that is kept and parsed; larger replies are not read."""
 _SSE_TAIL = 4096
-"""Bytes of a stream kept: its usage chunk is the last event before ``[DONE]``."""
+"""Bytes of a stream kept at its end: its usage chunk is the last event before ``[DONE]``."""
+_SSE_HEAD = 16384
+"""Bytes of a stream kept from its start, when its format states usage there: Anthropic's
+``message_start`` is a few hundred bytes, and a ``ping`` may follow it."""
 _SSE_INFLATE_LIMIT = 256 << 20
 """Decompressed bytes of a stream after which the probe gives up (a runaway or a bomb)."""
 _INFLATE_STEP = 1 << 16
@@ -50,19 +69,25 @@ _WBITS = {
 
 
 class UsageProbe:
-    """Reads ``usage.prompt_tokens`` from an upstream reply as it is relayed.
+    """Reads the prompt's tokens from an upstream reply as it is relayed.
 
     It sees each chunk after it was sent to the client and never changes or holds one back:
     a JSON body (at most 1 MiB once decompressed) is kept until the end and parsed once; an
-    SSE stream keeps only its last 4 KiB (decompressed), where the usage chunk is. A gzip or
+    SSE stream keeps its last 4 KiB (decompressed), where a final usage event is, and with
+    ``at_start`` also its first 16 KiB, where Anthropic's ``message_start`` is. A gzip or
     deflate body is decompressed on the side: a JSON body once at the end, a stream chunk by
     chunk (a compressed stream cannot be read from its middle).
     """
 
-    __slots__ = ("_inflate", "_parts", "_read", "_size", "_sse", "_tail", "_wbits")
+    __slots__ = ("_head", "_inflate", "_parts", "_read", "_size", "_sse", "_tail", "_wbits")
 
     def __init__(
-        self, sse: bool, wbits: int | None = None, read: UsageReader | None = None
+        self,
+        sse: bool,
+        wbits: int | None = None,
+        read: UsageReader | None = None,
+        *,
+        at_start: bool = False,
     ) -> None:
         # How the reply's format states the prompt's size (WireFormat.usage_tokens).
         self._read: UsageReader = read or DEFAULT_FORMAT.usage_tokens
@@ -71,6 +96,8 @@ class UsageProbe:
         self._parts: list[bytes] | None = None if sse else []
         self._size = 0
         self._tail = b""
+        # The stream's first bytes, while fewer than _SSE_HEAD (WireFormat.usage_at_start).
+        self._head: bytearray | None = bytearray() if sse and at_start else None
         self._inflate: Any = zlib.decompressobj(wbits) if sse and wbits is not None else None
 
     @classmethod
@@ -80,9 +107,13 @@ class UsageProbe:
         content_encoding: str | None,
         content_length: str | None,
         read: UsageReader | None = None,
+        *,
+        at_start: bool = False,
     ) -> UsageProbe | None:
         """A probe for a reply with these headers, or None when it cannot be read cheaply
-        (an encoding other than gzip or deflate, too long, or neither JSON nor SSE)."""
+        (an encoding other than gzip or deflate, too long, or neither JSON nor SSE).
+        ``read``, ``at_start``: how the reply's format states usage (its
+        ``usage_tokens``, ``usage_at_start``)."""
         wbits: int | None = None
         if content_encoding:
             coding = content_encoding.strip().lower()
@@ -92,7 +123,7 @@ class UsageProbe:
                     return None  # br, zstd, or several codings stacked: not worth reading
         media = content_type.split(";", 1)[0].strip().lower()
         if media == "text/event-stream":
-            return cls(sse=True, wbits=wbits, read=read)
+            return cls(sse=True, wbits=wbits, read=read, at_start=at_start)
         if media == "application/json":
             if content_length is not None:
                 try:
@@ -109,7 +140,7 @@ class UsageProbe:
             if self._inflate is not None:
                 self._feed_compressed_stream(chunk)
             else:
-                self._keep_tail(chunk)
+                self._keep(chunk)
             return
         parts = self._parts
         if parts is None:
@@ -121,7 +152,12 @@ class UsageProbe:
         else:
             parts.append(chunk)
 
-    def _keep_tail(self, data: bytes) -> None:
+    def _keep(self, data: bytes) -> None:
+        """A decompressed piece of the stream: the head takes what it still lacks, the tail
+        its last bytes."""
+        head = self._head
+        if head is not None and len(head) < _SSE_HEAD:
+            head += data[: _SSE_HEAD - len(head)]
         if len(data) >= _SSE_TAIL:
             self._tail = data[-_SSE_TAIL:]
         else:
@@ -138,7 +174,7 @@ class UsageProbe:
                     self._give_up()
                     return
                 if out:
-                    self._keep_tail(out)
+                    self._keep(out)
                 data = inflate.unconsumed_tail
         except zlib.error:
             self._give_up()
@@ -147,6 +183,7 @@ class UsageProbe:
         self._inflate = None
         self._sse = False  # from now on feed() keeps nothing and prompt_tokens() is None
         self._parts = None
+        self._head = None
 
     def complete(self) -> bool:
         """Whether the JSON body seen so far is whole: it parses, or its compressed stream
@@ -166,7 +203,7 @@ class UsageProbe:
         """The reply's prompt tokens, once the whole body went by; None when it had none."""
         try:
             if self._sse:
-                return _sse_prompt_tokens(self._tail, self._read)
+                return self._stream_tokens()
             if self._parts is None:
                 return None
             body = b"".join(self._parts)
@@ -179,6 +216,18 @@ class UsageProbe:
         except (orjson.JSONDecodeError, ValueError, zlib.error):
             return None
 
+    def _stream_tokens(self) -> int | None:
+        """The last whole usage event's count; then, when the head is kept, the first one's
+        there; then what a usage object cut at the tail's start still shows."""
+        head = self._head
+        if head is None:
+            return _sse_prompt_tokens(self._tail, self._read)
+        return (
+            _sse_prompt_tokens(self._tail, self._read, lenient=False)
+            or _sse_head_tokens(bytes(head), self._read)
+            or _sse_prompt_tokens(self._tail, self._read)
+        )
+
 
 def _inflate_bounded(data: bytes, wbits: int) -> bytes | None:
     """``data`` decompressed, or None when it is not a whole stream or exceeds the limit."""
@@ -189,8 +238,27 @@ def _inflate_bounded(data: bytes, wbits: int) -> bytes | None:
     return out
 
 
-def _sse_prompt_tokens(tail: bytes, read: UsageReader) -> int | None:
-    """The prompt tokens of the last SSE event in ``tail`` whose ``usage`` is an object."""
+def _sse_head_tokens(head: bytes, read: UsageReader) -> int | None:
+    """The prompt tokens of the first ``data:`` line in ``head`` that states them (a line cut
+    at the head's bound is no JSON object, so it is never read)."""
+    for line in head.split(b"\n"):
+        line = line.strip()
+        if not line.startswith(b"data:") or b'"usage"' not in line:
+            continue
+        try:
+            tokens = read(orjson.loads(line[5:]))
+        except orjson.JSONDecodeError:
+            continue
+        if tokens:
+            return tokens
+    return None
+
+
+def _sse_prompt_tokens(tail: bytes, read: UsageReader, *, lenient: bool = True) -> int | None:
+    """The prompt tokens of the last SSE event in ``tail`` whose ``usage`` is an object.
+
+    ``lenient``: a usage object whose event began before the tail is read by its
+    ``prompt_tokens`` / ``input_tokens`` field alone (the format's reader cannot see it)."""
     end = len(tail)
     while True:
         at = tail.rfind(b'"usage"', 0, end)
@@ -207,7 +275,7 @@ def _sse_prompt_tokens(tail: bytes, read: UsageReader) -> int | None:
                 tokens = read(orjson.loads(line[5:]))
             except orjson.JSONDecodeError:
                 tokens = None
-        if tokens is None:
+        if tokens is None and lenient:
             # The event began before the tail: its usage object may still be whole.
             usage = tail[at:line_end]
             if not usage[7:].lstrip(b" :").startswith(b"null"):

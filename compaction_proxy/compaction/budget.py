@@ -120,11 +120,32 @@ BUILTIN_MODELS: Mapping[str, ModelFacts] = {
     "gpt-4": ModelFacts(8_192, 4_096, CL100K),
     "gpt-3.5-turbo": ModelFacts(16_385, 4_096, CL100K),
     "gpt-3.5-turbo-instruct": ModelFacts(4_096, 1_024, CL100K),
+    # Anthropic's models. "claude" is the family's default (200k) by the longest-prefix rule;
+    # the globs, tried before any prefix, give the models with a 1M window: Opus and Sonnet
+    # 4.6 on, every model of generation 5 on. Claude has no public tokenizer: counts use
+    # o200k_base and the calibration from the upstream's usage corrects them.
+    "claude-opus-4[.-][6-9]*": ModelFacts(1_000_000, 128_000, O200K),
+    "claude-sonnet-4[.-][6-9]*": ModelFacts(1_000_000, 64_000, O200K),
+    "claude-opus-[5-9]*": ModelFacts(1_000_000, 128_000, O200K),
+    "claude-sonnet-[5-9]*": ModelFacts(1_000_000, 128_000, O200K),
+    "claude-haiku-[5-9]*": ModelFacts(1_000_000, 128_000, O200K),
+    "claude-fable-*": ModelFacts(1_000_000, 128_000, O200K),
+    "claude-mythos-*": ModelFacts(1_000_000, 128_000, O200K),
+    "claude": ModelFacts(200_000, None, O200K),
+    "claude-opus-4": ModelFacts(200_000, 32_000, O200K),
+    "claude-opus-4-5": ModelFacts(200_000, 64_000, O200K),
+    "claude-sonnet-4": ModelFacts(200_000, 64_000, O200K),
+    "claude-haiku-4-5": ModelFacts(200_000, 64_000, O200K),
+    "claude-3-7-sonnet": ModelFacts(200_000, 64_000, O200K),
+    "claude-3-5": ModelFacts(200_000, 8_192, O200K),
+    "claude-3": ModelFacts(200_000, 4_096, O200K),
 }
-"""Context windows and default output reserves of common OpenAI models.
+"""Context windows and default output reserves of common OpenAI and Anthropic models.
 
 The reserve is the published maximum output, except for gpt-4 (8k window, where reserving
-the full 8k would leave no prompt budget) and the gpt-4 family's 4k output limit.
+the full 8k would leave no prompt budget) and the gpt-4 family's 4k output limit. Anthropic's
+1M-context beta (a request header, not a model) is the Messages format's
+(compaction_proxy/wire/_anthropic.py).
 """
 
 DEFAULT_CONTEXT_WINDOW = 128_000

@@ -57,7 +57,7 @@ from compaction_proxy.summarizer import (
     SummaryFlights,
 )
 from compaction_proxy.upstream import WindowBook
-from compaction_proxy.wire import DEFAULT_FORMAT, WireFormat
+from compaction_proxy.wire import DEFAULT_FORMAT, CallerKey, WireFormat
 
 from ._compactor import Compactor
 from ._hit_report import CHECKPOINT_STEP, as_sent, checkpoint_meta
@@ -77,8 +77,9 @@ class FlowRequest:
     """One request to compact, as every caller (the routes, the preview, ``compact``) states it.
 
     ``data``: the chat-shaped body (a format's view, compaction_proxy/wire/format.py).
-    ``credential`` names the tenant (hashed into the namespace); ``authorization`` is what
-    the summarizer may send upstream (None when the client authenticated to the proxy).
+    ``credential`` names the tenant (hashed into the namespace); ``caller_key`` is the
+    caller's own key, which the summarizer may send to the request's own upstream (None when
+    the client authenticated to the proxy).
     ``tenant``: the ``X-Compaction-Tenant`` header, which joins the body's system block, tools
     and per-user fields in the namespace (:func:`scope_of`). ``spend``: whether the
     summarizer may spend an operator's key for this caller (by default it may not: the
@@ -98,7 +99,7 @@ class FlowRequest:
     mode: Mode
     size_hint: int
     credential: str | None
-    authorization: str | None
+    caller_key: CallerKey | None
     upstream_name: str
     persist: bool = True
     context_window: int | None = None
@@ -450,7 +451,7 @@ class CompactionFlow:
         target = self.summarizer.upstream_for(model)
         # The caller's key was meant for the upstream its request goes to; a summarizer on
         # another provider must use that provider's own key (an upstream `api_key`).
-        authorization = request.authorization if target.name == upstream_name else None
+        caller_key = request.caller_key if target.name == upstream_name else None
         # The request as it goes upstream (the checkpoint view on a hit): a summary call built
         # on its prefix is served from the upstream's prompt cache
         # (compaction_proxy/summarizer/_prefix.py). A format whose view is not chat completions
@@ -460,7 +461,7 @@ class CompactionFlow:
             ForwardedRequest.from_body(body, upstream_name) if wire.prefix_summaries else None
         )
         bound = self.summarizer.bind(
-            authorization=authorization,
+            caller_key=caller_key,
             calls=calls,
             request=forwarded,
             wire=wire,

@@ -53,7 +53,13 @@ from compaction_proxy.config.preflight import (
     validate_summarization_config,
 )
 from compaction_proxy.upstream import Router
-from compaction_proxy.wire import DEFAULT_FORMAT, SummaryCall, UpstreamAuth, WireFormat
+from compaction_proxy.wire import (
+    DEFAULT_FORMAT,
+    CallerKey,
+    SummaryCall,
+    UpstreamAuth,
+    WireFormat,
+)
 
 from ._prefix import ForwardedRequest, fits, has_binary, instruction, place_stretch, tool_choice_for
 from ._prompts import PromptSet
@@ -131,7 +137,7 @@ class HttpSummarizer:
         self._parameters, self._limit, self._limit_param = _split_parameters(
             settings.parameters, settings.max_summary_tokens, limit_param
         )
-        self._authorization: str | None = None
+        self._caller_key: CallerKey | None = None
         self._calls: SummaryCalls | None = None
         self._request: ForwardedRequest | None = None
         self._wire: WireFormat = DEFAULT_FORMAT
@@ -161,13 +167,15 @@ class HttpSummarizer:
     def bind(
         self,
         *,
-        authorization: str | None,
+        caller_key: CallerKey | None,
         calls: SummaryCalls | None = None,
         request: ForwardedRequest | None = None,
         wire: WireFormat = DEFAULT_FORMAT,
         upstream: str | None = None,
     ) -> HttpSummarizer:
-        """A per-request instance carrying the caller's ``Authorization`` header value.
+        """A per-request instance carrying the caller's own key (the header it came in and
+        its value), sent on the request's own upstream in the header the summary call's form
+        takes keys in (:meth:`CallerKey.sent_with`).
 
         ``calls``: the request's log, which gets the outcome of every HTTP call this instance
         makes (the shared :attr:`stats` still records each one). ``request``: the chat
@@ -176,7 +184,7 @@ class HttpSummarizer:
         summary call form (and key header) is used on ``upstream``, the request's own upstream.
         """
         bound = copy.copy(self)
-        bound._authorization = authorization
+        bound._caller_key = caller_key
         bound._calls = calls
         bound._request = request
         bound._wire = wire
@@ -353,8 +361,9 @@ class HttpSummarizer:
         headers = {"content-type": "application/json", "accept": "application/json"}
         if upstream.api_key is not None:
             headers[auth.header] = auth.value(upstream.api_key.get_secret_value())
-        elif self._authorization:
-            headers["authorization"] = self._authorization
+        elif self._caller_key is not None:
+            name, value = self._caller_key.sent_with(auth)
+            headers[name] = value
         where = f"summarizer upstream '{upstream.name}'"
         try:
             async with asyncio.timeout(self._timeout):

@@ -49,8 +49,10 @@ def upstream_headers(
 
     `strip_authorization` is set when the client authenticated to the proxy itself: the proxy
     key must not travel to the provider. `auth`: how the request's wire format sends an
-    upstream's own `api_key` (`Authorization: Bearer`, or e.g. `x-api-key`); what the client
-    sent in that header is dropped then.
+    upstream's own `api_key` (`Authorization: Bearer`, or e.g. `x-api-key`); every header the
+    format's callers send a key in (`auth.caller_headers`: both `x-api-key` and
+    `Authorization` on Anthropic's) is dropped then, so the upstream sees one key, the
+    operator's. Everything else goes as sent (`anthropic-version`, `anthropic-beta`, ...).
     """
     connection_listed: set[str] = set()
     decoded: list[tuple[str, str]] = []
@@ -64,7 +66,7 @@ def upstream_headers(
     if upstream.api_key is not None or strip_authorization:
         drop = drop | {"authorization"}
     if upstream.api_key is not None:
-        drop = drop | {auth.header}
+        drop = drop | {auth.header, *auth.caller_headers}
     if strip_authorization:
         drop = drop | {"x-api-key"}  # the proxy's own key, presented the other way
     out = [(n, v) for n, v in decoded if n not in drop]

@@ -42,8 +42,10 @@ class Overflow:
     """A refusal because the prompt (or prompt plus completion budget) exceeds the window.
 
     Numbers are in the upstream's own tokens, which need not match the proxy's tokenizer; each
-    is None when the refusal does not state it. `prompt_tokens` can be a lower bound: newer vLLM
-    stops tokenizing once the prompt is known to be too long and says "at least".
+    is None when the refusal does not state it. `prompt_tokens` can be a lower bound
+    (`prompt_is_floor`): newer vLLM stops tokenizing once the prompt is known to be too long
+    and says "at least", or, in its renderer's wording, states the count where it stopped
+    (one past the longest prompt that fits: window - output + 1).
     """
 
     family: str
@@ -52,6 +54,19 @@ class Overflow:
     output_tokens: int | None
     message: str
 
+    @property
+    def prompt_is_floor(self) -> bool:
+        """Whether `prompt_tokens` is where the upstream stopped counting, not the count."""
+        if "at least" in self.message.lower():
+            return True
+        window, prompt, output = self.window, self.prompt_tokens, self.output_tokens
+        return (
+            window is not None
+            and prompt is not None
+            and output is not None
+            and prompt == window - output + 1
+        )
+
 
 # Statuses whose meaning is settled regardless of the body: an auth failure, a missing model or
 # a rate limit (whose text often mentions "tokens") must never trigger a compact-and-retry.
@@ -59,6 +74,10 @@ _NEVER_OVERFLOW = frozenset({401, 403, 404, 429})
 
 # Statuses on which an explicit error code alone (no wording) is trusted.
 _REQUEST_REJECTED = frozenset({400, 413, 422})
+
+# Anthropic's 413 names no count ("Request exceeds the maximum allowed number of bytes."): its
+# error type is the signal. Compacting makes the request smaller, which is what it asks for.
+_TOO_LARGE_TYPE = "request_too_large"
 
 # A count, with optional thousands separators ("1,048,576"). Bounded so a pathological digit
 # run cannot turn into a huge int.
@@ -262,6 +281,8 @@ def detect_overflow(
     if own is not None:
         return own
     family = _family(refusal, searched)
+    if family is None and status == 413 and refusal.type == _TOO_LARGE_TYPE:
+        family = "anthropic"
     if family is None:
         if not (status in _REQUEST_REJECTED and explicit_code):
             return None

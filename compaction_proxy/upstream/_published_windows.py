@@ -68,14 +68,16 @@ def _window(entry: Mapping[str, object]) -> int | None:
     Order: what is loaded now (LM Studio can load a model with a shorter context than it
     supports), then the serving limit (vLLM/SGLang `max_model_len`), the advertised limit
     (OpenRouter/generic `context_length`, capped by the top provider's), a generic
-    `context_window`, the model's maximum (LM Studio), and last llama.cpp's training length,
-    which says nothing about the `--ctx-size` the server actually runs with.
+    `context_window`, Anthropic's `max_input_tokens` (its Models API), the model's maximum (LM
+    Studio), and last llama.cpp's training length, which says nothing about the `--ctx-size`
+    the server actually runs with.
     """
     for tier in (
         _smallest(_loaded_lengths(entry)),
         _positive(entry.get("max_model_len")),
         _smallest([entry.get("context_length"), _get(entry.get("top_provider"), "context_length")]),
         _positive(entry.get("context_window")),
+        _positive(entry.get("max_input_tokens")),
         _positive(entry.get("max_context_length")),
         _positive(_get(entry.get("meta"), "n_ctx_train")),
     ):

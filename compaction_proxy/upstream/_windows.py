@@ -21,6 +21,11 @@ the model's maximum, is a guess (`default_context_window`). This module narrows 
 Precedence of the window a request's budget uses: a `models:` entry with `context_window` >
 learned > discovered > built-in table > `default_context_window`. The operator's word wins;
 what the upstream told us (its refusal) beats what it publishes, which beats our table.
+
+A request's headers change its window only where its wire format says so
+(`WireFormat.window_option`: Anthropic's 1M-context beta): the option then stands in for the
+built-in table, and what a refusal teaches about it is learned under the option's name, apart
+from the model's ordinary window.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from compaction_proxy.checkpoints import StoredValues, StoreUnavailable
 from compaction_proxy.compaction import ModelCatalog
 from compaction_proxy.compaction.errors import CompactionProxyError
+from compaction_proxy.wire import BEARER, CallerKey, UpstreamAuth, WindowOption
 
 from ._published_windows import parse_models_listing
 
@@ -73,10 +79,15 @@ _MAX_MODEL_NAME = 256
 
 @dataclass(frozen=True, slots=True)
 class Window:
-    """The window a request is budgeted for, and where it came from."""
+    """The window a request is budgeted for, and where it came from.
+
+    ``option``: the name of the window option the request's headers chose
+    (:class:`~compaction_proxy.wire.WindowOption`), "" for the model's own window; a window
+    learned from this request's refusal is learned under it."""
 
     tokens: int
     source: Source
+    option: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,9 +105,11 @@ class _Listing:
     error: str | None = None
 
 
-def window_key(upstream: str, model: str) -> str:
-    """The store key of a learned window: a hash, so any model name makes a valid key."""
-    return hashlib.blake2b(f"{upstream}\x1f{model}".encode(), digest_size=16).hexdigest()
+def window_key(upstream: str, model: str, option: str = "") -> str:
+    """The store key of a learned window: a hash, so any model name makes a valid key (a
+    window option's name joins it; the model's own window keeps the key it always had)."""
+    name = f"{upstream}\x1f{model}" + (f"\x1f{option}" if option else "")
+    return hashlib.blake2b(name.encode(), digest_size=16).hexdigest()
 
 
 def window_after_refusal(
@@ -152,8 +165,9 @@ class WindowBook:
             {p: m.facts_override() for p, m in settings.models.items()},
             default_context_window=settings.default_context_window,
         )
-        self._learned: dict[tuple[str, str], _Learned] = {}
-        self._store_misses: dict[tuple[str, str], float] = {}
+        # Keyed by (upstream, model, window option's name or "").
+        self._learned: dict[tuple[str, str, str], _Learned] = {}
+        self._store_misses: dict[tuple[str, str, str], float] = {}
         self._listings: dict[str, _Listing] = {}
         self._fetches: dict[str, asyncio.Task[None]] = {}
         self._used_discovered: dict[tuple[str, str], int] = {}
@@ -172,36 +186,42 @@ class WindowBook:
         self,
         upstream: UpstreamSettings,
         model: str,
-        authorization: str | None,
+        caller: CallerKey | None = None,
         *,
         may_spend: bool = False,
+        auth: UpstreamAuth = BEARER,
+        option: WindowOption | None = None,
     ) -> Window:
         """The window to budget `model` on `upstream` for. Never raises.
 
-        `authorization`: the caller's Authorization header, used to read the upstream's
-        listing when the upstream has no `api_key` of its own (None when the caller
-        authenticated to the proxy: that key is not the upstream's). `may_spend`: whether
-        the listing may be read with the upstream's own `api_key` for this caller
-        (compaction_proxy/http/_admission.py); when not, a listing already read is still used.
+        `caller`: the caller's own key, used (as it came) to read the upstream's listing when
+        the upstream has no `api_key` of its own (None when the caller authenticated to the
+        proxy: that key is not the upstream's). `may_spend`: whether the listing may be read
+        with the upstream's own `api_key` for this caller (compaction_proxy/http/_admission.py);
+        when not, a listing already read is still used. `auth`: how the request's format sends
+        that `api_key`. `option`: the window the request's headers opt into
+        (`WireFormat.window_option`), which takes the built-in table's place.
         """
         configured = self.configured(model)
         if configured is not None:
             return Window(configured, "config")
-        learned = await self.learned(upstream.name, model)
+        name = option.name if option is not None else ""
+        learned = await self.learned(upstream.name, model, name)
         if learned is not None:
-            return Window(learned, "learned")
-        builtin = self.builtin(model)
+            return Window(learned, "learned", name)
+        builtin = option.tokens if option is not None else self.builtin(model)
         discovered = await self._discovered(
             upstream,
             model,
-            authorization,
+            caller,
+            auth,
             wait=builtin is None,
             may_read=may_spend or upstream.api_key is None,
         )
         if discovered is not None:
-            return Window(discovered, "discovered")
+            return Window(discovered, "discovered", name)
         if builtin is not None:
-            return Window(builtin, "builtin")
+            return Window(builtin, "builtin", name)
         return Window(self._default, "default")
 
     def known(self, model: str) -> int | None:
@@ -217,8 +237,8 @@ class WindowBook:
         now = self._clock()
         found = [
             entry.tokens
-            for (_, name), entry in self._learned.items()
-            if name == model and entry.expires_at > now
+            for (_, name, option), entry in self._learned.items()
+            if name == model and not option and entry.expires_at > now
         ]
         found += [
             listing.windows[model]
@@ -229,9 +249,10 @@ class WindowBook:
 
     # ---------------------------------------------------------------- learned windows
 
-    async def learned(self, upstream: str, model: str) -> int | None:
-        """The learned window, from this process or (on a cold miss) the store."""
-        key = (upstream, model)
+    async def learned(self, upstream: str, model: str, option: str = "") -> int | None:
+        """The learned window (of the window option named `option`, "" for the model's own),
+        from this process or (on a cold miss) the store."""
+        key = (upstream, model, option)
         entry = self._learned.get(key)
         now = self._clock()
         if entry is not None:
@@ -243,7 +264,7 @@ class WindowBook:
         retry_at = self._store_misses.get(key)
         if retry_at is not None and retry_at > self._monotonic():
             return None
-        entry = await self._read_store(upstream, model)
+        entry = await self._read_store(upstream, model, option)
         if entry is None or entry.expires_at <= now:
             _bounded_put(self._store_misses, key, self._monotonic() + STORE_MISS_SECONDS)
             return None
@@ -251,10 +272,10 @@ class WindowBook:
         _bounded_put(self._learned, key, entry)
         return entry.tokens
 
-    async def _read_store(self, upstream: str, model: str) -> _Learned | None:
+    async def _read_store(self, upstream: str, model: str, option: str) -> _Learned | None:
         assert self.store is not None
         try:
-            found = await self.store.get(WINDOW_NAMESPACE, window_key(upstream, model))
+            found = await self.store.get(WINDOW_NAMESPACE, window_key(upstream, model, option))
         except StoreUnavailable as exc:
             log.warning("could not read learned windows (%s): %s", self.store.name, exc)
             return None
@@ -264,28 +285,35 @@ class WindowBook:
         tokens = meta.get("window")
         if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens <= 0:
             return None
-        if meta.get("upstream") != upstream or meta.get("model") != model:
+        if (
+            meta.get("upstream") != upstream
+            or meta.get("model") != model
+            or meta.get("option", "") != option
+        ):
             return None  # a hash collision, however unlikely, must not lend a wrong window
         learned_at = found.written_at
         return _Learned(tokens, learned_at, learned_at + self.settings.learned_ttl_seconds)
 
-    async def learn(self, upstream: str, model: str, tokens: int) -> None:
-        """Remember `tokens` as the window of `model` on `upstream`, here and in the store.
+    async def learn(self, upstream: str, model: str, tokens: int, option: str = "") -> None:
+        """Remember `tokens` as the window of `model` on `upstream` (for requests that chose
+        the window option named `option`; "" for the model's own), here and in the store.
 
         Persisting is best-effort: a store that is down costs only the sharing.
         """
-        if len(model) > _MAX_MODEL_NAME:
+        if len(model) > _MAX_MODEL_NAME or len(option) > _MAX_MODEL_NAME:
             return
         now = self._clock()
         ttl = self.settings.learned_ttl_seconds
-        key = (upstream, model)
+        key = (upstream, model, option)
         _bounded_put(self._learned, key, _Learned(tokens, now, now + ttl))
         self._store_misses.pop(key, None)
         if self.store is None:
             return
-        value = {"window": tokens, "upstream": upstream, "model": model}
+        value: dict[str, Any] = {"window": tokens, "upstream": upstream, "model": model}
+        if option:
+            value["option"] = option
         try:
-            key_in_store = window_key(upstream, model)
+            key_in_store = window_key(upstream, model, option)
             await self.store.put(WINDOW_NAMESPACE, key_in_store, value, ttl, written_at=now)
         except StoreUnavailable as exc:
             log.warning("learned window not stored (%s unavailable): %s", self.store.name, exc)
@@ -296,7 +324,8 @@ class WindowBook:
         self,
         upstream: UpstreamSettings,
         model: str,
-        authorization: str | None,
+        caller: CallerKey | None,
+        auth: UpstreamAuth,
         *,
         wait: bool,
         may_read: bool,
@@ -306,7 +335,7 @@ class WindowBook:
         listing = self._listings.get(upstream.name)
         tokens = listing.windows.get(model) if listing is not None else None
         if may_read and (listing is None or listing.fresh_until <= self._monotonic()):
-            fetch = self._fetch(upstream, authorization)
+            fetch = self._fetch(upstream, caller, auth)
             if tokens is None and wait:
                 # The listing is the only thing that can turn a guess into a window: wait for
                 # it, briefly. A slow upstream costs this request the wait, not its answer.
@@ -322,19 +351,23 @@ class WindowBook:
                 self._used_discovered[key] = tokens
         return tokens
 
-    def _fetch(self, upstream: UpstreamSettings, authorization: str | None) -> asyncio.Task[None]:
+    def _fetch(
+        self, upstream: UpstreamSettings, caller: CallerKey | None, auth: UpstreamAuth
+    ) -> asyncio.Task[None]:
         """The listing read in flight for `upstream` (one at a time per upstream)."""
         task = self._fetches.get(upstream.name)
         if task is None or task.done():
-            task = asyncio.ensure_future(self._read_listing(upstream, authorization))
+            task = asyncio.ensure_future(self._read_listing(upstream, caller, auth))
             self._fetches[upstream.name] = task
         return task
 
-    async def _read_listing(self, upstream: UpstreamSettings, authorization: str | None) -> None:
+    async def _read_listing(
+        self, upstream: UpstreamSettings, caller: CallerKey | None, auth: UpstreamAuth
+    ) -> None:
         windows: dict[str, int] = {}
         error: str | None = None
         try:
-            windows = await self._get_listing(upstream, authorization)
+            windows = await self._get_listing(upstream, caller, auth)
         except Exception as exc:  # a listing is a nicety: nothing here may fail a request
             # The class only: messages of HTTP libraries quote URLs, which may hold credentials.
             error = type(exc).__name__
@@ -344,16 +377,18 @@ class WindowBook:
         self._listings[upstream.name] = _Listing(windows, self._clock(), now + fresh, error)
 
     async def _get_listing(
-        self, upstream: UpstreamSettings, authorization: str | None
+        self, upstream: UpstreamSettings, caller: CallerKey | None, auth: UpstreamAuth
     ) -> dict[str, int]:
+        """The upstream's `GET /models`, with its own `api_key` sent the way the request's
+        format says, else the caller's key as it came."""
         client = self._client()
         if client is None:
             raise RuntimeError("the HTTP client is not started")
         headers = {"accept": "application/json"}
         if upstream.api_key is not None:
-            headers["authorization"] = f"Bearer {upstream.api_key.get_secret_value()}"
-        elif authorization:
-            headers["authorization"] = authorization
+            headers[auth.header] = auth.value(upstream.api_key.get_secret_value())
+        elif caller is not None:
+            headers[caller.header] = caller.value
         request = client.build_request(
             "GET",
             upstream.url + "/models",
@@ -388,9 +423,10 @@ class WindowBook:
         """Learned and discovered windows in use: upstream, model, window, source, age."""
         now = self._clock()
         rows: list[dict[str, Any]] = []
-        for (upstream, model), entry in self._learned.items():
+        for (upstream, model, option), entry in self._learned.items():
             if entry.expires_at > now:
-                rows.append(_row(upstream, model, entry.tokens, "learned", now - entry.learned_at))
+                shown = f"{model} ({option})" if option else model
+                rows.append(_row(upstream, shown, entry.tokens, "learned", now - entry.learned_at))
         for (upstream, model), tokens in self._used_discovered.items():
             listing = self._listings.get(upstream)
             age = None if listing is None else now - listing.fetched_at

@@ -27,12 +27,15 @@ from ._jsonspans import (
 from ._multipart import Field, FieldReader, Unreadable, boundary_of
 from .format import (
     BEARER,
+    CallerKey,
+    Headers,
     Lowered,
     RefusalText,
     SummaryCall,
     SummaryReply,
     UpstreamAuth,
     View,
+    WindowOption,
     WireFormat,
 )
 from .registry import DEFAULT as DEFAULT_FORMAT
@@ -45,9 +48,11 @@ __all__ = [
     "BEARER",
     "BOM",
     "DEFAULT_FORMAT",
+    "CallerKey",
     "ClientBody",
     "Field",
     "FieldReader",
+    "Headers",
     "Lowered",
     "ObjectSpans",
     "RefusalText",
@@ -57,6 +62,7 @@ __all__ = [
     "Unreadable",
     "UpstreamAuth",
     "View",
+    "WindowOption",
     "WireFormat",
     "boundary_of",
     "decode_string",

@@ -1,5 +1,6 @@
 """What OpenAI's two APIs (chat completions, Responses) share on the wire: how a reply reports
-the prompt's size, and the summary call both send (the chat-completions form).
+the prompt's size (at a stream's end), that no request header changes a window, and the summary
+call both send (the chat-completions form).
 
 The formats of :mod:`compaction_proxy.wire.chat` and :mod:`compaction_proxy.wire.responses`
 name these in their :class:`~compaction_proxy.wire.format.WireFormat` fields; nothing else
@@ -13,17 +14,22 @@ from typing import Any
 
 from compaction_proxy.http import error_body
 
-from .format import SummaryCall, SummaryReply
+from .format import Headers, SummaryCall, SummaryReply, WindowOption
 
 __all__ = ["CHAT_SUMMARY", "OpenAIReplies", "openai_usage_tokens"]
 
 
 class OpenAIReplies:
-    """How both of OpenAI's APIs read a reply's usage and shape an error: one definition the
-    two formats inherit, so they cannot drift apart."""
+    """How both of OpenAI's APIs read a reply's usage, size a window and shape an error: one
+    definition the two formats inherit, so they cannot drift apart."""
+
+    usage_at_start = False  # a stream's usage is in its last chunk (or last event)
 
     def usage_tokens(self, payload: Any) -> int | None:
         return openai_usage_tokens(payload)
+
+    def window_option(self, model: str, headers: Headers) -> WindowOption | None:
+        return None
 
     def error_body(
         self, message: str, *, type: str, code: str | None = None, param: str | None = None

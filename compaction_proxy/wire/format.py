@@ -17,38 +17,98 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 __all__ = [
     "BEARER",
+    "CallerKey",
+    "Headers",
     "Lowered",
     "RefusalText",
     "SummaryCall",
     "SummaryReply",
     "UpstreamAuth",
     "View",
+    "WindowOption",
     "WireFormat",
 ]
+
+Headers = Sequence[tuple[bytes, bytes]]
+"""A request's headers as the ASGI scope holds them: lower-case names, raw values."""
 
 
 @dataclass(frozen=True, slots=True)
 class UpstreamAuth:
-    """How an upstream of this format takes the operator's key: one header, with a scheme.
+    """How an upstream of this format takes a key: the header the operator's key goes in (with
+    its scheme), and every header a caller's own key may arrive in.
 
-    OpenAI's APIs take ``Authorization: Bearer <key>``; Anthropic's takes ``x-api-key: <key>``.
-    When an upstream has its own ``api_key``, whatever the client sent in :attr:`header` (and in
-    ``Authorization``) is dropped and this header is sent instead.
+    OpenAI's APIs take ``Authorization: Bearer <key>``; Anthropic's takes ``x-api-key: <key>``,
+    and also ``Authorization: Bearer`` (the Python SDK 2.x sends its key that way, OAuth
+    tokens always go there). When an upstream has its own ``api_key``, every one of
+    :attr:`caller_headers` the client sent is dropped and :attr:`header` is sent instead.
     """
 
     header: str = "authorization"
     scheme: str = "Bearer "
+    also: tuple[str, ...] = ("authorization",)  # where else callers send their key
 
     def value(self, key: str) -> str:
         return f"{self.scheme}{key}"
 
+    @property
+    def caller_headers(self) -> tuple[str, ...]:
+        """The headers a caller's key is read from, in order of preference: :attr:`header`,
+        then :attr:`also`."""
+        return tuple(dict.fromkeys((self.header, *self.also)))
+
 
 BEARER = UpstreamAuth()
+
+
+@dataclass(frozen=True, slots=True)
+class CallerKey:
+    """A caller's own key as it arrived: the header it came in and that header's value.
+
+    The proxy sends it on calls of its own to the caller's upstream (summaries, the window
+    listing). It is never logged: the value is left out of ``repr``, and what the proxy keeps
+    of it across requests is a keyed hash (compaction_proxy/http/_admission.py).
+    """
+
+    header: str
+    value: str = field(repr=False)
+
+    @property
+    def key(self) -> str:
+        """The key itself: an ``Authorization`` value without its ``Bearer`` scheme."""
+        value = self.value.strip()
+        if self.header == "authorization":
+            scheme, _, rest = value.partition(" ")
+            if scheme.lower() == "bearer" and rest.strip():
+                return rest.strip()
+        return value
+
+    def sent_with(self, auth: UpstreamAuth) -> tuple[str, str]:
+        """The header and value that carry it on a call whose upstream takes keys the way
+        ``auth`` says: as it came when the call takes keys in that header (an OAuth token in
+        ``Authorization`` stays there), else in ``auth.header`` with its scheme (an
+        ``x-api-key`` on a chat-completions call goes as ``Authorization: Bearer``)."""
+        if self.header in auth.caller_headers:
+            return self.header, self.value
+        return auth.header, auth.value(self.key)
+
+
+@dataclass(frozen=True, slots=True)
+class WindowOption:
+    """A window a request's own headers opt into (Anthropic's 1M-context beta).
+
+    ``name`` keeps what is learned about it apart from the model's ordinary window: a refusal
+    of a request that opted in teaches nothing about one that did not, and the other way
+    round (compaction_proxy/upstream/_windows.py).
+    """
+
+    tokens: int
+    name: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +271,18 @@ class WireFormat(Protocol):
 
     def usage_tokens(self, payload: Any) -> int | None:
         """The prompt tokens an upstream's JSON reply, or one SSE event's data, reports."""
+        ...
+
+    @property
+    def usage_at_start(self) -> bool:
+        """Whether a stream states the prompt's usage in its first event(s) (Anthropic's
+        ``message_start``), so the relay reads them as well as the stream's last events
+        (compaction_proxy/api/_usage.py)."""
+        ...
+
+    def window_option(self, model: str, headers: Headers) -> WindowOption | None:
+        """The window ``model`` gets because of the request's headers (Anthropic's 1M-context
+        beta), or None: the request's headers change no window."""
         ...
 
     def error_body(

@@ -23,10 +23,12 @@ import pytest
 
 from compaction_proxy.http import bad_request
 from compaction_proxy.wire import (
+    Headers,
     Lowered,
     RefusalText,
     SummaryCall,
     UpstreamAuth,
+    WindowOption,
     parse_json_object,
 )
 from tests.support.processes import ServerProcess, python_module_argv
@@ -84,7 +86,12 @@ class ToyFormat:
         messages = [{"role": t["who"], "content": t["say"]} for t in body["turns"]]
         return ToyView({"model": body["model"], "messages": messages})
 
+    usage_at_start = False
+
     def usage_tokens(self, payload: Any) -> int | None:
+        return None
+
+    def window_option(self, model: str, headers: Headers) -> WindowOption | None:
         return None
 
     def error_body(

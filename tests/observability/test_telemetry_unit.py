@@ -299,7 +299,7 @@ async def test_a_bound_summarizer_logs_its_calls_on_the_request() -> None:
         shared = HttpSummarizer(SummarizationSettings.model_validate({}), [upstream], client)
         shared.stats.listeners.append(records.append)
         calls = SummaryCalls()
-        bound = shared.bind(authorization=None, calls=calls)
+        bound = shared.bind(caller_key=None, calls=calls)
         request = SummaryRequest(({"role": "user", "content": "fix it"},), None, "gpt-4o")
         await bound.summarize(request)
         with pytest.raises(SummaryError):

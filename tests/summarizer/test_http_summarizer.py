@@ -25,10 +25,12 @@ from compaction_proxy.summarizer import (
     HttpSummarizer,
     SummaryCallRecord,
 )
+from compaction_proxy.wire import CallerKey
 
 OPENAI = "https://api.openai.test/v1"
 LOCAL = "http://local.test:8000/v1"
 CALLER = "Bearer sk-caller-SECRET-1234"
+CALLER_KEY = CallerKey("authorization", CALLER)
 UPSTREAM_KEY = "sk-upstream-SECRET-5678"
 
 STRETCH: tuple[dict[str, Any], ...] = (
@@ -96,7 +98,7 @@ async def test_request_shape(mock: respx.MockRouter, client: httpx.AsyncClient) 
         summ(maxSummaryTokens=512, parameters={"temperature": 0.2, "top_p": 0.9}),
         upstreams(),
         client,
-    ).bind(authorization=CALLER)
+    ).bind(caller_key=CALLER_KEY)
     text = await summarizer.summarize(SummaryRequest(STRETCH, None, "gpt-4o"))
     assert text == "## Goal\nFix the bug."
     body, headers = sent(route)
@@ -134,7 +136,7 @@ async def test_upstream_key_wins_over_the_caller(
 ) -> None:
     route = mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion())
     summarizer = HttpSummarizer(summ(), upstreams(key=UPSTREAM_KEY), client)
-    await summarizer.bind(authorization=CALLER).summarize(SummaryRequest(STRETCH, None, "gpt-4o"))
+    await summarizer.bind(caller_key=CALLER_KEY).summarize(SummaryRequest(STRETCH, None, "gpt-4o"))
     assert sent(route)[1]["authorization"] == f"Bearer {UPSTREAM_KEY}"
 
 
@@ -143,7 +145,7 @@ async def test_bind_does_not_change_the_shared_instance(
 ) -> None:
     route = mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion())
     shared = HttpSummarizer(summ(), upstreams(), client)
-    bound = shared.bind(authorization=CALLER)
+    bound = shared.bind(caller_key=CALLER_KEY)
     await shared.summarize(SummaryRequest(STRETCH, None, "gpt-4o"))
     await bound.summarize(SummaryRequest(STRETCH, None, "gpt-4o"))
     assert "authorization" not in sent(route, 0)[1]
@@ -252,7 +254,7 @@ async def test_failure_reasons(
     mock.post(f"{OPENAI}/chat/completions").mock(return_value=response)
     summarizer = HttpSummarizer(
         summ(maxSummaryTokens=100), upstreams(key=UPSTREAM_KEY), client
-    ).bind(authorization=CALLER)
+    ).bind(caller_key=CALLER_KEY)
     error = await reason_of(summarizer)
     assert error.reason == reason
     assert "SECRET" not in str(error) and "SECRET" not in error.message

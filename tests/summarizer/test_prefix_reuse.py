@@ -118,7 +118,7 @@ def summarizer(
     request = (
         body if body is not None else {"model": "gpt-4o", "messages": MESSAGES, "tools": TOOLS}
     )
-    return shared.bind(authorization=None, request=ForwardedRequest.from_body(request, "openai"))
+    return shared.bind(caller_key=None, request=ForwardedRequest.from_body(request, "openai"))
 
 
 def sent(route: respx.Route) -> dict[str, Any]:

@@ -65,7 +65,7 @@ async def flow() -> AsyncIterator[CompactionFlow]:
 async def _run(flow: CompactionFlow, data: dict[str, Any], mode: Mode = Mode.NORMAL) -> Any:
     result = await flow.run(
         FlowRequest(
-            data, mode, size_hint=0, credential="Bearer k", authorization=None, upstream_name="up"
+            data, mode, size_hint=0, credential="Bearer k", caller_key=None, upstream_name="up"
         )
     )
     if result.save is not None:

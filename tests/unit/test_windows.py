@@ -37,8 +37,11 @@ from compaction_proxy.upstream._windows import (
     window_after_refusal,
     window_key,
 )
+from compaction_proxy.wire import CallerKey, WindowOption
 
 UNKNOWN = "local-llama"  # in neither the config nor the built-in table
+SK_CALLER = CallerKey("authorization", "Bearer sk-caller")
+MADE_UP = CallerKey("authorization", "Bearer made-up")
 
 
 def _settings(**extra: Any) -> Settings:
@@ -174,10 +177,10 @@ async def test_listing_uses_the_upstreams_key_else_the_callers() -> None:
     )
     listing = Listing({UNKNOWN: 4_096})
     await _book(keyed, None, listing).window_for(
-        _upstream(keyed), UNKNOWN, "Bearer sk-caller", may_spend=True
+        _upstream(keyed), UNKNOWN, SK_CALLER, may_spend=True
     )
     plain = _settings()
-    await _book(plain, None, listing).window_for(_upstream(plain), UNKNOWN, "Bearer sk-caller")
+    await _book(plain, None, listing).window_for(_upstream(plain), UNKNOWN, SK_CALLER)
     await _book(plain, None, listing).window_for(_upstream(plain), UNKNOWN, None)
     assert listing.authorization == ["Bearer sk-up", "Bearer sk-caller", None]
 
@@ -192,7 +195,7 @@ async def test_the_upstreams_key_reads_no_listing_for_a_caller_not_let_in() -> N
     listing = Listing({UNKNOWN: 4_096})
     book = _book(keyed, None, listing)
     upstream = _upstream(keyed)
-    assert await book.window_for(upstream, UNKNOWN, "Bearer made-up") == Window(128_000, "default")
+    assert await book.window_for(upstream, UNKNOWN, MADE_UP) == Window(128_000, "default")
     assert listing.calls == 0
     assert await book.window_for(upstream, UNKNOWN, None, may_spend=True) == Window(
         4_096, "discovered"
@@ -200,7 +203,7 @@ async def test_the_upstreams_key_reads_no_listing_for_a_caller_not_let_in() -> N
     assert await book.window_for(upstream, UNKNOWN, None) == Window(4_096, "discovered")
     assert listing.calls == 1
     plain = _settings()
-    await _book(plain, None, listing).window_for(_upstream(plain), UNKNOWN, "Bearer sk-caller")
+    await _book(plain, None, listing).window_for(_upstream(plain), UNKNOWN, SK_CALLER)
     assert listing.authorization == ["Bearer sk-up", "Bearer sk-caller"]
 
 
@@ -289,6 +292,54 @@ async def test_learned_windows_survive_a_restart(tmp_path: Path) -> None:
         assert await restarted.learned("other", UNKNOWN) is None
     finally:
         await second.close()
+
+
+async def test_a_window_option_is_learned_apart_and_survives_a_restart(tmp_path: Path) -> None:
+    """A header-chosen window (Anthropic's 1M-context beta) keeps what its refusals taught
+    under its own name: the model's ordinary window, here and in the store, is untouched."""
+    settings = _settings()
+    upstream = _upstream(settings)
+    option = WindowOption(1_000_000, "context-1m-2025-08-07")
+    model = "claude-sonnet-4-5"
+    first = SqliteStore(tmp_path / "store.db")
+    book = _book(settings, first)
+    assert await book.window_for(upstream, model, option=option) == Window(
+        1_000_000, "builtin", option.name
+    )
+    await book.learn("local", model, 200_000, option.name)
+    await book.learn("local", model, 150_000)
+    assert await book.window_for(upstream, model, option=option) == Window(
+        200_000, "learned", option.name
+    )
+    await first.close()
+
+    second = SqliteStore(tmp_path / "store.db")
+    try:
+        restarted = _book(settings, second)
+        assert await restarted.window_for(upstream, model, option=option) == Window(
+            200_000, "learned", option.name
+        )
+        assert await restarted.window_for(upstream, model) == Window(150_000, "learned")
+        # The summarizer's sizing reads the model's own window, never an option's.
+        assert restarted.known(model) == 150_000
+        shown = {row["model"]: row["window"] for row in restarted.table()}
+        assert shown == {model: 150_000, f"{model} ({option.name})": 200_000}
+    finally:
+        await second.close()
+    # The option's store key is its own; the model's is the one it always had.
+    assert window_key("local", model) != window_key("local", model, option.name)
+    assert window_key("local", model, "") == window_key("local", model)
+
+
+async def test_a_stored_window_of_another_option_is_not_lent() -> None:
+    store = MemoryStore()
+    book = _book(_settings(), store)
+    key = window_key("local", UNKNOWN, "beta-x")
+    values = StoredValues(store)
+    await values.put(
+        WINDOW_NAMESPACE, key, {"window": 9_999, "upstream": "local", "model": UNKNOWN}, 60
+    )
+    assert await book.learned("local", UNKNOWN, "beta-x") is None  # stored without its option
 
 
 @pytest.mark.parametrize("backend", ["memory", "sqlite", "redis"])

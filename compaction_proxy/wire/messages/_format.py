@@ -20,8 +20,9 @@ import orjson
 
 from compaction_proxy.http import bad_request
 
+from .._anthropic import anthropic_usage_tokens, anthropic_window_option
 from .._bodies import parse_json_object
-from ..format import Lowered, RefusalText, SummaryCall, UpstreamAuth
+from ..format import Headers, Lowered, RefusalText, SummaryCall, UpstreamAuth, WindowOption
 from ._blocks import block_type
 from ._lift import Lifted, lift, request_messages
 from ._lower import lower
@@ -98,27 +99,8 @@ def anthropic_error_body(
     return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
 
 
-def usage_tokens(payload: Any) -> int | None:
-    """The prompt's tokens an Anthropic reply reports: ``input_tokens`` plus the cached
-    (``cache_read_input_tokens``) and cache-written (``cache_creation_input_tokens``) ones,
-    of a JSON message, a stream's ``message_start`` (``message.usage``) or its
-    ``message_delta`` (``usage``, cumulative)."""
-    if not isinstance(payload, Mapping):
-        return None
-    usage = payload.get("usage")
-    if not isinstance(usage, Mapping):
-        message = payload.get("message")
-        usage = message.get("usage") if isinstance(message, Mapping) else None
-        if not isinstance(usage, Mapping):
-            return None
-    total = 0
-    seen = False
-    for key in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"):
-        value = usage.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-            total += value
-            seen = seen or key == "input_tokens"
-    return total if seen and total > 0 else None
+usage_tokens = anthropic_usage_tokens
+"""The prompt's tokens an Anthropic reply reports (compaction_proxy/wire/_anthropic.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,8 +150,13 @@ class MessagesFormat:
         lifted = lift(body)
         return MessagesView(lifted, lifted.chat_body(body), body)
 
+    usage_at_start = True  # message_start states it; llama.cpp's message_delta does not
+
     def usage_tokens(self, payload: Any) -> int | None:
-        return usage_tokens(payload)
+        return anthropic_usage_tokens(payload)
+
+    def window_option(self, model: str, headers: Headers) -> WindowOption | None:
+        return anthropic_window_option(model, headers)
 
     def error_body(
         self, message: str, *, type: str, code: str | None = None, param: str | None = None

@@ -67,6 +67,9 @@ class Settings:
     model_context_windows: dict[str, int] = field(default_factory=dict)
     refusal_style: str = "anthropic"
     count_output: bool = False
+    # What message_delta's usage states: "cumulative" (Anthropic's: the input fields too) or
+    # "output" (llama.cpp's: output_tokens alone; the prompt's size is in message_start only).
+    delta_usage: str = "cumulative"
     cache_min_tokens: int = DEFAULT_MIN_TOKENS
     thinking: str = "auto"
     redacted_thinking: bool = False
@@ -90,6 +93,8 @@ def validate_settings(settings: Settings) -> None:
         raise ValueError(f"thinking_binding must be one of {', '.join(BINDING_MODES)}")
     if settings.thinking not in ("auto", "never"):
         raise ValueError("thinking must be auto or never")
+    if settings.delta_usage not in render.DELTA_USAGE:
+        raise ValueError(f"delta_usage must be one of {', '.join(render.DELTA_USAGE)}")
 
 
 class MessagesFake:
@@ -274,6 +279,7 @@ def create_app(
                 usage,
                 settings.chunk_delay_ms / 1000,
                 request.headers.get("x-fake-stream-error"),
+                delta_usage=settings.delta_usage,
             )
             cut = _header_number(request, "x-fake-cut-after")
             return base.EventStreamResponse(

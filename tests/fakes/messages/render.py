@@ -4,7 +4,8 @@ The stream follows Anthropic's order: ``message_start`` (the message with empty 
 the input usage, ``output_tokens: 1``), then per block ``content_block_start`` (a ``ping``
 after the first), its deltas (``text_delta``; ``input_json_delta`` starting with an empty
 ``partial_json``; ``thinking_delta`` then one ``signature_delta``) and ``content_block_stop``,
-then ``message_delta`` (stop reason, cumulative usage with the input fields) and
+then ``message_delta`` (stop reason, cumulative usage with the input fields; with the setting
+``delta_usage: output``, ``output_tokens`` alone, as llama.cpp states it) and
 ``message_stop``. ``X-Fake-Stream-Error`` ends a stream with an ``error`` event instead.
 """
 
@@ -17,6 +18,7 @@ from typing import Any
 import orjson
 
 CHUNK = 24
+DELTA_USAGE = ("cumulative", "output")
 
 
 def sse(kind: str, data: dict[str, Any]) -> bytes:
@@ -57,6 +59,8 @@ async def events(
     usage: dict[str, Any],
     chunk_delay: float = 0.0,
     stream_error: str | None = None,
+    *,
+    delta_usage: str = "cumulative",
 ) -> AsyncIterator[bytes]:
     """The SSE body of ``opening`` (a :func:`message` with empty content) and its blocks."""
     start_usage = {**usage, "output_tokens": 1}
@@ -80,21 +84,18 @@ async def events(
             yield sse("ping", {"type": "ping"})
     if not content:
         yield sse("ping", {"type": "ping"})
-    delta_usage = {
-        key: usage[key]
-        for key in (
-            "input_tokens",
-            "cache_creation_input_tokens",
-            "cache_read_input_tokens",
-            "output_tokens",
-        )
-    }
+    stated = (
+        ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens")
+        if delta_usage == "cumulative"
+        else ("output_tokens",)
+    )
+    end_usage = {key: usage[key] for key in stated}
     yield sse(
         "message_delta",
         {
             "type": "message_delta",
             "delta": {"stop_reason": stop_reason, "stop_sequence": None},
-            "usage": delta_usage,
+            "usage": end_usage,
         },
     )
     yield sse("message_stop", {"type": "message_stop"})
