@@ -539,17 +539,21 @@ def test_a_refusal_is_compacted_away_retried_and_learned(
         assert reply.stop_reason == "tool_use" or reply.content  # an answer, not an error
         taken = liar.take()
         attempts = [r for r in taken if r.path == MESSAGES and not is_summary_call(r)]
-        assert len(attempts) == 2, "one refusal, one compacted retry"
-        assert headers["x-compaction-retry"] == "1"
+        retries = int(headers["x-compaction-retry"])
+        # A refusal that states the window is fixed by one retry; a 413 states no number, so
+        # the proxy shrinks from its own count of what was refused, at most twice.
+        assert retries == 1 if style != "413" else retries in (1, 2)
+        assert len(attempts) == 1 + retries
         assert attempts[0].json()["messages"] == messages  # the client's request, first
-        retried = attempts[1].json()
-        assert len(retried["messages"]) < len(messages)
+        for before, after in itertools.pairwise(attempts):
+            assert len(after.body) < len(before.body)
+        retried = attempts[-1].json()
         assert retried["messages"][-2:] == messages[-2:]
         assert_pairing(retried["messages"])
         assert prompt_tokens(reply.usage) <= LIAR_WINDOW
         refused = [e for e in liar.events() if e["type"] == "refused"]
-        assert len(refused) == 1 and refused[0]["style"] == style
-        if style != "413":  # a refusal that states the window: the proxy says it learned it
+        assert len(refused) == retries and {e["style"] for e in refused} == {style}
+        if style != "413":  # the proxy says what it learned
             warnings = headers.get_list("x-compaction-warning")
             assert any(f"window {LIAR_WINDOW}" in w for w in warnings), warnings
 
