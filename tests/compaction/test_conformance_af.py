@@ -10,6 +10,9 @@ Tool-result compaction, selective tool calls and the token-budget composition ar
 same way; a ``[Tool results: ...]`` summary is compared by its text.  Where the Agent Framework
 collapses the newest step's group, ours keeps the group's messages instead, and where its
 strict budget fallback drops the system message, ours keeps it (DESIGN invariants 1 and 4).
+The generated results stay within the 4,096-character cap of a summary, so there the texts are
+the Agent Framework's exactly; where a result is cut, ours keeps its tail too and differs on
+purpose (tool_result_compaction's docstring), which the tests of the cap state explicitly.
 
 Token counts: the token-budget test counts every message on both sides exactly as the Agent
 Framework does (``CharacterEstimatorTokenizer`` -- 4 characters a token -- over its JSON
@@ -47,6 +50,9 @@ from compaction_proxy.compaction.strategies import (  # noqa: E402
     Strategy,
     ToolResultCompactionStrategy,
     TruncationStrategy,
+)
+from compaction_proxy.compaction.strategies.tool_result_compaction import (  # noqa: E402
+    MIDDLE_MARKER,
 )
 
 Msg = dict[str, Any]
@@ -338,6 +344,7 @@ def our_items(msgs: list[Msg], strategy: Strategy, tokenizer: Any = None) -> lis
 @given(tool_conversations(), st.integers(0, 3))
 def test_tool_result_compaction_matches_the_agent_framework(msgs: list[Msg], keep: int) -> None:
     expected = oracle_items(msgs, afc.ToolResultCompactionStrategy(keep_last_tool_call_groups=keep))
+    assert not any(isinstance(i, tuple) and "[truncated]" in i[0] for i in expected)  # uncut
     actual = our_items(msgs, ToolResultCompactionStrategy(keep_last_tool_call_groups=keep))
     assert actual == expected_items(msgs, expected)
 
@@ -469,9 +476,13 @@ def test_tiny_example_of_the_notes() -> None:
     st.integers(4100, 9000),
     st.text("abcdé ;:", min_size=1, max_size=20),
 )
-def test_one_oversized_result_is_cut_as_the_agent_framework_cuts_it(
+def test_one_oversized_result_keeps_the_tail_the_agent_framework_cuts_away(
     name: str, size: int, tail: str
 ) -> None:
+    """The documented difference: the Agent Framework keeps the head of a result over the cap
+    and ``... [truncated]``; ours keeps 3/5 of the room at the head and 2/5 at the tail around
+    :data:`MIDDLE_MARKER`.  Everything else is the oracle's."""
+    content = "r" * size + tail
     msgs: list[Msg] = [
         {"role": "user", "content": "q"},
         {
@@ -481,7 +492,7 @@ def test_one_oversized_result_is_cut_as_the_agent_framework_cuts_it(
                 {"id": "c1", "type": "function", "function": {"name": name, "arguments": "{}"}}
             ],
         },
-        {"role": "tool", "tool_call_id": "c1", "content": "r" * size + tail},
+        {"role": "tool", "tool_call_id": "c1", "content": content},
         {"role": "user", "content": "last"},
     ]
     for i, m in enumerate(msgs):
@@ -489,14 +500,26 @@ def test_one_oversized_result_is_cut_as_the_agent_framework_cuts_it(
     strategy = afc.ToolResultCompactionStrategy(keep_last_tool_call_groups=0)
     expected = expected_items(msgs, oracle_items(msgs, strategy), stats=False)
     actual = our_items(msgs, ToolResultCompactionStrategy(keep_last_tool_call_groups=0))
-    assert actual == expected
-    assert len(actual[1]) <= 4096 and actual[1].endswith("... [truncated]]")
+    assert [actual[0], *actual[2:]] == [expected[0], *expected[2:]]
+    label = f"{name}: {content}".strip() if name else content.strip()
+    prefix, suffix = "[Tool results: ", "]"
+    # the Agent Framework's text: the head, right-stripped, and the end marker
+    room = 4096 - len(prefix) - len(suffix)
+    af_text = prefix + label[: room - len("... [truncated]")].rstrip() + "... [truncated]]"
+    assert expected[1] == af_text
+    # ours: the same start, the head cut at 3/5 of what is kept, and the result's end
+    keep = room - len(MIDDLE_MARKER)
+    head = keep * 3 // 5
+    ours = prefix + label[:head].rstrip() + MIDDLE_MARKER + label[-(keep - head) :].lstrip() + "]"
+    assert actual[1] == ours != expected[1] and len(actual[1]) <= 4096
+    assert actual[1][: len(prefix) + head] == expected[1][: len(prefix) + head]
+    assert actual[1].endswith(label[-20:] + "]")  # the generated tail, whole
 
 
 def test_parallel_results_share_the_cap_where_the_agent_framework_cuts_the_later_ones() -> None:
     """The deliberate difference (tool_result_compaction's docstring): the Agent Framework
     cuts the joined labels once at the end, so a large first result leaves nothing of the
-    second; ours shares the cap and keeps each result's head."""
+    second; ours shares the cap and keeps each result's head and tail."""
     calls = [
         {"id": i, "type": "function", "function": {"name": n, "arguments": "{}"}}
         for i, n in (("c1", "read_file"), ("c2", "grep"))
@@ -504,7 +527,7 @@ def test_parallel_results_share_the_cap_where_the_agent_framework_cuts_the_later
     msgs: list[Msg] = [
         {"role": "user", "content": "q"},
         {"role": "assistant", "content": None, "tool_calls": calls},
-        {"role": "tool", "tool_call_id": "c1", "content": "x" * 6000},
+        {"role": "tool", "tool_call_id": "c1", "content": "x" * 6000 + "\nEOF"},
         {"role": "tool", "tool_call_id": "c2", "content": "FACT-P2 found in src/a.py"},
         {"role": "user", "content": "last"},
     ]
@@ -517,5 +540,6 @@ def test_parallel_results_share_the_cap_where_the_agent_framework_cuts_the_later
     ours_text = our_items(msgs, ToolResultCompactionStrategy(keep_last_tool_call_groups=0))[1]
     assert ours_text.endswith("; grep: FACT-P2 found in src/a.py]") and len(ours_text) <= 4096
     assert ours_text.startswith("[Tool results: read_file: xxx")
+    assert "xxx\nEOF; grep: " in ours_text and "EOF" not in oracle_text
     # what is within the cap is otherwise the same text: prefix, labels, separator, marker
     assert ours_text[: len(oracle_text) // 2] == oracle_text[: len(oracle_text) // 2]

@@ -6,8 +6,8 @@ characters a collapsed ``[Tool results: ...]`` message may hold), ``grep`` a mat
 steps.  The default pipeline collapses old tool-call groups before it summarizes them, so
 whatever the collapse cuts, no summarizer ever sees.  The collapse used to spend its whole cap
 on the first result, cutting every second one away (12% of their facts were left after 120
-steps); the cap is now shared between the results, each keeping its head, so the summarizer is
-shown every match and its summary carries them to the end.
+steps); the cap is now shared between the results, each keeping its head and its tail, so the
+summarizer is shown every match and its summary carries them to the end.
 
 Real processes: the proxy under ``serve``, the fake upstream enforcing a 32k window and playing
 the summarizer (it lists every ``FACT-...`` it was shown), the official openai SDK.
@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from compaction_proxy.compaction.strategies.tool_result_compaction import MIDDLE_MARKER
 from tests.support.agent_loop import LoopReport, run_loop
 from tests.support.agent_session import tool_output
 from tests.support.servers import UpstreamServer, proxy_config, upstream_entry
@@ -98,8 +99,9 @@ def test_the_second_results_facts_survive_the_loop(loop: LoopReport) -> None:
 
 
 def test_collapsed_groups_keep_every_result(loop: LoopReport) -> None:
-    """Each collapsed message within the cap holds both results: the file's head, cut and
-    marked, and the match whole (or its head, with the match in it)."""
+    """Each collapsed message within the cap holds both results: the file's head and tail
+    around the cut's marker, and the match whole (or cut the same way, with the match in its
+    head)."""
     collapsed = [
         m["content"]
         for step in loop.steps
@@ -110,6 +112,9 @@ def test_collapsed_groups_keep_every_result(loop: LoopReport) -> None:
     for text in set(collapsed):
         assert len(text) <= 4_096
         head, _, tail = text.partition("; grep: ")
-        assert head.startswith("[Tool results: read_file: # output of step ")
-        assert head.endswith("... [truncated]")
+        step = re.match(r"\[Tool results: read_file: # output of step (\d+) call 0\n", head)
+        assert step is not None, head[:80]
+        file_head, file_tail = head.split(MIDDLE_MARKER)
+        assert len(file_head) > len(file_tail) > 0  # 3/5 of what is kept, and 2/5
+        assert tool_output(int(step[1]), 0, FIRST_CHARS).rstrip().endswith(file_tail)
         assert tail.startswith("src/mod_") and "FACT-G" in tail.split("\n", 1)[0]

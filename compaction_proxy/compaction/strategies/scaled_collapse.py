@@ -5,11 +5,11 @@ characters.  At a small window that keeps a ~900-token result almost whole (an 8
 holds six of them), so collapsing frees nothing and every compaction event has to call the
 summarizer.  The default pipeline (LibreChat's block, or no block) collapses instead to
 :data:`DEFAULT_SHARE` of the budget per collapsed group (about four characters a token), never
-more than the configured cap and never less than :data:`FLOOR_CHARS`: the head of each result,
-with the cut marked, as the explicit strategy does.  At 8k that is ~450 characters, at 32k
-~2,150, from ~40k on the 4,096 cap itself.  So most events collapse old results without a
-summarizer call, and the summarizer runs when the collapsed stubs themselves add up (see "What
-compaction may never do" in docs/architecture.md).  An explicitly configured
+more than the configured cap and never less than :data:`FLOOR_CHARS`: the head and the tail of
+each result, with the cut marked, as the explicit strategy does.  At 8k that is ~450
+characters, at 32k ~2,150, from ~40k on the 4,096 cap itself.  So most events collapse old
+results without a summarizer call, and the summarizer runs when the collapsed stubs themselves
+add up (see "What compaction may never do" in docs/architecture.md).  An explicitly configured
 ``tool_result_compaction`` keeps the fixed cap.
 """
 
@@ -24,7 +24,7 @@ from .tool_result_compaction import ToolResultCompactionStrategy, summary_messag
 DEFAULT_SHARE = 0.02
 """A collapsed group's share of the budget (in estimated tokens)."""
 FLOOR_CHARS = 300
-"""The smallest cap: the head of a result still says what it was."""
+"""The smallest cap: the head and tail of a result still say what it was and how it ended."""
 CHARS_PER_TOKEN = 4
 
 

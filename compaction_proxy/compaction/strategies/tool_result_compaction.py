@@ -12,9 +12,9 @@ message was::
 * a result's text is its string content, or its text parts joined by ``"\\n"`` (the Agent
   Framework's rule for MCP text items);
 * a group without any result gives ``[Tool results: no results]``;
-* the whole text is capped at ``max_summary_chars`` (4096).  A group with one result is cut
-  exactly as the Agent Framework cuts it: the label is cut, right-stripped and the text ends
-  ``... [truncated]]``.
+* the whole text is capped at ``max_summary_chars`` (4096); a summary that fits is the Agent
+  Framework's text exactly.  (The Agent Framework cuts an over-long text once at the end: its
+  head, right-stripped, then ``... [truncated]]``.  Ours cuts differently, see below.)
 
 The summary is an ordinary, valid OpenAI assistant message (``content`` a string, no
 ``tool_calls``), so it forms an ``assistant_text`` group and is never collapsed again: a
@@ -31,17 +31,30 @@ untouched.
 
 Deliberate differences from the Agent Framework (see also the conformance test):
 
+* a result longer than its room keeps its head AND its tail, around
+  ``"\\n... [truncated: middle removed] ...\\n"``: 3/5 of the characters it may keep at the
+  head (never fewer than the ``name: `` prefix, so the summary still says which tool it was),
+  2/5 at the tail, the head right-stripped and the tail left-stripped (the marker in the
+  wording of ``context_pruning``'s soft trim, which, like the last resort, keeps both ends for
+  the same reason).  The Agent Framework keeps the head alone, but shell, test and compiler
+  output put their verdict at the end (a failing test's summary line, the ``echo`` at the end
+  of a command, a compiler's last error); in the default pipeline the collapse runs before
+  summarization, so a head-only cut hides every such verdict from the summarizer for good.  So
+  a single result over the cap no longer comes out exactly as the Agent Framework's: its head
+  is shorter by the tail and the marker.  Only a room too small for the name, the marker and
+  one character of tail keeps the head alone and ends ``... [truncated]`` (the Agent
+  Framework's cut, which a single result then matches exactly again);
 * the cap is shared fairly between the results of a group (parallel calls), never spent on
   the first alone: when the labels together exceed it, each label is given an equal share of
   the room (what is left after the prefix, the suffix and the ``"; "`` separators), a label
   shorter than its share is kept whole and what it leaves unused is shared among the longer
-  ones (max-min fairness); a label longer than its share keeps its head, right-stripped, and
-  ends ``... [truncated]``.  The Agent Framework cuts the joined text once at the end, so a large
-  first result pushes every later result out of the message before any summarizer sees it.  A
-  single result, and every group that fits the cap, come out exactly as the Agent Framework's.
-  Only when the cap cannot give every cut label its marker plus one character (hundreds of
-  parallel results in 4096 characters, or a tiny ``max_summary_chars``) is the text cut once at
-  the end, as the Agent Framework does;
+  ones (max-min fairness); a label longer than its share is cut to it, head and tail, as
+  above.  The Agent Framework cuts the joined text once at the end, so a large first result
+  pushes every later result out of the message before any summarizer sees it.  Only when the
+  cap cannot give every cut label the end marker plus one character (hundreds of parallel
+  results in 4096 characters, or a tiny ``max_summary_chars``) is the joined text cut once,
+  as the Agent Framework does, but keeping its head and its tail too (the last result's
+  verdict), with the first tool's name in the head;
 * the newest step is never collapsed (see "Groups and invariants" in docs/architecture.md), even
   with
   ``keep_last_tool_call_groups: 0``; the Agent Framework collapses any tool-call group except
@@ -61,6 +74,9 @@ Deliberate differences from the Agent Framework (see also the conformance test):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import NamedTuple
+
 from pydantic import Field
 
 from ..draft import Draft
@@ -74,6 +90,12 @@ SUMMARY_PREFIX = "[Tool results: "
 SUMMARY_SUFFIX = "]"
 SEPARATOR = "; "
 TRUNCATION_MARKER = "... [truncated]"
+"""The Agent Framework's marker: the text was cut here and nothing of it follows."""
+MIDDLE_MARKER = "\n... [truncated: middle removed] ...\n"
+"""Between the head and the tail of a cut label (soft-trim's wording: the middle is gone, what
+follows is the end of the result)."""
+HEAD_FIFTHS = 3
+"""A cut label keeps 3/5 of its room at the head, 2/5 at the tail."""
 DEFAULT_MAX_SUMMARY_CHARS = 4096
 
 
@@ -84,35 +106,41 @@ class ToolResultCompactionParams(OldToolGroupsParams):
     max_summary_chars: int = Field(default=DEFAULT_MAX_SUMMARY_CHARS, gt=0)
 
 
-def summary_text(labels: list[str], max_chars: int = DEFAULT_MAX_SUMMARY_CHARS) -> str:
+class Label(NamedTuple):
+    """One result's entry in the summary: ``text`` (``"name: result"``, stripped) and how many
+    of its first characters name the tool (``"name: "``), which every cut keeps."""
+
+    text: str
+    head: int = 0
+
+
+def summary_text(labels: Sequence[Label | str], max_chars: int = DEFAULT_MAX_SUMMARY_CHARS) -> str:
     """``[Tool results: a; b]`` capped at ``max_chars``, the cap shared fairly between the
-    labels (see the module docstring)."""
-    body = SEPARATOR.join(labels) if labels else "no results"
+    labels and each cut one keeping its head and its tail (see the module docstring).  A plain
+    string is a label without a tool name."""
+    entries = [label if isinstance(label, Label) else Label(label) for label in labels]
+    body = SEPARATOR.join(label.text for label in entries) if entries else "no results"
     text = f"{SUMMARY_PREFIX}{body}{SUMMARY_SUFFIX}"
     if len(text) <= max_chars:
         return text
-    if labels:
-        room = (
-            max_chars
-            - len(SUMMARY_PREFIX)
-            - len(SUMMARY_SUFFIX)
-            - len(SEPARATOR) * (len(labels) - 1)
+    room = max_chars - len(SUMMARY_PREFIX) - len(SUMMARY_SUFFIX)
+    if entries:
+        shares = fair_shares(
+            [len(label.text) for label in entries], room - len(SEPARATOR) * (len(entries) - 1)
         )
-        shares = fair_shares([len(label) for label in labels], room)
         if all(
-            share >= len(label) or share > len(TRUNCATION_MARKER)
-            for label, share in zip(labels, shares, strict=True)
+            share >= len(label.text) or share > len(TRUNCATION_MARKER)
+            for label, share in zip(entries, shares, strict=True)
         ):
             kept = (
-                label if share >= len(label) else cut_label(label, share)
-                for label, share in zip(labels, shares, strict=True)
+                label.text if share >= len(label.text) else cut_label(label, share)
+                for label, share in zip(entries, shares, strict=True)
             )
             return f"{SUMMARY_PREFIX}{SEPARATOR.join(kept)}{SUMMARY_SUFFIX}"
-    # Too many results for the cap to mark every cut (or no labels at all): one cut at the
-    # end, the Agent Framework's rule.
-    room = max_chars - len(SUMMARY_PREFIX) - len(TRUNCATION_MARKER) - len(SUMMARY_SUFFIX)
-    kept_body = body[:room].rstrip() if room > 0 else ""
-    return f"{SUMMARY_PREFIX}{kept_body}{TRUNCATION_MARKER}{SUMMARY_SUFFIX}"
+    # Too many results for the cap to mark every cut (or no labels at all): one cut of the
+    # joined text, its head (the first tool's name in it) and its tail.
+    first = entries[0].head if entries else 0
+    return f"{SUMMARY_PREFIX}{cut_label(Label(body, first), room)}{SUMMARY_SUFFIX}"
 
 
 def fair_shares(lengths: list[int], room: int) -> list[int]:
@@ -139,22 +167,39 @@ def fair_shares(lengths: list[int], room: int) -> list[int]:
     return shares
 
 
-def cut_label(label: str, share: int) -> str:
-    """The head of ``label`` and the cut marker, in at most ``share`` characters."""
-    return label[: share - len(TRUNCATION_MARKER)].rstrip() + TRUNCATION_MARKER
+def cut_label(label: Label, share: int) -> str:
+    """``label`` cut to at most ``share`` characters (when it is longer).
+
+    Head + :data:`MIDDLE_MARKER` + tail, 3/5 of the kept characters at the head (never fewer
+    than the tool's name) and the rest at the tail, where shell and test output put their
+    verdict.  A share too small for the name, the marker and one character of tail keeps the
+    head alone and ends :data:`TRUNCATION_MARKER` (the Agent Framework's cut), and one too small
+    for even that keeps the marker alone.
+    """
+    text = label.text
+    keep = share - len(MIDDLE_MARKER)
+    name = min(label.head, len(text))
+    if keep > name:
+        head = min(max(name, keep * HEAD_FIFTHS // 5), keep - 1)
+        tail = text[len(text) - (keep - head) :]
+        return text[:head].rstrip() + MIDDLE_MARKER + tail.lstrip()
+    return text[: max(share - len(TRUNCATION_MARKER), 0)].rstrip() + TRUNCATION_MARKER
 
 
-def group_labels(draft: Draft, group: Group) -> list[str]:
+def group_labels(draft: Draft, group: Group) -> list[Label]:
     """One label per tool/function result of ``group`` (answered or orphan), in order."""
     answered = {r.index: r.name for r in answered_results(draft, group)}
-    labels: list[str] = []
+    labels: list[Label] = []
     for index in group.members:
         message = draft.message(index)
         if role_of(message) not in ("tool", "function"):
             continue
         name = answered.get(index, "")
         result = content_text(message)
-        labels.append((f"{name}: {result}" if name else result).strip())
+        if name:
+            labels.append(Label(f"{name}: {result}".strip(), len(name) + 2))
+        else:
+            labels.append(Label(result.strip()))
     return labels
 
 
