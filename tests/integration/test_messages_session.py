@@ -5,7 +5,7 @@ pipeline with summaries made by the request's own upstream and model) and the fa
 upstream (tests/fakes/messages), which enforces a 32k window and refuses the way Anthropic does,
 checks tool pairing, thinking signatures and the four-breakpoint limit, and accounts prompt
 caching by breakpoints. The session is a single turn: one task with facts, then tool step after
-tool step scripted by the fake (``fake-loop:``; every third step calls the tool twice in
+tool step scripted by the fake (``fake-loop:``; every third step calls the tool three times in
 parallel), each reply opening with a signed thinking block the client sends back, the system in
 three blocks with two breakpoints and a third moved to the newest ``tool_result`` every step, as
 Claude Code sends it; JSON and ``client.messages.stream(...)`` alternate.
@@ -39,10 +39,10 @@ from tests.support.servers import ProxyServer, Recorded, proxy_config, upstream_
 MODEL = "claude-sonnet-4-5"
 WINDOW = 32_000
 STEPS = 150
-# Two parallel results of 12 lines stay whole when the default pipeline collapses old steps
-# (its cap is ~2,150 characters a step at 32k, compaction/strategies/scaled_collapse.py), so
-# the facts the fake's command prints last reach the summarizer; three results would be cut.
-LOOP = Loop(steps=STEPS, lines=12, parallel=2, every=3)
+# Three parallel results of 12 lines are cut when the default pipeline collapses old steps
+# (~2,150 characters a step at 32k, compaction/strategies/scaled_collapse.py); a cut keeps each
+# result's head and tail, so the fact the fake's command prints last still reaches a summary.
+LOOP = Loop(steps=STEPS, lines=12, parallel=3, every=3)
 MAX_TOKENS = 4_096
 THINKING = {"type": "adaptive"}  # as Claude Code asks; the fake thinks every turn
 LIAR_WINDOW = 12_000  # what the fake enforces for the liar-* models; the proxy guesses 128k
