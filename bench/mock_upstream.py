@@ -1,10 +1,15 @@
-"""A fast OpenAI-compatible mock upstream for gateway benchmarks.
+"""A fast OpenAI-compatible (and Anthropic Messages) mock upstream for gateway benchmarks.
 
 Raw ASGI on uvicorn + uvloop + httptools, so the mock costs as little CPU as Python allows and
 the numbers describe the proxy, not the mock. Every POST answers a canned chat completion; a
 body containing `"stream": true` gets an SSE stream of `--chunks` content deltas (each its own
 ASGI send, like a real provider), a final chunk and `data: [DONE]`. `--delay-ms` holds every
 response back to mimic a provider's latency (0 measures pure overhead).
+
+`POST .../messages` answers as Anthropic's Messages API does: a canned message, or (with
+`"stream": true`) its SSE events (`message_start`, a text block of `--chunks` deltas, `ping`,
+`message_delta`, `message_stop`); `POST .../messages/count_tokens` a canned count. All of it
+is encoded once at start-up, like the chat replies.
 
 Run: python -m bench.mock_upstream --port 18080 [--chunks 16] [--delay-ms 0]
 """
@@ -66,6 +71,85 @@ def sse_events(chunks: int, model: str = "mock-gpt") -> list[bytes]:
     return frames
 
 
+def message_body(model: str = "mock-claude") -> bytes:
+    """A canned Anthropic message (``POST /v1/messages`` without streaming)."""
+    return orjson.dumps(
+        {
+            "id": "msg_mock",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [{"type": "text", "text": "Hello from the mock upstream."}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": _USAGE,
+        }
+    )
+
+
+_USAGE = {
+    "input_tokens": 42,
+    "cache_creation_input_tokens": 0,
+    "cache_read_input_tokens": 0,
+    "output_tokens": 7,
+}
+
+
+def message_events(chunks: int, model: str = "mock-claude") -> list[bytes]:
+    """The SSE events of one streamed Anthropic message: start, one text block of ``chunks``
+    deltas (a ``ping`` after its start, as the API sends), the final delta and stop."""
+
+    def event(name: str, payload: dict[str, object]) -> bytes:
+        return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+
+    start: dict[str, object] = {
+        "id": "msg_mock",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {**_USAGE, "output_tokens": 1},
+    }
+    events = [
+        event("message_start", {"type": "message_start", "message": start}),
+        event(
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+        ),
+        event("ping", {"type": "ping"}),
+    ]
+    events += [
+        event(
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": f"tok{i} "},
+            },
+        )
+        for i in range(chunks)
+    ]
+    events += [
+        event("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        event(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": chunks},
+            },
+        ),
+        event("message_stop", {"type": "message_stop"}),
+    ]
+    return events
+
+
 class MockUpstream:
     """Raw ASGI app; responses are pre-encoded once at start-up."""
 
@@ -81,6 +165,17 @@ class MockUpstream:
             (b"content-type", b"text/event-stream"),
             (b"cache-control", b"no-cache"),
         ]
+        self.message = message_body()
+        self.message_headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(self.message)).encode()),
+        ]
+        self.message_events = message_events(chunks)
+        self.count = orjson.dumps({"input_tokens": 42})
+        self.count_headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(self.count)).encode()),
+        ]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -95,14 +190,28 @@ class MockUpstream:
         body = b"".join(chunks)
         if self.delay:
             await asyncio.sleep(self.delay)
-        if scope["method"] == "POST" and _STREAM.search(body):
+        path = scope.get("path", "")
+        post = scope["method"] == "POST"
+        if post and path.endswith("/messages/count_tokens"):
+            await self._reply(send, self.count_headers, self.count)
+            return
+        messages = post and path.endswith("/messages")
+        if post and _STREAM.search(body):
+            events = self.message_events if messages else self.events
             await send({"type": "http.response.start", "status": 200, "headers": self.sse_headers})
-            for event in self.events:
+            for event in events:
                 await send({"type": "http.response.body", "body": event, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             return
-        await send({"type": "http.response.start", "status": 200, "headers": self.json_headers})
-        await send({"type": "http.response.body", "body": self.json})
+        if messages:
+            await self._reply(send, self.message_headers, self.message)
+            return
+        await self._reply(send, self.json_headers, self.json)
+
+    @staticmethod
+    async def _reply(send: Send, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:

@@ -108,9 +108,10 @@ def _load_checked(file: str | None, *, serving: bool = False) -> Settings:
     """The settings, refused with every problem the run would trip on
     (compaction_proxy/config/preflight.py); `serving`: what `serve` would refuse too."""
     from compaction_proxy.config import preflight
+    from compaction_proxy.wire import api_names
 
     settings = load_settings(file)
-    preflight.check(settings, source=_source(file), serving=serving)
+    preflight.check(settings, source=_source(file), serving=serving, apis=api_names())
     return settings
 
 
@@ -264,6 +265,7 @@ def _serve(args: argparse.Namespace) -> int:
     from compaction_proxy.config import preflight
     from compaction_proxy.http import client_limits, configure_logging, logging_config
     from compaction_proxy.http.protocol import FIELD_LIMIT_ENV
+    from compaction_proxy.wire import api_names
 
     settings = load_settings(args.config)
     overrides = {
@@ -274,7 +276,7 @@ def _serve(args: argparse.Namespace) -> int:
     settings = override_server(
         settings, overrides, {"host": "--host", "port": "--port", "workers": "--workers"}
     )
-    preflight.check(settings, source=_source(args.config), serving=True)
+    preflight.check(settings, source=_source(args.config), serving=True, apis=api_names())
     server = settings.server
     configure_logging(server.log_level)
     common: dict[str, Any] = {

@@ -43,6 +43,7 @@ from ._requests import (
     caller_key,
     credential,
     header_safe,
+    native_request,
     report_headers,
     spending,
     tenant,
@@ -186,6 +187,7 @@ async def compact(
                 wire=subject.wire,
                 tenant=tenant(scope),
                 spend=spending(ctx, scope, subject.wire.auth),
+                native=native_request(scope, subject.wire, subject.client.data, subject.view),
             )
         )
     except Exception:

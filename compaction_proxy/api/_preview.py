@@ -46,6 +46,7 @@ from ._requests import (
     compaction_mode,
     credential,
     effective_window,
+    native_request,
     preview_spending,
     report_headers,
     tenant,
@@ -142,6 +143,7 @@ async def _compact_and_answer(
                     wire=wire,
                     tenant=tenant(scope),
                     spend=spend,
+                    native=native_request(scope, wire, body, view),
                 )
             )
     except Exception as exc:  # the preview has no original to fall back on: say what broke

@@ -8,6 +8,8 @@ request's format says (``WireFormat.auth``, ``WireFormat.window_option``)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from compaction_proxy.compaction import CompactionResult, Mode
 from compaction_proxy.config import UpstreamSettings
@@ -21,7 +23,7 @@ from compaction_proxy.http import (
     header,
 )
 from compaction_proxy.upstream import ModelRead, Window
-from compaction_proxy.wire import BEARER, CallerKey, UpstreamAuth, WireFormat
+from compaction_proxy.wire import BEARER, CallerKey, NativeRequest, UpstreamAuth, View, WireFormat
 
 from ._context import RequestContext
 
@@ -164,3 +166,22 @@ def preview_spending(ctx: RequestContext) -> Spending:
     """The preview returns the summary it makes: an operator credential pays for it only for
     a caller authenticated by `server.api_keys`, whatever else would let the caller in."""
     return ALLOWED if ctx.authenticated else PREVIEW_UNAUTHENTICATED
+
+
+def native_request(
+    scope: Scope, wire: WireFormat, body: Mapping[str, Any], view: View
+) -> NativeRequest | None:
+    """The request in its own format's form, for a format whose summary call writes the
+    cache-aligned prefix itself (``SummaryCall.prefix``, compaction_proxy/wire/format.py): the
+    client's parsed body, the view's way back, and the client's headers that call repeats (its
+    betas, which the prefix's content may need). None for every other format."""
+    call = wire.summary
+    if call is None or call.prefix is None:
+        return None
+    wanted = {name.encode(): name for name in call.repeats}
+    found: dict[str, list[str]] = {}
+    for key, value in scope["headers"]:
+        name = wanted.get(bytes(key))
+        if name is not None:
+            found.setdefault(name, []).append(bytes(value).decode("latin-1"))
+    return NativeRequest(body, view.lower, {k: ", ".join(v) for k, v in found.items()})

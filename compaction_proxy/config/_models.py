@@ -99,7 +99,13 @@ class Timeouts(Strict):
 class UpstreamSettings(Strict):
     """`keyless`: the upstream needs no credential (a local server). Behind `server.api_keys`
     an upstream without `api_key` gets no Authorization header at all, which is refused at
-    start-up unless it says `keyless: true` (compaction_proxy/config/preflight.py)."""
+    start-up unless it says `keyless: true` (compaction_proxy/config/preflight.py).
+
+    `api`: the API the upstream speaks for the proxy's own summary calls when it is not the
+    request's own upstream (a `summarization.provider`): a wire format's `api` label
+    (compaction_proxy/wire/registry.py, `api_names`; `chat`, `messages`), checked at start-up
+    against the formats the proxy serves. The request's own upstream is called in the
+    request's own format when that format has a summary call."""
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
     base_url: AnyHttpUrl
@@ -107,6 +113,7 @@ class UpstreamSettings(Strict):
     keyless: bool = False
     models: list[str] = Field(default_factory=lambda: ["*"])
     timeouts: Timeouts = Field(default_factory=Timeouts)
+    api: str = Field("chat", min_length=1, pattern=r"^[a-z][a-z0-9_]*$")
 
     @model_validator(mode="after")
     def _key_or_keyless(self) -> UpstreamSettings:

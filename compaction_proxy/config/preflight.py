@@ -16,7 +16,7 @@ command and spends the key knowingly.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 import tiktoken
@@ -31,23 +31,43 @@ SUMMARY_RESERVED_PARAMETERS = frozenset({"model", "messages", "stream", "n"})
 ``summarization.parameters`` may not name them, and the summarizer drops them."""
 
 
-def check(settings: Settings, *, source: str, serving: bool = False) -> None:
+def check(
+    settings: Settings,
+    *,
+    source: str,
+    serving: bool = False,
+    apis: Collection[str] | None = None,
+) -> None:
     """Raise :class:`ConfigError` listing every problem in `settings` (from `source`);
-    `serving`: for a server (`serve`, `check-config`), whose callers are not the operator."""
-    found = [*problems(settings), *(serving_problems(settings) if serving else ())]
+    `serving`: for a server (`serve`, `check-config`), whose callers are not the operator;
+    `apis`: the API labels of the wire formats the proxy serves (the registry's, which this
+    layer cannot import), against which `upstreams[].api` is checked."""
+    found = [*problems(settings, apis=apis), *(serving_problems(settings) if serving else ())]
     if found:
         lines = [f"invalid configuration ({source}):", *(f"  {line}" for line in found)]
         raise ConfigError("\n".join(lines))
 
 
-def problems(settings: Settings) -> list[str]:
+def problems(settings: Settings, *, apis: Collection[str] | None = None) -> list[str]:
     """One `key.path: what is wrong` line per problem; empty when the run has none."""
     return [
         *_encoding_problems(settings),
         *_store_problems(settings),
         *_credential_problems(settings),
         *_summarization_problems(settings),
+        *(api_problems(settings, apis) if apis is not None else ()),
     ]
+
+
+def api_problems(settings: Settings, apis: Collection[str]) -> Iterator[str]:
+    """`upstreams[].api` values that name no API the proxy speaks (`apis`)."""
+    known = ", ".join(apis)
+    for index, upstream in enumerate(settings.upstreams):
+        if upstream.api not in apis:
+            yield (
+                f"upstreams.{index}.api: {upstream.api!r} is not an API the proxy speaks; "
+                f"known: {known}"
+            )
 
 
 def serving_problems(settings: Settings) -> list[str]:

@@ -57,7 +57,7 @@ from compaction_proxy.summarizer import (
     SummaryFlights,
 )
 from compaction_proxy.upstream import WindowBook
-from compaction_proxy.wire import DEFAULT_FORMAT, CallerKey, WireFormat
+from compaction_proxy.wire import DEFAULT_FORMAT, CallerKey, NativeRequest, WireFormat
 
 from ._compactor import Compactor
 from ._hit_report import CHECKPOINT_STEP, as_sent, checkpoint_meta
@@ -92,7 +92,8 @@ class FlowRequest:
     they happen. ``summarize``: False keeps the summarizer out (a local preview,
     ``compact --no-summarize``). ``wire``: the request's format: whether ``data`` may be sent
     to the summarizer as a cache-aligned prefix, and the summary call's form on the request's
-    own upstream.
+    own upstream. ``native``: the request in its own format's form, for a format whose summary
+    call writes the cache-aligned prefix itself (``SummaryCall.prefix``; None otherwise).
     """
 
     data: dict[str, Any]
@@ -109,6 +110,7 @@ class FlowRequest:
     wire: WireFormat = DEFAULT_FORMAT
     tenant: str | None = None
     spend: Spending = UNKNOWN_CALLER
+    native: NativeRequest | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -455,10 +457,14 @@ class CompactionFlow:
         # The request as it goes upstream (the checkpoint view on a hit): a summary call built
         # on its prefix is served from the upstream's prompt cache
         # (compaction_proxy/summarizer/_prefix.py). A format whose view is not chat completions
-        # (`prefix_summaries` False) gets the transcript form.
+        # (`prefix_summaries` False) gets the transcript form, unless its call writes the prefix
+        # in its own form from the client's own request (`native`).
         wire = request.wire
+        native = request.native
         forwarded = (
-            ForwardedRequest.from_body(body, upstream_name) if wire.prefix_summaries else None
+            ForwardedRequest.from_body(body, upstream_name, native)
+            if wire.prefix_summaries or native is not None
+            else None
         )
         bound = self.summarizer.bind(
             caller_key=caller_key,

@@ -3,7 +3,8 @@
 The compaction core sees only the ``Summarizer`` protocol (re-exported here with its request
 and error); what talks HTTP stays here, outside ``compaction_proxy.compaction``:
 
-* ``_http``: :class:`HttpSummarizer`, the summary call to an OpenAI-compatible upstream;
+* ``_http``: :class:`HttpSummarizer`, the summary call to an upstream, in the form of the API
+  it speaks (chat completions, Anthropic's Messages);
 * ``_prompts``: the checkpoint and update prompts, versioned (the version keys checkpoints);
 * ``_prefix``: the call in the request's own prefix form, so the upstream's cache serves it;
 * ``_transcript``: the plain-text transcript form, cut into chunks that fit the summarizer;

@@ -2,10 +2,11 @@
 
 One non-streaming ``POST`` per transcript chunk, in the form of a
 :class:`~compaction_proxy.wire.SummaryCall`: the request's own format's when the summarizer is
-the request's own upstream and the format has one, else the default format's (chat
-completions: ``POST {base_url}/chat/completions``; see
-:mod:`._transcript`), with our prompts as the system message, ``summarization.parameters``
-merged into the body and ``maxSummaryTokens`` as the output limit. Anything short of a usable
+the request's own upstream and the format has one, else the form of the API the upstream's
+``api`` names (``messages``: Anthropic's ``POST {base_url}/messages``), else the default
+format's (chat completions: ``POST {base_url}/chat/completions``; see :mod:`._transcript`),
+with our prompts as the system message, ``summarization.parameters`` merged into the body and
+``maxSummaryTokens`` as the output limit. Anything short of a usable
 summary is a :class:`SummaryError` with a machine-readable reason, because a failed summary must
 make the pipeline move on, never become a checkpoint:
 
@@ -18,8 +19,10 @@ make the pipeline move on, never become a checkpoint:
 
 The call's form: by default, when the summarizer is the request's own upstream and model, the
 forwarded request's own prefix plus one instruction, so the upstream's prompt cache serves the
-conversation (:mod:`._prefix`, ``summarization.reusePrefix``); otherwise, or when that prefix
-holds binary content or does not fit, the plain-text transcript.
+conversation (:mod:`._prefix`, ``summarization.reusePrefix``): as chat messages for a chat
+request, in the format's own form for a format whose call writes its prefix itself
+(``SummaryCall.prefix``: a Messages request's own ``system``, ``tools`` and messages); otherwise,
+or when that prefix holds binary content or does not fit, the plain-text transcript.
 
 Which upstream: ``summarization.provider`` names one (case-insensitively; LibreChat configs say
 ``openAI``), else the request's own upstream. Which model: ``summarization.model``, else the
@@ -56,12 +59,23 @@ from compaction_proxy.upstream import Router
 from compaction_proxy.wire import (
     DEFAULT_FORMAT,
     CallerKey,
+    PrefixCall,
     SummaryCall,
     UpstreamAuth,
     WireFormat,
+    api_names,
+    format_for_api,
 )
 
-from ._prefix import ForwardedRequest, fits, has_binary, instruction, place_stretch, tool_choice_for
+from ._prefix import (
+    ForwardedRequest,
+    fits,
+    has_binary,
+    instruction,
+    place_stretch,
+    stretch_end,
+    tool_choice_for,
+)
 from ._prompts import PromptSet
 from ._stats import SummarizerStats, SummaryCallRecord, SummaryCalls
 from ._transcript import SummarizerWindow, TranscriptOptions, fold, plan_chunks, render_blocks
@@ -89,6 +103,8 @@ class _Target:
     model: str
     limit: int
     count: Callable[[str], int]
+    call: SummaryCall
+    auth: UpstreamAuth
 
 
 # ------------------------------------------------------------------ the summarizer
@@ -124,6 +140,11 @@ class HttpSummarizer:
             if self._provider is None:
                 raise ConfigError(
                     f"summarization.provider: no upstream named {settings.provider!r}"
+                )
+            if format_for_api(self._provider.api) is None:
+                raise ConfigError(
+                    f"upstream {self._provider.name!r}: api {self._provider.api!r} is not an "
+                    f"API the proxy speaks; known: {', '.join(api_names())}"
                 )
         self._client = client
         self._facts_for = facts_for or ModelCatalog().facts_for
@@ -193,10 +214,15 @@ class HttpSummarizer:
 
     def _form(self, upstream: UpstreamSettings) -> tuple[SummaryCall, UpstreamAuth]:
         """The summary call's form on ``upstream``, and how it takes the operator's key: the
-        request's format's on the request's own upstream, else the default format's."""
+        request's format's on the request's own upstream (the request shows what it speaks),
+        else that of the format its ``api`` names, else the default format's (a format
+        without a call of its own, such as the Responses API's: its upstreams answer chat)."""
         wire = self._wire
         if wire.summary is not None and upstream.name == self._wire_upstream:
             return wire.summary, wire.auth
+        spoken = format_for_api(upstream.api)
+        if spoken is not None and spoken.summary is not None:
+            return spoken.summary, spoken.auth
         default = DEFAULT_FORMAT
         assert default.summary is not None  # the default format always has a summary call
         return default.summary, default.auth
@@ -222,31 +248,66 @@ class HttpSummarizer:
             own = self._router.for_model(request_model).name
         return upstream.name == own
 
-    def _prefix_messages(
+    def _prefix_body(
         self,
         request: SummaryRequest,
-        upstream: UpstreamSettings,
+        target: _Target,
         window: SummarizerWindow,
         tokenizer: Tokenizer,
         note: str = "",
-    ) -> list[dict[str, Any]] | None:
-        """The prefix-form messages for ``request``, or ``None`` for the transcript form."""
+    ) -> dict[str, Any] | None:
+        """The prefix-form body for ``request``, or ``None`` for the transcript form."""
         mode = self._settings.reuse_prefix
         if mode == "never":
             return None
+        context = self._request
+        call = target.call
+        native = context.native if context is not None else None
+        if call.prefix is not None:
+            # Written from the client's own request, which must be in this call's format.
+            if native is None or call is not self._wire.summary:
+                return None
+        elif native is not None:
+            return None  # the bound messages are a format's view, not chat completions
         request = self._with_prefix(request)
         prefix = request.prefix
         if not prefix:
             return None
         if mode == "auto" and (
-            not self._same_upstream_and_model(request.model, upstream) or has_binary(prefix)
+            not self._same_upstream_and_model(request.model, target.upstream) or has_binary(prefix)
         ):
             return None
         final = instruction(self.prompts, request.previous_summary) + note
         if not fits(prefix, request.tools, final, window, tokenizer):
             log.info("summary call: the request's prefix does not fit the summarizer's window")
             return None
-        return [*prefix, {"role": "user", "content": final}]
+        if call.prefix is not None:
+            assert native is not None and context is not None
+            end = stretch_end(context.messages, request.messages)
+            if end is None:
+                return None
+            position, placed = end
+            written = PrefixCall(
+                native, context.messages, position, request.messages[placed:], final
+            )
+            try:
+                return call.prefix(self._parameters, target.model, written, target.limit)
+            except ValueError as exc:
+                log.info("summary call: the prefix cannot be sent in its own form (%s)", exc)
+                return None
+        extra: dict[str, Any] = {}
+        tools = request.tools or (context.tools if context is not None else None)
+        if tools:
+            extra["tools"] = tools
+            choice = tool_choice_for(context.tool_choice if context is not None else None)
+            if choice is not None:
+                extra["tool_choice"] = choice
+        if context is not None and context.functions:
+            extra["functions"] = context.functions
+        messages = [*prefix, {"role": "user", "content": final}]
+        return call.body(
+            self._parameters, target.model, messages, extra, self._limit_param, target.limit
+        )
 
     async def summarize(self, request: SummaryRequest) -> str:
         """The summary of ``request``'s stretch folded into its previous summary, if any."""
@@ -267,27 +328,22 @@ class HttpSummarizer:
         tokenizer = self._tokenizer_for(model)
         count = tokenizer.count_text
         window = SummarizerWindow(facts.context_window, limit)
-        target = _Target(upstream, model, limit, count)
+        call, auth = self._form(upstream)
+        target = _Target(upstream, model, limit, count, call, auth)
         # Counting a long prefix and rendering a long transcript are CPU work: off the loop.
         off_loop = len(request.messages) + len(request.prefix or ()) >= OFF_LOOP_MESSAGES
         if off_loop:
-            messages = await asyncio.to_thread(
-                self._prefix_messages, request, upstream, window, tokenizer, note
+            body = await asyncio.to_thread(
+                self._prefix_body, request, target, window, tokenizer, note
             )
         else:
-            messages = self._prefix_messages(request, upstream, window, tokenizer, note)
-        if messages is not None:
-            extra: dict[str, Any] = {}
-            context = self._request
-            tools = request.tools or (context.tools if context is not None else None)
-            if tools:
-                extra["tools"] = tools
-                choice = tool_choice_for(context.tool_choice if context is not None else None)
-                if choice is not None:
-                    extra["tool_choice"] = choice
-            if context is not None and context.functions:
-                extra["functions"] = context.functions
-            return await self._complete(target, messages, extra=extra, form="prefix")
+            body = self._prefix_body(request, target, window, tokenizer, note)
+        if body is not None:
+            native = self._request.native if self._request is not None else None
+            repeated = {}
+            if native is not None and call.prefix is not None:
+                repeated = {k: v for k, v in native.headers.items() if k in call.repeats}
+            return await self._complete(target, body, form="prefix", headers=repeated)
         plan = partial(self._plan, request, window, count)
         chunks = await asyncio.to_thread(plan) if off_loop else plan()
         if len(chunks) > self._max_chunks:
@@ -297,14 +353,15 @@ class HttpSummarizer:
                 f"summarizer calls, over the limit of {self._max_chunks}",
             )
 
-        async def call(system: str, user: str) -> str:
+        async def one(system: str, user: str) -> str:
             messages = [
                 {"role": "system", "content": system + note},
                 {"role": "user", "content": user},
             ]
-            return await self._complete(target, messages)
+            body = call.body(self._parameters, model, messages, {}, self._limit_param, limit)
+            return await self._complete(target, body)
 
-        return await fold(chunks, request.previous_summary, self.prompts, call)
+        return await fold(chunks, request.previous_summary, self.prompts, one)
 
     def _plan(
         self, request: SummaryRequest, window: SummarizerWindow, count: Callable[[str], int]
@@ -317,16 +374,16 @@ class HttpSummarizer:
     async def _complete(
         self,
         target: _Target,
-        messages: list[dict[str, Any]],
+        body: dict[str, Any],
         *,
-        extra: Mapping[str, Any] | None = None,
         form: str = "transcript",
+        headers: Mapping[str, str] | None = None,
     ) -> str:
         started = time.monotonic()
         outcome = "error"
         usage: dict[str, int] = {}
         try:
-            text = await self._post(target, messages, extra or {}, usage)
+            text = await self._post(target, body, headers or {}, usage)
             outcome = "ok"
             return text
         except SummaryError as exc:
@@ -351,14 +408,15 @@ class HttpSummarizer:
     async def _post(
         self,
         target: _Target,
-        messages: list[dict[str, Any]],
-        extra: Mapping[str, Any],
+        body: dict[str, Any],
+        repeated: Mapping[str, str],
         usage: dict[str, int],
     ) -> str:
         upstream, model, limit = target.upstream, target.model, target.limit
-        call, auth = self._form(upstream)
-        body = call.body(self._parameters, model, messages, extra, self._limit_param, limit)
+        call, auth = target.call, target.auth
         headers = {"content-type": "application/json", "accept": "application/json"}
+        headers.update(call.headers)
+        headers.update(repeated)
         if upstream.api_key is not None:
             headers[auth.header] = auth.value(upstream.api_key.get_secret_value())
         elif self._caller_key is not None:

@@ -31,6 +31,12 @@ within the window less its safety share. The prefix is sent in one call, never c
 ``tool_choice``: the request's own value is kept when it lets the model answer in text
 (absent, ``auto``, ``none``); one that forces a tool call becomes ``none``. The instruction also
 says not to call tools; a reply with tool calls and no text is an ``empty`` summary.
+
+A format whose view is not chat completions (the Messages API) places the stretch the same way,
+in its view's messages, and its call maps the prefix back to the client's own messages and
+sends them with its own ``system`` and ``tools`` (``ForwardedRequest.native``,
+compaction_proxy/wire/_anthropic_summary.py). Binary content there includes ``document``
+blocks.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compaction_proxy.compaction.tokens import Tokenizer
+from compaction_proxy.wire import NativeRequest
 
 from ._prompts import PromptSet
 from ._transcript import SummarizerWindow, scrub_text
@@ -54,15 +61,21 @@ answer, continue or act on that conversation and call no tools: write the checkp
 instructions below describe. Where they speak of <conversation>, they mean the messages above."""
 
 BINARY_PART_TYPES = frozenset(
-    {"image_url", "input_image", "image", "input_audio", "audio", "file", "input_file"}
+    {"image_url", "input_image", "image", "input_audio", "audio", "file", "input_file", "document"}
 )
 
 
 @dataclass(frozen=True, slots=True)
 class ForwardedRequest:
-    """What a bound summarizer knows of the chat request it works for: the messages and
+    """What a bound summarizer knows of the request it works for: the chat-shaped messages and
     ``tools`` as the request goes upstream (the effective view), its ``tool_choice``, and the
-    name of the upstream it goes to."""
+    name of the upstream it goes to.
+
+    ``native``: the request in its own format's form, for a format whose summary call writes
+    the prefix itself (``SummaryCall.prefix``, the Messages API): the stretch is placed in
+    ``messages`` (the format's view), and the call maps that prefix back to the client's own
+    messages and sends them with the client's ``system`` and ``tools``. None: ``messages`` are
+    chat completions (a chat request), sent as they are."""
 
     messages: Sequence[dict[str, Any]]
     tools: Sequence[dict[str, Any]] | None = None
@@ -70,9 +83,15 @@ class ForwardedRequest:
     upstream: str | None = None
     functions: Sequence[dict[str, Any]] | None = None
     """Legacy ``functions``, sent along as they are when present."""
+    native: NativeRequest | None = None
 
     @classmethod
-    def from_body(cls, body: Mapping[str, Any], upstream: str | None = None) -> ForwardedRequest:
+    def from_body(
+        cls,
+        body: Mapping[str, Any],
+        upstream: str | None = None,
+        native: NativeRequest | None = None,
+    ) -> ForwardedRequest:
         messages = body.get("messages")
         tools = body.get("tools")
         functions = body.get("functions")
@@ -82,6 +101,7 @@ class ForwardedRequest:
             tool_choice=body.get("tool_choice"),
             upstream=upstream,
             functions=functions if isinstance(functions, list) and functions else None,
+            native=native,
         )
 
 

@@ -30,6 +30,8 @@ from .format import (
     CallerKey,
     Headers,
     Lowered,
+    NativeRequest,
+    PrefixCall,
     RefusalText,
     SummaryCall,
     SummaryReply,
@@ -39,6 +41,8 @@ from .format import (
     WireFormat,
 )
 from .registry import DEFAULT as DEFAULT_FORMAT
+from .registry import api_names
+from .registry import for_api as format_for_api
 from .registry import for_body as format_for_body
 from .registry import for_count_path as format_for_count_path
 from .registry import for_path as format_for_path
@@ -54,7 +58,9 @@ __all__ = [
     "FieldReader",
     "Headers",
     "Lowered",
+    "NativeRequest",
     "ObjectSpans",
+    "PrefixCall",
     "RefusalText",
     "ScanError",
     "SummaryCall",
@@ -64,8 +70,10 @@ __all__ = [
     "View",
     "WindowOption",
     "WireFormat",
+    "api_names",
     "boundary_of",
     "decode_string",
+    "format_for_api",
     "format_for_body",
     "format_for_count_path",
     "format_for_path",

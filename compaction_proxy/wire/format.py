@@ -25,6 +25,8 @@ __all__ = [
     "CallerKey",
     "Headers",
     "Lowered",
+    "NativeRequest",
+    "PrefixCall",
     "RefusalText",
     "SummaryCall",
     "SummaryReply",
@@ -135,14 +137,62 @@ class SummaryReply:
 
 
 @dataclass(frozen=True, slots=True)
+class NativeRequest:
+    """A request in its own format's form, for a summary call that sends its prefix as the
+    client wrote it (:attr:`SummaryCall.prefix`): the client's parsed body (its members other
+    than the rewritten one: ``system``, ``tools``, ...), the view's way back from chat-shaped
+    messages to the format's own (:meth:`View.lower`), and the client's headers the call
+    repeats (:attr:`SummaryCall.repeats`)."""
+
+    body: Mapping[str, Any]
+    lower: Callable[[Sequence[Mapping[str, Any]]], Lowered]
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixCall:
+    """What a prefix-form summary call is made of (compaction_proxy/summarizer/_prefix.py):
+    the request; ``forwarded``, the view's chat-shaped messages as the request goes upstream
+    (the effective view), of which ``forwarded[:end]`` runs from the start to the stretch's
+    last message found there (the part the upstream has cached); ``tail``, the stretch
+    messages after that one, in the core's form (ones an earlier strategy made up); and the
+    instruction that follows them all.
+
+    The whole of ``forwarded`` is there because a format's lowering may depend on what follows
+    a message (the Messages format writes a made-up message as user text before a turn that
+    opens with thinking): the cached part is what the whole request lowers to, not what the
+    cut lowers to."""
+
+    request: NativeRequest
+    forwarded: Sequence[Mapping[str, Any]]
+    end: int
+    tail: Sequence[Mapping[str, Any]]
+    instruction: str
+
+    @property
+    def messages(self) -> list[Mapping[str, Any]]:
+        """The chat-shaped prefix: the cached part, then the tail."""
+        return [*self.forwarded[: self.end], *self.tail]
+
+
+@dataclass(frozen=True, slots=True)
 class SummaryCall:
     """The summary call in this format's form: where it goes and how its body is written and
     its answer read. The summarizer builds chat-shaped messages (a system prompt, a
     transcript, or the request's own prefix and one instruction) and asks the format for the
     rest.
 
-    ``body(parameters, model, messages, extra, limit_param, limit)``: the JSON body;
-    ``read(payload)``: the answer, or ``ValueError`` when it is not one of this format's.
+    ``body(parameters, model, messages, extra, limit_param, limit)``: the JSON body, from
+    chat-shaped ``messages`` (``extra``: members sent as they are, such as a chat prefix's
+    ``tools``); ``read(payload)``: the answer, or ``ValueError`` when it is not one of this
+    format's.
+
+    ``prefix(parameters, model, call, limit)``: the body of the cache-aligned call in the
+    format's own form, written from the client's own request (``call.request``), for a format
+    whose view is not valid chat completions; ``ValueError`` when it cannot be (the summarizer
+    then sends the transcript). None: the chat-shaped prefix goes through ``body``.
+    ``headers``: sent on every call (``anthropic-version``); ``repeats``: the client's headers
+    a prefix-form call sends again, over ``headers`` (the betas its content may need).
     """
 
     path: str  # under the upstream's base_url, e.g. "/chat/completions"
@@ -152,6 +202,9 @@ class SummaryCall:
     ]
     read: Callable[[Any], SummaryReply]
     what: str = "a chat completion"  # named when an answer is not one
+    prefix: Callable[[Mapping[str, Any], str, PrefixCall, int], dict[str, Any]] | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    repeats: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,8 @@ from .responses import RESPONSES
 __all__ = [
     "DEFAULT",
     "FORMATS",
+    "api_names",
+    "for_api",
     "for_body",
     "for_count_path",
     "for_path",
@@ -77,3 +79,14 @@ def for_body(body: Mapping[str, Any]) -> WireFormat:
     alike, and read alike)."""
     others = (f for f in FORMATS if f is not DEFAULT and f.claims(body))
     return next(others, DEFAULT)
+
+
+def for_api(api: str) -> WireFormat | None:
+    """The format whose ``api`` label is ``api`` (an upstream's ``api`` setting names the API
+    it speaks by this label: the summarizer calls it in that format's form); None: unknown."""
+    return next((f for f in FORMATS if f.api == api), None)
+
+
+def api_names() -> tuple[str, ...]:
+    """Every ``api`` label, in registry order (what ``upstreams[].api`` may say)."""
+    return tuple(dict.fromkeys(f.api for f in FORMATS))

@@ -294,3 +294,22 @@ def test_has_binary() -> None:
     assert has_binary([{"role": "tool", "content": f"file: {blob}"}])
     assert has_binary([{"role": "user", "content": "see data:image/png;base64,AAAA"}])
     assert not has_binary([{"role": "user", "content": "x" * 500}])
+
+
+async def test_a_prefix_the_core_hands_over_is_used_without_a_bound_request(
+    mock: respx.MockRouter, client: httpx.AsyncClient
+) -> None:
+    route = mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion())
+    shared = HttpSummarizer(
+        SummarizationSettings.model_validate({}),
+        upstreams(),
+        client,
+        facts_for=lambda _m: ModelFacts(context_window=128_000, max_output_tokens=1024),
+    )
+    prefix = (SYSTEM, *STRETCH)
+    request = SummaryRequest(STRETCH, None, "gpt-4o", prefix=prefix, tools=tuple(TOOLS))
+    await shared.bind(caller_key=None).summarize(request)
+    body = sent(route)
+    assert body["messages"][: len(prefix)] == list(prefix)
+    assert body["messages"][-1]["content"].startswith(PREFIX_MARKER)
+    assert body["tools"] == TOOLS

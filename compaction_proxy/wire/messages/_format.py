@@ -21,14 +21,13 @@ import orjson
 from compaction_proxy.http import bad_request
 
 from .._anthropic import anthropic_usage_tokens, anthropic_window_option
+from .._anthropic_summary import MESSAGES_SUMMARY, X_API_KEY
 from .._bodies import parse_json_object
 from ..format import Headers, Lowered, RefusalText, SummaryCall, UpstreamAuth, WindowOption
 from ._blocks import block_type
 from ._lift import Lifted, lift, request_messages
 from ._lower import lower
 from ._validation import validate_request
-
-X_API_KEY = UpstreamAuth(header="x-api-key", scheme="")
 
 ANTHROPIC_ONLY_FIELDS = frozenset(
     {"system", "stop_sequences", "top_k", "thinking", "context_management", "anthropic_version"}
@@ -124,7 +123,7 @@ class MessagesFormat:
     output_limits: tuple[str, ...] = ("max_tokens",)
     items = "messages"
     auth: UpstreamAuth = X_API_KEY
-    summary: SummaryCall | None = None  # the summarizer's own (chat) form, for now
+    summary: SummaryCall | None = MESSAGES_SUMMARY
     prefix_summaries = False  # the transcript form: the view is not chat completions
     refusals: tuple[RefusalText, ...] = ()  # Anthropic's phrase is among the common ones
     parse = staticmethod(parse_messages_body)
