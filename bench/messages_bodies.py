@@ -1,6 +1,6 @@
 """Claude Code-shaped Messages sessions, and the same conversation as chat completions.
 
-What Claude Code sends on ``POST /v1/messages`` (issue 21's capture): a ``system`` of three
+What Claude Code sends on ``POST /v1/messages``: a ``system`` of three
 text blocks, two of them cache breakpoints; 12 tools of ~31.9k characters; ``max_tokens:
 32000``; adaptive thinking with signed blocks sent back; one task, then a single-turn tool loop
 where every step is an assistant message (thinking with a signature, text, one or two
@@ -45,7 +45,7 @@ TOOL_NAMES = (
 )
 STEP_TOOLS = ("Read", "Bash", "Grep", "Edit", "Glob")
 TOOLS_CHARS = 31_900
-"""Claude Code's 12 tools as JSON, in characters (issue 21's capture)."""
+"""Claude Code's 12 tools as JSON, in characters."""
 LONG_RESULT = 3_000
 MAX_TOKENS = 32_000
 EPHEMERAL = {"type": "ephemeral"}

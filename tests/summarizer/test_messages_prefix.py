@@ -478,7 +478,7 @@ async def test_a_chat_request_never_gets_a_messages_prefix(
     asked: dict[str, Any] = {"role": "user", "content": "hi FACT-9"}
     chat = {"model": "gpt-4o", "messages": [asked]}
     summarizer = shared.bind(
-        authorization=None,
+        caller_key=None,
         request=ForwardedRequest.from_body(chat, "openai"),
         wire=DEFAULT_FORMAT,
         upstream="openai",
@@ -541,7 +541,7 @@ async def test_the_flow_hands_the_native_request_to_the_summarizer(
                     Mode.FORCE,
                     size_hint=0,
                     credential="k",
-                    authorization=None,
+                    caller_key=None,
                     upstream_name="anthropic",
                     persist=False,
                     wire=STAND_IN,

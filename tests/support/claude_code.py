@@ -109,6 +109,7 @@ import contextlib
 import fcntl
 import json
 import os
+import platform
 import re
 import shutil
 import signal
@@ -129,6 +130,11 @@ CACHE_ENV = "COMPACTION_PROXY_TEST_CACHE"
 INSTALL_TIMEOUT = 600.0
 DEFAULT_MODEL = "local-model"
 STEP_ID = re.compile(r"^toolu_fake_(\d+)_\d+_\d+$")
+NATIVE_BUILDS = frozenset(
+    {("linux", "x86_64"), ("linux", "aarch64"), ("darwin", "x86_64"), ("darwin", "arm64")}
+)
+"""(system, machine) pairs :data:`PACKAGE` ships a native build for that these tests can run on
+(it also has Windows builds; the test helpers are POSIX-only)."""
 
 
 class Unavailable(RuntimeError):
@@ -239,6 +245,39 @@ def install(timeout: float = INSTALL_TIMEOUT) -> Path:
 def ensure_binary() -> Path:
     """The binary to run, installing it when absent; :class:`Unavailable` says why not."""
     return find_binary() or install()
+
+
+def not_installable() -> str | None:
+    """Why Claude Code cannot be had on this machine at all, or None when it can.
+
+    Only this is a reason to skip: a machine with no native build, or no npm to install one,
+    can never run these tests. One that could install it but has not fails instead
+    (:func:`require_binary`), so a run that tested nothing is never green by accident."""
+    if os.environ.get(BINARY_ENV) or _cached_binary().exists():
+        return None  # given or installed: run it (and fail if it does not work)
+    system, machine = platform.system(), platform.machine()
+    if (system.lower(), machine.lower()) not in NATIVE_BUILDS:
+        return (
+            f"Claude Code {VERSION} has no native build for {system} {machine} that these tests "
+            f"run (Linux or macOS on x86_64 or arm64); set {BINARY_ENV} to a claude binary"
+        )
+    if shutil.which("npm") is None:
+        return (
+            "npm is not on PATH, so Claude Code cannot be installed here: install Node.js and "
+            f"npm (scripts/test-deps does, with apt-get, as root) or set {BINARY_ENV}"
+        )
+    return None
+
+
+def binary_or_skip() -> Path:
+    """For tests: skipped (saying why) where Claude Code cannot be installed, else
+    :func:`require_binary`."""
+    import pytest
+
+    reason = not_installable()
+    if reason is not None:
+        pytest.skip(reason)
+    return require_binary()
 
 
 def require_binary() -> Path:
