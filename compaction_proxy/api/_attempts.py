@@ -34,7 +34,7 @@ from compaction_proxy.upstream import (
     upstream_url,
     window_after_refusal,
 )
-from compaction_proxy.wire import ClientBody, View, WireFormat, lowered_limits
+from compaction_proxy.wire import ClientBody, ContextEdits, View, WireFormat, lowered_limits
 
 from ._context import RequestContext
 from ._forward import Outcome, forward, send_held
@@ -103,12 +103,15 @@ class Subject:
     nothing or fails), its parsed form and the member an attempt rewrites (``messages``,
     ``input``), scanned once for every attempt (compaction_proxy/wire/_forwarded.py).
     ``view``: the body lifted by its ``wire`` format; the core works on ``view.chat``.
+    ``edits``: the request's context edits the proxy applies for its upstream
+    (compaction_proxy/api/_context_edits.py); ``client`` is then the body without them.
     """
 
     client: ClientBody
     view: View
     mode: Mode
     wire: WireFormat
+    edits: ContextEdits | None = None
 
     @property
     def raw(self) -> bytes:
@@ -155,7 +158,21 @@ def failed(subject: Subject, window: Window | None) -> Attempt:
     A failure inside compaction must never fail a request that would have succeeded without
     the proxy, so every failure ends here rather than in an error reply.
     """
-    return Attempt(subject, subject.raw, None, None, window, headers=(_FAILED,))
+    return Attempt(
+        subject, subject.raw, None, None, window, headers=(_FAILED, *edit_notes(subject, None))
+    )
+
+
+def edit_notes(subject: Subject, result: CompactionResult | None) -> list[tuple[bytes, bytes]]:
+    """``X-Compaction-Warning`` on a request whose context edits the proxy applied (or
+    stripped without applying: ``result`` None, or a dry run, which forwards the client's
+    request without them)."""
+    edits = subject.edits
+    if edits is None:
+        return []
+    applied = result is not None and subject.mode in (Mode.NORMAL, Mode.FORCE)
+    notes = edits.notes(result.report if applied and result is not None else None)
+    return [(b"x-compaction-warning", header_safe(note)) for note in notes]
 
 
 async def compact(
@@ -188,6 +205,7 @@ async def compact(
                 tenant=tenant(scope),
                 spend=spending(ctx, scope, subject.wire.auth),
                 native=native_request(scope, subject.wire, subject.client.data, subject.view),
+                edits=subject.edits,
             )
         )
     except Exception:
@@ -201,6 +219,7 @@ async def compact(
         headers.append((b"x-compaction-prepared", flow.prepared.encode()))
     for warning in flow.warnings:
         headers.append((b"x-compaction-warning", header_safe(warning)))
+    headers.extend(edit_notes(subject, flow.result))
     made = Attempt(
         subject,
         subject.raw,

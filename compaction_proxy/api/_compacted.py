@@ -27,6 +27,7 @@ from compaction_proxy.wire import ClientBody, WireFormat
 
 from ._attempts import Attempt, Subject, compact, send_with_retries
 from ._context import RequestContext
+from ._context_edits import context_edits
 from ._limits import compacted_model, size_limits
 from ._outcome import RouteOutcome
 from ._requests import (
@@ -106,8 +107,13 @@ async def _compact_and_send(call: _Call, mode: Mode) -> RouteOutcome:
             view = wire.lift(body)
         if show:
             ctx.content = last_user_text(view.chat["messages"])
+        # Edits the upstream would not apply: the proxy applies them, and they go without.
+        edits = context_edits(ctx, upstream, view)
+        client = ClientBody(raw, body, wire.items)
+        if edits is not None:
+            client = client.without(edits.strip)
         window = await effective_window(ctx, scope, upstream, ctx.model, wire)
-        subject = Subject(ClientBody(raw, body, wire.items), view, mode, wire)
+        subject = Subject(client, view, mode, wire, edits)
         attempt = await compact(ctx, scope, subject, window)
     return await call.send_upstream(upstream, attempt)
 

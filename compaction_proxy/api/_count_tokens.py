@@ -34,7 +34,9 @@ from compaction_proxy.http import Receive, Scope, Send, read_body, send_bytes
 from compaction_proxy.upstream import json_model, upstream_headers, upstream_url
 from compaction_proxy.wire import ClientBody, WireFormat
 
+from ._attempts import Subject, edit_notes
 from ._context import RequestContext
+from ._context_edits import context_edits
 from ._forward import forward
 from ._limits import compacted_model, size_limits
 from ._outcome import RouteOutcome, relayed
@@ -85,11 +87,18 @@ async def count_tokens(
         view = wire.lift(body)
         if state.settings.dashboard.show_content:
             ctx.content = last_user_text(view.chat["messages"])
+        # Edits the upstream would not apply are counted as the proxy applies them, without
+        # the field (compaction_proxy/api/_context_edits.py).
+        edits = context_edits(ctx, upstream, view)
+        client = ClientBody(raw, body, wire.items)
+        if edits is not None:
+            client = client.without(edits.strip)
         window = await effective_window(ctx, scope, upstream, ctx.model, wire)
+        run_mode = Mode.FORCE if mode is Mode.FORCE else Mode.NORMAL
         flow = await state.flow.run(
             FlowRequest(
                 view.chat,
-                Mode.FORCE if mode is Mode.FORCE else Mode.NORMAL,
+                run_mode,
                 size_hint=len(raw),
                 credential=credential(scope),
                 caller_key=None,
@@ -101,14 +110,15 @@ async def count_tokens(
                 wire=wire,
                 tenant=tenant(scope),
                 spend=spending(ctx, scope, wire.auth),
+                edits=edits,
             )
         )
         headers = report_headers(flow.result, mode)
         headers.append((b"x-compaction-checkpoint", flow.checkpoint.encode()))
-        forwarded = raw
+        headers.extend(edit_notes(Subject(client, view, run_mode, wire, edits), flow.result))
+        forwarded = client.raw
         if flow.messages is not None:
             lowered = view.lower(flow.messages)
-            client = ClientBody(raw, body, wire.items)
             forwarded = client.with_elements(lowered.items, copies=lowered.copies)
             headers.extend((b"x-compaction-warning", header_safe(n)) for n in lowered.notes)
         return await _ask_upstream(

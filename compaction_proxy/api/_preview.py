@@ -39,6 +39,7 @@ from compaction_proxy.wire import (
 )
 
 from ._context import RequestContext
+from ._context_edits import context_edits
 from ._limits import compacted_model, size_limits
 from ._outcome import RouteOutcome
 from ._requests import (
@@ -124,6 +125,8 @@ async def _compact_and_answer(
     # The answer carries the summary: an operator's key pays for it only for a caller
     # authenticated by server.api_keys (compaction_proxy/http/_admission.py).
     spend = preview_spending(ctx)
+    # Edits the routed upstream would not apply: shown as the proxy would apply them.
+    edits = context_edits(ctx, upstream, view)
     try:
         with StoreBudget(ctx.state.settings.store.request_budget):
             window = await effective_window(ctx, scope, upstream, data["model"], wire, spend)
@@ -144,6 +147,7 @@ async def _compact_and_answer(
                     tenant=tenant(scope),
                     spend=spend,
                     native=native_request(scope, wire, body, view),
+                    edits=edits,
                 )
             )
     except Exception as exc:  # the preview has no original to fall back on: say what broke
@@ -156,6 +160,9 @@ async def _compact_and_answer(
     # The output limits the budget lowered so the prompt and the answer fit the window.
     limits = lowered_limits(body, wire.output_limits, result.report.output_limit)
     request = {**body, **limits}
+    if edits is not None:
+        request = {k: v for k, v in request.items() if k not in edits.strip}
+        warnings.extend(edits.notes(result.report))
     if flow.messages is not None:
         try:
             lowered = view.lower(flow.messages)

@@ -27,6 +27,12 @@ them; the summarization strategy pins the summary it makes.  Churn (:mod:`.churn
 strategy whose work saves less than ``Pipeline.min_saving`` of the budget is undone, except
 work a turn/message/group count demanded, work done over budget and what was paid for.
 
+A request's own strategies (:attr:`CompactionRequest.edits`: a client's context edits a wire
+format translated, say Anthropic's ``context_management``) run before step 1, each by its own
+trigger and outside the pipeline's composition: they neither engage its hysteresis nor count for
+its early stop, and what they save is never held to ``min_saving`` (the client's own guard, such
+as ``clear_at_least``, decides).  They are reported first, like any strategy.
+
 Determinism and idempotency: everything is a function of the input; every strategy's target
 is met (or nothing removable is left) on its output, so compacting the output again with the
 same budget finds no trigger that can change anything.
@@ -191,7 +197,8 @@ class CompactionRequest:
     result's :attr:`~.report.CompactionReport.output_limit` may lower that limit so the prompt
     and the output fit the window (the model's facts win when they say; :mod:`.budget`). The
     core's defaults (1.0, off) are the rule before the bound existed; the configuration's are
-    :data:`~.budget.DEFAULT_RESERVE_SHARE` and on.
+    :data:`~.budget.DEFAULT_RESERVE_SHARE` and on. ``edits``, the request's own strategies, run
+    before the pipeline (see the module docstring).
     """
 
     messages: Sequence[Message]
@@ -209,6 +216,7 @@ class CompactionRequest:
     window_source: str | None = None
     output_share: float = 1.0
     lower_output: bool = False
+    edits: tuple[Strategy, ...] = ()
 
 
 def request_budget(request: CompactionRequest, facts: ModelFacts) -> Budget:
@@ -287,6 +295,8 @@ def _start(request: CompactionRequest, summarizer: Summarizer | None) -> _Run:
         tokenizer = tokenizer.get(model_facts.encoding)
     calibration = request.calibration or Calibration()
     marker = request.summary_marker if request.summary_marker is not None else pipeline.marker()
+    if request.edits and request.summary_marker is None and pipeline.summary_marker is None:
+        marker = summary_marker_for((*request.edits, *pipeline.strategies))
     budget = request_budget(request, model_facts)
     view = build_view(request.messages, tokenizer, summary_marker=marker)
     draft = Draft(
@@ -319,9 +329,19 @@ def _start(request: CompactionRequest, summarizer: Summarizer | None) -> _Run:
 
 
 async def _run_pipeline(run: _Run) -> None:
-    """Steps 1-3 of the module docstring: the strategies, the fallback, then the settle."""
+    """Steps 1-3 of the module docstring: the request's own strategies, the pipeline's, the
+    fallback, then the settle."""
     pipeline, draft, ctx = run.request.pipeline, run.draft, run.ctx
-    run.reports = await run_sequence_async(
+    if run.request.edits:
+        # Each by its own trigger (a plain sequence), and kept whatever it saves.
+        run.reports = await run_sequence_async(
+            run.request.edits,
+            draft,
+            replace(ctx, min_saving=0),
+            stop_when=OverBudget(),
+            early_stop=False,
+        )
+    run.reports += await run_sequence_async(
         pipeline.strategies,
         draft,
         ctx,
@@ -426,7 +446,8 @@ def unchanged_result(
     without the view by a caller that knows the exact count ``tokens`` (the edge's quiet path,
     compaction_proxy/engine/_quiet.py); ``metrics`` is left out: the view's groups and turns are
     unknown."""
-    skipped = tuple(skipped_report(s.name, tokens, "trigger") for s in request.pipeline.strategies)
+    strategies = (*request.edits, *request.pipeline.strategies)
+    skipped = tuple(skipped_report(s.name, tokens, "trigger") for s in strategies)
     report = _report(
         request,
         tokenizer,

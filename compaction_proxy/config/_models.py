@@ -96,6 +96,10 @@ class Timeouts(Strict):
     pool: float = Field(30.0, gt=0)
 
 
+ANTHROPIC_API_HOST = "api.anthropic.com"
+"""The host whose Messages API applies ``context_management`` itself."""
+
+
 class UpstreamSettings(Strict):
     """`keyless`: the upstream needs no credential (a local server). Behind `server.api_keys`
     an upstream without `api_key` gets no Authorization header at all, which is refused at
@@ -105,7 +109,13 @@ class UpstreamSettings(Strict):
     request's own upstream (a `summarization.provider`): a wire format's `api` label
     (compaction_proxy/wire/registry.py, `api_names`; `chat`, `messages`), checked at start-up
     against the formats the proxy serves. The request's own upstream is called in the
-    request's own format when that format has a summary call."""
+    request's own format when that format has a summary call.
+
+    `context_management`: who applies a Messages request's `context_management` edits:
+    `native`, the upstream (the body goes as sent), or `emulate`, the proxy (the edits run as
+    strategies before the pipeline and the field is stripped; docs/context-management.md).
+    Unset: `native` for api.anthropic.com, the one server known to apply them, `emulate`
+    elsewhere (local servers and most gateways ignore the field or refuse it)."""
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
     base_url: AnyHttpUrl
@@ -114,6 +124,7 @@ class UpstreamSettings(Strict):
     models: list[str] = Field(default_factory=lambda: ["*"])
     timeouts: Timeouts = Field(default_factory=Timeouts)
     api: str = Field("chat", min_length=1, pattern=r"^[a-z][a-z0-9_]*$")
+    context_management: Literal["native", "emulate"] | None = None
 
     @model_validator(mode="after")
     def _key_or_keyless(self) -> UpstreamSettings:
@@ -132,6 +143,13 @@ class UpstreamSettings(Strict):
     @property
     def url(self) -> str:
         return str(self.base_url).rstrip("/")
+
+    @property
+    def applies_context_management(self) -> bool:
+        """Whether the upstream applies `context_management` itself (see the class docstring)."""
+        if self.context_management is not None:
+            return self.context_management == "native"
+        return (self.base_url.host or "").lower() == ANTHROPIC_API_HOST
 
     @property
     def display_url(self) -> str:

@@ -12,7 +12,7 @@ import asyncio
 import fnmatch
 import hashlib
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -40,6 +40,7 @@ from compaction_proxy.compaction import (
 )
 from compaction_proxy.compaction.pipeline import request_budget, unchanged_result
 from compaction_proxy.compaction.prompt_bound import prompt_bound
+from compaction_proxy.compaction.strategies.base import Strategy
 from compaction_proxy.compaction.tokens import EnvelopeTokenizer
 from compaction_proxy.config import Settings
 from compaction_proxy.http import DECISIONS, debug_enabled
@@ -163,6 +164,8 @@ class Compactor:
         context_window: int | None = None,
         anticipate: int = 0,
         window_source: str | None = None,
+        edits: Sequence[Strategy] = (),
+        edits_key: str = "",
     ) -> CompactionResult:
         """Compact a validated chat body.
 
@@ -180,10 +183,15 @@ class Compactor:
 
         `window_source`: where `context_window` came from (compaction_proxy/upstream/_windows.py),
         for the report; None: the catalog says (config, builtin or default).
+
+        `edits`: the request's own strategies (a client's context edits its format translated,
+        compaction_proxy/wire/format.py ``ContextEdits``), run before the pipeline;
+        `edits_key` names them (their quiet limit is remembered by it).
         """
+        extra = _Edits(tuple(edits), edits_key)
         if size_hint < _INLINE_BYTES:
             return await self._run(
-                body, mode, summarizer, context_window, anticipate, window_source
+                body, mode, summarizer, context_window, anticipate, window_source, extra
             )
         quiet_checked = False
         if (
@@ -195,7 +203,8 @@ class Compactor:
             # Most requests of an agent session fire nothing: their quiet check (cached
             # counts) costs less than the hop to the thread, and stays here.
             quiet, _ = self._quiet_result(
-                self._request(body, mode, context_window, anticipate, window_source)
+                self._request(body, mode, context_window, anticipate, window_source, extra),
+                extra.key,
             )
             if quiet is not None:
                 return quiet
@@ -215,6 +224,7 @@ class Compactor:
                 context_window,
                 anticipate,
                 window_source,
+                extra,
                 quiet_checked=quiet_checked,
             )
         )
@@ -227,13 +237,14 @@ class Compactor:
         context_window: int | None,
         anticipate: int,
         window_source: str | None,
+        edits: _Edits,
         *,
         quiet_checked: bool = False,
     ) -> CompactionResult:
-        request = self._request(body, mode, context_window, anticipate, window_source)
+        request = self._request(body, mode, context_window, anticipate, window_source, edits)
         # (The debug log wants the view's groups: no quiet path then.)
         if mode is Mode.NORMAL and not self.debug and not quiet_checked:
-            quiet, request = self._quiet_result(request)
+            quiet, request = self._quiet_result(request, edits.key)
             if quiet is not None:
                 return quiet
         result = await compact_async(request, summarizer=summarizer)
@@ -242,7 +253,7 @@ class Compactor:
         return result
 
     def _quiet_result(
-        self, request: CompactionRequest
+        self, request: CompactionRequest, edits_key: str = ""
     ) -> tuple[CompactionResult | None, CompactionRequest]:
         """The full path's result, without the view, for a request below every trigger.
 
@@ -269,6 +280,10 @@ class Compactor:
             return None, request
         budget = request_budget(request, model_facts)
         limit = self._quiet.limit(request.pipeline, budget.limit)
+        if limit is not None and request.edits:
+            # The request's own strategies fire by their own triggers, below the pipeline's.
+            own = self._quiet.edits_limit(edits_key, request.edits, budget.limit)
+            limit = None if own is None else min(limit, own)
         if limit is None:
             return None, request
         bound = prompt_bound(request.messages, request.tools, tokenizer, count_bytes=_INLINE_BYTES)
@@ -306,6 +321,7 @@ class Compactor:
         context_window: int | None = None,
         anticipate: int = 0,
         window_source: str | None = None,
+        edits: _Edits | None = None,
     ) -> CompactionRequest:
         model: str = body["model"]
         tools = body.get("tools") or body.get("functions")
@@ -325,6 +341,7 @@ class Compactor:
             window_source=window_source if context_window is not None else None,
             output_share=compaction.output_reserve_share,
             lower_output=compaction.lower_output_limit,
+            edits=edits.strategies if edits is not None else (),
         )
 
     def calibrate(self, model: str, reported: int, counted: int) -> None:
@@ -405,6 +422,16 @@ class Compactor:
             "compaction decision",
             extra={"report": report.to_dict(), "groups": groups},
         )
+
+
+class _Edits:
+    """A request's own strategies and the key that names them (:meth:`Compactor.run`)."""
+
+    __slots__ = ("key", "strategies")
+
+    def __init__(self, strategies: tuple[Strategy, ...], key: str) -> None:
+        self.strategies = strategies
+        self.key = key
 
 
 def _int_or_none(value: Any) -> int | None:

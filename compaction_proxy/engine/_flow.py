@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, cast
+from typing import Any, TypedDict, cast
 
 import httpx
 import orjson
@@ -47,6 +47,7 @@ from compaction_proxy.compaction import (
     Summarizer,
     firing_point,
 )
+from compaction_proxy.compaction.strategies.base import Strategy
 from compaction_proxy.config import Settings
 from compaction_proxy.http import UNKNOWN_CALLER, Spending
 from compaction_proxy.summarizer import (
@@ -57,7 +58,7 @@ from compaction_proxy.summarizer import (
     SummaryFlights,
 )
 from compaction_proxy.upstream import WindowBook
-from compaction_proxy.wire import DEFAULT_FORMAT, CallerKey, NativeRequest, WireFormat
+from compaction_proxy.wire import DEFAULT_FORMAT, CallerKey, ContextEdits, NativeRequest, WireFormat
 
 from ._compactor import Compactor
 from ._hit_report import CHECKPOINT_STEP, as_sent, checkpoint_meta
@@ -94,6 +95,9 @@ class FlowRequest:
     to the summarizer as a cache-aligned prefix, and the summary call's form on the request's
     own upstream. ``native``: the request in its own format's form, for a format whose summary
     call writes the cache-aligned prefix itself (``SummaryCall.prefix``; None otherwise).
+    ``edits``: the request's own context edits, which the proxy applies for an upstream that
+    does not (compaction_proxy/wire/format.py): their strategies run before the pipeline, and
+    their key joins the namespace.
     """
 
     data: dict[str, Any]
@@ -111,6 +115,7 @@ class FlowRequest:
     tenant: str | None = None
     spend: Spending = UNKNOWN_CALLER
     native: NativeRequest | None = None
+    edits: ContextEdits | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,14 +194,18 @@ class CompactionFlow:
         context_window: int | None = None,
         *,
         scope: str = "",
+        edits: str = "",
     ) -> str:
-        """The key space of a request's checkpoints; `scope`: :func:`scope_of` its body."""
+        """The key space of a request's checkpoints; `scope`: :func:`scope_of` its body;
+        `edits`: the key of the context edits the proxy applies for it (``ContextEdits.key``),
+        which shape its checkpoints as the configuration does."""
         summarizer = self.summarizer
+        fingerprint = self.compactor.fingerprint(model, context_window)
         return namespace_for(
             credential=credential,
             summarizer_model=summarizer.model_for(model) if summarizer else "-",
             prompt_version=summarizer.prompt_version if summarizer else "-",
-            fingerprint=self.compactor.fingerprint(model, context_window),
+            fingerprint=f"{fingerprint}+{edits}" if edits else fingerprint,
             scope=scope,
         )
 
@@ -238,7 +247,13 @@ class CompactionFlow:
         if mode is Mode.DRY_RUN_LOCAL:
             mode = Mode.DRY_RUN
         scope = scope_of(data, request.tenant)
-        namespace = self.namespace(model, request.credential, request.context_window, scope=scope)
+        namespace = self.namespace(
+            model,
+            request.credential,
+            request.context_window,
+            scope=scope,
+            edits=request.edits.key if request.edits is not None else "",
+        )
         lookup = await self._lookup(namespace, data["messages"])
         effective = {**data, "messages": lookup.messages} if lookup.hit else data
         withheld = None if offline else self.withholds(model, request.spend)
@@ -280,6 +295,7 @@ class CompactionFlow:
             summarizer=summarizer,
             context_window=request.context_window,
             window_source=request.window_source,
+            **_edits_of(request),
         )
 
     def _continue_from(self, plan: _Plan, used: Lookup) -> _Plan:
@@ -414,6 +430,7 @@ class CompactionFlow:
             summarizer=summarizer,
             context_window=request.context_window,
             anticipate=point - now.tokens,
+            **_edits_of(request),
         )
         if made.report.failures:
             for failure in made.report.failures:
@@ -480,6 +497,19 @@ OFFLINE_NOTE = (
     "summarizer not called (dry-run-local, summarization.dryRun: skip or a local preview): "
     "summarization was skipped and later strategies stood in for it"
 )
+
+
+class _EditArguments(TypedDict, total=False):
+    edits: tuple[Strategy, ...]
+    edits_key: str
+
+
+def _edits_of(request: FlowRequest) -> _EditArguments:
+    """``Compactor.run``'s keywords for the request's context edits (none: none)."""
+    edits = request.edits
+    if edits is None:
+        return {}
+    return {"edits": edits.strategies, "edits_key": edits.key}
 
 
 def _not_shorter(result: CompactionResult) -> bool:

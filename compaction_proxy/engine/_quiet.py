@@ -19,6 +19,8 @@ must reach ``Preparer.wants`` with the view's metrics.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from compaction_proxy.compaction import Pipeline, firing_point
 from compaction_proxy.compaction.strategies.base import Strategy
 from compaction_proxy.compaction.strategies.summarization import SummarizationStrategy
@@ -75,6 +77,20 @@ def quiet_limit(pipeline: Pipeline, budget: int, prepare: Condition | None) -> i
     return limit
 
 
+def edits_limit(edits: Sequence[Strategy], budget: int) -> int | None:
+    """The calibrated count below which none of a request's own strategies fires (each by its
+    own trigger, :attr:`~compaction_proxy.compaction.CompactionRequest.edits`), capped at the
+    budget's (the pipeline's limit never exceeds it); ``None``: take the full path."""
+    if not all(token_driven(s) for s in edits):
+        return None
+    empty = Metrics(tokens=0, messages=0, groups=0, turns=0, tool_call_groups=0, budget=budget)
+    if any(s.trigger.fires(empty) for s in edits):
+        return None
+    ceiling = budget + 1
+    points = (firing_tokens(s.trigger, empty, ceiling) for s in edits)
+    return min((p for p in points if p is not None), default=ceiling)
+
+
 class QuietLimits:
     """:func:`quiet_limit` per pipeline and budget, remembered: the bisection behind it costs
     more than the rest of a quiet request's decision."""
@@ -82,6 +98,7 @@ class QuietLimits:
     def __init__(self, prepare: Condition | None) -> None:
         self.prepare = prepare
         self._memo: dict[tuple[int, int], int | None] = {}
+        self._edit_memo: dict[tuple[str, int], int | None] = {}
 
     def limit(self, pipeline: Pipeline, budget: int) -> int | None:
         # Keyed by identity: the compactor builds its pipelines once and keeps them alive.
@@ -93,4 +110,19 @@ class QuietLimits:
         value = quiet_limit(pipeline, budget, self.prepare)
         if len(self._memo) < _MEMO_SIZE:
             self._memo[key] = value
+        return value
+
+    def edits_limit(self, name: str, edits: Sequence[Strategy], budget: int) -> int | None:
+        """:func:`edits_limit` of a request's own strategies (a client's context edits, built
+        anew for each request), remembered by ``name``, the edits' canonical form; an unnamed
+        set is worked out every time."""
+        key = (name, budget)
+        if name:
+            try:
+                return self._edit_memo[key]
+            except KeyError:
+                pass
+        value = edits_limit(edits, budget)
+        if name and len(self._edit_memo) < _MEMO_SIZE:
+            self._edit_memo[key] = value
         return value

@@ -28,6 +28,8 @@ from ._multipart import Field, FieldReader, Unreadable, boundary_of
 from .format import (
     BEARER,
     CallerKey,
+    ContextEdits,
+    EditedView,
     Headers,
     Lowered,
     NativeRequest,
@@ -54,6 +56,8 @@ __all__ = [
     "DEFAULT_FORMAT",
     "CallerKey",
     "ClientBody",
+    "ContextEdits",
+    "EditedView",
     "Field",
     "FieldReader",
     "Headers",

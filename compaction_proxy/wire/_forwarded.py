@@ -32,7 +32,7 @@ written in place of the client's and every other byte stays.
 from __future__ import annotations
 
 import logging
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -57,6 +57,21 @@ class ClientBody:
         self.key = key
         self._spans: ObjectSpans | None = None
         self._scanned = False
+
+    def without(self, names: Collection[str]) -> ClientBody:
+        """The body without the top-level members ``names`` (each occurrence), every other
+        byte the client's: what a request goes upstream as when the proxy applied one of its
+        fields itself (Anthropic's ``context_management`` for a server that refuses it,
+        docs/context-management.md). ``self`` when it has none of them; every attempt of the
+        request splices into the result."""
+        gone = {name for name in names if name in self.data}
+        if not gone:
+            return self
+        data = {key: value for key, value in self.data.items() if key not in gone}
+        spans = self.spans
+        if spans is None:
+            return ClientBody(orjson.dumps(data), data, self.key)
+        return ClientBody(_cut(self.raw, spans, gone), data, self.key)
 
     @property
     def spans(self) -> ObjectSpans | None:
@@ -287,3 +302,28 @@ def _shape(value: Any) -> Hashable:
             len(content) if isinstance(content, str | list) else None,
         )
     return type(value).__name__
+
+
+def _cut(raw: bytes, spans: ObjectSpans, gone: set[str]) -> bytes:
+    """``raw`` without the members named in ``gone``: each with the separator before it (the
+    first one, with the separator after it), so what is left is the same object, less them."""
+    members = spans.members
+    kept = [index for index, member in enumerate(members) if member.key not in gone]
+    cuts: list[tuple[int, int]] = []
+    for index, member in enumerate(members):
+        if member.key not in gone:
+            continue
+        if index > 0:
+            cuts.append((members[index - 1].end, member.end))
+        else:
+            following = next((members[k] for k in kept if k > index), None)
+            cuts.append((member.key_start, following.key_start if following else member.end))
+    parts: list[bytes] = []
+    at = 0
+    for start, end in sorted(cuts):
+        if end <= at:
+            continue
+        parts.append(raw[at : max(start, at)])
+        at = end
+    parts.append(raw[at:])
+    return b"".join(parts)

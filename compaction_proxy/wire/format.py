@@ -18,11 +18,17 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from compaction_proxy.compaction import CompactionReport
+    from compaction_proxy.compaction.strategies.base import Strategy
 
 __all__ = [
     "BEARER",
     "CallerKey",
+    "ContextEdits",
+    "EditedView",
     "Headers",
     "Lowered",
     "NativeRequest",
@@ -230,6 +236,50 @@ class View(Protocol):
 
     def lower(self, messages: Sequence[Mapping[str, Any]]) -> Lowered:
         """The compacted ``messages`` in the format's form; raises when they cannot be."""
+        ...
+
+
+class ContextEdits(Protocol):
+    """A request's own context edits, applied by the proxy for an upstream that would not
+    apply them itself (Anthropic's ``context_management`` sent to a local server;
+    docs/context-management.md). The format translates them; the edge runs
+    :attr:`strategies` before the configured pipeline, keys checkpoints by :attr:`key` as
+    well, forwards the body without the members in :attr:`strip`, and tells the client
+    :meth:`notes`."""
+
+    @property
+    def strategies(self) -> tuple[Strategy, ...]:
+        """The core strategies that stand for the edits, run first, each by its own trigger
+        (``CompactionRequest.edits``)."""
+        ...
+
+    @property
+    def key(self) -> str:
+        """The edits in a canonical form: part of the checkpoint namespace, so a checkpoint made
+        under other edits (or none) is never taken for one made under these."""
+        ...
+
+    @property
+    def strip(self) -> tuple[str, ...]:
+        """The body's top-level members the forwarded request goes without."""
+        ...
+
+    def notes(self, report: CompactionReport | None) -> tuple[str, ...]:
+        """``X-Compaction-Warning`` values: what was applied (read from ``report``, the
+        request's compaction report) and what was not and why; ``report`` None: nothing was
+        applied (the compaction failed, or a dry run forwarded the client's request)."""
+        ...
+
+
+@runtime_checkable
+class EditedView(Protocol):
+    """A view whose request may carry context edits of its API (a format whose API has
+    none, such as chat completions, does not implement this)."""
+
+    def context_edits(self, *, summarizer: bool) -> ContextEdits | None:
+        """The request's context edits for the proxy to apply, or None when it asks for none;
+        ``summarizer``: whether one is configured (an edit that summarizes needs it). Raises a
+        ``ProxyError`` 400 naming a malformed edit."""
         ...
 
 

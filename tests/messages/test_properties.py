@@ -231,7 +231,7 @@ def add_breakpoints(draw: st.DrawFn, body: Body) -> None:
     if isinstance(system, list) and draw(st.booleans()):
         spots.append(system[-1])
         if len(system) > 1 and draw(st.booleans()):
-            spots.insert(0, system[0])
+            spots.insert(len(spots) - 1, system[0])  # after a tool's: the API's order
     older = [b for m in body["messages"][:-1] for b in blocks(m) if block_type(b) not in THINKING]
     if older and draw(st.booleans()):
         spots.append(draw(st.sampled_from(older)))

@@ -174,6 +174,11 @@ class ClearToolUsesStrategy(Strategy):
             changed=True, notes=(f"cleared {cleared} tool result(s), {saved} token(s)",)
         )
 
+    def clears_inputs(self, tool: str) -> bool:
+        """Whether clearing a result of ``tool`` clears its call's arguments too
+        (``clear_tool_inputs``; a subclass may name the tools, as Anthropic's edit can)."""
+        return self.clear_tool_inputs
+
     @staticmethod
     def _tokens(draft: Draft, planned: dict[int, Message], index: int) -> int:
         message = planned.get(index)
@@ -189,7 +194,7 @@ class ClearToolUsesStrategy(Strategy):
         message = planned.get(result.index, draft.message(result.index))
         if message.get("content") != self.placeholder:
             edits[result.index] = {**message, "content": self.placeholder}
-        if self.clear_tool_inputs:
+        if self.clears_inputs(result.name):
             call = planned.get(result.call_index, draft.message(result.call_index))
             new_call = clear_call_arguments(call, result.call_id)
             if new_call is not None:

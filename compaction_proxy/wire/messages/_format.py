@@ -25,6 +25,8 @@ from .._anthropic_summary import MESSAGES_SUMMARY, X_API_KEY
 from .._bodies import parse_json_object
 from ..format import Headers, Lowered, RefusalText, SummaryCall, UpstreamAuth, WindowOption
 from ._blocks import block_type
+from ._cleared_thinking import drop_thinking, restore_thinking
+from ._context_management import MessagesEdits, translate
 from ._lift import Lifted, lift, request_messages
 from ._lower import lower
 from ._validation import validate_request
@@ -111,8 +113,18 @@ class MessagesView:
     body: Mapping[str, Any]
 
     def lower(self, messages: Sequence[Mapping[str, Any]]) -> Lowered:
+        # An assistant piece whose thinking `clear_thinking_20251015` cleared goes as the
+        # client's message without those blocks (compaction_proxy/wire/messages/
+        # _context_management.py).
+        messages, drop = restore_thinking(self.lifted, messages)
         lowered = lower(self.lifted, messages, self.body)
-        return Lowered(lowered.items, lowered.notes)
+        items = drop_thinking(lowered.items, drop) if drop else lowered.items
+        return Lowered(items, lowered.notes)
+
+    def context_edits(self, *, summarizer: bool) -> MessagesEdits | None:
+        """The request's ``context_management``, for an upstream that does not apply it
+        (:class:`~compaction_proxy.wire.format.EditedView`)."""
+        return translate(self.body, summarizer=summarizer)
 
 
 class MessagesFormat:
