@@ -48,6 +48,9 @@ THINKING = {"type": "adaptive"}  # as Claude Code asks; the fake thinks every tu
 CLIENT = "client"
 LIAR_WINDOW = 12_000  # what the fake enforces for the liar-* models; the proxy guesses 128k
 BETAS = "claude-code-20250219,interleaved-thinking-2025-05-14"
+# What Claude Code asks of the API's own context editing: keep every thinking turn. The fake is
+# no api.anthropic.com, so the proxy applies it (clearing nothing) and strips the field.
+CONTEXT_MANAGEMENT = {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}
 TASK_FACTS = ["FACT-TASK21", "FACT-OWNER7"]
 EARLY_FACT = "FACT-R3"  # in the output of step 3, folded into a summary long before the end
 TASK = {
@@ -260,6 +263,7 @@ class Session:
             # Claude Code's query and betas, which go upstream as sent
             "extra_query": {"beta": "true"},
             "extra_headers": {"anthropic-beta": BETAS},
+            "extra_body": {"context_management": CONTEXT_MANAGEMENT},
         }
         if n % 2:
             with client.messages.stream(**kwargs) as stream:
@@ -362,6 +366,7 @@ def test_every_forwarded_body_is_one_the_api_accepts(session: Session) -> None:
         assert breakpoints(body) <= 4, n
         assert body["system"] == SYSTEM and body["tools"] == TOOLS, n
         assert body["thinking"] == THINKING and body["max_tokens"] <= MAX_TOKENS, n
+        assert "context_management" not in body, n  # applied by the proxy, as configured
         assert body["messages"][0] == session.sent[n][0] == TASK, n  # the task, verbatim
         if n:  # the newest step: the model's turn and its results, as the client sent them
             assert body["messages"][-2:] == session.sent[n][-2:], n
@@ -462,6 +467,7 @@ def test_count_tokens_counts_the_session_as_forwarded(
             tools=TOOLS,  # type: ignore[arg-type]
             thinking=THINKING,  # type: ignore[arg-type]
             messages=session.sent[-1],  # type: ignore[arg-type]
+            extra_body={"context_management": CONTEXT_MANAGEMENT},
         )
     finally:
         client.close()
