@@ -22,6 +22,7 @@ The report headers say what compaction did, as on the format's route.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import orjson
 
@@ -35,7 +36,7 @@ from compaction_proxy.upstream import json_model, upstream_headers, upstream_url
 from compaction_proxy.wire import ClientBody, WireFormat
 
 from ._attempts import Subject, edit_notes
-from ._context import RequestContext
+from ._context import AppState, RequestContext
 from ._context_edits import context_edits
 from ._forward import forward
 from ._limits import compacted_model, size_limits
@@ -97,7 +98,7 @@ async def count_tokens(
         run_mode = Mode.FORCE if mode is Mode.FORCE else Mode.NORMAL
         flow = await state.flow.run(
             FlowRequest(
-                view.chat,
+                _as_asked(state, view.chat, window.tokens),
                 run_mode,
                 size_hint=len(raw),
                 credential=credential(scope),
@@ -113,7 +114,7 @@ async def count_tokens(
                 edits=edits,
             )
         )
-        headers = report_headers(flow.result, mode)
+        headers = [h for h in report_headers(flow.result, mode) if not _about_the_limit(h)]
         headers.append((b"x-compaction-checkpoint", flow.checkpoint.encode()))
         headers.extend(edit_notes(Subject(client, view, run_mode, wire, edits), flow.result))
         forwarded = client.raw
@@ -124,6 +125,30 @@ async def count_tokens(
         return await _ask_upstream(
             wire, ctx, upstream, scope, receive, send, forwarded, headers, flow.result
         )
+
+
+def _as_asked(state: AppState, chat: dict[str, Any], window: int | None) -> dict[str, Any]:
+    """The view budgeted as the request it counts will be: a counting body carries no output
+    limit, and the request itself does (Anthropic's requires ``max_tokens``), so the count
+    reserves what the model's largest answer would reserve, bounded by
+    ``compaction.output_reserve_share`` as the request's own limit is. Without this the count
+    would budget by the model's default reserve and compact further than the request."""
+    if "max_completion_tokens" in chat or "max_tokens" in chat:
+        return chat
+    model = chat.get("model")
+    if not isinstance(model, str):
+        return chat
+    most = state.compactor.facts_for(model, window).max_output_tokens
+    return {**chat, "max_completion_tokens": most} if most else chat
+
+
+def _about_the_limit(header: tuple[bytes, bytes]) -> bool:
+    """A header about the output limit the count's budget assumed: no limit is forwarded on a
+    count, so none is named (nothing the proxy did there reaches the client's request)."""
+    name, value = header
+    return name == b"x-compaction-output-limit" or (
+        name == b"x-compaction-warning" and value.startswith(b"output limit")
+    )
 
 
 async def _ask_upstream(

@@ -952,6 +952,24 @@ def test_loop_with_parallel_calls_until_done(client: anthropic.Anthropic) -> Non
     assert text_of(reply) == "fake-loop done: 3 steps. Facts: FACT-T1."
 
 
+def test_loop_with_parallel_calls_on_some_steps(client: anthropic.Anthropic) -> None:
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "fake-loop: steps=4 parallel=3 every=2"}
+    ]
+    widths = []
+    while True:
+        reply = create(client, model=MODEL, max_tokens=256, tools=[LOOKUP], messages=messages)
+        uses = [b for b in dump(reply.content) if b["type"] == "tool_use"]
+        if not uses:
+            break
+        widths.append(len(uses))
+        messages += [
+            {"role": "assistant", "content": dump(reply.content)},
+            results([u["id"] for u in uses]),
+        ]
+    assert widths == [1, 3, 1, 3]  # parallel calls on every second step only
+
+
 def test_server_wide_loop_without_a_directive(
     client: anthropic.Anthropic, fake: MessagesUpstreamServer
 ) -> None:
@@ -1053,6 +1071,13 @@ def test_other_paths_are_recorded_and_404(fake: MessagesUpstreamServer, raw: htt
     assert [m["id"] for m in models["data"]][:1] == ["claude-sonnet-4-5"] and models[
         "has_more"
     ] is False
+
+
+def test_requests_can_be_taken(fake: MessagesUpstreamServer, raw: httpx.Client) -> None:
+    raw.get("/first")
+    assert [r.path for r in fake.take()] == ["/first"]
+    raw.get("/second")
+    assert [r.path for r in fake.requests()] == ["/second"]  # taken means cleared
 
 
 def test_control_rejects_unknown_settings(fake: MessagesUpstreamServer, raw: httpx.Client) -> None:

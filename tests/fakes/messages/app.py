@@ -2,7 +2,8 @@
 
 Routes: ``POST /v1/messages`` (any query, e.g. Claude Code's ``?beta=true``), ``POST
 /v1/messages/count_tokens``, ``GET /v1/models``, and, like the chat fake, ``GET|DELETE
-/_requests``, ``GET|DELETE /_events`` and ``GET|POST /_control``. Every other path is recorded
+/_requests`` (``DELETE ?take=1`` returns what it clears), ``GET|DELETE /_events`` and ``GET|POST
+/_control``. Every other path is recorded
 and answered 404 in Anthropic's shape, so a test sees what else a client called.
 
 A request to ``/v1/messages`` goes through, in order: the ``X-Fake-*`` steering headers
@@ -337,7 +338,12 @@ def create_app(
 
     async def requests_route(request: Request) -> Any:
         if request.method == "DELETE":
+            # `?take=1`: the requests cleared in the same step, as the chat fake does, so one
+            # arriving between a read and a clear (a background summary call) is never lost.
+            taken = [recorded.to_json() for recorded in fake.recorder.requests]
             fake.recorder.requests.clear()
+            if request.query_params.get("take"):
+                return Response(orjson.dumps(taken), media_type="application/json")
             return Response(orjson.dumps({"cleared": True}), media_type="application/json")
         return Response(
             orjson.dumps([recorded.to_json() for recorded in fake.recorder.requests]),

@@ -11,9 +11,10 @@ in front with ``create_app(policies=[...])``). The built-in chain:
 2. :func:`recall_policy`: a last user message containing ``fake-recall`` is answered with every
    ``FACT-...`` token visible in the prompt (system, messages, tool results), in order.
 3. :func:`loop_policy`: an agent loop scripted by a ``fake-loop: steps=N [lines=L] [parallel=P]
-   [tool=NAME]`` directive in a user message (or the server's ``loop_steps``): while fewer than
-   N steps are answered, the reply calls the tool (Bash when offered, else the first tool)
-   ``parallel`` times; then it says ``fake-loop done``. For Bash the command is harmless and
+   [every=K] [tool=NAME]`` directive in a user message (or the server's ``loop_steps``): while
+   fewer than N steps are answered, the reply calls the tool (Bash when offered, else the first
+   tool) ``parallel`` times (on every K-th step only, one call on the others, with ``every``);
+   then it says ``fake-loop done``. For Bash the command is harmless and
    its output about ``lines`` lines long (``seq`` into a file in the working directory, then
    ``cat``), with ``FACT-S<k>`` echoed every tenth step. The step count comes from the request
    (answered tool uses of this fake, ids ``toolu_fake_<step>_<call>_<n>``, and progress markers
@@ -156,10 +157,18 @@ class Loop:
     lines: int = 120
     parallel: int = 1
     tool: str | None = None
+    every: int = 1  # parallel calls on every `every`-th step, one call on the others
 
     def directive(self) -> str:
         tool = f" tool={self.tool}" if self.tool else ""
-        return f"fake-loop: steps={self.steps} lines={self.lines} parallel={self.parallel}{tool}"
+        every = f" every={self.every}" if self.every != 1 else ""
+        return (
+            f"fake-loop: steps={self.steps} lines={self.lines} parallel={self.parallel}"
+            f"{every}{tool}"
+        )
+
+    def calls(self, step: int) -> int:
+        return self.parallel if step % self.every == 0 else 1
 
 
 def loop_of(turn: Turn) -> Loop | None:
@@ -175,6 +184,7 @@ def loop_of(turn: Turn) -> Loop | None:
                 lines=int(fields.get("lines", str(turn.loop_lines))),
                 parallel=max(1, int(fields.get("parallel", "1"))),
                 tool=fields.get("tool"),
+                every=max(1, int(fields.get("every", "1"))),
             )
         except ValueError:
             return None
@@ -225,7 +235,7 @@ def loop_policy(turn: Turn) -> Reply | None:
     name = loop.tool if loop.tool in names else ("Bash" if "Bash" in names else names[0])
     step = done + 1
     calls: list[Block] = []
-    for call in range(loop.parallel):
+    for call in range(loop.calls(step)):
         if name == "Bash":
             arguments: dict[str, Any] = {
                 "command": bash_command(step, loop.lines),
