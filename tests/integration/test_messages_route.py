@@ -363,3 +363,23 @@ def test_metrics_label_the_messages_api(
     assert 'compaction_proxy_requests_total{route="messages",status="200"}' in metrics
     assert 'compaction_proxy_requests_total{route="messages_count_tokens",status="200"}' in metrics
     assert 'compaction_proxy_api_prompt_tokens_total{api="messages",stage="before"}' in metrics
+
+
+def test_a_client_that_leaves_mid_stream_closes_the_upstream_stream(
+    client: anthropic.Anthropic, upstream: MessagesUpstreamServer
+) -> None:
+    upstream.control(chunk_delay_ms=100)  # ~10 text deltas, a second in all
+    with client.messages.stream(
+        model=MODEL,
+        max_tokens=256,
+        messages=[{"role": "user", "content": "word " * 200}],
+        extra_headers={"x-fake-tag": "leaves"},
+    ) as stream:
+        for event in stream:
+            if event.type == "content_block_delta":
+                break  # the first delta: the client is gone from here
+    cancelled = upstream.wait_for_event(
+        lambda e: e["type"] == "stream_cancelled" and e.get("tag") == "leaves"
+    )
+    assert cancelled is not None, "the upstream never saw the client leave"
+    assert cancelled["chunks_sent"] < 8
