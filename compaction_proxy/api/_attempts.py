@@ -48,6 +48,7 @@ from ._requests import (
     spending,
     tenant,
 )
+from ._usage import UsageFormat
 
 log = logging.getLogger("compaction_proxy.attempts")
 
@@ -266,23 +267,18 @@ async def send_with_retries(
     while True:
         body = raw if attempt is None else attempt.body
         save = None if attempt is None else attempt.save
-        outcome = await forward(
-            ctx.state.transport,
-            upstream,
+        outcome = await post_upstream(
+            ctx,
             scope,
             receive,
             send,
-            method="POST",
-            url=upstream_url(upstream, scope),
-            headers=upstream_headers(
-                scope["headers"], upstream, strip_authorization=ctx.authenticated, auth=wire.auth
-            ),
-            content=body,
+            upstream,
+            wire,
+            body,
             extra_headers=headers,
             usage=wire if reported is not None else None,
             on_accepted=None if save is None else saver(save),
             hold=hold,
-            wire=wire,
         )
         held = outcome.held
         if held is None:
@@ -306,6 +302,42 @@ async def send_with_retries(
         reported = retry.reported(reported)
         # The headers of the attempt that produced the answer, never a refused one's.
         headers = [*base, *retry.headers, *retried_headers(retries, overflow)]
+
+
+async def post_upstream(
+    ctx: RequestContext,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    upstream: UpstreamSettings,
+    wire: WireFormat,
+    body: bytes,
+    *,
+    extra_headers: list[tuple[bytes, bytes]],
+    usage: UsageFormat | None = None,
+    on_accepted: Callable[[], Awaitable[None]] | None = None,
+    hold: frozenset[int] | None = None,
+) -> Outcome:
+    """POST ``body`` to the request's path on ``upstream`` the way ``wire`` says (its key
+    header, its error shape) and relay the reply (:func:`forward`)."""
+    return await forward(
+        ctx.state.transport,
+        upstream,
+        scope,
+        receive,
+        send,
+        method="POST",
+        url=upstream_url(upstream, scope),
+        headers=upstream_headers(
+            scope["headers"], upstream, strip_authorization=ctx.authenticated, auth=wire.auth
+        ),
+        content=body,
+        extra_headers=extra_headers,
+        usage=usage,
+        on_accepted=on_accepted,
+        hold=hold,
+        wire=wire,
+    )
 
 
 def _answered(

@@ -32,13 +32,12 @@ from compaction_proxy.compaction.messages import last_user_text
 from compaction_proxy.config import UpstreamSettings
 from compaction_proxy.engine import FlowRequest
 from compaction_proxy.http import Receive, Scope, Send, read_body, send_bytes
-from compaction_proxy.upstream import json_model, upstream_headers, upstream_url
+from compaction_proxy.upstream import json_model
 from compaction_proxy.wire import ClientBody, WireFormat
 
-from ._attempts import Subject, edit_notes
+from ._attempts import Subject, edit_notes, post_upstream
 from ._context import AppState, RequestContext
 from ._context_edits import context_edits
-from ._forward import forward
 from ._limits import compacted_model, size_limits
 from ._outcome import RouteOutcome, relayed
 from ._requests import (
@@ -165,21 +164,9 @@ async def _ask_upstream(
     """Forward ``body`` to the upstream's counting route; answer it ourselves when the upstream
     has none and the proxy has a count (``result``)."""
     extra = [*ctx.response_headers, *(headers or ())]
-    sent = await forward(
-        ctx.state.transport,
-        upstream,
-        scope,
-        receive,
-        send,
-        method="POST",
-        url=upstream_url(upstream, scope),
-        headers=upstream_headers(
-            scope["headers"], upstream, strip_authorization=ctx.authenticated, auth=wire.auth
-        ),
-        content=body,
-        extra_headers=extra,
-        hold=UNCOUNTED if result is not None else None,
-        wire=wire,
+    hold = UNCOUNTED if result is not None else None
+    sent = await post_upstream(
+        ctx, scope, receive, send, upstream, wire, body, extra_headers=extra, hold=hold
     )
     # The count's compaction is reported in its headers, never to telemetry: nothing it made
     # was forwarded, so nothing was saved (the next request reports its own).
