@@ -33,8 +33,16 @@ from compaction_proxy.upstream import (
     upstream_headers,
     upstream_url,
     window_after_refusal,
+    with_listed,
 )
-from compaction_proxy.wire import ClientBody, ContextEdits, View, WireFormat, lowered_limits
+from compaction_proxy.wire import (
+    ClientBody,
+    ContextEdits,
+    UpstreamTraits,
+    View,
+    WireFormat,
+    lowered_limits,
+)
 
 from ._context import RequestContext
 from ._forward import Outcome, forward, send_held
@@ -55,6 +63,7 @@ log = logging.getLogger("compaction_proxy.attempts")
 # gateways: 413). Only these replies are held back and read; every other one streams through.
 REFUSAL_STATUSES = frozenset({400, 413, 422})
 MAX_RETRIES = 2
+NOT_NATIVE = UpstreamTraits()
 _FAILED = (b"x-compaction-warning", b"compaction failed; the original request was forwarded")
 
 
@@ -74,11 +83,20 @@ def lowered(attempt: Attempt) -> Attempt:
             return attempt
         return replace(attempt, body=subject.client.with_members(limits))
     out = subject.view.lower(attempt.messages)
-    notes = tuple((b"x-compaction-warning", header_safe(n)) for n in out.notes)
+    amendment = subject.wire.amend(subject.client.data, out.items, subject.upstream)
+    members: dict[str, Any] = dict(limits)
+    said = out.notes
+    listed: tuple[tuple[str, str], ...] = ()
+    if amendment is not None:
+        members.update(amendment.members)
+        said = (*said, *amendment.notes)
+        listed = amendment.listed
+    notes = tuple((b"x-compaction-warning", header_safe(n)) for n in said)
     return replace(
         attempt,
-        body=subject.client.with_elements(out.items, copies=out.copies, members=limits),
+        body=subject.client.with_elements(out.items, copies=out.copies, members=members),
         headers=(*attempt.headers, *notes),
+        listed=listed,
     )
 
 
@@ -105,6 +123,7 @@ class Subject:
     ``view``: the body lifted by its ``wire`` format; the core works on ``view.chat``.
     ``edits``: the request's context edits the proxy applies for its upstream
     (compaction_proxy/api/_context_edits.py); ``client`` is then the body without them.
+    ``upstream``: what the format may need to know of the upstream (:func:`traits`).
     """
 
     client: ClientBody
@@ -112,6 +131,7 @@ class Subject:
     mode: Mode
     wire: WireFormat
     edits: ContextEdits | None = None
+    upstream: UpstreamTraits = NOT_NATIVE
 
     @property
     def raw(self) -> bytes:
@@ -135,6 +155,8 @@ class Attempt:
     headers: tuple[tuple[bytes, bytes], ...] = ()  # to the client
     # The messages the compaction made, to forward in place of the client's (None: unchanged).
     messages: Sequence[Mapping[str, Any]] | None = None
+    # Values appended to comma-separated request headers for the upstream (WireFormat.amend).
+    listed: tuple[tuple[str, str], ...] = ()
 
     def reported(self, before: Attempt | None) -> Attempt | None:
         """The attempt the request reports once this one is sent: this one, unless its
@@ -150,6 +172,12 @@ class Attempt:
             and self.window is not None
             and self.subject.mode in (Mode.NORMAL, Mode.FORCE)
         )
+
+
+def traits(upstream: UpstreamSettings) -> UpstreamTraits:
+    """What a format may need to know of ``upstream``: whether it is the API's own server
+    (``UpstreamSettings.native_api``)."""
+    return UpstreamTraits(native=upstream.native_api)
 
 
 def failed(subject: Subject, window: Window | None) -> Attempt:
@@ -274,8 +302,14 @@ async def send_with_retries(
             send,
             method="POST",
             url=upstream_url(upstream, scope),
-            headers=upstream_headers(
-                scope["headers"], upstream, strip_authorization=ctx.authenticated, auth=wire.auth
+            headers=with_listed(
+                upstream_headers(
+                    scope["headers"],
+                    upstream,
+                    strip_authorization=ctx.authenticated,
+                    auth=wire.auth,
+                ),
+                () if attempt is None else attempt.listed,
             ),
             content=body,
             extra_headers=headers,
