@@ -70,45 +70,52 @@ def unbound_blocks(original: Sequence[Any], items: Sequence[Any]) -> int:
     """How many ``thinking`` / ``redacted_thinking`` blocks of assistant messages in ``items``
     come after the first block that differs from the client's ``original`` messages (0: none,
     or nothing differs). A message is the client's when it is the client's object or equals
-    it; in the first one that is not, the blocks before its first changed block still have
-    their prefix (a breakpoint added or dropped is no change)."""
-    first = _first_changed(original, items)
-    if first is None:
+    it, or differs only by breakpoints or a string written as its text block; in the first
+    one that is not, the blocks before its first changed block still have their prefix."""
+    change = _first_change(original, items)
+    if change is None:
         return 0
+    first, kept = change
     count = 0
     for index in range(first, len(items)):
         message = items[index]
         if not isinstance(message, Mapping) or message.get("role") != "assistant":
             continue
         blocks = blocks_of(message.get("content"))
-        if index == first and index < len(original):
-            blocks = blocks[_same_blocks(original[index], message) :]
+        if index == first:
+            blocks = blocks[kept:]
         count += sum(1 for block in blocks if block_type(block) in THINKING_TYPES)
     return count
 
 
-def _first_changed(original: Sequence[Any], items: Sequence[Any]) -> int | None:
+def _first_change(original: Sequence[Any], items: Sequence[Any]) -> tuple[int, int] | None:
+    """The message and block where ``items`` first differ from ``original``; None: nowhere
+    (or only by leaving messages off the end, which no block follows)."""
     for index, item in enumerate(items):
         if index >= len(original):
-            return index
-        if item is not original[index] and item != original[index]:
-            return index
-    return None if len(items) == len(original) else len(items)
+            return index, 0
+        before = original[index]
+        if item is before or item == before:
+            continue
+        if not isinstance(before, Mapping) or not isinstance(item, Mapping):
+            return index, 0
+        if _bare_message(before) != _bare_message(item):
+            return index, 0
+        old, new = blocks_of(before.get("content")), blocks_of(item.get("content"))
+        same = 0
+        for block, was in zip(new, old, strict=False):
+            if _bare(block) != _bare(was):
+                break
+            same += 1
+        if same == len(old) == len(new):
+            continue  # breakpoints or the block form only
+        return index, same
+    return None
 
 
-def _same_blocks(before: Any, after: Mapping[str, Any]) -> int:
-    """How many leading blocks of ``after`` are ``before``'s, breakpoints aside (0 when the
-    two are not messages of one role)."""
-    if not isinstance(before, Mapping) or before.get("role") != after.get("role"):
-        return 0
-    same = 0
-    for old, new in zip(
-        blocks_of(before.get("content")), blocks_of(after.get("content")), strict=False
-    ):
-        if _bare(old) != _bare(new):
-            break
-        same += 1
-    return same
+def _bare_message(message: Mapping[str, Any]) -> dict[str, Any]:
+    """A message but its content."""
+    return {key: value for key, value in message.items() if key != "content"}
 
 
 def _bare(block: Any) -> Any:
