@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -33,8 +33,16 @@ from compaction_proxy.upstream import (
     upstream_headers,
     upstream_url,
     window_after_refusal,
+    with_listed,
 )
-from compaction_proxy.wire import ClientBody, ContextEdits, View, WireFormat, lowered_limits
+from compaction_proxy.wire import (
+    ClientBody,
+    ContextEdits,
+    UpstreamTraits,
+    View,
+    WireFormat,
+    lowered_limits,
+)
 
 from ._context import RequestContext
 from ._forward import Outcome, forward, send_held
@@ -56,6 +64,7 @@ log = logging.getLogger("compaction_proxy.attempts")
 # gateways: 413). Only these replies are held back and read; every other one streams through.
 REFUSAL_STATUSES = frozenset({400, 413, 422})
 MAX_RETRIES = 2
+NOT_NATIVE = UpstreamTraits()
 _FAILED = (b"x-compaction-warning", b"compaction failed; the original request was forwarded")
 
 
@@ -75,11 +84,20 @@ def lowered(attempt: Attempt) -> Attempt:
             return attempt
         return replace(attempt, body=subject.client.with_members(limits))
     out = subject.view.lower(attempt.messages)
-    notes = tuple((b"x-compaction-warning", header_safe(n)) for n in out.notes)
+    amendment = subject.wire.amend(subject.client.data, out.items, subject.upstream)
+    members: dict[str, Any] = dict(limits)
+    said = out.notes
+    listed: tuple[tuple[str, str], ...] = ()
+    if amendment is not None:
+        members.update(amendment.members)
+        said = (*said, *amendment.notes)
+        listed = amendment.listed
+    notes = tuple((b"x-compaction-warning", header_safe(n)) for n in said)
     return replace(
         attempt,
-        body=subject.client.with_elements(out.items, copies=out.copies, members=limits),
+        body=subject.client.with_elements(out.items, copies=out.copies, members=members),
         headers=(*attempt.headers, *notes),
+        listed=listed,
     )
 
 
@@ -106,6 +124,7 @@ class Subject:
     ``view``: the body lifted by its ``wire`` format; the core works on ``view.chat``.
     ``edits``: the request's context edits the proxy applies for its upstream
     (compaction_proxy/api/_context_edits.py); ``client`` is then the body without them.
+    ``upstream``: what the format may need to know of the upstream (:func:`traits`).
     """
 
     client: ClientBody
@@ -113,6 +132,7 @@ class Subject:
     mode: Mode
     wire: WireFormat
     edits: ContextEdits | None = None
+    upstream: UpstreamTraits = NOT_NATIVE
 
     @property
     def raw(self) -> bytes:
@@ -136,6 +156,8 @@ class Attempt:
     headers: tuple[tuple[bytes, bytes], ...] = ()  # to the client
     # The messages the compaction made, to forward in place of the client's (None: unchanged).
     messages: Sequence[Mapping[str, Any]] | None = None
+    # Values appended to comma-separated request headers for the upstream (WireFormat.amend).
+    listed: tuple[tuple[str, str], ...] = ()
 
     def reported(self, before: Attempt | None) -> Attempt | None:
         """The attempt the request reports once this one is sent: this one, unless its
@@ -151,6 +173,12 @@ class Attempt:
             and self.window is not None
             and self.subject.mode in (Mode.NORMAL, Mode.FORCE)
         )
+
+
+def traits(upstream: UpstreamSettings) -> UpstreamTraits:
+    """What a format may need to know of ``upstream``: whether it is the API's own server
+    (``UpstreamSettings.native_api``)."""
+    return UpstreamTraits(native=upstream.native_api)
 
 
 def failed(subject: Subject, window: Window | None) -> Attempt:
@@ -275,6 +303,7 @@ async def send_with_retries(
             upstream,
             wire,
             body,
+            listed=() if attempt is None else attempt.listed,
             extra_headers=headers,
             usage=wire if reported is not None else None,
             on_accepted=None if save is None else saver(save),
@@ -317,9 +346,11 @@ async def post_upstream(
     usage: UsageFormat | None = None,
     on_accepted: Callable[[], Awaitable[None]] | None = None,
     hold: frozenset[int] | None = None,
+    listed: Iterable[tuple[str, str]] = (),
 ) -> Outcome:
     """POST ``body`` to the request's path on ``upstream`` the way ``wire`` says (its key
-    header, its error shape) and relay the reply (:func:`forward`)."""
+    header, its error shape) and relay the reply (:func:`forward`); ``listed``: values the
+    format's amendment appends to a comma-separated header (a beta it needs)."""
     return await forward(
         ctx.state.transport,
         upstream,
@@ -328,8 +359,11 @@ async def post_upstream(
         send,
         method="POST",
         url=upstream_url(upstream, scope),
-        headers=upstream_headers(
-            scope["headers"], upstream, strip_authorization=ctx.authenticated, auth=wire.auth
+        headers=with_listed(
+            upstream_headers(
+                scope["headers"], upstream, strip_authorization=ctx.authenticated, auth=wire.auth
+            ),
+            listed,
         ),
         content=body,
         extra_headers=extra_headers,

@@ -25,7 +25,7 @@ from compaction_proxy.http import Receive, Scope, Send, read_body
 from compaction_proxy.upstream import json_model
 from compaction_proxy.wire import ClientBody, WireFormat
 
-from ._attempts import Attempt, Subject, compact, send_with_retries
+from ._attempts import Attempt, Subject, compact, send_with_retries, traits
 from ._context import RequestContext
 from ._context_edits import context_edits
 from ._limits import compacted_model, size_limits
@@ -113,7 +113,7 @@ async def _compact_and_send(call: _Call, mode: Mode) -> RouteOutcome:
         if edits is not None:
             client = client.without(edits.strip)
         window = await effective_window(ctx, scope, upstream, ctx.model, wire)
-        subject = Subject(client, view, mode, wire, edits)
+        subject = Subject(client, view, mode, wire, edits, traits(upstream))
         attempt = await compact(ctx, scope, subject, window)
     return await call.send_upstream(upstream, attempt)
 

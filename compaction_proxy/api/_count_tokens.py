@@ -35,7 +35,7 @@ from compaction_proxy.http import Receive, Scope, Send, read_body, send_bytes
 from compaction_proxy.upstream import json_model
 from compaction_proxy.wire import ClientBody, WireFormat
 
-from ._attempts import Subject, edit_notes, post_upstream
+from ._attempts import Subject, edit_notes, post_upstream, traits
 from ._context import AppState, RequestContext
 from ._context_edits import context_edits
 from ._limits import compacted_model, size_limits
@@ -117,12 +117,21 @@ async def count_tokens(
         headers.append((b"x-compaction-checkpoint", flow.checkpoint.encode()))
         headers.extend(edit_notes(Subject(client, view, run_mode, wire, edits), flow.result))
         forwarded = client.raw
+        listed: tuple[tuple[str, str], ...] = ()
         if flow.messages is not None:
             lowered = view.lower(flow.messages)
-            forwarded = client.with_elements(lowered.items, copies=lowered.copies)
-            headers.extend((b"x-compaction-warning", header_safe(n)) for n in lowered.notes)
+            # What the upstream needs to accept the compacted body (Messages' block_binding for
+            # Anthropic's API, which checks thinking signatures on a count too).
+            amendment = wire.amend(client.data, lowered.items, traits(upstream))
+            notes = lowered.notes
+            members: dict[str, Any] = {}
+            if amendment is not None:
+                members, listed = dict(amendment.members), amendment.listed
+                notes = (*notes, *amendment.notes)
+            forwarded = client.with_elements(lowered.items, copies=lowered.copies, members=members)
+            headers.extend((b"x-compaction-warning", header_safe(n)) for n in notes)
         return await _ask_upstream(
-            wire, ctx, upstream, scope, receive, send, forwarded, headers, flow.result
+            wire, ctx, upstream, scope, receive, send, forwarded, headers, flow.result, listed
         )
 
 
@@ -160,13 +169,24 @@ async def _ask_upstream(
     body: bytes,
     headers: list[tuple[bytes, bytes]] | None = None,
     result: CompactionResult | None = None,
+    listed: tuple[tuple[str, str], ...] = (),
 ) -> RouteOutcome:
     """Forward ``body`` to the upstream's counting route; answer it ourselves when the upstream
-    has none and the proxy has a count (``result``)."""
+    has none and the proxy has a count (``result``). ``listed``: header values the compacted
+    body needs (:meth:`WireFormat.amend`)."""
     extra = [*ctx.response_headers, *(headers or ())]
     hold = UNCOUNTED if result is not None else None
     sent = await post_upstream(
-        ctx, scope, receive, send, upstream, wire, body, extra_headers=extra, hold=hold
+        ctx,
+        scope,
+        receive,
+        send,
+        upstream,
+        wire,
+        body,
+        extra_headers=extra,
+        hold=hold,
+        listed=listed,
     )
     # The count's compaction is reported in its headers, never to telemetry: nothing it made
     # was forwarded, so nothing was saved (the next request reports its own).

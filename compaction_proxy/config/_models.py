@@ -152,6 +152,14 @@ class UpstreamSettings(Strict):
         return (self.base_url.host or "").lower() == ANTHROPIC_API_HOST
 
     @property
+    def native_api(self) -> bool:
+        """Whether the upstream is Anthropic's own Messages API, which checks what that API
+        checks (preserved thinking's prefix binding): its host is api.anthropic.com, or it is
+        declared to apply `context_management` itself (`native`: a gateway in front of it)."""
+        host = (self.base_url.host or "").lower() == ANTHROPIC_API_HOST
+        return host or self.context_management == "native"
+
+    @property
     def display_url(self) -> str:
         """The base URL without credentials or query: safe in errors, logs and pages."""
         url = self.base_url

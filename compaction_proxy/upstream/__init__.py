@@ -13,7 +13,7 @@ about its windows.
 """
 
 from ._failures import UpstreamFailure, classify_error
-from ._headers import HOP_BY_HOP, response_headers, upstream_headers, upstream_url
+from ._headers import HOP_BY_HOP, response_headers, upstream_headers, upstream_url, with_listed
 from ._overflow import MAX_ERROR_BODY, Overflow, detect_overflow
 from ._published_windows import parse_models_listing
 from ._routing import CATCH_ALL, ModelRead, Router, json_model, model_not_found
@@ -62,4 +62,5 @@ __all__ = [
     "upstream_headers",
     "upstream_url",
     "window_after_refusal",
+    "with_listed",
 ]

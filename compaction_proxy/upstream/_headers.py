@@ -75,6 +75,28 @@ def upstream_headers(
     return out
 
 
+def with_listed(
+    headers: list[tuple[str, str]], listed: Iterable[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """``headers`` (lower-case names) with each ``(name, value)`` of ``listed`` appended to
+    that comma-separated header (``anthropic-beta``): to its last occurrence, the client's
+    value kept as sent before it; added as a header of its own when the client sent none;
+    left alone when the value is already listed."""
+    out = list(headers)
+    for name, value in listed:
+        name = name.lower()
+        at = next((i for i in range(len(out) - 1, -1, -1) if out[i][0] == name), None)
+        if at is None:
+            out.append((name, value))
+            continue
+        sent = out[at][1]
+        present = {item.strip() for n, v in out if n == name for item in v.split(",")}
+        if value in present:
+            continue
+        out[at] = (name, f"{sent},{value}" if sent.strip() else value)
+    return out
+
+
 def upstream_url(upstream: UpstreamSettings, scope: Scope) -> str:
     """The upstream URL for a /v1/... path: base_url already ends in /v1 (or its equivalent)."""
     path: str = scope.get("raw_path", b"").decode("latin-1").split("?", 1)[0] or scope["path"]

@@ -27,6 +27,7 @@ from ._jsonspans import (
 from ._multipart import Field, FieldReader, Unreadable, boundary_of
 from .format import (
     BEARER,
+    Amendment,
     CallerKey,
     ContextEdits,
     EditedView,
@@ -38,6 +39,7 @@ from .format import (
     SummaryCall,
     SummaryReply,
     UpstreamAuth,
+    UpstreamTraits,
     View,
     WindowOption,
     WireFormat,
@@ -54,6 +56,7 @@ __all__ = [
     "BEARER",
     "BOM",
     "DEFAULT_FORMAT",
+    "Amendment",
     "CallerKey",
     "ClientBody",
     "ContextEdits",
@@ -71,6 +74,7 @@ __all__ = [
     "SummaryReply",
     "Unreadable",
     "UpstreamAuth",
+    "UpstreamTraits",
     "View",
     "WindowOption",
     "WireFormat",

@@ -25,8 +25,10 @@ Where the bytes cannot be spliced (the member appears twice, so a parser and the
 disagree on which one counts), the body is serialized whole, as before this module existed.
 
 Another top-level member may change with it, or alone: an output limit lowered so the prompt
-and the answer fit the window (``members``, :meth:`ClientBody.with_members`). Its value is
-written in place of the client's and every other byte stays.
+and the answer fit the window, or Messages' ``thinking`` with the ``block_binding`` a compacted
+request needs (``members``, :meth:`ClientBody.with_members`). Its value is written in place of
+the client's (added after the client's last member when the client sent none) and every other
+byte stays.
 """
 
 from __future__ import annotations
@@ -155,9 +157,9 @@ def lowered_limits(
 
 
 def _spliceable(spans: ObjectSpans, members: Mapping[str, Any]) -> bool:
-    """Whether each of ``members`` is written exactly once (so the one a parser keeps is
-    the one replaced; a member the client did not send cannot be spliced in)."""
-    return all(spans.count(name) == 1 for name in members)
+    """Whether each of ``members`` is written at most once (so the one a parser keeps is the
+    one replaced; one the client did not send is added after its last member)."""
+    return all(spans.count(name) <= 1 for name in members)
 
 
 def _encoded(members: Mapping[str, Any]) -> dict[str, bytes]:
@@ -165,12 +167,24 @@ def _encoded(members: Mapping[str, Any]) -> dict[str, bytes]:
 
 
 def _spliced(raw: bytes, spans: ObjectSpans, values: Mapping[str, bytes]) -> bytes:
-    """``raw`` with the value of each member named in ``values`` replaced by its bytes."""
+    """``raw`` with the value of each member named in ``values`` replaced by its bytes, and
+    those the client did not send added after its last member (in ``values``' order)."""
     replaced = sorted(
         (member.start, member.end, values[member.key])
         for member in spans.members
         if member.key in values
     )
+    present = {member.key for member in spans.members}
+    added = [
+        orjson.dumps(name) + b":" + value for name, value in values.items() if name not in present
+    ]
+    if added:
+        # After the last member's value (or inside an empty object's brace), so the client's
+        # spacing before the closing brace stays where it was.
+        at = spans.members[-1].end if spans.members else spans.start + 1
+        joined = b",".join(added)
+        replaced.append((at, at, b"," + joined if spans.members else joined))
+        replaced.sort(key=lambda part: (part[0], part[1]))
     parts: list[bytes] = []
     at = 0
     for start, end, value in replaced:

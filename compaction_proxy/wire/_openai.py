@@ -9,12 +9,19 @@ reads them directly.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from compaction_proxy.http import error_body
 
-from .format import Headers, SummaryCall, SummaryReply, WindowOption
+from .format import (
+    Amendment,
+    Headers,
+    SummaryCall,
+    SummaryReply,
+    UpstreamTraits,
+    WindowOption,
+)
 
 __all__ = ["CHAT_SUMMARY", "OpenAIReplies", "openai_usage_tokens"]
 
@@ -24,6 +31,11 @@ class OpenAIReplies:
     definition the two formats inherit, so they cannot drift apart."""
 
     usage_at_start = False  # a stream's usage is in its last chunk (or last event)
+
+    def amend(
+        self, body: Mapping[str, Any], items: Sequence[Any], upstream: UpstreamTraits
+    ) -> Amendment | None:
+        return None  # nothing an OpenAI upstream binds to the conversation's prefix
 
     def usage_tokens(self, payload: Any) -> int | None:
         return openai_usage_tokens(payload)

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BEARER",
+    "Amendment",
     "CallerKey",
     "ContextEdits",
     "EditedView",
@@ -37,6 +38,7 @@ __all__ = [
     "SummaryCall",
     "SummaryReply",
     "UpstreamAuth",
+    "UpstreamTraits",
     "View",
     "WindowOption",
     "WireFormat",
@@ -226,6 +228,32 @@ class Lowered:
     copies: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class UpstreamTraits:
+    """What a format may need to know of the upstream a compacted request goes to.
+
+    ``native``: the API's own server (Anthropic's ``api.anthropic.com``, or a gateway declared to
+    pass Anthropic's fields and betas through), which checks what that API checks: for
+    Messages, that a replayed thinking block's conversation prefix is unchanged
+    (:meth:`WireFormat.amend`). A local server checks no signature and may refuse a field or
+    beta it does not know."""
+
+    native: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Amendment:
+    """What a compacted request needs besides its rewritten items to be accepted upstream
+    (:meth:`WireFormat.amend`): top-level ``members`` written into the forwarded body (in
+    place of the client's value, or added; every other byte the client's), ``listed`` values
+    appended to a comma-separated request header for that upstream request only (added when
+    the client sent none), and ``notes`` for ``X-Compaction-Warning``."""
+
+    members: Mapping[str, Any] = field(default_factory=dict)
+    listed: tuple[tuple[str, str], ...] = ()
+    notes: tuple[str, ...] = ()
+
+
 class View(Protocol):
     """A request lifted for the core: the chat-shaped body the flow compacts, and the way back."""
 
@@ -399,4 +427,13 @@ class WireFormat(Protocol):
     ) -> bytes:
         """The SSE event that ends a stream the proxy must cut (a shutdown), in this format's
         shape; ``sequence``: one past the last event's ``sequence_number`` (0 without one)."""
+        ...
+
+    def amend(
+        self, body: Mapping[str, Any], items: Sequence[Any], upstream: UpstreamTraits
+    ) -> Amendment | None:
+        """What a request whose items compaction changed needs to be accepted by ``upstream``
+        (``body``: the client's parsed body; ``items``: the lowered elements going in place of
+        its :attr:`items`), or None: nothing. Messages: ``thinking.block_binding`` for
+        Anthropic's preserved thinking (docs/messages.md); the OpenAI formats: None."""
         ...

@@ -23,11 +23,13 @@ import pytest
 
 from compaction_proxy.http import bad_request
 from compaction_proxy.wire import (
+    Amendment,
     Headers,
     Lowered,
     RefusalText,
     SummaryCall,
     UpstreamAuth,
+    UpstreamTraits,
     WindowOption,
     parse_json_object,
 )
@@ -103,6 +105,11 @@ class ToyFormat:
         self, message: str, *, type: str, code: str | None, param: str | None, sequence: int
     ) -> bytes:
         return b"data: " + self.error_body(message, type=type, code=code) + b"\n\n"
+
+    def amend(
+        self, body: Mapping[str, Any], items: Sequence[Any], upstream: UpstreamTraits
+    ) -> Amendment | None:
+        return None
 
 
 TOY = ToyFormat()

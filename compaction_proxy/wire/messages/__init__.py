@@ -10,6 +10,7 @@ the edge; except :data:`MESSAGES`, the API's :class:`~compaction_proxy.wire.form
 
 from __future__ import annotations
 
+from ._binding import BINDING_BETA, thinking_binding, unbound_blocks
 from ._format import (
     MESSAGES,
     MessagesFormat,
@@ -24,6 +25,7 @@ from ._lower import Lowered, LowerError, lower
 from ._validation import validate_request
 
 __all__ = [
+    "BINDING_BETA",
     "MESSAGES",
     "Lifted",
     "LowerError",
@@ -37,6 +39,8 @@ __all__ = [
     "lift",
     "lower",
     "parse_messages_body",
+    "thinking_binding",
+    "unbound_blocks",
     "usage_tokens",
     "validate_request",
 ]

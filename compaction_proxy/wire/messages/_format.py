@@ -23,7 +23,17 @@ from compaction_proxy.http import bad_request
 from .._anthropic import anthropic_usage_tokens, anthropic_window_option
 from .._anthropic_summary import MESSAGES_SUMMARY, X_API_KEY
 from .._bodies import parse_json_object
-from ..format import Headers, Lowered, RefusalText, SummaryCall, UpstreamAuth, WindowOption
+from ..format import (
+    Amendment,
+    Headers,
+    Lowered,
+    RefusalText,
+    SummaryCall,
+    UpstreamAuth,
+    UpstreamTraits,
+    WindowOption,
+)
+from ._binding import thinking_binding
 from ._blocks import block_type
 from ._cleared_thinking import drop_thinking, restore_thinking
 from ._context_management import MessagesEdits, translate
@@ -162,6 +172,13 @@ class MessagesFormat:
         return MessagesView(lifted, lifted.chat_body(body), body)
 
     usage_at_start = True  # message_start states it; llama.cpp's message_delta does not
+
+    def amend(
+        self, body: Mapping[str, Any], items: Sequence[Any], upstream: UpstreamTraits
+    ) -> Amendment | None:
+        """``thinking.block_binding: drop_block`` and its beta for Anthropic's API, when signed
+        thinking follows what compaction changed (compaction_proxy/wire/messages/_binding.py)."""
+        return thinking_binding(body, items, upstream)
 
     def usage_tokens(self, payload: Any) -> int | None:
         return anthropic_usage_tokens(payload)
