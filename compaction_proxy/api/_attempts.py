@@ -233,7 +233,13 @@ async def compact(
                 wire=subject.wire,
                 tenant=tenant(scope),
                 spend=spending(ctx, scope, subject.wire.auth),
-                native=native_request(scope, subject.wire, subject.client.data, subject.view),
+                native=native_request(
+                    scope,
+                    subject.wire,
+                    subject.client.data,
+                    subject.view,
+                    subject.upstream.native,
+                ),
                 edits=subject.edits,
             )
         )

@@ -146,7 +146,7 @@ async def _compact_and_answer(
                     wire=wire,
                     tenant=tenant(scope),
                     spend=spend,
-                    native=native_request(scope, wire, body, view),
+                    native=native_request(scope, wire, body, view, upstream.native_api),
                     edits=edits,
                 )
             )

@@ -169,7 +169,7 @@ def preview_spending(ctx: RequestContext) -> Spending:
 
 
 def native_request(
-    scope: Scope, wire: WireFormat, body: Mapping[str, Any], view: View
+    scope: Scope, wire: WireFormat, body: Mapping[str, Any], view: View, native: bool = False
 ) -> NativeRequest | None:
     """The request in its own format's form, for a format whose summary call writes the
     cache-aligned prefix itself (``SummaryCall.prefix``, compaction_proxy/wire/format.py): the
@@ -184,4 +184,10 @@ def native_request(
         name = wanted.get(bytes(key))
         if name is not None:
             found.setdefault(name, []).append(bytes(value).decode("latin-1"))
-    return NativeRequest(body, view.lower, {k: ", ".join(v) for k, v in found.items()})
+    if native:
+        for name, value in call.native_listed:
+            listed = found.setdefault(name, [])
+            if value not in ",".join(listed).replace(" ", "").split(","):
+                listed.append(value)
+    headers = {k: ", ".join(v) for k, v in found.items()}
+    return NativeRequest(body, view.lower, headers, native)

@@ -130,10 +130,28 @@ def _messages_prefix_body(
     if choice is not None:
         body["tool_choice"] = choice
     if thinking is not None:
-        body["thinking"] = thinking
+        body["thinking"] = _unbound(thinking, call.request.native, items)
     body["max_tokens"] = output_limit(thinking, limit)
     body["messages"] = [*items, {"role": "user", "content": call.instruction}]
     return _without_sampling_beside_thinking(body)
+
+
+def _unbound(thinking: Any, native: bool, items: Sequence[Mapping[str, Any]]) -> Any:
+    """The call's ``thinking`` on the API's own server when the prefix replays signed thinking:
+    asking ``drop_block``, as the forwarded request itself does once compaction changed what
+    comes before those blocks (compaction_proxy/wire/messages/_binding.py), or a model that
+    binds thinking to its prefix refuses the call. The beta goes with the call's repeated
+    headers (:func:`summary_headers`). The client's own ``block_binding`` wins."""
+    if not native or not isinstance(thinking, Mapping) or "block_binding" in thinking:
+        return thinking
+    signed = any(
+        isinstance(block, Mapping) and block.get("type") in ("thinking", "redacted_thinking")
+        for message in items
+        for block in _blocks(message.get("content"))
+    )
+    if not signed:
+        return thinking
+    return {**thinking, "block_binding": {"prefix_mismatch_behavior": "drop_block"}}
 
 
 def forwarded_prefix(call: PrefixCall) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -402,6 +420,7 @@ MESSAGES_SUMMARY = SummaryCall(
     prefix=_messages_prefix_body,
     headers=(("anthropic-version", ANTHROPIC_VERSION),),
     repeats=("anthropic-version", "anthropic-beta"),
+    native_listed=(("anthropic-beta", "thinking-binding-controls-2026-08-01"),),
 )
 """The summary call as a Messages request: what Anthropic's API, and the local servers that
 serve ``/v1/messages`` (llama.cpp, vLLM, Ollama, LM Studio), answer."""

@@ -150,11 +150,13 @@ class NativeRequest:
     client wrote it (:attr:`SummaryCall.prefix`): the client's parsed body (its members other
     than the rewritten one: ``system``, ``tools``, ...), the view's way back from chat-shaped
     messages to the format's own (:meth:`View.lower`), and the client's headers the call
-    repeats (:attr:`SummaryCall.repeats`)."""
+    repeats (:attr:`SummaryCall.repeats`). ``native``: the request goes to the API's own
+    server (:class:`UpstreamTraits`), which checks what that API checks of the prefix too."""
 
     body: Mapping[str, Any]
     lower: Callable[[Sequence[Mapping[str, Any]]], Lowered]
     headers: Mapping[str, str] = field(default_factory=dict)
+    native: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +202,9 @@ class SummaryCall:
     whose view is not valid chat completions; ``ValueError`` when it cannot be (the summarizer
     then sends the transcript). None: the chat-shaped prefix goes through ``body``.
     ``headers``: sent on every call (``anthropic-version``); ``repeats``: the client's headers
-    a prefix-form call sends again, over ``headers`` (the betas its content may need).
+    a prefix-form call sends again, over ``headers`` (the betas its content may need);
+    ``native_listed``: values a prefix-form call appends to those comma-separated headers when
+    the request goes to the API's own server (the beta a field of ``prefix`` then needs).
     """
 
     path: str  # under the upstream's base_url, e.g. "/chat/completions"
@@ -213,6 +217,7 @@ class SummaryCall:
     prefix: Callable[[Mapping[str, Any], str, PrefixCall, int], dict[str, Any]] | None = None
     headers: tuple[tuple[str, str], ...] = ()
     repeats: tuple[str, ...] = ()
+    native_listed: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
