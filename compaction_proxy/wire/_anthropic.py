@@ -24,6 +24,10 @@ from typing import Any
 
 from .format import Headers, WindowOption
 
+BINDING_BETA = "thinking-binding-controls-2026-08-01"
+"""The beta under which Anthropic's API accepts ``thinking.block_binding`` (preserved thinking:
+compaction_proxy/wire/messages/_binding.py)."""
+
 __all__ = [
     "BETA_HEADER",
     "CONTEXT_1M_BETA",

@@ -42,6 +42,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ._anthropic import BINDING_BETA
 from .format import PrefixCall, SummaryCall, SummaryReply, UpstreamAuth
 
 __all__ = [
@@ -420,7 +421,7 @@ MESSAGES_SUMMARY = SummaryCall(
     prefix=_messages_prefix_body,
     headers=(("anthropic-version", ANTHROPIC_VERSION),),
     repeats=("anthropic-version", "anthropic-beta"),
-    native_listed=(("anthropic-beta", "thinking-binding-controls-2026-08-01"),),
+    native_listed=(("anthropic-beta", BINDING_BETA),),
 )
 """The summary call as a Messages request: what Anthropic's API, and the local servers that
 serve ``/v1/messages`` (llama.cpp, vLLM, Ollama, LM Studio), answer."""

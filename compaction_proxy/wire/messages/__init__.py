@@ -10,7 +10,8 @@ the edge; except :data:`MESSAGES`, the API's :class:`~compaction_proxy.wire.form
 
 from __future__ import annotations
 
-from ._binding import BINDING_BETA, thinking_binding, unbound_blocks
+from .._anthropic import BINDING_BETA
+from ._binding import thinking_binding, unbound_blocks
 from ._format import (
     MESSAGES,
     MessagesFormat,

@@ -26,11 +26,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .._anthropic import BINDING_BETA
 from ..format import Amendment, UpstreamTraits
 from ._blocks import CACHE_CONTROL, THINKING_TYPES, block_type, blocks_of
 
-BINDING_BETA = "thinking-binding-controls-2026-08-01"
-"""The beta under which the API accepts ``thinking.block_binding``."""
 DROP_BLOCK = {"prefix_mismatch_behavior": "drop_block"}
 ADAPTIVE = "adaptive"
 """The ``thinking`` type a request without one gets: what models with preserved thinking do
