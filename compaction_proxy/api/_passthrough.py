@@ -37,7 +37,7 @@ from compaction_proxy.http import (
     too_large,
 )
 from compaction_proxy.upstream import ModelRead, json_model, upstream_headers, upstream_url
-from compaction_proxy.wire import BOM, FieldReader, Unreadable, boundary_of
+from compaction_proxy.wire import BEARER, BOM, FieldReader, Unreadable, boundary_of, format_under
 
 from ._context import RequestContext
 from ._forward import StreamedBody, forward
@@ -89,7 +89,13 @@ async def passthrough(
         readable_encoding(ctx, scope)
         upstream, read = await _route_by_body(ctx, scope, incoming)
     ctx.upstream = upstream.name
-    headers = upstream_headers(scope["headers"], upstream, strip_authorization=ctx.authenticated)
+    # A path of a format's API (Anthropic's /v1/messages/batches) takes an upstream's own key
+    # the way that API does.
+    wire = format_under(scope["path"])
+    auth = wire.auth if wire is not None else BEARER
+    headers = upstream_headers(
+        scope["headers"], upstream, strip_authorization=ctx.authenticated, auth=auth
+    )
     content: bytes | AsyncIterator[bytes]
     streamed: StreamedBody | None = None
     if not has_body or incoming.done:

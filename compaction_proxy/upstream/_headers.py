@@ -38,6 +38,10 @@ _REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "x-compaction", "x-compa
 _RESPONSE_DROP = HOP_BY_HOP | {"content-length", "server", "date"}
 
 
+CALLER_KEY_HEADERS = frozenset({"authorization", "x-api-key"})
+"""Every header a client of any API the proxy serves sends its key in."""
+
+
 def upstream_headers(
     raw_headers: Iterable[tuple[bytes, bytes]],
     upstream: UpstreamSettings,
@@ -66,7 +70,9 @@ def upstream_headers(
     if upstream.api_key is not None or strip_authorization:
         drop = drop | {"authorization"}
     if upstream.api_key is not None:
-        drop = drop | {auth.header, *auth.caller_headers}
+        # One key reaches the upstream, the operator's: a caller's key in any header a format
+        # takes one in goes nowhere (a Claude Code user's x-api-key on a chat path too).
+        drop = drop | {auth.header, *auth.caller_headers, *CALLER_KEY_HEADERS}
     if strip_authorization:
         drop = drop | {"x-api-key"}  # the proxy's own key, presented the other way
     out = [(n, v) for n, v in decoded if n not in drop]

@@ -51,6 +51,7 @@ from .registry import for_body as format_for_body
 from .registry import for_count_path as format_for_count_path
 from .registry import for_path as format_for_path
 from .registry import owner_of as format_owner_of
+from .registry import under as format_under
 
 __all__ = [
     "BEARER",
@@ -86,6 +87,7 @@ __all__ = [
     "format_for_count_path",
     "format_for_path",
     "format_owner_of",
+    "format_under",
     "lenient_member",
     "lowered_limits",
     "parse_chat_body",

@@ -26,6 +26,7 @@ __all__ = [
     "for_path",
     "owner_of",
     "register",
+    "under",
     "unregister",
 ]
 
@@ -62,6 +63,14 @@ def for_count_path(method: str | None, path: str) -> WireFormat | None:
     if method != "POST":
         return None
     return next((f for f in FORMATS if f.count_path == path), None)
+
+
+def under(path: str) -> WireFormat | None:
+    """The format whose API ``path`` belongs to: one of its paths, or a path below one
+    (``/v1/messages/batches`` is Anthropic's): how a passthrough request to it is keyed."""
+    return next(
+        (f for f in FORMATS for p in _served(f) if path == p or path.startswith(p + "/")), None
+    )
 
 
 def owner_of(method: str | None, path: str) -> WireFormat | None:

@@ -383,3 +383,21 @@ def test_a_client_that_leaves_mid_stream_closes_the_upstream_stream(
     )
     assert cancelled is not None, "the upstream never saw the client leave"
     assert cancelled["chunks_sent"] < 8
+
+
+def test_a_passthrough_path_of_anthropics_api_takes_the_operators_key_its_way(
+    fake: MessagesUpstreamServer, upstream: MessagesUpstreamServer, module_proxy_factory: Any
+) -> None:
+    config = proxy_config(
+        upstream_entry(fake.url + "/v1", name="anthropic", api_key="sk-ant-operator"),
+        allow_anonymous_spend=True,
+    )
+    keyed: ProxyServer = module_proxy_factory(config)
+    with httpx.Client(base_url=keyed.url, trust_env=False, timeout=30) as http:
+        http.get(
+            "/v1/messages/batches",
+            headers={"x-api-key": "sk-ant-caller", "authorization": "Bearer sk-caller"},
+        )
+    [seen] = upstream.requests("/v1/messages/batches")
+    assert seen.headers.get("x-api-key") == "sk-ant-operator"
+    assert "authorization" not in seen.headers

@@ -34,6 +34,8 @@ from compaction_proxy.upstream import (
     response_headers,
     upstream_headers,
 )
+from compaction_proxy.wire import registry
+from compaction_proxy.wire.messages import MESSAGES
 
 URL = "http://upstream.test/v1/chat/completions"
 
@@ -622,3 +624,32 @@ def test_x_api_key_passes_through_unless_it_was_the_proxys_own() -> None:
     assert all(
         name != "x-api-key" for name, _ in upstream_headers(raw, up, strip_authorization=True)
     )
+
+
+def test_an_upstream_with_its_own_key_sees_only_that_key_whatever_the_format() -> None:
+    """A caller's key in any header some API takes one in goes nowhere when the operator's key
+    is sent: a Claude Code user's x-api-key on a chat path, a Bearer on Anthropic's."""
+    raw = [
+        (b"x-api-key", b"sk-ant-caller"),
+        (b"authorization", b"Bearer sk-caller"),
+        (b"anthropic-version", b"2023-06-01"),
+    ]
+    chat = upstream_headers(raw, upstream(api_key="sk-operator"), strip_authorization=False)
+    assert [(n, v) for n, v in chat if n in ("x-api-key", "authorization")] == [
+        ("authorization", "Bearer sk-operator")
+    ]
+    assert ("anthropic-version", "2023-06-01") in chat
+    anthropic = upstream_headers(
+        raw, upstream(api_key="sk-operator"), strip_authorization=False, auth=MESSAGES.auth
+    )
+    assert [(n, v) for n, v in anthropic if n in ("x-api-key", "authorization")] == [
+        ("x-api-key", "sk-operator")
+    ]
+
+
+def test_a_path_below_a_formats_api_is_keyed_the_way_that_api_is() -> None:
+    assert registry.under("/v1/messages/batches") is MESSAGES
+    assert registry.under("/v1/messages/count_tokens") is MESSAGES
+    assert registry.under("/v1/responses/resp_1/input_items") is registry.under("/v1/responses")
+    assert registry.under("/v1/messagesx") is None
+    assert registry.under("/v1/models") is None
