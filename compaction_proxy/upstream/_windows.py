@@ -384,7 +384,7 @@ class WindowBook:
         client = self._client()
         if client is None:
             raise RuntimeError("the HTTP client is not started")
-        headers = {"accept": "application/json"}
+        headers = {"accept": "application/json", **dict(auth.version)}
         if upstream.api_key is not None:
             headers[auth.header] = auth.value(upstream.api_key.get_secret_value())
         elif caller is not None:

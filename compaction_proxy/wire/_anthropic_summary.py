@@ -56,7 +56,7 @@ __all__ = [
 ANTHROPIC_VERSION = "2023-06-01"
 """The ``anthropic-version`` every call sends (the API requires the header)."""
 
-X_API_KEY = UpstreamAuth("x-api-key", "")
+X_API_KEY = UpstreamAuth("x-api-key", "", version=(("anthropic-version", ANTHROPIC_VERSION),))
 """How an Anthropic upstream takes a key: ``x-api-key: <key>``, no scheme."""
 
 ACCEPTED_PARAMETERS = frozenset(

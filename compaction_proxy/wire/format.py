@@ -62,6 +62,9 @@ class UpstreamAuth:
     header: str = "authorization"
     scheme: str = "Bearer "
     also: tuple[str, ...] = ("authorization",)  # where else callers send their key
+    version: tuple[tuple[str, str], ...] = ()
+    """Headers a request of the proxy's own in this API's form carries (the window listing):
+    Anthropic's API refuses one without ``anthropic-version``."""
 
     def value(self, key: str) -> str:
         return f"{self.scheme}{key}"

@@ -257,6 +257,8 @@ async def test_a_request_on_v1_messages_is_budgeted_for_the_window_its_server_li
     assert listing.call_count == 1
     asked = listing.calls.last.request.headers
     assert asked["x-api-key"] == CALLER and "authorization" not in asked
+    # Anthropic's API refuses a request without its version header: the listing carries it.
+    assert asked["anthropic-version"] == "2023-06-01"
 
 
 async def _window(edge: Edge, wire: WireFormat, model: str, *headers: tuple[str, str]) -> Window:
