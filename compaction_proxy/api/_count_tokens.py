@@ -21,6 +21,7 @@ The report headers say what compaction did, as on the format's route.
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -32,8 +33,8 @@ from compaction_proxy.compaction.messages import last_user_text
 from compaction_proxy.config import UpstreamSettings
 from compaction_proxy.engine import FlowRequest
 from compaction_proxy.http import Receive, Scope, Send, read_body, send_bytes
-from compaction_proxy.upstream import json_model
-from compaction_proxy.wire import ClientBody, WireFormat
+from compaction_proxy.upstream import Window, json_model
+from compaction_proxy.wire import ClientBody, ContextEdits, View, WireFormat
 
 from ._attempts import Subject, edit_notes, post_upstream, traits
 from ._context import AppState, RequestContext
@@ -50,6 +51,8 @@ from ._requests import (
     spending,
     tenant,
 )
+
+log = logging.getLogger("compaction_proxy.count_tokens")
 
 UNCOUNTED = frozenset({404, 405, 501})
 """Statuses by which an upstream says it has no counting route: the proxy answers instead."""
@@ -94,45 +97,78 @@ async def count_tokens(
         if edits is not None:
             client = client.without(edits.strip)
         window = await effective_window(ctx, scope, upstream, ctx.model, wire)
-        run_mode = Mode.FORCE if mode is Mode.FORCE else Mode.NORMAL
-        flow = await state.flow.run(
-            FlowRequest(
-                _as_asked(state, view.chat, window.tokens),
-                run_mode,
-                size_hint=len(raw),
-                credential=credential(scope),
-                caller_key=None,
-                upstream_name=upstream.name,
-                persist=False,  # a count changes nothing the next request finds
-                context_window=window.tokens,
-                window_source=window.source,
-                summarize=False,  # no summarizer is paid for a count
-                wire=wire,
-                tenant=tenant(scope),
-                spend=spending(ctx, scope, wire.auth),
-                edits=edits,
+        try:
+            counted = await _compacted(
+                ctx, scope, wire, upstream, client, view, edits, window, mode
             )
-        )
-        headers = [h for h in report_headers(flow.result, mode) if not _about_the_limit(h)]
-        headers.append((b"x-compaction-checkpoint", flow.checkpoint.encode()))
-        headers.extend(edit_notes(Subject(client, view, run_mode, wire, edits), flow.result))
-        forwarded = client.raw
-        listed: tuple[tuple[str, str], ...] = ()
-        if flow.messages is not None:
-            lowered = view.lower(flow.messages)
-            # What the upstream needs to accept the compacted body (Messages' block_binding for
-            # Anthropic's API, which checks thinking signatures on a count too).
-            amendment = wire.amend(client.data, lowered.items, traits(upstream))
-            notes = lowered.notes
-            members: dict[str, Any] = {}
-            if amendment is not None:
-                members, listed = dict(amendment.members), amendment.listed
-                notes = (*notes, *amendment.notes)
-            forwarded = client.with_elements(lowered.items, copies=lowered.copies, members=members)
-            headers.extend((b"x-compaction-warning", header_safe(n)) for n in notes)
+        except Exception:
+            # A count the proxy cannot make is the upstream's to answer, as the route would
+            # forward the original: never a failure the client would not have had without it.
+            log.exception("count_tokens: compaction failed; the client's body is counted")
+            failed = [
+                (b"x-compaction-warning", b"compaction failed; the client's body was counted")
+            ]
+            body_as_sent = client.raw  # without a field the upstream would not take
+            return await _ask_upstream(
+                wire, ctx, upstream, scope, receive, send, body_as_sent, failed
+            )
+        forwarded, headers, result, listed = counted
         return await _ask_upstream(
-            wire, ctx, upstream, scope, receive, send, forwarded, headers, flow.result, listed
+            wire, ctx, upstream, scope, receive, send, forwarded, headers, result, listed
         )
+
+
+async def _compacted(
+    ctx: RequestContext,
+    scope: Scope,
+    wire: WireFormat,
+    upstream: UpstreamSettings,
+    client: ClientBody,
+    view: View,
+    edits: ContextEdits | None,
+    window: Window,
+    mode: Mode,
+) -> tuple[bytes, list[tuple[bytes, bytes]], CompactionResult, tuple[tuple[str, str], ...]]:
+    """The body the count is asked for (the compacted one), its report headers, the result
+    and the header values the format's amendment lists."""
+    state = ctx.state
+    run_mode = Mode.FORCE if mode is Mode.FORCE else Mode.NORMAL
+    flow = await state.flow.run(
+        FlowRequest(
+            _as_asked(state, view.chat, window.tokens),
+            run_mode,
+            size_hint=len(client.raw),
+            credential=credential(scope),
+            caller_key=None,
+            upstream_name=upstream.name,
+            persist=False,  # a count changes nothing the next request finds
+            context_window=window.tokens,
+            window_source=window.source,
+            summarize=False,  # no summarizer is paid for a count
+            wire=wire,
+            tenant=tenant(scope),
+            spend=spending(ctx, scope, wire.auth),
+            edits=edits,
+        )
+    )
+    headers = [h for h in report_headers(flow.result, mode) if not _about_the_limit(h)]
+    headers.append((b"x-compaction-checkpoint", flow.checkpoint.encode()))
+    headers.extend(edit_notes(Subject(client, view, run_mode, wire, edits), flow.result))
+    forwarded = client.raw
+    listed: tuple[tuple[str, str], ...] = ()
+    if flow.messages is not None:
+        lowered = view.lower(flow.messages)
+        # What the upstream needs to accept the compacted body (Messages' block_binding for
+        # Anthropic's API, which checks thinking signatures on a count too).
+        amendment = wire.amend(client.data, lowered.items, traits(upstream))
+        notes = lowered.notes
+        members: dict[str, Any] = {}
+        if amendment is not None:
+            members, listed = dict(amendment.members), amendment.listed
+            notes = (*notes, *amendment.notes)
+        forwarded = client.with_elements(lowered.items, copies=lowered.copies, members=members)
+        headers.extend((b"x-compaction-warning", header_safe(n)) for n in notes)
+    return forwarded, headers, flow.result, listed
 
 
 def _as_asked(state: AppState, chat: dict[str, Any], window: int | None) -> dict[str, Any]:

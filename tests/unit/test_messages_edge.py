@@ -567,3 +567,28 @@ async def test_a_stated_prompt_count_calibrates_but_vllms_floor_does_not(
     before = int(reply.headers["x-compaction-tokens-before"])
     ratio = _calibrated(edge, model)
     assert ratio == (pytest.approx(6_000 / before) if calibrates else 1.0)
+
+
+async def test_a_count_whose_compaction_fails_is_the_upstreams_count_of_the_clients_body(
+    edge_for: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    edge = edge_for(**NO_SUMMARIES)
+    counted = edge.mock.post(f"{LOCAL}/messages/count_tokens").respond(
+        200, json={"input_tokens": 4321}
+    )
+
+    async def explode(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(edge.app.state.flow, "run", explode)
+    sent = body("local-coder", turns=30)
+    raw = orjson.dumps(sent)
+    reply = await edge.client.post(
+        MESSAGES + "/count_tokens",
+        content=raw,
+        headers={"content-type": "application/json", "x-api-key": CALLER},
+    )
+    assert reply.status_code == 200, reply.text
+    assert reply.json() == {"input_tokens": 4321}
+    assert counted.calls.last.request.content == raw
+    assert "compaction failed" in reply.headers["x-compaction-warning"]
