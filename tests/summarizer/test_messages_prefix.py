@@ -212,12 +212,16 @@ async def test_the_call_is_the_requests_own_prefix_in_messages_form(
 async def test_the_shared_objects_are_never_edited(
     mock: respx.MockRouter, client: httpx.AsyncClient
 ) -> None:
-    mock.post(f"{ANTHROPIC}/messages").mock(return_value=reply())
+    route = mock.post(f"{ANTHROPIC}/messages").mock(return_value=reply())
     body = messages_body()
     before = copy.deepcopy(body)
     view = lift(body)
     await bound(client, view).summarize(SummaryRequest(stretch(view, 3), None, MODEL))
-    assert body == before  # the breakpoint went on a copy
+    # the call did add a breakpoint to the client's message (else there was nothing to copy) ...
+    call, _ = sent(route)
+    assert "messages.2.content.0" in marks(call)
+    assert "messages.2.content.0" not in marks(before)
+    assert body == before  # ... and it went on a copy
 
 
 async def test_a_forced_tool_choice_becomes_none(
