@@ -215,6 +215,7 @@ def test_without_drop_block_the_compacted_request_is_refused(
 
 
 def test_a_compacted_request_asks_drop_block_under_the_beta(session: Session) -> None:
+    assert session.compacted, "the session never compacted"
     for step in session.compacted:
         forwarded = step.forwarded.json()
         assert forwarded["thinking"] == {"type": "adaptive", "block_binding": DROP_BLOCK}
