@@ -20,19 +20,11 @@ import pytest
 from anthropic.types import Message, TextBlock, ToolUseBlock, Usage
 
 from tests.fakes.messages.prompt import Counter, build_prompt
+from tests.support.messages_bodies import BASH
 from tests.support.messages_upstream import COUNT_TOKENS, MESSAGES, MessagesUpstreamServer
 from tests.support.sse import sse_data
 
 MODEL = "claude-sonnet-4-5"
-BASH = {
-    "name": "Bash",
-    "description": "Run a shell command",
-    "input_schema": {
-        "type": "object",
-        "properties": {"command": {"type": "string"}},
-        "required": ["command"],
-    },
-}
 LOOKUP = {
     "name": "lookup",
     "description": "Look a key up",

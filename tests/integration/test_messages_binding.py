@@ -27,7 +27,12 @@ import pytest
 
 from tests.fakes.messages.model import Loop
 from tests.fakes.messages.signing import BINDING_BETA
-from tests.support.messages_upstream import COUNT_TOKENS, MESSAGES, MessagesUpstreamServer
+from tests.support.messages_upstream import (
+    COUNT_TOKENS,
+    MESSAGES,
+    MessagesUpstreamServer,
+    anthropic_client,
+)
 from tests.support.servers import ProxyServer, Recorded, proxy_config, upstream_entry
 
 NATIVE_MODEL = "claude-opus-5-5"  # routed to the upstream declared Anthropic's own API
@@ -96,13 +101,7 @@ def client(proxy: ProxyServer) -> Iterator[Client]:
         sent.append(request.read())
 
     http = anthropic.DefaultHttpxClient(trust_env=False, event_hooks={"request": [record]})
-    sdk = anthropic.Anthropic(
-        base_url=proxy.url,
-        api_key="sk-ant-client",
-        max_retries=0,
-        timeout=60.0,
-        http_client=http,
-    )
+    sdk = anthropic_client(proxy.url, "sk-ant-client", http_client=http)
     yield Client(sdk, sent)
     sdk.close()
 
@@ -216,6 +215,7 @@ def test_without_drop_block_the_compacted_request_is_refused(
 
 
 def test_a_compacted_request_asks_drop_block_under_the_beta(session: Session) -> None:
+    assert session.compacted, "the session never compacted"
     for step in session.compacted:
         forwarded = step.forwarded.json()
         assert forwarded["thinking"] == {"type": "adaptive", "block_binding": DROP_BLOCK}

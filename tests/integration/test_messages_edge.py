@@ -18,14 +18,13 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import anthropic
 import httpx
 import orjson
 import pytest
 
 from compaction_proxy.wire import format_for_path
 from tests.observability.traffic import parse_metrics
-from tests.support.messages_upstream import MESSAGES, MessagesUpstreamServer
+from tests.support.messages_upstream import MESSAGES, MessagesUpstreamServer, anthropic_client
 from tests.support.servers import ProxyServer, proxy_config, upstream_entry
 
 pytestmark = pytest.mark.skipif(
@@ -87,13 +86,7 @@ def test_a_stream_whose_end_states_only_the_output_calibrates_from_message_start
 ) -> None:
     upstream.control(delta_usage="output")
     facts = " ".join(f"FACT-E{i:04d}" for i in range(400))
-    client = anthropic.Anthropic(
-        base_url=proxy.url,
-        api_key=CALLER,
-        max_retries=0,
-        timeout=60.0,
-        http_client=anthropic.DefaultHttpxClient(trust_env=False),
-    )
+    client = anthropic_client(proxy.url, CALLER)
     try:
         with client.messages.stream(
             model=MODEL,

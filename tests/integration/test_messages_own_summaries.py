@@ -14,7 +14,6 @@ the format was merged): the route is the format's.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ import pytest
 
 from compaction_proxy.summarizer._prefix import PREFIX_MARKER
 from compaction_proxy.wire import format_for_path
+from tests.support.messages_bodies import BASH, claude_code_request, claude_code_system
 from tests.support.messages_upstream import MESSAGES, MessagesUpstreamServer
 from tests.support.servers import ProxyServer, proxy_config, upstream_entry
 
@@ -35,20 +35,7 @@ pytestmark = pytest.mark.skipif(
 MODEL = "claude-sonnet-4-5"
 WINDOW = 16_000
 STEPS = 24
-EPHEMERAL = {"type": "ephemeral"}
-SYSTEM = [
-    {"type": "text", "text": "You are Claude Code. " * 60, "cache_control": EPHEMERAL},
-    {"type": "text", "text": "Work in /repo. " * 200, "cache_control": EPHEMERAL},
-]
-BASH = {
-    "name": "Bash",
-    "description": "Run a shell command",
-    "input_schema": {
-        "type": "object",
-        "properties": {"command": {"type": "string"}},
-        "required": ["command"],
-    },
-}
+SYSTEM = claude_code_system(60, 200)
 
 
 @pytest.fixture
@@ -61,18 +48,9 @@ def fake(tmp_path: Path) -> Iterator[MessagesUpstreamServer]:
 
 
 def request(messages: list[dict[str, Any]]) -> dict[str, Any]:
-    sent = list(messages)
-    last = copy.deepcopy(sent[-1])
-    last["content"][-1]["cache_control"] = EPHEMERAL
-    sent[-1] = last
-    return {
-        "model": MODEL,
-        "max_tokens": 2_000,
-        "system": SYSTEM,
-        "tools": [BASH],
-        "thinking": {"type": "adaptive"},
-        "messages": sent,
-    }
+    return claude_code_request(
+        messages, model=MODEL, max_tokens=2_000, system=SYSTEM, thinking={"type": "adaptive"}
+    )
 
 
 def is_summary_call(body: dict[str, Any]) -> bool:

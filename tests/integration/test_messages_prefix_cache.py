@@ -12,7 +12,6 @@ cache the session wrote: the call pays for its instruction, not for the conversa
 
 from __future__ import annotations
 
-import copy
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -26,24 +25,12 @@ from compaction_proxy.config import UpstreamSettings
 from compaction_proxy.summarizer import HttpSummarizer, SummarizerStats
 from compaction_proxy.summarizer._prefix import ForwardedRequest
 from tests.fakes.messages.prompt import Counter, build_prompt
+from tests.support.messages_bodies import claude_code_request, claude_code_system
 from tests.support.messages_upstream import MESSAGES, MessagesUpstreamServer
 from tests.support.messages_view import STAND_IN, ensure_messages_api, lift
 
 MODEL = "claude-sonnet-4-5"
-EPHEMERAL = {"type": "ephemeral"}
-SYSTEM = [
-    {"type": "text", "text": "You are Claude Code. " * 40, "cache_control": EPHEMERAL},
-    {"type": "text", "text": "Work in /repo. " * 300, "cache_control": EPHEMERAL},
-]
-BASH = {
-    "name": "Bash",
-    "description": "Run a shell command",
-    "input_schema": {
-        "type": "object",
-        "properties": {"command": {"type": "string"}},
-        "required": ["command"],
-    },
-}
+SYSTEM = claude_code_system(40, 300)
 STEPS = 6
 
 
@@ -72,18 +59,9 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
 
 def request(messages: list[dict[str, Any]], thinking: dict[str, Any]) -> dict[str, Any]:
     """The session's request: Claude Code's breakpoint on the newest message's last block."""
-    sent = list(messages)
-    last = copy.deepcopy(sent[-1])
-    last["content"][-1]["cache_control"] = EPHEMERAL
-    sent[-1] = last
-    return {
-        "model": MODEL,
-        "max_tokens": 32_000,
-        "system": SYSTEM,
-        "tools": [BASH],
-        "thinking": thinking,
-        "messages": sent,
-    }
+    return claude_code_request(
+        messages, model=MODEL, max_tokens=32_000, system=SYSTEM, thinking=thinking
+    )
 
 
 def session(

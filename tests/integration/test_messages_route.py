@@ -22,7 +22,12 @@ import orjson
 import pytest
 
 from tests.fakes.messages.prompt import Counter, build_prompt
-from tests.support.messages_upstream import COUNT_TOKENS, MESSAGES, MessagesUpstreamServer
+from tests.support.messages_upstream import (
+    COUNT_TOKENS,
+    MESSAGES,
+    MessagesUpstreamServer,
+    anthropic_client,
+)
 from tests.support.processes import run_python_module
 from tests.support.servers import ProxyServer, proxy_config, upstream_entry, write_config
 
@@ -71,13 +76,7 @@ def proxy(
 
 @pytest.fixture
 def client(proxy: ProxyServer) -> Iterator[anthropic.Anthropic]:
-    sdk = anthropic.Anthropic(
-        base_url=proxy.url,
-        api_key="sk-ant-client",
-        max_retries=0,
-        timeout=60.0,
-        http_client=anthropic.DefaultHttpxClient(trust_env=False),
-    )
+    sdk = anthropic_client(proxy.url, "sk-ant-client")
     yield sdk
     sdk.close()
 

@@ -33,7 +33,12 @@ import pytest
 
 from tests.fakes.messages.model import CHECKPOINT_MARKER, OWN_TOOL_ID, Loop
 from tests.fakes.messages.prompt import Counter, build_prompt, canonical
-from tests.support.messages_upstream import MESSAGES, MessagesUpstreamServer, cache_share
+from tests.support.messages_upstream import (
+    MESSAGES,
+    MessagesUpstreamServer,
+    anthropic_client,
+    cache_share,
+)
 from tests.support.servers import ProxyServer, Recorded, proxy_config, upstream_entry
 
 MODEL = "claude-sonnet-4-5"
@@ -148,16 +153,6 @@ def proxy(
     )
     server: ProxyServer = module_proxy_factory(config)
     return server
-
-
-def sdk(proxy: ProxyServer) -> anthropic.Anthropic:
-    return anthropic.Anthropic(
-        base_url=proxy.url,
-        api_key="sk-ant-client",
-        max_retries=0,
-        timeout=60.0,
-        http_client=anthropic.DefaultHttpxClient(trust_env=False),
-    )
 
 
 def is_summary_call(recorded: Recorded) -> bool:
@@ -310,7 +305,7 @@ class Session:
 def session(proxy: ProxyServer, fake: MessagesUpstreamServer) -> Session:
     fake.reset()
     fake.control(model_context_windows={MODEL: WINDOW})
-    client = sdk(proxy)
+    client = anthropic_client(proxy.url, "sk-ant-client")
     run = Session()
     started = time.perf_counter()
     try:
@@ -361,6 +356,7 @@ def test_every_request_of_the_session_is_accepted_under_the_window(session: Sess
 
 
 def test_every_forwarded_body_is_one_the_api_accepts(session: Session) -> None:
+    assert len(session.forwarded) == len(session.sent) > 0  # one forwarded body per request
     for n, body in enumerate(session.forwarded):
         assert_pairing(body["messages"])
         assert breakpoints(body) <= 4, n
@@ -426,7 +422,7 @@ def test_checkpoints_are_reused_and_summaries_made_per_event(session: Session) -
     events = session.compactions
     first = events[0]
     checkpoints = [h["x-compaction-checkpoint"] for h in session.headers[first + 1 :]]
-    assert checkpoints.count("hit") >= 0.8 * len(checkpoints), checkpoints
+    assert checkpoints and checkpoints.count("hit") >= 0.8 * len(checkpoints), checkpoints
     summarized = [
         n for n in events if "summarization" in session.headers[n]["x-compaction-strategies"]
     ]
@@ -459,7 +455,7 @@ def test_count_tokens_counts_the_session_as_forwarded(
     stored checkpoint, not the whole history, nor a fallback made for a count). A count's body
     has no ``max_tokens``, which every request of the session had: the answer must still be
     the length of what the request carried."""
-    client = sdk(proxy)
+    client = anthropic_client(proxy.url, "sk-ant-client")
     try:
         raw = client.messages.with_raw_response.count_tokens(
             model=MODEL,
@@ -544,7 +540,7 @@ def test_a_refusal_is_compacted_away_retried_and_learned(
     model = f"liar-{style}-{'stream' if stream else 'json'}"  # nothing learned by another test
     liar.control(model_context_windows={model: LIAR_WINDOW}, refusal_style=style)
     messages = history()
-    client = sdk(proxy)
+    client = anthropic_client(proxy.url, "sk-ant-client")
     try:
         headers, reply = ask(client, model, messages, stream=stream)
         assert reply.stop_reason == "tool_use" or reply.content  # an answer, not an error

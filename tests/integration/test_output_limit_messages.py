@@ -15,7 +15,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from tests.support.messages_upstream import MESSAGES, MessagesUpstreamServer
+from tests.support.messages_upstream import MESSAGES, MessagesUpstreamServer, anthropic_client
 from tests.support.servers import ProxyServer, proxy_config, upstream_entry
 
 pytest.importorskip(
@@ -68,16 +68,6 @@ def as_asked(fake: MessagesUpstreamServer, module_proxy_factory: Any) -> ProxySe
     return _proxy(fake, module_proxy_factory, lower_output_limit=False)
 
 
-def _client(proxy: ProxyServer) -> anthropic.Anthropic:
-    return anthropic.Anthropic(
-        base_url=proxy.url,
-        api_key="sk-ant-client",
-        max_retries=0,
-        timeout=60.0,
-        http_client=anthropic.DefaultHttpxClient(trust_env=False),
-    )
-
-
 def _messages() -> list[dict[str, Any]]:
     return [
         {"role": "user", "content": [{"type": "text", "text": f"step {n}: " + "look " * 300}]}
@@ -92,7 +82,7 @@ def test_claude_codes_32000_is_lowered_and_accepted(
     proxy: ProxyServer, upstream: MessagesUpstreamServer, stream: bool
 ) -> None:
     messages = _messages()
-    with _client(proxy) as client:
+    with anthropic_client(proxy.url, "sk-ant-client") as client:
         if stream:
             with client.messages.with_streaming_response.create(
                 model=MODEL, max_tokens=ASKED, messages=messages, stream=True
@@ -120,6 +110,9 @@ def test_claude_codes_32000_is_lowered_and_accepted(
 def test_without_lowering_anthropic_refuses_prompt_plus_max_tokens(
     as_asked: ProxyServer, upstream: MessagesUpstreamServer
 ) -> None:
-    with _client(as_asked) as client, pytest.raises(anthropic.BadRequestError) as refused:
+    with (
+        anthropic_client(as_asked.url, "sk-ant-client") as client,
+        pytest.raises(anthropic.BadRequestError) as refused,
+    ):
         client.messages.create(model=MODEL, max_tokens=ASKED, messages=_messages())
     assert "input length and `max_tokens` exceed context limit" in str(refused.value)

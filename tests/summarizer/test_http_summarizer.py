@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
@@ -73,18 +72,6 @@ def completion(
     if usage is not None:
         body["usage"] = usage
     return httpx.Response(200, json=body)
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as shared:
-        yield shared
-
-
-@pytest.fixture
-def mock() -> Iterator[respx.MockRouter]:
-    with respx.mock(assert_all_called=False) as router:
-        yield router
 
 
 def sent(route: respx.Route, n: int = -1) -> tuple[dict[str, Any], httpx.Headers]:

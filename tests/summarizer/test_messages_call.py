@@ -4,7 +4,6 @@ its body from chat-shaped messages, how its answer is read, and which upstreams 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
@@ -23,7 +22,6 @@ from compaction_proxy.wire._anthropic_summary import (
     THINKING_HEADROOM,
     messages_form,
 )
-from tests.support.messages_view import ensure_messages_api
 
 ANTHROPIC = "https://api.anthropic.test/v1"
 OPENAI = "https://api.openai.test/v1"
@@ -34,6 +32,8 @@ STRETCH: tuple[dict[str, Any], ...] = (
     {"role": "user", "content": "Please fix the bug in src/app.py, FACT-42"},
     {"role": "assistant", "content": "Looking."},
 )
+
+pytestmark = pytest.mark.usefixtures("messages_api")
 
 
 def messages_reply(
@@ -183,25 +183,6 @@ def test_what_is_not_a_messages_reply_is_refused(payload: Any) -> None:
 
 
 # ------------------------------------------------------------------ which upstream gets it
-
-
-@pytest.fixture(autouse=True)
-def messages_api() -> Iterator[None]:
-    undo = ensure_messages_api()
-    yield
-    undo()
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as shared:
-        yield shared
-
-
-@pytest.fixture
-def mock() -> Iterator[respx.MockRouter]:
-    with respx.mock(assert_all_called=False) as router:
-        yield router
 
 
 def upstreams(api: str = "messages", key: str | None = OPERATOR_KEY) -> list[UpstreamSettings]:

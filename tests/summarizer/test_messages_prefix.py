@@ -10,7 +10,7 @@ tested is what the summarizer and the call do with any view that keeps the lifte
 from __future__ import annotations
 
 import copy
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -31,7 +31,7 @@ from compaction_proxy.summarizer._prefix import PREFIX_MARKER, ForwardedRequest
 from compaction_proxy.wire import DEFAULT_FORMAT, CallerKey, Lowered, NativeRequest
 from compaction_proxy.wire._anthropic_summary import THINKING_HEADROOM
 from tests.fakes.messages.prompt import canonical_bytes
-from tests.support.messages_view import STAND_IN, DoubleView, ensure_messages_api, lift
+from tests.support.messages_view import STAND_IN, DoubleView, lift
 
 ANTHROPIC = "https://api.anthropic.test/v1"
 OPENAI = "https://api.openai.test/v1"
@@ -51,6 +51,8 @@ TOOLS = [
     }
 ]
 THINKING = {"type": "thinking", "thinking": "", "signature": "c2lnbmVkLWJ5LXRoZS1mYWtl"}
+
+pytestmark = pytest.mark.usefixtures("messages_api")
 
 
 def conversation() -> list[dict[str, Any]]:
@@ -104,25 +106,6 @@ def reply(cached: int = 0) -> httpx.Response:
             "usage": {"input_tokens": 50, "output_tokens": 20, "cache_read_input_tokens": cached},
         },
     )
-
-
-@pytest.fixture(autouse=True)
-def messages_api() -> Iterator[None]:
-    undo = ensure_messages_api()
-    yield
-    undo()
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as shared:
-        yield shared
-
-
-@pytest.fixture
-def mock() -> Iterator[respx.MockRouter]:
-    with respx.mock(assert_all_called=False) as router:
-        yield router
 
 
 def upstreams() -> list[UpstreamSettings]:
@@ -229,12 +212,16 @@ async def test_the_call_is_the_requests_own_prefix_in_messages_form(
 async def test_the_shared_objects_are_never_edited(
     mock: respx.MockRouter, client: httpx.AsyncClient
 ) -> None:
-    mock.post(f"{ANTHROPIC}/messages").mock(return_value=reply())
+    route = mock.post(f"{ANTHROPIC}/messages").mock(return_value=reply())
     body = messages_body()
     before = copy.deepcopy(body)
     view = lift(body)
     await bound(client, view).summarize(SummaryRequest(stretch(view, 3), None, MODEL))
-    assert body == before  # the breakpoint went on a copy
+    # the call did add a breakpoint to the client's message (else there was nothing to copy) ...
+    call, _ = sent(route)
+    assert "messages.2.content.0" in marks(call)
+    assert "messages.2.content.0" not in marks(before)
+    assert body == before  # ... and it went on a copy
 
 
 async def test_a_forced_tool_choice_becomes_none(

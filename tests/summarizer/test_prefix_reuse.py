@@ -3,7 +3,6 @@ plus one instruction, and when the transcript form is used instead."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
@@ -86,18 +85,6 @@ def completion(cached: int | None = None) -> httpx.Response:
             "prompt_tokens_details": {"cached_tokens": cached},
         }
     return httpx.Response(200, json=body)
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as shared:
-        yield shared
-
-
-@pytest.fixture
-def mock() -> Iterator[respx.MockRouter]:
-    with respx.mock(assert_all_called=False) as router:
-        yield router
 
 
 def summarizer(

@@ -63,11 +63,7 @@ class MessagesUpstreamServer(UpstreamServer):
         self, api_key: str = "sk-ant-test-dummy", **kwargs: Any
     ) -> anthropic.Anthropic:
         """The official SDK on this server, without retries (they would hide the status)."""
-        kwargs.setdefault("max_retries", 0)
-        kwargs.setdefault("timeout", 60.0)
-        # The SDK brings its own HTTP client package; proxies in the environment must not apply.
-        kwargs.setdefault("http_client", anthropic.DefaultHttpxClient(trust_env=False))
-        return anthropic.Anthropic(base_url=self.base_url, api_key=api_key, **kwargs)
+        return anthropic_client(self.base_url, api_key, **kwargs)
 
     def async_anthropic_client(
         self, api_key: str = "sk-ant-test-dummy", **kwargs: Any
@@ -80,6 +76,19 @@ class MessagesUpstreamServer(UpstreamServer):
     def messages(self) -> list[Recorded]:
         """The ``/v1/messages`` requests received (any query string)."""
         return self.requests(MESSAGES)
+
+
+def anthropic_client(
+    base_url: str, api_key: str = "sk-ant-client", **kwargs: Any
+) -> anthropic.Anthropic:
+    """The official SDK on a server root (the fake's, or a proxy's ``url``), without retries
+    (they would hide the status) and ignoring proxies in the environment (the SDK brings its own
+    HTTP client package). Pass ``http_client`` to hook its requests; build it with
+    ``anthropic.DefaultHttpxClient(trust_env=False, ...)``."""
+    kwargs.setdefault("max_retries", 0)
+    kwargs.setdefault("timeout", 60.0)
+    kwargs.setdefault("http_client", anthropic.DefaultHttpxClient(trust_env=False))
+    return anthropic.Anthropic(base_url=base_url, api_key=api_key, **kwargs)
 
 
 @dataclass(frozen=True)

@@ -445,11 +445,14 @@ async def test_a_key_the_upstream_accepted_is_known_whichever_header_it_came_in(
 
 async def test_a_refused_key_is_not_known(edge_for: Any) -> None:
     edge = edge_for(**NO_SUMMARIES)
-    edge.mock.post(f"{LOCAL}/messages").respond(
+    forward = edge.mock.post(f"{LOCAL}/messages").respond(
         401, json={"type": "error", "error": {"type": "authentication_error", "message": "no"}}
     )
-    await edge.messages(body("claude-sonnet-4-5", turns=1), **{"x-api-key": CALLER})
-    assert not edge.app.state.known_callers.known(CALLER)
+    reply = await edge.messages(body("claude-sonnet-4-5", turns=1), **{"x-api-key": CALLER})
+    # the upstream did see the key and refuse it (not the proxy before it) ...
+    assert forward.calls.last.request.headers["x-api-key"] == CALLER
+    assert reply.status_code == 401
+    assert not edge.app.state.known_callers.known(CALLER)  # ... so it is not admitted
 
 
 CHAT_SUMMARY = {

@@ -1,0 +1,34 @@
+"""Fixtures the summarizer's tests share: the HTTP client it is given, respx on that client
+(these are unit tests of the HTTP summarizer, so its upstream is mocked), and the Messages API
+label for tests whose upstreams say ``api: messages``."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import httpx
+import pytest
+import respx
+
+from tests.support.messages_view import ensure_messages_api
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient() as shared:
+        yield shared
+
+
+@pytest.fixture
+def mock() -> Iterator[respx.MockRouter]:
+    with respx.mock(assert_all_called=False) as router:
+        yield router
+
+
+@pytest.fixture
+def messages_api() -> Iterator[None]:
+    """A ``messages`` format in the registry while the test runs (the real one once merged, else
+    the stand-in of tests/support/messages_view.py), so ``api: messages`` names something."""
+    undo = ensure_messages_api()
+    yield
+    undo()
