@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-import orjson
+from compaction_proxy.compaction.canonical import json_text
 
 from ._blocks import THINKING_TYPES, block_type, lift_part, lift_parts
 
@@ -225,7 +225,7 @@ def thinking_blocks(lifted: Lifted, index: int) -> list[Any]:
 
 
 def _tool_call(block: Mapping[str, Any]) -> dict[str, Any]:
-    function = {"name": block.get("name"), "arguments": _json(block.get("input", {}))}
+    function = {"name": block.get("name"), "arguments": json_text(block.get("input", {}))}
     return {"id": block.get("id"), "type": "function", "function": function}
 
 
@@ -248,10 +248,3 @@ def chat_tools(tools: Any) -> list[Any] | None:
         else:
             out.append(tool)
     return out
-
-
-def _json(value: Any) -> str:
-    try:
-        return orjson.dumps(value).decode()
-    except TypeError:
-        return str(value)
