@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._anthropic import BINDING_BETA
-from ._anthropic_blocks import MAX_BREAKPOINTS, THINKING_TYPES, block_type, blocks_of
+from ._anthropic_blocks import CACHE_CONTROL, MAX_BREAKPOINTS, THINKING_TYPES, block_type, blocks_of
 from .format import PrefixCall, SummaryCall, SummaryReply, UpstreamAuth
 
 __all__ = [
@@ -273,7 +273,7 @@ def _texts(content: Any) -> list[str]:
 
 
 def _marked(block: Any) -> bool:
-    return isinstance(block, Mapping) and isinstance(block.get("cache_control"), Mapping)
+    return isinstance(block, Mapping) and isinstance(block.get(CACHE_CONTROL), Mapping)
 
 
 def breakpoints(system: Any, tools: Any, messages: Sequence[Mapping[str, Any]]) -> int:
@@ -331,7 +331,7 @@ def _marked_at(
     message: Mapping[str, Any], index: int, control: Mapping[str, Any]
 ) -> dict[str, Any]:
     blocks = list(blocks_of(message.get("content")))
-    blocks[index] = {**blocks[index], "cache_control": dict(control)}
+    blocks[index] = {**blocks[index], CACHE_CONTROL: dict(control)}
     return {**message, "content": blocks}
 
 
@@ -347,7 +347,7 @@ def _newest_mark(messages: Sequence[Mapping[str, Any]]) -> tuple[int, int] | Non
 
 def _control_of(where: tuple[int, int], messages: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
     block = blocks_of(messages[where[0]].get("content"))[where[1]]
-    control: Mapping[str, Any] = block["cache_control"]
+    control: Mapping[str, Any] = block[CACHE_CONTROL]
     return control
 
 
@@ -355,14 +355,14 @@ def _last_control(system: Any, tools: Any) -> Mapping[str, Any]:
     for group in (blocks_of(system), blocks_of(tools)):
         for block in reversed(group):
             if _marked(block):
-                control: Mapping[str, Any] = block["cache_control"]
+                control: Mapping[str, Any] = block[CACHE_CONTROL]
                 return control
     return _EPHEMERAL
 
 
 def _unmarked(message: Mapping[str, Any], index: int) -> dict[str, Any]:
     blocks = list(blocks_of(message.get("content")))
-    blocks[index] = {k: v for k, v in blocks[index].items() if k != "cache_control"}
+    blocks[index] = {k: v for k, v in blocks[index].items() if k != CACHE_CONTROL}
     return {**message, "content": blocks}
 
 

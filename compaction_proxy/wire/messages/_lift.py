@@ -41,7 +41,7 @@ from typing import Any
 
 from compaction_proxy.compaction.canonical import json_text
 
-from ._blocks import THINKING_TYPES, block_type, lift_part, lift_parts
+from ._blocks import CACHE_CONTROL, THINKING_TYPES, block_type, lift_part, lift_parts
 
 THINKING_FIELD = "thinking"
 """Where an assistant message's signed thinking blocks ride; the summarizer's transcript drops
@@ -244,7 +244,7 @@ def chat_tools(tools: Any) -> list[Any] | None:
             function["parameters"] = tool.get("input_schema")
             out.append({"type": "function", "function": function})
         elif isinstance(tool, Mapping):
-            out.append({k: v for k, v in tool.items() if k != "cache_control"})
+            out.append({k: v for k, v in tool.items() if k != CACHE_CONTROL})
         else:
             out.append(tool)
     return out
