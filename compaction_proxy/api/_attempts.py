@@ -83,22 +83,29 @@ def lowered(attempt: Attempt) -> Attempt:
         if not limits:
             return attempt
         return replace(attempt, body=subject.client.with_members(limits))
-    out = subject.view.lower(attempt.messages)
+    body, notes, listed = compacted_body(subject, attempt.messages, limits)
+    return replace(attempt, body=body, headers=(*attempt.headers, *notes), listed=listed)
+
+
+def compacted_body(
+    subject: Subject, messages: Sequence[Mapping[str, Any]], members: Mapping[str, Any]
+) -> tuple[bytes, tuple[tuple[bytes, bytes], ...], tuple[tuple[str, str], ...]]:
+    """The client's bytes with ``messages`` lowered in place of its elements and ``members``
+    written, amended for ``subject.upstream`` (:meth:`WireFormat.amend`: Messages'
+    ``block_binding`` for Anthropic's API); with the warnings the lowering and the amendment
+    state, and the header values the amendment lists."""
+    out = subject.view.lower(messages)
     amendment = subject.wire.amend(subject.client.data, out.items, subject.upstream)
-    members: dict[str, Any] = dict(limits)
+    written: dict[str, Any] = dict(members)
     said = out.notes
     listed: tuple[tuple[str, str], ...] = ()
     if amendment is not None:
-        members.update(amendment.members)
+        written.update(amendment.members)
         said = (*said, *amendment.notes)
         listed = amendment.listed
     notes = tuple((b"x-compaction-warning", header_safe(n)) for n in said)
-    return replace(
-        attempt,
-        body=subject.client.with_elements(out.items, copies=out.copies, members=members),
-        headers=(*attempt.headers, *notes),
-        listed=listed,
-    )
+    body = subject.client.with_elements(out.items, copies=out.copies, members=written)
+    return body, notes, listed
 
 
 def output_limits(attempt: Attempt) -> dict[str, int]:

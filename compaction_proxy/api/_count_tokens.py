@@ -36,7 +36,7 @@ from compaction_proxy.http import Receive, Scope, Send, read_body, send_bytes
 from compaction_proxy.upstream import Window, json_model
 from compaction_proxy.wire import ClientBody, ContextEdits, View, WireFormat
 
-from ._attempts import Subject, edit_notes, post_upstream, traits
+from ._attempts import Subject, compacted_body, edit_notes, post_upstream, traits
 from ._context import AppState, RequestContext
 from ._context_edits import context_edits
 from ._limits import compacted_model, size_limits
@@ -45,7 +45,6 @@ from ._requests import (
     compaction_mode,
     credential,
     effective_window,
-    header_safe,
     report_headers,
     route,
     spending,
@@ -153,21 +152,14 @@ async def _compacted(
     )
     headers = [h for h in report_headers(flow.result, mode) if not _about_the_limit(h)]
     headers.append((b"x-compaction-checkpoint", flow.checkpoint.encode()))
-    headers.extend(edit_notes(Subject(client, view, run_mode, wire, edits), flow.result))
-    forwarded = client.raw
-    listed: tuple[tuple[str, str], ...] = ()
-    if flow.messages is not None:
-        lowered = view.lower(flow.messages)
-        # What the upstream needs to accept the compacted body (Messages' block_binding for
-        # Anthropic's API, which checks thinking signatures on a count too).
-        amendment = wire.amend(client.data, lowered.items, traits(upstream))
-        notes = lowered.notes
-        members: dict[str, Any] = {}
-        if amendment is not None:
-            members, listed = dict(amendment.members), amendment.listed
-            notes = (*notes, *amendment.notes)
-        forwarded = client.with_elements(lowered.items, copies=lowered.copies, members=members)
-        headers.extend((b"x-compaction-warning", header_safe(n)) for n in notes)
+    subject = Subject(client, view, run_mode, wire, edits, traits(upstream))
+    headers.extend(edit_notes(subject, flow.result))
+    if flow.messages is None:
+        return client.raw, headers, flow.result, ()
+    # Amended as the request would be: Anthropic's API checks thinking signatures on a count
+    # too.
+    forwarded, notes, listed = compacted_body(subject, flow.messages, {})
+    headers.extend(notes)
     return forwarded, headers, flow.result, listed
 
 

@@ -25,6 +25,15 @@ def canonical_bytes(value: object) -> bytes:
     return trimmed(orjson.dumps(value, option=_OPTIONS))
 
 
+def json_text(value: object) -> str:
+    """``value`` as compact JSON text, for a lifted tool call's arguments or a non-text
+    content value shown as text; ``str(value)`` for what JSON cannot hold."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return str(value)
+
+
 def trimmed(data: bytes) -> bytes:
     """``data`` in an allocation of its own size.
 

@@ -122,6 +122,21 @@ def _check_parts(parts: list[object], path: str) -> ValidationIssue | None:
     return None
 
 
+def tools_issue(tools: object, item_path: str) -> ValidationIssue | None:
+    """The first problem with a request's ``tools`` (absent, or an array of objects), the
+    offending tool's path written as the format's own (``item_path``: ``"tools.{}"``,
+    ``"tools[{}]"``). What each tool holds is the upstream's to judge."""
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
+        return ValidationIssue("'tools' must be an array", "tools")
+    for index, tool in enumerate(tools):
+        if not isinstance(tool, Mapping):
+            path = item_path.format(index)
+            return ValidationIssue(f"{path} must be an object", path)
+    return None
+
+
 def nesting_issue(
     value: object, path: str, *, depth: int = 1, limit: int = MAX_DEPTH
 ) -> ValidationIssue | None:

@@ -30,8 +30,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
+from compaction_proxy.compaction.canonical import json_text
 from compaction_proxy.compaction.summarizer import SummaryError
 
 from ._prompts import PromptSet, user_message
@@ -115,7 +114,7 @@ def _part_text(part: object, options: TranscriptOptions) -> str | None:
     if isinstance(part, str):
         return scrub_text(part)
     if not isinstance(part, Mapping):
-        return scrub_text(_json(part))
+        return scrub_text(json_text(part))
     kind = part.get("type")
     if kind in REASONING_PART_TYPES:
         return None
@@ -156,21 +155,14 @@ def _content_text(content: object, options: TranscriptOptions) -> str:
     if isinstance(content, list):
         texts = [t for t in (_part_text(p, options) for p in content) if t]
         return "\n".join(texts)
-    return scrub_text(_json(content))
-
-
-def _json(value: object) -> str:
-    try:
-        return orjson.dumps(value).decode("utf-8")
-    except TypeError:
-        return str(value)
+    return scrub_text(json_text(content))
 
 
 def _call_line(function: Mapping[str, Any], options: TranscriptOptions) -> str:
     name = function.get("name")
     arguments = function.get("arguments", function.get("input", ""))
     if not isinstance(arguments, str):
-        arguments = _json(arguments)
+        arguments = json_text(arguments)
     arguments = elide(scrub_text(arguments), options.max_tool_arguments_chars)
     return f"-> {name if isinstance(name, str) else '?'}({arguments})"
 

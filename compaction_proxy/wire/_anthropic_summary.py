@@ -43,6 +43,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._anthropic import BINDING_BETA
+from ._anthropic_blocks import CACHE_CONTROL, MAX_BREAKPOINTS, THINKING_TYPES, block_type, blocks_of
 from .format import PrefixCall, SummaryCall, SummaryReply, UpstreamAuth
 
 __all__ = [
@@ -77,11 +78,7 @@ THINKING_HEADROOM = 4096
 """Output tokens allowed beside the summary's limit when the call keeps adaptive thinking: the
 thinking is drawn from ``max_tokens`` too."""
 
-MAX_BREAKPOINTS = 4
-"""The most ``cache_control`` blocks the API accepts in one request."""
-
 _SAMPLING = ("temperature", "top_p", "top_k")
-_THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 _EPHEMERAL: Mapping[str, Any] = {"type": "ephemeral"}
 
 
@@ -146,9 +143,9 @@ def _unbound(thinking: Any, native: bool, items: Sequence[Mapping[str, Any]]) ->
     if not native or not isinstance(thinking, Mapping) or "block_binding" in thinking:
         return thinking
     signed = any(
-        isinstance(block, Mapping) and block.get("type") in ("thinking", "redacted_thinking")
+        block_type(block) in THINKING_TYPES
         for message in items
-        for block in _blocks(message.get("content"))
+        for block in blocks_of(message.get("content"))
     )
     if not signed:
         return thinking
@@ -183,8 +180,7 @@ def forwarded_prefix(call: PrefixCall) -> tuple[list[dict[str, Any]], list[dict[
 
 def _open_tool_use(message: Mapping[str, Any]) -> bool:
     return message.get("role") == "assistant" and any(
-        isinstance(block, Mapping) and block.get("type") == "tool_use"
-        for block in _blocks(message.get("content"))
+        block_type(block) == "tool_use" for block in blocks_of(message.get("content"))
     )
 
 
@@ -277,23 +273,19 @@ def _texts(content: Any) -> list[str]:
 
 
 def _marked(block: Any) -> bool:
-    return isinstance(block, Mapping) and isinstance(block.get("cache_control"), Mapping)
-
-
-def _blocks(content: Any) -> list[Any]:
-    return content if isinstance(content, list) else []
+    return isinstance(block, Mapping) and isinstance(block.get(CACHE_CONTROL), Mapping)
 
 
 def breakpoints(system: Any, tools: Any, messages: Sequence[Mapping[str, Any]]) -> int:
     """The ``cache_control`` blocks of a request: tools, system blocks, message content blocks
     and the blocks inside tool results."""
-    found = sum(1 for tool in _blocks(tools) if _marked(tool))
-    found += sum(1 for block in _blocks(system) if _marked(block))
+    found = sum(1 for tool in blocks_of(tools) if _marked(tool))
+    found += sum(1 for block in blocks_of(system) if _marked(block))
     for message in messages:
-        for block in _blocks(message.get("content")):
+        for block in blocks_of(message.get("content")):
             found += _marked(block)
             if isinstance(block, Mapping):
-                found += sum(1 for inner in _blocks(block.get("content")) if _marked(inner))
+                found += sum(1 for inner in blocks_of(block.get("content")) if _marked(inner))
     return found
 
 
@@ -324,10 +316,10 @@ def _end_target(message: Mapping[str, Any]) -> int | None:
     content = message.get("content")
     if isinstance(content, str):
         return 0 if content else None
-    blocks = _blocks(content)
+    blocks = blocks_of(content)
     for index in range(len(blocks) - 1, -1, -1):
         block = blocks[index]
-        if not isinstance(block, Mapping) or block.get("type") in _THINKING_BLOCKS:
+        if not isinstance(block, Mapping) or block.get("type") in THINKING_TYPES:
             continue
         if block.get("type") == "text" and not block.get("text"):
             continue
@@ -338,18 +330,15 @@ def _end_target(message: Mapping[str, Any]) -> int | None:
 def _marked_at(
     message: Mapping[str, Any], index: int, control: Mapping[str, Any]
 ) -> dict[str, Any]:
-    content = message.get("content")
-    blocks: list[Any] = (
-        [{"type": "text", "text": content}] if isinstance(content, str) else list(_blocks(content))
-    )
-    blocks[index] = {**blocks[index], "cache_control": dict(control)}
+    blocks = list(blocks_of(message.get("content")))
+    blocks[index] = {**blocks[index], CACHE_CONTROL: dict(control)}
     return {**message, "content": blocks}
 
 
 def _newest_mark(messages: Sequence[Mapping[str, Any]]) -> tuple[int, int] | None:
     """(message, block) of the newest marked content block."""
     for m_index in range(len(messages) - 1, -1, -1):
-        blocks = _blocks(messages[m_index].get("content"))
+        blocks = blocks_of(messages[m_index].get("content"))
         for b_index in range(len(blocks) - 1, -1, -1):
             if _marked(blocks[b_index]):
                 return m_index, b_index
@@ -357,23 +346,23 @@ def _newest_mark(messages: Sequence[Mapping[str, Any]]) -> tuple[int, int] | Non
 
 
 def _control_of(where: tuple[int, int], messages: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
-    block = _blocks(messages[where[0]].get("content"))[where[1]]
-    control: Mapping[str, Any] = block["cache_control"]
+    block = blocks_of(messages[where[0]].get("content"))[where[1]]
+    control: Mapping[str, Any] = block[CACHE_CONTROL]
     return control
 
 
 def _last_control(system: Any, tools: Any) -> Mapping[str, Any]:
-    for group in (_blocks(system), _blocks(tools)):
+    for group in (blocks_of(system), blocks_of(tools)):
         for block in reversed(group):
             if _marked(block):
-                control: Mapping[str, Any] = block["cache_control"]
+                control: Mapping[str, Any] = block[CACHE_CONTROL]
                 return control
     return _EPHEMERAL
 
 
 def _unmarked(message: Mapping[str, Any], index: int) -> dict[str, Any]:
-    blocks = list(_blocks(message.get("content")))
-    blocks[index] = {k: v for k, v in blocks[index].items() if k != "cache_control"}
+    blocks = list(blocks_of(message.get("content")))
+    blocks[index] = {k: v for k, v in blocks[index].items() if k != CACHE_CONTROL}
     return {**message, "content": blocks}
 
 
@@ -395,7 +384,7 @@ def _read_messages_summary(payload: Any) -> SummaryReply:
         and block.get("type") == "text"
         and isinstance(block.get("text"), str)
     )
-    thought = any(isinstance(b, dict) and b.get("type") in _THINKING_BLOCKS for b in content)
+    thought = any(isinstance(b, dict) and b.get("type") in THINKING_TYPES for b in content)
     usage = payload.get("usage")
     return SummaryReply(
         text=text,

@@ -39,9 +39,9 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-import orjson
+from compaction_proxy.compaction.canonical import json_text
 
-from ._blocks import THINKING_TYPES, block_type, lift_part, lift_parts
+from ._blocks import CACHE_CONTROL, THINKING_TYPES, block_type, lift_part, lift_parts
 
 THINKING_FIELD = "thinking"
 """Where an assistant message's signed thinking blocks ride; the summarizer's transcript drops
@@ -225,7 +225,7 @@ def thinking_blocks(lifted: Lifted, index: int) -> list[Any]:
 
 
 def _tool_call(block: Mapping[str, Any]) -> dict[str, Any]:
-    function = {"name": block.get("name"), "arguments": _json(block.get("input", {}))}
+    function = {"name": block.get("name"), "arguments": json_text(block.get("input", {}))}
     return {"id": block.get("id"), "type": "function", "function": function}
 
 
@@ -244,14 +244,7 @@ def chat_tools(tools: Any) -> list[Any] | None:
             function["parameters"] = tool.get("input_schema")
             out.append({"type": "function", "function": function})
         elif isinstance(tool, Mapping):
-            out.append({k: v for k, v in tool.items() if k != "cache_control"})
+            out.append({k: v for k, v in tool.items() if k != CACHE_CONTROL})
         else:
             out.append(tool)
     return out
-
-
-def _json(value: Any) -> str:
-    try:
-        return orjson.dumps(value).decode()
-    except TypeError:
-        return str(value)

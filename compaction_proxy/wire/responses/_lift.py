@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
+from compaction_proxy.compaction.canonical import json_text
 
 from ._items import TEXT_OUTPUTS, Kind, classify, item_type
 
@@ -129,7 +129,7 @@ def lift(body: Mapping[str, Any]) -> Lifted:
     owners: list[Unit | None] = []
     instructions = body.get("instructions")
     if instructions is not None and instructions != "":
-        text = instructions if isinstance(instructions, str) else _json(instructions)
+        text = instructions if isinstance(instructions, str) else json_text(instructions)
         messages.append({"role": "system", "content": text})
         owners.append(None)
     outputs: dict[str, list[int]] = {}
@@ -351,10 +351,3 @@ def chat_tools(tools: Any) -> list[Any] | None:
         else:
             out.append(tool)
     return out
-
-
-def _json(value: Any) -> str:
-    try:
-        return orjson.dumps(value).decode()
-    except TypeError:
-        return str(value)

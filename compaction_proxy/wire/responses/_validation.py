@@ -12,7 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from compaction_proxy.compaction.validation import MAX_CONTENT_PARTS, ValidationIssue, nesting_issue
+from compaction_proxy.compaction.validation import (
+    MAX_CONTENT_PARTS,
+    ValidationIssue,
+    nesting_issue,
+    tools_issue,
+)
 
 from ._items import CALL_KEYS, MESSAGE_ROLES, OUTPUT_KEYS, PART_OUTPUTS, item_type
 
@@ -41,13 +46,9 @@ def validate_request(body: Mapping[str, Any]) -> ValidationIssue | None:
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str | list):
         return ValidationIssue("'instructions' must be a string", "instructions")
-    tools = body.get("tools")
-    if tools is not None:
-        if not isinstance(tools, list):
-            return ValidationIssue("'tools' must be an array", "tools")
-        for index, tool in enumerate(tools):
-            if not isinstance(tool, Mapping):
-                return ValidationIssue(f"tools[{index}] must be an object", f"tools[{index}]")
+    issue = tools_issue(body.get("tools"), "tools[{}]")
+    if issue is not None:
+        return issue
     for key in ("instructions", "tools"):
         issue = nesting_issue(body.get(key), key)
         if issue is not None:
