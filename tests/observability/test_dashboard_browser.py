@@ -112,9 +112,9 @@ def page(traffic: tuple[ProxyServer, Traffic]) -> Iterator[Any]:
             context = browser.new_context(viewport={"width": 1360, "height": 900})
             page = context.new_page()
             page.goto(f"{proxy.url}/dashboard?key={PROXY_KEY}")
-            page.wait_for_function(
-                "document.getElementById('status').textContent.startsWith('live')", timeout=15_000
-            )
+            # A selector, not wait_for_function: a string predicate that has to be polled is
+            # evaluated with eval(), which the page's Content-Security-Policy forbids.
+            page.wait_for_selector("#status >> text=/^live/", timeout=15_000)
             yield page
         finally:
             browser.close()
