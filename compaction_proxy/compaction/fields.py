@@ -8,6 +8,7 @@ accepted in either config form and parsed into a :class:`~.triggers.Condition`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Annotated, get_args
 
@@ -87,3 +88,20 @@ def errors_under(prefix: str, exc: ValidationError) -> ValidationError:
             detail["ctx"] = error["ctx"]
         details.append(detail)
     return ValidationError.from_exception_data(exc.title, details)
+
+
+_DURATION = re.compile(r"^\s*(\d+)\s*([smhdw]?)\s*$")
+_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(value: str | int) -> int:
+    """'7d', '12h', '30m', '45s' or a number of seconds (the configuration's TTLs; here so the
+    core's blocks and the edge's read a duration the same way)."""
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("a duration must not be negative")
+        return value
+    match = _DURATION.match(value)
+    if not match:
+        raise ValueError(f"{value!r} is not a duration; use e.g. 45s, 30m, 12h, 7d or seconds")
+    return int(match.group(1)) * _DURATION_UNITS[match.group(2)]

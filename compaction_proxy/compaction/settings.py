@@ -34,7 +34,7 @@ from pydantic import (
 
 from .budget import DEFAULT_RESERVE_SHARE
 from .carry import DEFAULT_CARRY_SHARE
-from .fields import CamelModel, StrictModel, TargetField, TriggerField, error_at
+from .fields import CamelModel, StrictModel, TargetField, TriggerField, error_at, parse_duration
 from .strategies.context_pruning import ContextPruningSettings
 from .strategies.registry import PluginError, StrategyEntry, registry_for
 from .strategies.summarization import Placement, RetainRecentSettings
@@ -157,6 +157,44 @@ class TokenizerSettings(StrictModel):
     images: ImageSettings = ImageSettings()
 
 
+class RecallSettings(StrictModel):
+    """``compaction.recall``: what compaction removes is archived and the model may ask for it
+    back (docs/recall.md). Off by default; when on, every removed or rewritten message is kept
+    in the checkpoint store under a short id its placeholder or summary names, and an agent's
+    request (one that declares tools) is offered the ``compaction_recall`` tool, which the proxy
+    answers itself.
+
+    ``max_rounds``: hidden recall rounds per request (the upstream calls a recall costs beyond
+    the client's one); ``max_tokens``: the most one recall answer returns (longer originals are
+    paged); ``ttl``: how long archived originals are kept; ``max_archive_mb``: the archive one
+    conversation may name (its oldest entries fall out of reach first); ``time_budget``:
+    seconds the hidden rounds of one request may take before the model is asked to answer
+    without more recall.
+    """
+
+    enabled: bool = False
+    max_rounds: int = Field(default=3, ge=1, le=10)
+    max_tokens: int = Field(default=4000, ge=100, le=100_000)
+    ttl: str | int = "7d"
+    max_archive_mb: float = Field(default=16.0, gt=0, le=1024)
+    time_budget: float = Field(default=60.0, gt=0, le=600)
+
+    @field_validator("ttl")
+    @classmethod
+    def _ttl_parses(cls, value: str | int) -> str | int:
+        if parse_duration(value) < 1:
+            raise ValueError("must be at least one second")
+        return value
+
+    @property
+    def ttl_seconds(self) -> int:
+        return parse_duration(self.ttl)
+
+    @property
+    def max_archive_bytes(self) -> int:
+        return int(self.max_archive_mb * 1024 * 1024)
+
+
 class CompactionSettings(StrictModel):
     """The ``compaction:`` block.
 
@@ -204,6 +242,8 @@ class CompactionSettings(StrictModel):
     lower_output_limit: bool = True
     calibration: CalibrationSettings = CalibrationSettings()
     tokenizer: TokenizerSettings = TokenizerSettings()
+    # Our addition: removed content archived, and a recall tool the proxy answers (docs/recall.md).
+    recall: RecallSettings = RecallSettings()
 
     @field_validator("plugins")
     @classmethod

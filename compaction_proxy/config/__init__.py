@@ -7,6 +7,8 @@
   store factory share with it.
 """
 
+from compaction_proxy.compaction.fields import parse_duration
+
 from ._loading import (
     ConfigError,
     effective_config,
@@ -29,7 +31,6 @@ from ._models import (
     UpstreamSettings,
     WindowSettings,
     find_upstream,
-    parse_duration,
 )
 
 __all__ = [

@@ -7,7 +7,6 @@ and users lose their `softTrim` settings without a word).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
@@ -28,6 +27,7 @@ from pydantic_settings import (
 )
 
 from compaction_proxy.compaction import CompactionSettings, FactsOverride, SummarizationSettings
+from compaction_proxy.compaction.fields import parse_duration
 from compaction_proxy.compaction.settings import preload_plugins
 
 CONFIG_ENV_VAR = "COMPACTION_PROXY_CONFIG"
@@ -310,22 +310,6 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # Environment wins over the file, which arrives as init kwargs.
         return env_settings, init_settings
-
-
-_DURATION = re.compile(r"^\s*(\d+)\s*([smhdw]?)\s*$")
-_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def parse_duration(value: str | int) -> int:
-    """'7d', '12h', '30m', '45s' or a number of seconds."""
-    if isinstance(value, int):
-        if value < 0:
-            raise ValueError("a duration must not be negative")
-        return value
-    match = _DURATION.match(value)
-    if not match:
-        raise ValueError(f"{value!r} is not a duration; use e.g. 45s, 30m, 12h, 7d or seconds")
-    return int(match.group(1)) * _DURATION_UNITS[match.group(2)]
 
 
 def find_upstream(upstreams: Sequence[UpstreamSettings], name: str) -> UpstreamSettings | None:

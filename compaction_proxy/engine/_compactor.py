@@ -64,7 +64,11 @@ _BUILTIN_ENCODINGS = ("o200k_base", "cl100k_base")
 # changed value must not orphan every stored checkpoint.
 _NOT_SHAPING = {"timeout", "dry_run", "prepare", "prepare_ttl", "prepare_max_in_flight"}
 # Compaction settings that change only the forwarded output limit, never the messages.
-_NOT_SHAPING_COMPACTION = {"lower_output_limit"}
+_NOT_SHAPING_COMPACTION: dict[str, Any] = {
+    "lower_output_limit": True,
+    # Only whether recall is on shapes a checkpoint (its placeholders name recall ids).
+    "recall": {"max_rounds", "max_tokens", "ttl", "max_archive_mb", "time_budget"},
+}
 
 
 class Compactor:
