@@ -16,7 +16,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from compaction_proxy.compaction import CompactionResult, Mode, OutputLimit
@@ -45,8 +45,9 @@ from compaction_proxy.wire import (
 )
 
 from ._context import RequestContext
-from ._forward import Outcome, forward, send_held
+from ._forward import HeldReply, Outcome, forward, send_held
 from ._outcome import RouteOutcome, relayed
+from ._recall import OK_STATUSES, RECALL_HOLD, RecallOffer, offer_for, settle
 from ._requests import (
     caller_key,
     credential,
@@ -78,7 +79,7 @@ def lowered(attempt: Attempt) -> Attempt:
     if attempt.result is None:
         return attempt
     subject = attempt.subject
-    limits = output_limits(attempt)
+    limits: dict[str, Any] = {**output_limits(attempt), **attempt.offered}
     if attempt.messages is None:
         if not limits:
             return attempt
@@ -165,6 +166,9 @@ class Attempt:
     messages: Sequence[Mapping[str, Any]] | None = None
     # Values appended to comma-separated request headers for the upstream (WireFormat.amend).
     listed: tuple[tuple[str, str], ...] = ()
+    # The recall tool offered (api/_recall.py), and the body members that declare it.
+    recall: RecallOffer | None = None
+    offered: Mapping[str, Any] = field(default_factory=dict)
 
     def reported(self, before: Attempt | None) -> Attempt | None:
         """The attempt the request reports once this one is sent: this one, unless its
@@ -262,6 +266,14 @@ async def compact(
     for warning in flow.warnings:
         headers.append((b"x-compaction-warning", header_safe(warning)))
     headers.extend(edit_notes(subject, flow.result))
+    archived = flow.result.archived
+    ctx.archived = len(archived.originals) if archived else 0
+    offer: RecallOffer | None = None
+    offered: dict[str, Any] = {}
+    if mode in (Mode.NORMAL, Mode.FORCE) and flow.messages is not None:
+        model: str = subject.data["model"]
+        recall = ctx.state.compactor.settings_for(model)[0].recall
+        offer, offered = offer_for(subject.wire, subject.client.data, flow.recall, recall)
     made = Attempt(
         subject,
         subject.raw,
@@ -271,6 +283,8 @@ async def compact(
         flow.checkpoint,
         tuple(headers),
         flow.messages,
+        recall=offer,
+        offered=offered,
     )
     try:
         return lowered(made)
@@ -303,9 +317,13 @@ async def send_with_retries(
     if attempt is not None:
         reported = attempt.reported(None)
         headers = [*base, *attempt.headers]
-    hold = REFUSAL_STATUSES if attempt is not None and attempt.retriable else None
     retries = 0
     while True:
+        hold = REFUSAL_STATUSES if attempt is not None and attempt.retriable else None
+        offer = None if attempt is None else attempt.recall
+        if offer is not None:
+            # The reply is read whole before the client sees it (api/_recall.py).
+            hold = (hold or frozenset()) | OK_STATUSES
         body = raw if attempt is None else attempt.body
         save = None if attempt is None else attempt.save
         outcome = await post_upstream(
@@ -321,8 +339,15 @@ async def send_with_retries(
             usage=wire if reported is not None else None,
             on_accepted=None if save is None else saver(save),
             hold=hold,
+            hold_limit=RECALL_HOLD if offer is not None else None,
         )
         held = outcome.held
+        if held is not None and offer is not None and held.status in OK_STATUSES:
+            assert attempt is not None
+            if save is not None:
+                await saver(save)()  # accepted: what the relay does before its first byte
+            delivered = await _recalled(ctx, scope, receive, send, upstream, wire, attempt, outcome)
+            return _answered(delivered, reported, retries, "fixed" if retries else None)
         if held is None:
             overflow_outcome = None
             if retries:
@@ -359,6 +384,7 @@ async def post_upstream(
     usage: UsageFormat | None = None,
     on_accepted: Callable[[], Awaitable[None]] | None = None,
     hold: frozenset[int] | None = None,
+    hold_limit: int | None = None,
     listed: Iterable[tuple[str, str]] = (),
 ) -> Outcome:
     """POST ``body`` to the request's path on ``upstream`` the way ``wire`` says (its key
@@ -372,19 +398,74 @@ async def post_upstream(
         send,
         method="POST",
         url=upstream_url(upstream, scope),
-        headers=with_listed(
-            upstream_headers(
-                scope["headers"], upstream, strip_authorization=ctx.authenticated, auth=wire.auth
+        headers=_identity(
+            with_listed(
+                upstream_headers(
+                    scope["headers"],
+                    upstream,
+                    strip_authorization=ctx.authenticated,
+                    auth=wire.auth,
+                ),
+                listed,
             ),
-            listed,
+            hold_limit is not None,
         ),
         content=body,
         extra_headers=extra_headers,
         usage=usage,
         on_accepted=on_accepted,
         hold=hold,
+        hold_limit=hold_limit,
         wire=wire,
     )
+
+
+def _identity(headers: list[tuple[str, str]], held: bool) -> list[tuple[str, str]]:
+    """A reply the proxy reads whole (the recall loop) is asked for uncompressed."""
+    if not held:
+        return headers
+    kept = [(name, value) for name, value in headers if name.lower() != "accept-encoding"]
+    return [*kept, ("accept-encoding", "identity")]
+
+
+async def _recalled(
+    ctx: RequestContext,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    upstream: UpstreamSettings,
+    wire: WireFormat,
+    attempt: Attempt,
+    first: Outcome,
+) -> Outcome:
+    """The recall loop (api/_recall.py) over a reply read whole; its figures go on ``ctx``."""
+    offer = attempt.recall
+    assert offer is not None
+    headers = [*ctx.response_headers, *attempt.headers]
+
+    async def post(body: bytes, round_headers: list[tuple[bytes, bytes]]) -> Outcome:
+        return await post_upstream(
+            ctx,
+            scope,
+            receive,
+            send,
+            upstream,
+            wire,
+            body,
+            listed=attempt.listed,
+            extra_headers=round_headers,
+            hold=REFUSAL_STATUSES | OK_STATUSES,
+            hold_limit=RECALL_HOLD,
+        )
+
+    async def deliver(held: HeldReply, final_headers: list[tuple[bytes, bytes]]) -> int:
+        return await send_held(send, held, final_headers)
+
+    delivered, stats = await settle(
+        ctx, wire, offer, first, attempt.body, headers, attempt.window, post, deliver
+    )
+    ctx.recall = stats
+    return delivered
 
 
 def _answered(

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from compaction_proxy.summarizer import SummaryCalls
     from compaction_proxy.upstream import Router, UpstreamTransport, WindowBook
 
+    from ._outcome import RecallStats
+
 
 @dataclass(slots=True)
 class AppState:
@@ -75,6 +77,8 @@ class RequestContext:
     summarizer_calls: SummaryCalls | None = None
     content: str | None = None  # last user message, only when dashboard.show_content
     cut_by_shutdown: bool = False  # answered 503 / ended with an error event (drain.py)
+    recall: RecallStats | None = None  # the recall loop's figures (api/_recall.py)
+    archived: int = 0  # originals the compaction archived (docs/recall.md)
 
     @property
     def elapsed_ms(self) -> float:

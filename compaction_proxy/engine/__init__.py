@@ -16,7 +16,7 @@ The modules:
 """
 
 from ._compactor import Compactor
-from ._flow import CompactionFlow, FlowRequest, FlowResult, build_flow
+from ._flow import CompactionFlow, FlowRequest, FlowResult, Recallable, build_flow
 from ._offload import OFFLOAD_BYTES
 from ._prepare import PreparedStats
 
@@ -27,5 +27,6 @@ __all__ = [
     "FlowRequest",
     "FlowResult",
     "PreparedStats",
+    "Recallable",
     "build_flow",
 ]

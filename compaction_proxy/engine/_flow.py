@@ -31,10 +31,14 @@ import httpx
 import orjson
 
 from compaction_proxy.checkpoints import (
+    INDEX_META,
+    Archive,
     Checkpoints,
     CheckpointStore,
     Lookup,
     StoredValues,
+    archive_namespace,
+    merged_index,
     namespace_for,
     scope_of,
 )
@@ -47,6 +51,7 @@ from compaction_proxy.compaction import (
     Summarizer,
     firing_point,
 )
+from compaction_proxy.compaction.archive import Archived
 from compaction_proxy.compaction.strategies.base import Strategy
 from compaction_proxy.config import Settings
 from compaction_proxy.http import UNKNOWN_CALLER, Spending
@@ -136,6 +141,17 @@ class _Plan:
     probe: PreparedProbe | None
 
 
+@dataclass(frozen=True, slots=True)
+class Recallable:
+    """What a request's conversation may recall: the tenant's archive ``namespace`` and the
+    ids of its ``index`` (the checkpoint's, with what this request archived), oldest first.
+    The recall loop answers only these ids, the ids the forwarded messages mark, and their
+    spans' members (compaction_proxy/engine/_recall_desk.py)."""
+
+    namespace: str
+    index: tuple[str, ...]
+
+
 @dataclass(slots=True)
 class FlowResult:
     """What to forward and what to tell the client about it.
@@ -155,6 +171,7 @@ class FlowResult:
     save: Callable[[], Awaitable[str | None]] | None = None
     prepared: PrepareState = "none"  # X-Compaction-Prepared (compaction_proxy/engine/_prepare.py)
     request: Mapping[str, Any] | None = None  # the body `messages` belong in
+    recall: Recallable | None = None  # what the conversation may recall (docs/recall.md)
 
     @property
     def body(self) -> bytes | None:
@@ -182,6 +199,8 @@ class CompactionFlow:
         )
         self.summarizer = summarizer
         self.flights = flights
+        recall = settings.compaction.recall
+        self.archive = Archive(store, recall) if store is not None else None
         self.preparer = Preparer(settings.summarization, self.checkpoints)
         # Requests whose summary was withheld, by reason (compaction_proxy/http/_admission.py):
         # `compaction_proxy_summaries_withheld_total`.
@@ -348,10 +367,18 @@ class CompactionFlow:
             self.withheld[withheld.reason] += 1
         if plan.mode is Mode.DRY_RUN:
             return FlowResult(None, result, "hit" if lookup.hit else "none", warnings)
+        index = self._index(plan, result)
+        recall = self._recallable(plan, index)
         if not result.changed:
             if lookup.hit:
                 return FlowResult(
-                    lookup.messages, result, "hit", warnings, prepared=prepared, request=data
+                    lookup.messages,
+                    result,
+                    "hit",
+                    warnings,
+                    prepared=prepared,
+                    request=data,
+                    recall=recall,
                 )
             return FlowResult(None, result, "none", warnings, prepared=prepared)
         # Nothing is stored for a preview or a forced run, after a failed summary, or when
@@ -364,23 +391,75 @@ class CompactionFlow:
             or self.checkpoints is None
             or lookup.store_error
         ):
+            # The originals are kept all the same (not for a preview, nor when the store just
+            # failed): the placeholders forwarded name them whether or not a checkpoint does.
+            keep = None
+            if plan.request.persist and not lookup.store_error and result.archived:
+                keep = partial(self._keep, plan, result.archived)
             return FlowResult(
-                result.messages, result, "none", warnings, prepared=prepared, request=data
+                result.messages,
+                result,
+                "none",
+                warnings,
+                keep,
+                prepared=prepared,
+                request=data,
+                recall=recall,
             )
-        save = partial(self._save, self.checkpoints, plan, result, used)
-        return FlowResult(result.messages, result, "new", warnings, save, prepared, request=data)
+        save = partial(self._save, self.checkpoints, plan, result, used, index)
+        return FlowResult(
+            result.messages, result, "new", warnings, save, prepared, request=data, recall=recall
+        )
+
+    def _index(self, plan: _Plan, result: CompactionResult) -> list[list[Any]] | None:
+        """The conversation's archive index after this request (the checkpoint's, with what
+        this run archived), or None: recall is off for the request's model."""
+        if self.archive is None:
+            return None
+        model: str = plan.request.data["model"]
+        if not self.compactor.settings_for(model)[0].recall.enabled:
+            return None
+        checkpoint = plan.lookup.checkpoint
+        previous = checkpoint.meta if checkpoint is not None else None
+        return merged_index(previous, result.archived, self.archive.max_bytes)
+
+    def _recallable(self, plan: _Plan, index: list[list[Any]] | None) -> Recallable | None:
+        if not index:
+            return None
+        request = plan.request
+        ids = tuple(str(entry[0]) for entry in index)
+        return Recallable(archive_namespace(request.credential, request.tenant), ids)
+
+    async def _keep(self, plan: _Plan, archived: Archived) -> str | None:
+        """This run's originals, kept in the tenant's archive (a failure is a warning)."""
+        assert self.archive is not None
+        request = plan.request
+        namespace = archive_namespace(request.credential, request.tenant)
+        return await self.archive.keep(namespace, archived)
 
     async def _save(
-        self, checkpoints: Checkpoints, plan: _Plan, result: CompactionResult, used: Lookup | None
+        self,
+        checkpoints: Checkpoints,
+        plan: _Plan,
+        result: CompactionResult,
+        used: Lookup | None,
+        index: list[list[Any]] | None,
     ) -> str | None:
-        """The new checkpoint, stored once the upstream accepted the request."""
+        """The new checkpoint, stored once the upstream accepted the request; the originals it
+        archived first, so a checkpoint never names an id whose original was not written."""
+        kept = None
+        if result.archived and self.archive is not None:
+            kept = await self._keep(plan, result.archived)
         # The core hands back the client's own dicts (typed as read-only mappings).
         messages = cast("list[dict[str, Any]]", result.messages)
         model: str = plan.request.data["model"]
-        error = await checkpoints.save(plan.namespace, plan.lookup, messages, _meta(result, model))
+        meta = _meta(result, model, index)
+        error = await checkpoints.save(plan.namespace, plan.lookup, messages, meta)
         if used is not None and error is None:
             # The ordinary checkpoint now stands for it; kept when that was not stored.
             await self.preparer.consume(plan.namespace, used, plan.key)
+        if kept is not None:
+            return kept if error is None else f"{error}; {kept}"
         return error
 
     async def _find_prepared(self, namespace: str, lookup: Lookup, key: str) -> Lookup | None:
@@ -448,7 +527,13 @@ class CompactionFlow:
             return "empty"
         made = await as_sent(made, request.data["messages"], plan.lookup, self.compactor)
         messages = cast("list[dict[str, Any]]", made.messages)
-        saved = await self.preparer.save(plan.namespace, plan.lookup, messages, _meta(made, model))
+        index = self._index(plan, made)
+        if made.archived and index is not None:
+            kept = await self._keep(plan, made.archived)
+            if kept is not None:
+                log.info("background summary: %s", kept)
+        meta = _meta(made, model, index)
+        saved = await self.preparer.save(plan.namespace, plan.lookup, messages, meta)
         return "made" if saved else "failed"
 
     async def _lookup(self, namespace: str, messages: list[dict[str, Any]]) -> Lookup:
@@ -540,15 +625,18 @@ def _as_prepared(report: CompactionReport, used: Lookup) -> CompactionReport:
     return replace(report, strategies=(step, *rest))
 
 
-def _meta(result: CompactionResult, model: str) -> dict[str, Any]:
+def _meta(result: CompactionResult, model: str, index: list[list[Any]] | None) -> dict[str, Any]:
     report = result.report
-    return {
+    meta: dict[str, Any] = {
         "model": model,
         "strategies": list(report.changed_by),
         "tokens_before": report.tokens_before,
         "tokens_after": report.tokens_after,
         **checkpoint_meta(report),
     }
+    if index:
+        meta[INDEX_META] = index
+    return meta
 
 
 def build_flow(

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 __all__ = [
+    "RECALL",
     "RECALL_TOOL",
     "RecallAnswer",
     "RecallCall",
@@ -42,6 +43,38 @@ class RecallTool:
     name: str
     description: str
     parameters: Mapping[str, Any]  # a JSON schema object
+
+
+RECALL = RecallTool(
+    name=RECALL_TOOL,
+    description=(
+        "Earlier parts of this conversation were compacted: summarized, cleared or cut. "
+        "Each placeholder or summary names a recall id (like [recall id r1a2b3c4d5e6]). "
+        "Call this tool with those ids to read the originals again, or with a query to search "
+        "everything compacted away, before guessing or re-running a tool."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "ids": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Recall ids named by placeholders or summaries.",
+            },
+            "query": {
+                "type": "string",
+                "description": "Words to search the compacted originals for.",
+            },
+            "page": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "The page of a long answer (default 1).",
+            },
+        },
+        "additionalProperties": False,
+    },
+)
+"""The tool as every format declares it."""
 
 
 @dataclass(frozen=True, slots=True)
