@@ -41,6 +41,7 @@ from ._context import AppState, RequestContext
 from ._context_edits import context_edits
 from ._limits import compacted_model, size_limits
 from ._outcome import RouteOutcome, relayed
+from ._recall import offer_for
 from ._requests import (
     compaction_mode,
     credential,
@@ -158,7 +159,10 @@ async def _compacted(
         return client.raw, headers, flow.result, ()
     # Amended as the request would be: Anthropic's API checks thinking signatures on a count
     # too.
-    forwarded, notes, listed = compacted_body(subject, flow.messages, {})
+    # With the recall tool, when the request would be offered it (api/_recall.py).
+    recall = state.compactor.settings_for(view.chat["model"])[0].recall
+    _, offered = offer_for(wire, client.data, flow.recall, recall)
+    forwarded, notes, listed = compacted_body(subject, flow.messages, offered)
     headers.extend(notes)
     return forwarded, headers, flow.result, listed
 

@@ -42,6 +42,7 @@ from ._context import RequestContext
 from ._context_edits import context_edits
 from ._limits import compacted_model, size_limits
 from ._outcome import RouteOutcome
+from ._recall import offer_for
 from ._requests import (
     caller_key,
     compaction_mode,
@@ -171,7 +172,9 @@ async def _compact_and_answer(
             raise ProxyError(
                 500, "compaction failed: LowerError", "server_error", "compaction_failed"
             ) from None
-        request = {**request, wire.items: list(lowered.items)}
+        recall = ctx.state.compactor.settings_for(view.chat["model"])[0].recall
+        _, offered = offer_for(wire, body, flow.recall, recall)  # the recall tool, when offered
+        request = {**request, **offered, wire.items: list(lowered.items)}
         warnings.extend(lowered.notes)
     payload = {
         "changed": flow.messages is not None or bool(limits),
