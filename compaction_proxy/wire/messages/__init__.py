@@ -23,15 +23,18 @@ from ._format import (
 )
 from ._lift import Lifted, Owner, Piece, lift
 from ._lower import Lowered, LowerError, lower
+from ._recall import MESSAGES_RECALL, MessagesRecall
 from ._validation import validate_request
 
 __all__ = [
     "BINDING_BETA",
     "MESSAGES",
+    "MESSAGES_RECALL",
     "Lifted",
     "LowerError",
     "Lowered",
     "MessagesFormat",
+    "MessagesRecall",
     "MessagesView",
     "Owner",
     "Piece",
