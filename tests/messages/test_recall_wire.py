@@ -25,8 +25,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
-from compaction_proxy.wire import ClientBody
-from compaction_proxy.wire.messages import MESSAGES, MESSAGES_RECALL, MessagesFormat
+from compaction_proxy.wire import ClientBody, UpstreamTraits
+from compaction_proxy.wire.messages import (
+    BINDING_BETA,
+    MESSAGES,
+    MESSAGES_RECALL,
+    MessagesFormat,
+    offer_binding,
+)
 from compaction_proxy.wire.messages._stream import Event, events, index_of
 from compaction_proxy.wire.recall import (
     RECALL_TOOL,
@@ -381,6 +387,114 @@ def test_the_fake_refuses_a_continuation_that_breaks_the_api_rules(fake: TestCli
     without_recall = {**answered(body, turn), "tools": body["tools"][:-1]}
     refused = post(fake, without_recall)
     assert refused.status_code == 400 and "bound to a different conversation" in refused.text
+
+
+# --------------------------------------------------------------------------- preserved thinking
+
+NATIVE = UpstreamTraits(native=True)
+
+
+def test_an_offer_after_signed_thinking_drops_only_the_older_blocks(fake: TestClient) -> None:
+    """``tools`` is in every signed block's prefix: a block made before the tool was offered
+    is refused by a preserved-thinking API unless the request asks ``drop_block``; a block
+    made since is bound to the offered tools and kept."""
+    body = client_body(stream=False)
+    body["messages"] = [{"role": "user", "content": "fake-loop: steps=5"}]
+    step = post(fake, body).json()  # the client's own step: thinking, text, a Bash call
+    (bash,) = [block for block in step["content"] if block["type"] == "tool_use"]
+    body["messages"] += [
+        {"role": "assistant", "content": step["content"]},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": bash["id"], "content": "ok"}],
+        },
+    ]
+    assert post(fake, body).status_code == 200  # as the client sent it
+    offer = offered(body)
+    refused = post(fake, offer)
+    assert refused.status_code == 400 and "bound to a different conversation" in refused.text
+    older = ["messages.1.content.0", "messages.1.content.1"]  # thinking, redacted thinking
+
+    amendment = offer_binding(offer, offer["messages"], NATIVE)
+    assert amendment is not None
+    assert amendment.members == {
+        "thinking": {
+            **body["thinking"],
+            "block_binding": {"prefix_mismatch_behavior": "drop_block"},
+        }
+    }
+    assert amendment.listed == (("anthropic-beta", BINDING_BETA),)
+    beta = {"anthropic-beta": BINDING_BETA}
+    amended = {**offer, **amendment.members}
+    reply = post(fake, amended, **beta)
+    assert reply.status_code == 200, reply.text
+    dropped = [entry["path"] for entry in reply.json()["input_transformations"]]
+    assert dropped == older
+
+    # The continuation is accepted with the same ask. (The fake binds the recall turn's
+    # thinking to the prompt the model saw, without the dropped blocks, so with those still
+    # in the messages it drops that one too: the final-turn rule is then not asked for.)
+    following = answered(amended, read(reply.content, False))
+    assert offer_binding(following, following["messages"], NATIVE) is None  # already asked
+    reply = post(fake, following, **beta)
+    assert reply.status_code == 200, reply.text
+    dropped = [entry["path"] for entry in reply.json()["input_transformations"]]
+    assert dropped[:2] == older
+    assert FACT in reply.text
+
+
+def test_offer_binding_leaves_what_thinking_binding_leaves() -> None:
+    signed = [
+        {"role": "user", "content": "q"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "t", "signature": "s"},
+                {"type": "redacted_thinking", "data": "d"},
+                {"type": "text", "text": "a"},
+            ],
+        },
+        {"role": "user", "content": "more"},
+    ]
+    body = {"messages": signed, "tools": [BASH]}
+    amendment = offer_binding(body, signed, NATIVE)
+    assert amendment is not None
+    assert amendment.members == {
+        "thinking": {
+            "type": "adaptive",
+            "block_binding": {"prefix_mismatch_behavior": "drop_block"},
+        }
+    }
+    assert (
+        "the recall tool was added to the tools before 2 signed thinking blocks"
+        in (amendment.notes[0])
+    )
+    assert offer_binding(body, signed, UpstreamTraits()) is None  # a local server
+    assert offer_binding(body, signed[:1], NATIVE) is None  # nothing signed
+    for thinking in (
+        {"type": "disabled"},
+        {"type": "enabled", "budget_tokens": 1024, "block_binding": {"x": 1}},
+    ):
+        assert offer_binding({**body, "thinking": thinking}, signed, NATIVE) is None
+
+
+@pytest.mark.parametrize(
+    ("binding", "offered_to"),
+    [
+        (None, True),
+        ({"prefix_mismatch_behavior": "drop_block"}, True),
+        ({"prefix_mismatch_behavior": "error"}, False),
+        ({}, False),
+        ("error", False),
+    ],
+)
+def test_a_client_that_chose_its_binding_is_offered_recall_only_if_blocks_may_drop(
+    binding: Any, offered_to: bool
+) -> None:
+    thinking: dict[str, Any] = {"type": "adaptive"}
+    if binding is not None:
+        thinking["block_binding"] = binding
+    assert WIRE.declared({"tools": [BASH], "thinking": thinking}) is offered_to
 
 
 # --------------------------------------------------------------------------- strip

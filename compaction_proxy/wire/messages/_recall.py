@@ -7,6 +7,11 @@
   a breakpoint the client put on its last tool (Claude Code puts them in ``tools`` and
   ``system``) still covers the same tools, so that cache entry is still read, and the client's
   tools are the very objects it sent.
+- **Preserved thinking.** ``tools`` is part of every signed thinking block's prefix, so on
+  Anthropic's API a request offered the tool needs ``thinking.block_binding: drop_block`` for
+  the blocks made before it was offered (:func:`~._binding.offer_binding`); a client that set
+  ``block_binding`` to anything else is not offered the tool (its request is not counted as
+  declaring tools), since the proxy never overrides that choice.
 - **Read.** A reply's recall calls are its ``tool_use`` blocks of the tool's name (a
   ``server_tool_use`` is the API's own, never a call the proxy answers); its other
   ``tool_use`` blocks are the client's. The model's turn goes back as one assistant message
@@ -51,7 +56,7 @@ class MessagesRecall:
     """:class:`~compaction_proxy.wire.recall.RecallWire` for ``POST /v1/messages``."""
 
     def declared(self, body: Mapping[str, Any]) -> bool:
-        return bool(_tools(body))
+        return bool(_tools(body)) and not _bound_by_client(body)
 
     def clashes(self, body: Mapping[str, Any], name: str) -> bool:
         return any(tool.get("name") == name for tool in _tools(body))
@@ -124,6 +129,19 @@ def _tools(body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     if not isinstance(tools, list):
         return []
     return [tool for tool in tools if isinstance(tool, Mapping)]
+
+
+def _bound_by_client(body: Mapping[str, Any]) -> bool:
+    """Whether the client chose how the API treats a signed block whose prefix changed, other
+    than dropping it: the tool is then never offered, since adding it to ``tools`` changes
+    every block's prefix (docs/messages.md, "Preserved thinking")."""
+    thinking = body.get("thinking")
+    binding = thinking.get("block_binding") if isinstance(thinking, Mapping) else None
+    if binding is None:
+        return False
+    return not isinstance(binding, Mapping) or binding.get("prefix_mismatch_behavior") != (
+        "drop_block"
+    )
 
 
 def _plain(value: Any) -> Any:
