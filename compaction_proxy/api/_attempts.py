@@ -43,6 +43,7 @@ from compaction_proxy.wire import (
     WireFormat,
     lowered_limits,
 )
+from compaction_proxy.wire.recall import RecallWire
 
 from ._context import RequestContext
 from ._forward import HeldReply, Outcome, forward, send_held
@@ -84,19 +85,25 @@ def lowered(attempt: Attempt) -> Attempt:
         if not limits:
             return attempt
         return replace(attempt, body=subject.client.with_members(limits))
-    body, notes, listed = compacted_body(subject, attempt.messages, limits)
+    recall = None if attempt.recall is None else attempt.recall.wire
+    body, notes, listed = compacted_body(subject, attempt.messages, limits, recall)
     return replace(attempt, body=body, headers=(*attempt.headers, *notes), listed=listed)
 
 
 def compacted_body(
-    subject: Subject, messages: Sequence[Mapping[str, Any]], members: Mapping[str, Any]
+    subject: Subject,
+    messages: Sequence[Mapping[str, Any]],
+    members: Mapping[str, Any],
+    recall: RecallWire | None = None,
 ) -> tuple[bytes, tuple[tuple[bytes, bytes], ...], tuple[tuple[str, str], ...]]:
     """The client's bytes with ``messages`` lowered in place of its elements and ``members``
     written, amended for ``subject.upstream`` (:meth:`WireFormat.amend`: Messages'
-    ``block_binding`` for Anthropic's API); with the warnings the lowering and the amendment
-    state, and the header values the amendment lists."""
+    ``block_binding`` for Anthropic's API; ``recall``: the request is offered the recall tool,
+    whose side amends it instead); with the warnings the lowering and the amendment state,
+    and the header values the amendment lists."""
     out = subject.view.lower(messages)
-    amendment = subject.wire.amend(subject.client.data, out.items, subject.upstream)
+    amend = subject.wire.amend if recall is None else recall.amend
+    amendment = amend(subject.client.data, out.items, subject.upstream)
     written: dict[str, Any] = dict(members)
     said = out.notes
     listed: tuple[tuple[str, str], ...] = ()

@@ -161,8 +161,9 @@ async def _compacted(
     # too.
     # With the recall tool, when the request would be offered it (api/_recall.py).
     recall = state.compactor.settings_for(view.chat["model"])[0].recall
-    _, offered = offer_for(wire, client.data, flow.recall, recall)
-    forwarded, notes, listed = compacted_body(subject, flow.messages, offered)
+    offer, offered = offer_for(wire, client.data, flow.recall, recall)
+    side = None if offer is None else offer.wire
+    forwarded, notes, listed = compacted_body(subject, flow.messages, offered, side)
     headers.extend(notes)
     return forwarded, headers, flow.result, listed
 

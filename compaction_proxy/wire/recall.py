@@ -17,7 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from .format import Amendment, UpstreamTraits
 
 __all__ = [
     "RECALL",
@@ -122,6 +125,15 @@ class RecallWire(Protocol):
 
     def clashes(self, body: Mapping[str, Any], name: str) -> bool:
         """Whether the client's own tools already hold one named ``name``."""
+        ...
+
+    def amend(
+        self, body: Mapping[str, Any], items: Sequence[Any], upstream: UpstreamTraits
+    ) -> Amendment | None:
+        """What the request needs, offered the tool, to be accepted by ``upstream``: used in
+        place of :meth:`WireFormat.amend` (Messages: the thinking binding that covers every
+        signed block, since ``tools`` is part of each one's prefix; the OpenAI formats:
+        None)."""
         ...
 
     def offer(self, body: Mapping[str, Any], tool: RecallTool) -> dict[str, Any]:

@@ -43,7 +43,9 @@ import orjson
 
 from .._anthropic_blocks import block_type
 from .._forwarded import ClientBody
+from ..format import Amendment, UpstreamTraits
 from ..recall import RecallAnswer, RecallCall, RecallTool, RecallTurn
+from ._binding import offer_binding
 from ._stream import Event, accumulate, events, index_of, with_data
 
 __all__ = ["MESSAGES_RECALL", "MessagesRecall"]
@@ -60,6 +62,12 @@ class MessagesRecall:
 
     def clashes(self, body: Mapping[str, Any], name: str) -> bool:
         return any(tool.get("name") == name for tool in _tools(body))
+
+    def amend(
+        self, body: Mapping[str, Any], items: Sequence[Any], upstream: UpstreamTraits
+    ) -> Amendment | None:
+        # The tool joins every signed block's prefix: the binding that covers them all.
+        return offer_binding(body, items, upstream)
 
     def offer(self, body: Mapping[str, Any], tool: RecallTool) -> dict[str, Any]:
         tools = body.get("tools")
