@@ -80,6 +80,8 @@ class ChatRecall:
         return {"tools": [*tools, {"type": "function", "function": function}]}
 
     def read(self, reply: bytes, *, stream: bool, name: str) -> RecallTurn | None:
+        if b'"tool_calls"' not in reply and b'"function_call"' not in reply:
+            return None  # calls no tool: nothing to parse (most replies, an agent's answer)
         message = _streamed_message(reply) if stream else _json_message(reply)
         return None if message is None else _turn(message, name)
 

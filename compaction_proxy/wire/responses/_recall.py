@@ -80,6 +80,8 @@ class ResponsesRecall:
         return {"tools": [*named_list(body, "tools"), recall]}
 
     def read(self, reply: bytes, *, stream: bool, name: str) -> RecallTurn | None:
+        if b'"function_call"' not in reply:
+            return None  # calls no function: nothing to parse (most replies, an agent's answer)
         output = _streamed_output(reply) if stream else _json_output(reply)
         if output is None or not any(_is_recall(item, name) for item in output):
             return None
