@@ -416,6 +416,27 @@ def test_entries_without_an_index_are_placed_by_their_id() -> None:
     ]
 
 
+def test_a_name_split_over_deltas_is_read_as_the_sdk_joins_it() -> None:
+    deltas: list[dict[str, Any]] = [
+        {
+            "tool_calls": [
+                {"index": 0, "id": "call_", "type": "function", "function": {"name": "compaction_"}}
+            ]
+        },
+        {
+            "tool_calls": [
+                {"index": 0, "id": "r1", "function": {"name": "recall", "arguments": "{}"}}
+            ]
+        },
+        *call_deltas(1, Call("call_a1", "grep", ("{}",))),
+    ]
+    body = b"".join(sse(chunk(d)) for d in deltas) + b"data: [DONE]\n\n"
+    turn = WIRE.read(body, stream=True, name=RECALL_TOOL)
+    assert turn is not None and turn.calls == (RecallCall("call_r1", "{}"),)
+    stripped = WIRE.strip(body, stream=True, name=RECALL_TOOL)
+    assert sdk_calls(sdk_iterated(stripped)) == [("call_a1", "grep", "{}")]
+
+
 # --------------------------------------------------------------------------- stripping JSON
 
 

@@ -12,10 +12,12 @@ docs/recall.md).
   continues one conversation, and a continuation asks for ``n`` choices again). JSON: its
   ``message.tool_calls`` (or ``function_call``). A stream: choice 0's deltas accumulated as
   the SDK's stream helpers accumulate them: content concatenated, each tool call by its
-  ``index`` (its ``id``, ``type`` and name from the first delta that has them, its
-  ``arguments`` concatenated over every delta), up to ``data: [DONE]``. An entry without an
-  ``index`` (some OpenAI-compatible servers) is placed by its ``id``, else continues the last
-  call. An error (``{"error": ...}``) or anything that does not parse reads as no call.
+  ``index``, its ``id``, name and ``arguments`` concatenated over its deltas (OpenAI sends the
+  id and name in the first one), up to ``data: [DONE]``: the call found is the call the
+  client's SDK would show. An entry without an ``index`` (some OpenAI-compatible servers; the
+  SDK refuses those) is placed by its ``id``, else continues the last call. An error
+  (``{"error": ...}``) or anything that does not parse reads as no call. A reply without
+  ``"tool_calls"`` or ``"function_call"`` in its bytes calls nothing: it is not parsed.
 - **The assistant turn** the continuation appends: ``{"role": "assistant", "content": text or
   None, "tool_calls": [every call, in order]}`` (a legacy reply: ``"function_call": {name,
   arguments}``), plus ``reasoning_content``, ``reasoning`` and ``reasoning_details`` when the
@@ -246,10 +248,15 @@ class _Choice:
             slots.append(slot)
             self.last = slot
             call = self.calls.setdefault(slot, {})
-            for key in ("id", "type"):
-                value = entry.get(key)
-                if isinstance(value, str) and value and not call.get(key):
-                    call[key] = value
+            call_id = entry.get("id")
+            if isinstance(call_id, str):
+                # Concatenated, as the SDK does; an entry without an index (which the SDK
+                # cannot read) names its call by the id instead.
+                placed = integer(entry.get("index")) is None and call.get("id")
+                call["id"] = call_id if placed else call.get("id", "") + call_id
+            kind = entry.get("type")
+            if isinstance(kind, str) and kind:
+                call["type"] = kind
             for kind, text in (("function", "arguments"), ("custom", "input")):
                 inner = entry.get(kind)
                 if isinstance(inner, Mapping):
@@ -291,12 +298,12 @@ class _Choice:
 
 
 def _merge_function(target: dict[str, Any], delta: Mapping[str, Any], text: str) -> None:
-    name = delta.get("name")
-    if isinstance(name, str) and name and not target.get("name"):
-        target["name"] = name
-    piece = delta.get(text)
-    if isinstance(piece, str):
-        target[text] = target.get(text, "") + piece
+    """Strings concatenated, as the SDK's ``accumulate_delta`` does: the name it reads is the
+    name looked for."""
+    for key in ("name", text):
+        piece = delta.get(key)
+        if isinstance(piece, str):
+            target[key] = target.get(key, "") + piece
 
 
 def _chunks(stream: Iterable[Event]) -> Iterable[tuple[int, Event]]:

@@ -10,11 +10,12 @@ docs/recall.md). Pure: bytes and parsed JSON in and out.
   output is rebuilt from ``response.output_item.added``/``.done`` by ``output_index``, a
   call's arguments from ``response.function_call_arguments.done`` or its deltas. An ``error``
   event, ``response.failed``, a response with an ``error`` or anything that does not parse
-  reads as no call. A recall call is a ``function_call`` item of the tool's name outside any
-  ``namespace``; the client's calls (``others``) are the items the client answers
+  reads as no call; a reply without ``"function_call"`` in its bytes is not parsed. A recall
+  call is a ``function_call`` item of the tool's name outside any ``namespace``; the
+  client's calls (``others``) are the items the client answers
   (:data:`~compaction_proxy.wire.responses._items.CALL_KEYS`: function, custom, computer,
-  shell and patch calls, MCP approval requests, and unknown items with a ``call_id``); hosted
-  calls carry their own results and count as none.
+  shell and patch calls, MCP approval requests, and unknown items with a ``call_id``);
+  hosted calls carry their own results and count as none.
 - **The assistant turn** is every output item as it came (reasoning with its encrypted
   content, messages, hosted calls, function calls), which the API takes back as input items;
   the continuation is ``{"input": [...the request's input (a string input as its user
