@@ -3,7 +3,8 @@ docs/recall.md). Pure: bytes and parsed JSON in and out.
 
 - **Declared tools.** Any entry of ``tools``: function and custom tools, and hosted ones
   (``web_search``, ``file_search``, ``mcp``, ...), since a request that uses any tool is an
-  agent's. A clash is any tool whose ``name`` is the recall tool's. The recall tool goes last:
+  agent's. A clash is any tool whose ``name`` is the recall tool's. A ``tool_choice`` of the
+  client's (``allowed_tools``, a named tool) is left as it is. The recall tool goes last:
   ``{"type": "function", "name", "description", "parameters", "strict": false}``.
 - **Reading a reply.** JSON: the response's ``output``. A stream: ``response.completed`` (or
   ``response.incomplete``) carries the whole output, which is preferred; without one the
