@@ -145,6 +145,10 @@ async def settle(
     while True:
         turn = _turn(offer, held)
         if turn is None:
+            if RECALL_TOOL.encode() in held.body and held.status in OK_STATUSES:
+                # A reply that echoes the request's tools (Responses) shows none of ours.
+                stripped = offer.wire.strip(held.body, stream=is_stream(held), name=RECALL_TOOL)
+                held = replace(held, body=stripped)
             break
         if turn.others:
             # A mixed turn: the client gets its own calls; the model asks again next request.

@@ -46,6 +46,7 @@ from typing import Any
 import orjson
 
 from .._openai_recall import Event, events, integer, loads, named_list
+from ..format import Amendment, UpstreamTraits
 from ..recall import RecallAnswer, RecallCall, RecallTool, RecallTurn
 
 __all__ = ["CHAT_RECALL", "ChatRecall"]
@@ -58,6 +59,11 @@ _STREAMED_EXTRAS = ("reasoning_content", "reasoning")
 
 class ChatRecall:
     """See the module docstring."""
+
+    def amend(
+        self, body: Mapping[str, Any], items: Sequence[Any], upstream: UpstreamTraits
+    ) -> Amendment | None:
+        return None  # an OpenAI upstream binds nothing to the tools
 
     def declared(self, body: Mapping[str, Any]) -> bool:
         return bool(named_list(body, "tools") or named_list(body, "functions"))

@@ -45,6 +45,7 @@ from typing import Any
 import orjson
 
 from .._openai_recall import events, integer, loads, named_list
+from ..format import Amendment, UpstreamTraits
 from ..recall import RecallAnswer, RecallCall, RecallTool, RecallTurn
 from ._items import CALL_KEYS, OUTPUT_KEYS, item_type
 from ._lift import input_items
@@ -64,6 +65,11 @@ _LIFECYCLE_WITH_OUTPUT = (
 
 class ResponsesRecall:
     """See the module docstring."""
+
+    def amend(
+        self, body: Mapping[str, Any], items: Sequence[Any], upstream: UpstreamTraits
+    ) -> Amendment | None:
+        return None  # an OpenAI upstream binds nothing to the tools
 
     def declared(self, body: Mapping[str, Any]) -> bool:
         return bool(named_list(body, "tools"))
