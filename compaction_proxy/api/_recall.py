@@ -73,7 +73,7 @@ def offer_for(
     """The offer for a request and the body members that declare the tool, or ``(None, {})``:
     recall is off, nothing is archived, the format has no recall side, or the request is not
     an agent's (it declares no tools)."""
-    side: RecallWire | None = getattr(wire, "recall", None)
+    side = wire.recall
     if recallable is None or side is None or not settings.enabled or not side.declared(body):
         return None, {}
     return RecallOffer(side, recallable, settings), side.offer(body, RECALL)
@@ -81,7 +81,7 @@ def offer_for(
 
 def clashes(wire: WireFormat, body: Mapping[str, Any]) -> bool:
     """Whether the client declares a tool of the recall tool's name (a 400 when recall is on)."""
-    side: RecallWire | None = getattr(wire, "recall", None)
+    side = wire.recall
     return side is not None and side.clashes(body, RECALL_TOOL)
 
 
