@@ -167,16 +167,19 @@ def _split_line(line: str, budget: int, count: CountText) -> list[str]:
     return pieces
 
 
-def _pages(lines: Sequence[str], budget: int, count: CountText) -> list[str]:
+def _pages(
+    lines: Sequence[str], counts: Sequence[int], newline: int, budget: int, count: CountText
+) -> list[str]:
+    """``lines`` (of ``counts`` tokens each) packed greedily into pages of ``budget`` tokens."""
     pages: list[str] = []
     current: list[str] = []
     used = 0
-    newline = max(1, count("\n"))
-    for raw in lines:
-        tokens = count(raw)
-        pieces = [raw] if tokens <= budget else _split_line(raw, budget, count)
-        for piece in pieces:
-            cost = tokens if piece is raw else count(piece)
+    for raw, tokens in zip(lines, counts, strict=True):
+        if tokens <= budget:
+            pieces = [(raw, tokens)]
+        else:
+            pieces = [(piece, count(piece)) for piece in _split_line(raw, budget, count)]
+        for piece, cost in pieces:
             if current and used + newline + cost > budget:
                 pages.append("\n".join(current))
                 current, used = [], 0
@@ -206,13 +209,18 @@ def page(
     """
     if number < 1:
         raise PageOutOfRange(number, 0)
-    if count(text) <= max_tokens:
+    # Each line is counted once (a line's count is the same in every page it could open),
+    # and the whole text is their sum: a long answer is tokenized once, not twice.
+    lines = text.split("\n")
+    counts = [count(line) for line in lines]
+    newline = max(1, count("\n"))
+    if sum(counts) + newline * (len(lines) - 1) <= max_tokens:
         if number != 1:
             raise PageOutOfRange(number, 1)
         return text, 1
     reserve = count(_footer(99_999, 99_999, tool)) + count("\n\n")
     budget = max(1, max_tokens - reserve)
-    pages = _pages(text.split("\n"), budget, count)
+    pages = _pages(lines, counts, newline, budget, count)
     if number > len(pages):
         raise PageOutOfRange(number, len(pages))
     return f"{pages[number - 1]}\n\n{_footer(number, len(pages), tool)}", len(pages)
