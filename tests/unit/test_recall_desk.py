@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -131,6 +132,26 @@ async def test_a_span_whose_members_expired(archive: Archive, desk: RecallDesk) 
     assert await archive.keep(NS, Archived({}, {span: members}, (span,))) is None
     recalled = await desk.answer(NS, frozenset({span}), ask(ids=[span]))
     assert recalled.answer.text == f"no archived content left for id {span}"
+
+
+async def test_an_expired_original_is_answered_as_gone(
+    archive: Archive, desk: RecallDesk, tmp_path: Path
+) -> None:
+    """recall.ttl over: the row is past its expiry (aged in the file, no waiting), and the
+    answer is the one for an id never archived; a query no longer finds it either."""
+    (rid,) = await keep(archive, result("c1", "FACT-EXPIRING"))
+    allowed = frozenset({rid})
+    assert "FACT-EXPIRING" in (await desk.answer(NS, allowed, ask(ids=[rid]))).answer.text
+    with sqlite3.connect(tmp_path / "data" / "checkpoints.db") as conn:
+        conn.execute(
+            "UPDATE checkpoints SET expires_at = expires_at - ? WHERE namespace = ?",
+            (SETTINGS.ttl_seconds + 1, NS),
+        )
+    conn.close()
+    gone = await desk.answer(NS, allowed, ask(ids=[rid]))
+    assert gone.answer.text == f"no archived content for id {rid}" and gone.ids == 0
+    searched = await desk.answer(NS, allowed, ask(query="fact-expiring"))
+    assert "FACT-EXPIRING" not in searched.answer.text
 
 
 # ------------------------------------------------------------------ query
