@@ -25,6 +25,15 @@ so they survive :meth:`commit`.  Messages a strategy paid for (a summary) are re
 :meth:`savepoint` and :meth:`rollback` undo a committed strategy whose saving was too small to
 be worth a new prefix (see :mod:`.churn`).
 
+With ``recall`` (``compaction.recall``), the draft marks and archives at its decision points,
+so no strategy has to: an edit's copy gets `` [recall id r…]`` naming the original it replaced
+(archived), a replacement or a paid message the span mark naming what it stands for, and a
+dropped group's messages are archived (:mod:`.archiving`, :mod:`.marks`).  An edit that gives
+the current message again, or whose marked copy is not smaller in tokens, is not made
+(:meth:`edit` returns ``False``); :meth:`preview_edit` and :meth:`preview_paid` give what would
+be recorded, for a strategy that measures before it decides.  :meth:`archived` is computed
+from what the output lacks.
+
 :meth:`project` renders the output: original relative order, a replaced group's messages at the
 group's first position, inserted messages before their position.  :meth:`commit` re-bases the
 draft on its own projection (re-grouping it, reusing every known count) so the next strategy
