@@ -10,7 +10,8 @@ strategy (see "Recall marks" in docs/compaction.md):
 * a **drop** or a **replace** of a group: every member is archived (a stub archives nothing new:
   its id is listed instead).  A member that stands for several itself (its mark names an
   ``s…`` span: an older summary folded into a new one, a collapsed group) is archived as an
-  original *and* its span id is listed, so what it covered stays reachable;
+  original *and* its span id is listed, so what it covered stays reachable.  One this same run
+  made is not archived: it was made from what the run archived, and its span id is listed;
 * a **span**: a replacement message (a collapsed group) stands for its group's ids; a message
   inserted with ``paid_by`` (a summary) stands for every id dropped by the same strategy run
   before it (since the draft's last commit), in drop order.  Its id is
@@ -32,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .archive import Archived, original_id, span_id
 from .marks import can_carry_mark, marked, message_mark, span_mark, strip_mark
@@ -41,9 +42,9 @@ from .messages import Message, content_text
 __all__ = ["ArchiveLog"]
 
 
-@dataclass(frozen=True, slots=True)
-class _Entry:
-    """One archived message (an original, or a stub whose id a drop listed)."""
+class _Entry(NamedTuple):
+    """One archived message (an original, or a stub whose id a drop listed).  A tuple: one is
+    made per message a run removes, thousands at a time."""
 
     recall_id: str
     message: Message
@@ -51,8 +52,7 @@ class _Entry:
     seq: int
 
 
-@dataclass(frozen=True, slots=True)
-class _Span:
+class _Span(NamedTuple):
     members: tuple[str, ...]
     anchor: float
     seq: int
@@ -71,17 +71,28 @@ class ArchiveLog:
         self._made: dict[int, tuple[str, Message]] = {}
         """id(an edit this run made) -> the id of the original it stands for (and the edit)."""
         self._anchors: dict[int, tuple[float, Message]] = {}
+        """id(a message this run made) -> where it stands (and the message, kept alive)."""
+        self._made_spans: dict[int, str] = {}
+        """id(a summary or collapsed message this run made) -> the span it stands for."""
         self._loose: list[str] = []
         self._loose_anchor = -math.inf
 
     # ------------------------------------------------------------------ ids
     def stub_id(self, message: Message) -> str | None:
         """The original's id ``message`` stands for, when it is a stub (else ``None``)."""
+        return self._marks(message)[0]
+
+    def _marks(self, message: Message) -> tuple[str | None, str | None]:
+        """``(stub id, span id)`` of ``message``: the original it stands for when it is a stub
+        (an edit this run made, or a text ending with an ``r…`` mark), the span it stands for
+        when its text ends with an ``s…`` mark."""
         made = self._made.get(id(message))
         if made is not None:
-            return made[0]
+            return made[0], None
         mark = message_mark(message)
-        return mark if mark is not None and mark.startswith("r") else None
+        if mark is None:
+            return None, None
+        return (mark, None) if mark.startswith("r") else (None, mark)
 
     def edit_id(self, current: Message) -> str:
         """The id an edit of ``current`` names: its own stub id, or its id as an original."""
@@ -91,14 +102,17 @@ class ArchiveLog:
         """The ids removing ``messages`` would list (nothing recorded)."""
         out: list[str] = []
         for message in messages:
-            stub = self.stub_id(message)
+            stub, span = self._marks(message)
             if stub is not None:
                 out.append(stub)
                 continue
+            made_span = self._made_spans.get(id(message))
+            if made_span is not None:  # made by this run: its span says it all
+                out.append(made_span)
+                continue
             out.append(original_id(message))
-            mark = message_mark(message)
-            if mark is not None:  # an older span: what it covered stays reachable
-                out.append(mark)
+            if span is not None:  # an older span: what it covered stays reachable
+                out.append(span)
         return out
 
     def span_marked(self, message: Message, members: Sequence[str]) -> Message:
@@ -126,17 +140,20 @@ class ArchiveLog:
         for message in messages:
             anchor = self._anchor(message)
             newest = max(newest, anchor)
-            stub = self.stub_id(message)
+            stub, span = self._marks(message)
             if stub is not None:
                 self._dropped_stubs[id(message)] = _Entry(stub, message, anchor, self._next())
                 out.append(stub)
                 continue
+            made_span = self._made_spans.get(id(message))
+            if made_span is not None:  # made by this run from what is archived: its span says
+                out.append(made_span)  # it all
+                continue
             recall_id = original_id(message)
             self._archive(message, recall_id, anchor)
             out.append(recall_id)
-            mark = message_mark(message)
-            if mark is not None:
-                out.append(mark)
+            if span is not None:
+                out.append(span)
         if loose:
             self._loose.extend(out)
             self._loose_anchor = max(self._loose_anchor, newest)
@@ -174,6 +191,7 @@ class ArchiveLog:
         new = marked(message, span_mark(recall_id))
         self._spans.setdefault(recall_id, _Span(tuple(members), anchor, self._next()))
         self._anchors[id(new)] = (anchor, new)
+        self._made_spans[id(new)] = recall_id
         return new
 
     def _archive(self, message: Message, recall_id: str, anchor: float) -> None:

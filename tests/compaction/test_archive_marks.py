@@ -89,11 +89,12 @@ def run(
     summarizer: FakeSummarizer | None = None,
     mode: Mode = Mode.NORMAL,
 ) -> CompactionResult:
-    """``strategies`` alone (no fallback), or a whole ``pipeline``, with recall on."""
+    """``strategies`` in a plain pipeline (each by its own trigger, no fallback), or a whole
+    ``pipeline``, with recall on."""
     request = CompactionRequest(
         messages,
         model="m",
-        pipeline=pipeline or Pipeline(strategies, fallback=False),
+        pipeline=pipeline or Pipeline(strategies, fallback=False, early_stop=False),
         tokenizer=TOK,
         facts=facts,
         reserve_ratio=0,
@@ -311,6 +312,26 @@ def test_a_collapsed_group_names_the_span_of_its_messages() -> None:
     )
 
 
+def test_what_the_run_made_and_then_dropped_is_not_archived_again() -> None:
+    """A collapse, then a window that drops the oldest collapsed groups: the originals are
+    archived once; the collapsed messages (made from them) are not."""
+    msgs = agent(6)
+    result = run(msgs, ToolResultCompactionStrategy(), SlidingWindowStrategy(keep_last_groups=3))
+    out = result.messages
+    collapsed = [m for m in out if str(m.get("content")).startswith("[Tool results")]
+    assert 0 < len(collapsed) < 5  # five were made, the oldest of them dropped
+    assert result.archived is not None
+    gone = [m for m in msgs if not any(o is m for o in out)]
+    assert set(result.archived.originals) == {original_id(m) for m in gone}
+    assert all(m["role"] in ("assistant", "tool") for m in result.archived.originals.values())
+    assert not any(
+        str(m.get("content")).startswith("[Tool results")
+        for m in result.archived.originals.values()
+    )
+    # the spans still reachable are those whose message was forwarded
+    assert set(result.archived.spans) == set(marks(out))
+
+
 @pytest.mark.parametrize(
     "strategy",
     [
@@ -517,8 +538,8 @@ def test_the_seeds_pipelines_archive_what_they_remove(seed: str) -> None:
 
 def check_archive(inputs: Sequence[Message], result: CompactionResult) -> None:
     """Every input message the output lacks is archived (or a stub whose id stays reachable);
-    every mark in the output names what this run archived or what the input already named;
-    the output is a valid request."""
+    every mark in the output names what this run archived or what the input already named, and
+    no text ends with two; the output is a valid request."""
     out = result.messages
     archived = result.archived
     if inputs:
@@ -526,6 +547,9 @@ def check_archive(inputs: Sequence[Message], result: CompactionResult) -> None:
     present = {id(m) for m in out}
     named = set(marks(out))
     before = set(marks(inputs))
+    for message in out:  # one closing mark at most: never doubled
+        text = content_text(message)
+        assert message_mark({"content": strip_mark(text)}) is None, text
     if not result.changed:
         assert archived is None
         return
