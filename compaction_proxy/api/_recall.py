@@ -167,6 +167,10 @@ async def settle(
                 allowed = frozenset(offer.recallable.index) | marked(sent_body)
             answers = []
             for call in turn.calls:
+                if desk is None:  # never: the desk exists wherever a block turns recall on
+                    answers.append(RecallAnswer(call.call_id, "archive not available", True))
+                    stats.unavailable = True
+                    continue
                 answer = await desk.answer(
                     offer.recallable.namespace, allowed, call, _answer_tokens(settings, window)
                 )

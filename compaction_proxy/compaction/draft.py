@@ -25,6 +25,15 @@ so they survive :meth:`commit`.  Messages a strategy paid for (a summary) are re
 :meth:`savepoint` and :meth:`rollback` undo a committed strategy whose saving was too small to
 be worth a new prefix (see :mod:`.churn`).
 
+With ``recall`` (``compaction.recall``), the draft marks and archives at its decision points,
+so no strategy has to: an edit's copy gets `` [recall id r…]`` naming the original it replaced
+(archived), a replacement or a paid message the span mark naming what it stands for, and a
+dropped group's messages are archived (:mod:`.archiving`, :mod:`.marks`).  An edit that gives
+the current message again, or whose marked copy is not smaller in tokens, is not made
+(:meth:`edit` returns ``False``); :meth:`preview_edit` and :meth:`preview_paid` give what would
+be recorded, for a strategy that measures before it decides.  :meth:`archived` is computed
+from what the output lacks.
+
 :meth:`project` renders the output: original relative order, a replaced group's messages at the
 group's first position, inserted messages before their position.  :meth:`commit` re-bases the
 draft on its own projection (re-grouping it, reusing every known count) so the next strategy
@@ -37,10 +46,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+from .archive import Archived
+from .archiving import ArchiveLog
 from .budget import Budget, Calibration
 from .canonical import canonical_bytes
 from .changes import ChangeCounters, GroupState, Savepoint
 from .errors import CompactionProxyError
+from .marks import marked, original_mark
 from .messages import Message, has_tool_calls, role_of
 from .projection import edited_view, grouping_key, project
 from .tokens import Tokenizer
@@ -74,6 +86,7 @@ class Draft:
         tools_tokens: int = 0,
         calibration: Calibration | None = None,
         summary_marker: SummaryMarker | None = DEFAULT_SUMMARY_MARKER,
+        recall: bool = False,
     ) -> None:
         self.tokenizer = tokenizer
         self.budget = budget
@@ -87,6 +100,7 @@ class Draft:
         self._pins: dict[int, Message] = {}  # id(message) -> message, kept alive
         self.paid: list[tuple[str, Message]] = []
         """(strategy name, message) for every message a strategy paid for (a summary)."""
+        self._archive = ArchiveLog(view.messages) if recall else None
         self._reset(view)
 
     # ------------------------------------------------------------------ state
@@ -371,6 +385,8 @@ class Draft:
         ``release``: the group may be pinned (a summary folded into a new one).
         """
         target = self._require_editable(_index(group), "drop", release=release)
+        if self._archive is not None:
+            self._archive.removed(self._current(target), loose=True)
         self._remove_group_totals(target)
         self._state[target.index] = GroupState.DROPPED
         self._counters = self._counters.plus(
@@ -387,6 +403,9 @@ class Draft:
             self.drop(group)
             return
         target = self._require_editable(_index(group), "replace")
+        if self._archive is not None:
+            members, anchor = self._archive.removed(self._current(target), loose=False)
+            messages = self._archive.replaced(messages, members, anchor)
         stats = [self.measure(m) for m in messages]
         self._remove_group_totals(target)
         self._state[target.index] = GroupState.REPLACED
@@ -407,24 +426,66 @@ class Draft:
         )
         self._mark()
 
-    def edit(self, index: int, message: Message) -> None:
+    def edit(self, index: int, message: Message) -> bool:
         """Replace message ``index`` with an edited copy (the group stays whole and kept).
 
         Build the copy with ``{**draft.message(index), "content": ...}`` so unknown fields and
-        pairing ids survive.
+        pairing ids survive.  With recall on, the copy is marked and the message it replaces
+        archived (:meth:`preview_edit` says what is recorded); returns whether the edit was
+        made (always, with recall off).
         """
         group = self._require_editable(self.view.group_of[index], "edit")
-        self._apply_edit(group, index, message)
+        planned = self._planned_edit(index, message)
+        if planned is None:
+            return False
+        message, stats = planned
+        self._apply_edit(group, index, message, stats)
         self._mark(
             structural=grouping_key(message, self.summary_marker)
             != grouping_key(self.view.messages[index], self.summary_marker)
         )
+        return True
 
-    def _apply_edit(self, group: Group, index: int, message: Message) -> None:
+    def preview_edit(self, index: int, message: Message) -> Message | None:
+        """What :meth:`edit` would record for ``message``: the message itself with recall off;
+        with recall on, the copy with its mark (`` [recall id r…]``, the id of the message it
+        replaces, or the id a stub already names), or ``None`` when the edit would not be made:
+        it gives the current message again, or its marked form is not smaller in tokens.
+
+        For a strategy that plans its edits before making them (and measures what they free).
+        """
+        planned = self._planned_edit(index, message, record=False)
+        return None if planned is None else planned[0]
+
+    def _planned_edit(
+        self, index: int, message: Message, *, record: bool = True
+    ) -> tuple[Message, MessageStats] | None:
+        log = self._archive
+        if log is None:
+            return message, self.measure(message)
+        current = self.message(index)
+        recall_id = log.edit_id(current)
+        new = marked(message, original_mark(recall_id))
+        if new == current:
+            return None
+        stats = self.measure(new)
+        if stats.token_count >= self.message_stats(index).token_count:
+            return None
+        if record:
+            log.edited(current, new, recall_id)
+        return new, stats
+
+    def _current(self, group: Group) -> list[Message]:
+        """The current form of ``group``'s messages (their edits)."""
+        return [self.message(m) for m in group.members]
+
+    def _apply_edit(
+        self, group: Group, index: int, message: Message, stats: MessageStats | None = None
+    ) -> None:
         """Record ``message`` as the new form of message ``index`` and update the totals."""
         old = self._edits.get(index)
         old_tokens = old[1].token_count if old else self._view.stats[index].token_count
-        stats = self.measure(message)
+        stats = stats if stats is not None else self.measure(message)
         self._edits[index] = (message, stats)
         delta = stats.token_count - old_tokens
         self._group_tokens[group.index] += delta
@@ -447,6 +508,8 @@ class Draft:
             raise IndexError(f"insert position {position} out of range")
         if position > self.view.insert_limit:
             raise ProtectedGroupError("cannot insert after the newest user message's first step")
+        if paid_by is not None and self._archive is not None:
+            messages = self._archive.paid(messages)
         entries = [(m, self.measure(m)) for m in messages]
         if paid_by is not None:
             for message in messages:
@@ -478,12 +541,13 @@ class Draft:
             min(self.view.tail_start + 1, self.view.insert_limit), messages, paid_by=paid_by
         )
 
-    def trim_newest(self, index: int, message: Message) -> None:
+    def trim_newest(self, index: int, message: Message) -> bool:
         """Replace a tool result of a protected group: the last resort of the pipeline.
 
         Only for a result too large to fit even when everything else is gone (a 200k-token
         log in the newest step).  User and system text is never cut, so anything but a
-        ``tool``/``function`` message is refused.
+        ``tool``/``function`` message is refused.  Marked and archived as :meth:`edit` is;
+        returns whether the trim was made.
         """
         if self._pending is not None:
             self._materialize()
@@ -494,8 +558,35 @@ class Draft:
             raise ProtectedGroupError(
                 f"cannot trim a message of a {self._state[group.index]} group"
             )
-        self._apply_edit(group, index, message)
+        planned = self._planned_edit(index, message)
+        if planned is None:
+            return False
+        self._apply_edit(group, index, *planned)
         self._mark(structural=False)
+        return True
+
+    def preview_paid(self, message: Message, groups: Sequence[Group]) -> Message:
+        """``message`` as :meth:`insert` with ``paid_by`` would record it once ``groups`` are
+        dropped (in that order, by the same strategy run): with recall on, marked with the span
+        of what they hold; the message itself otherwise.  For a summary measured before the
+        fold is made."""
+        log = self._archive
+        if log is None:
+            return message
+        members = log.members(m for g in groups for m in self._current(g))
+        return log.span_marked(message, members) if members else message
+
+    @property
+    def recall(self) -> bool:
+        """Whether this run archives what it removes and marks what stands for it."""
+        return self._archive is not None
+
+    def archived(self) -> Archived | None:
+        """What the run archived, from what its output lacks (``None``: recall off, or nothing
+        archived); see compaction_proxy/compaction/archiving.py."""
+        if self._archive is None or not self.changed:
+            return None
+        return self._archive.result(self.project())
 
     # ------------------------------------------------------------------ output
     def project_with_stats(self) -> tuple[list[Message], list[MessageStats]]:
@@ -521,6 +612,8 @@ class Draft:
         first use (:meth:`_materialize`); the totals that need no grouping (message tokens and
         count) are set now, to exactly what the re-grouped view will give.
         """
+        if self._archive is not None:
+            self._archive.settle()
         if not self._dirty:
             return
         if not self._structural:
@@ -556,6 +649,8 @@ class Draft:
         decisions included."""
         self._pins = dict(point.pins)
         del self.paid[point.paid :]
+        if self._archive is not None:
+            self._archive.settle()
         self._counters = point.counters
         if point.pending is not None:
             self._pending = point.pending

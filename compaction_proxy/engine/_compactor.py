@@ -346,6 +346,7 @@ class Compactor:
             output_share=compaction.output_reserve_share,
             lower_output=compaction.lower_output_limit,
             edits=edits.strategies if edits is not None else (),
+            recall=compaction.recall.enabled,
         )
 
     def calibrate(self, model: str, reported: int, counted: int) -> None:

@@ -421,7 +421,8 @@ class CompactionFlow:
             return None
         checkpoint = plan.lookup.checkpoint
         previous = checkpoint.meta if checkpoint is not None else None
-        return merged_index(previous, result.archived, self.archive.max_bytes)
+        archived = result.archived or Archived()
+        return merged_index(previous, archived, self.archive.max_bytes)
 
     def _recallable(self, plan: _Plan, index: list[list[Any]] | None) -> Recallable | None:
         if not index:
