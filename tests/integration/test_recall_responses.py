@@ -32,6 +32,7 @@ MODEL = "agent-8k"
 STEPS = 36
 FACT_EVERY = 8  # a fact in the first output of steps 3, 11, 19, 27, 35
 MAX_ROUNDS = 2
+MAX_TOKENS = 700  # an answer's most: two of them still fit the window beside the prompt
 RECALL_TOOL = "compaction_recall"
 TOOLS = [
     {
@@ -71,7 +72,9 @@ def config(upstream: ResponsesUpstreamServer, db: Path, recall: bool) -> dict[st
             "retainRecent": {"turns": 2},
             "timeout": 10,
         },
-        compaction={"recall": {"enabled": recall, "max_rounds": MAX_ROUNDS, "max_tokens": 1_500}},
+        compaction={
+            "recall": {"enabled": recall, "max_rounds": MAX_ROUNDS, "max_tokens": MAX_TOKENS}
+        },
     )
 
 
@@ -90,6 +93,7 @@ class Answer:
 @dataclass
 class Session:
     items: list[dict[str, Any]] = field(default_factory=lambda: [dict(TASK)])
+    steps: list[dict[str, Any]] = field(default_factory=list)  # the items before the questions
     keys: list[tuple[str, str]] = field(default_factory=list)
     answers: dict[str, Answer] = field(default_factory=dict)
 
@@ -167,6 +171,7 @@ def run(client: openai.OpenAI, upstream: ResponsesUpstreamServer) -> Session:
     for n in range(STEPS):
         session.step(client, n)
     upstream.take()
+    session.steps = list(session.items)
     for number, (key, _) in enumerate(session.keys):
         question = f"QUESTION: what is {key}?"
         answer, output = ask(client, upstream, session.items, question, stream=bool(number % 2))
@@ -289,7 +294,7 @@ def test_a_mixed_turn_gives_the_client_only_its_own_call(
     session = sessions[True]
     key, _ = session.keys[0]
     question = f"QUESTION: what is {key}? (mixed)"
-    answer, output = ask(client, fake, session.items, question, stream=stream)
+    answer, output = ask(client, fake, session.steps, question, stream=stream)
     assert answer.leaks == []
     assert [(i["type"], i.get("name")) for i in output] == [
         ("reasoning", None),
@@ -300,7 +305,7 @@ def test_a_mixed_turn_gives_the_client_only_its_own_call(
     # The turn as the client got it goes back as OpenAI requires: the reasoning with its call.
     call = output[1]
     again = [
-        *session.items,
+        *session.steps,
         {"role": "user", "content": question},
         *output,
         {"type": "function_call_output", "call_id": call["call_id"], "output": "nothing there"},
@@ -320,7 +325,7 @@ def test_the_round_cap_ends_a_model_that_never_stops_recalling(
     session = sessions[True]
     key, value = session.keys[0]
     answer, output = ask(
-        client, fake, session.items, f"QUESTION: what is {key}? (forever)", stream=stream
+        client, fake, session.steps, f"QUESTION: what is {key}? (forever)", stream=stream
     )
     assert answer.leaks == []
     assert [i["type"] for i in output] == ["reasoning", "message"]
