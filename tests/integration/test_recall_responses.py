@@ -22,9 +22,15 @@ from typing import Any
 import openai
 import pytest
 
+from tests.fakes import upstream as base
 from tests.fakes.recall_policy import planted
 from tests.support.agent_session import tool_output
-from tests.support.responses_upstream import RESPONSES, ResponsesUpstreamServer
+from tests.support.responses_upstream import (
+    RESPONSES,
+    ResponsesUpstreamServer,
+    count_input,
+    input_items,
+)
 from tests.support.servers import ProxyServer, proxy_config, upstream_entry
 
 WINDOW = 8_000
@@ -334,3 +340,33 @@ def test_the_round_cap_ends_a_model_that_never_stops_recalling(
     assert len(answer.rounds) == MAX_ROUNDS + 2
     assert answer.rounds[-1]["tool_choice"] == "none"
     assert all("tool_choice" not in r for r in answer.rounds[:-1])
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_refused_continuation_closes_with_an_answer_and_no_trace(
+    client: openai.OpenAI,
+    fake: ResponsesUpstreamServer,
+    sessions: dict[bool, Session],
+    stream: bool,
+) -> None:
+    """The recalled text does not fit what the upstream takes (its window is smaller than
+    the proxy was told): one closing round says so, and the client gets its answer with
+    nothing of the hidden step, the recall tool in the response's echo of ``tools`` included."""
+    session = sessions[True]
+    key, _ = session.keys[0]
+    question = f"QUESTION: what is {key}?"
+    probe, _ = ask(client, fake, session.steps, question, stream=False)
+    first = probe.rounds[0]
+    size = count_input(base.TokenCounter(), first, input_items(first))
+    fake.control(model_context_windows={MODEL: size + 200})  # a recall answer is not
+    try:
+        answer, output = ask(client, fake, session.steps, question, stream=stream)
+    finally:
+        fake.control(model_context_windows={MODEL: WINDOW})
+    assert answer.leaks == []
+    assert [i["type"] for i in output] == ["reasoning", "message"]
+    assert answer.text == f"{key} is not in what I can see"
+    assert rounds_of(answer.header) == 2 and "limited" in answer.header
+    refused, closing = answer.rounds[1:]
+    assert closing["tool_choice"] == "none" and "tool_choice" not in refused
+    assert "did not fit" in closing["input"][-1]["output"]
