@@ -48,7 +48,7 @@ from compaction_proxy.wire.recall import RecallWire
 from ._context import RequestContext
 from ._forward import HeldReply, Outcome, forward, send_held
 from ._outcome import RouteOutcome, relayed
-from ._recall import OK_STATUSES, RECALL_HOLD, RecallOffer, offer_for, settle
+from ._recall import OK_STATUSES, RECALL_HOLD, RecallOffer, Rounds, offer_for, settle
 from ._requests import (
     caller_key,
     credential,
@@ -469,7 +469,7 @@ async def _recalled(
         return await send_held(send, held, final_headers)
 
     delivered, stats = await settle(
-        ctx, wire, offer, first, attempt.body, headers, attempt.window, post, deliver
+        ctx, wire, offer, first, attempt.body, headers, attempt.window, Rounds(post, deliver)
     )
     ctx.recall = stats
     return delivered

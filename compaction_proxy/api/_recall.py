@@ -117,6 +117,17 @@ def marked(body: bytes) -> frozenset[str]:
     return frozenset(m.decode("ascii") for m in _MARKED.findall(body))
 
 
+@dataclass(frozen=True, slots=True)
+class Rounds:
+    """How the loop reaches the upstream and the client: ``post(body, headers)`` sends a
+    round (held like the first reply), ``deliver(held, headers)`` sends the client a held
+    reply; ``clock`` times the rounds against ``recall.time_budget``."""
+
+    post: Callable[[bytes, list[tuple[bytes, bytes]]], Awaitable[Outcome]]
+    deliver: Callable[[HeldReply, list[tuple[bytes, bytes]]], Awaitable[int]]
+    clock: Callable[[], float] = time.monotonic
+
+
 async def settle(
     ctx: RequestContext,
     wire: WireFormat,
@@ -125,94 +136,129 @@ async def settle(
     sent_body: bytes,
     headers: list[tuple[bytes, bytes]],
     window: Window | None,
-    post: Callable[[bytes, list[tuple[bytes, bytes]]], Awaitable[Outcome]],
-    deliver: Callable[[HeldReply, list[tuple[bytes, bytes]]], Awaitable[int]],
-    clock: Callable[[], float] = time.monotonic,
+    rounds: Rounds,
 ) -> tuple[Outcome, RecallStats]:
     """The reply the client gets for a request that offered the recall tool, whose first 2xx
-    reply ``first.held`` was read whole; ``post(body, headers)`` sends a round upstream (held
-    like the first), ``deliver(held, headers)`` sends the client a held reply."""
-    assert first.held is not None
-    stats = RecallStats()
-    held = first.held
-    settings = offer.settings
-    started = clock()
-    data: dict[str, Any] | None = None
-    allowed: frozenset[str] | None = None
-    desk = ctx.state.recall_desk
-    usage = prompt_tokens(held, wire)
-    outcome = first
-    while True:
-        turn = _turn(offer, held)
-        if turn is None:
-            if RECALL_TOOL.encode() in held.body and held.status in OK_STATUSES:
-                # A reply that echoes the request's tools (Responses) shows none of ours.
-                stripped = offer.wire.strip(held.body, stream=is_stream(held), name=RECALL_TOOL)
-                held = replace(held, body=stripped)
-            break
-        if turn.others:
-            # A mixed turn: the client gets its own calls; the model asks again next request.
-            stripped = offer.wire.strip(held.body, stream=is_stream(held), name=RECALL_TOOL)
-            held = replace(held, body=stripped)
-            stats.deferred += len(turn.calls)
-            break
-        if data is None:
-            data = orjson.loads(sent_body)
-        over = stats.rounds >= settings.max_rounds or clock() - started >= settings.time_budget
-        if over:
-            stats.limited = True
-            answers = [RecallAnswer(c.call_id, LIMIT_TEXT, True) for c in turn.calls]
-        else:
-            if allowed is None:
-                allowed = frozenset(offer.recallable.index) | marked(sent_body)
-            answers = []
-            for call in turn.calls:
-                if desk is None:  # never: the desk exists wherever a block turns recall on
-                    answers.append(RecallAnswer(call.call_id, "archive not available", True))
-                    stats.unavailable = True
-                    continue
-                answer = await desk.answer(
-                    offer.recallable.namespace, allowed, call, _answer_tokens(settings, window)
-                )
-                answers.append(answer.answer)
-                stats.calls += 1
-                stats.ids += answer.ids
-                stats.tokens += answer.tokens
-                stats.unavailable = stats.unavailable or answer.unavailable
-        base = data
-        members = offer.wire.continuation(base, turn, answers)
-        if over:
-            members.update(offer.wire.closing(base))
-        data = {**base, **members}
-        stats.rounds += 1
-        body = orjson.dumps(data)
-        round_headers = [*headers, stats.header()]
-        outcome = await post(body, round_headers)
-        if outcome.held is None:
-            stats.seconds = clock() - started
-            return replace(outcome, prompt_tokens=usage), stats  # relayed: nothing to read
-        held = outcome.held
-        if held.status not in OK_STATUSES:
-            # The continuation was refused (the recalled text made it too long, most likely):
-            # one more round that says so and lets no tool be called; then whatever comes.
-            answers = [RecallAnswer(a.call_id, UNFIT_TEXT, True) for a in answers]
-            members = offer.wire.continuation(base, turn, answers)
-            members.update(offer.wire.closing(base))
-            data = {**base, **members}
-            stats.rounds += 1
-            stats.limited = True
-            outcome = await post(orjson.dumps(data), [*headers, stats.header()])
-            if outcome.held is None:
-                stats.seconds = clock() - started
-                return replace(outcome, prompt_tokens=usage), stats
+    reply ``first.held`` was read whole (see the module docstring)."""
+    loop = _Loop(ctx, wire, offer, sent_body, headers, window, rounds)
+    return await loop.run(first)
+
+
+class _Loop:
+    """One request's hidden rounds."""
+
+    def __init__(
+        self,
+        ctx: RequestContext,
+        wire: WireFormat,
+        offer: RecallOffer,
+        sent_body: bytes,
+        headers: list[tuple[bytes, bytes]],
+        window: Window | None,
+        rounds: Rounds,
+    ) -> None:
+        self.ctx, self.wire, self.offer, self.rounds = ctx, wire, offer, rounds
+        self.sent_body, self.headers, self.window = sent_body, headers, window
+        self.stats = RecallStats()
+        self.started = rounds.clock()
+        self.allowed: frozenset[str] | None = None
+        self.closed = False  # a closing round was sent: no more rounds, whatever comes
+
+    async def run(self, first: Outcome) -> tuple[Outcome, RecallStats]:
+        assert first.held is not None
+        usage = prompt_tokens(first.held, self.wire)
+        outcome, held = first, first.held
+        data: dict[str, Any] | None = None
+        while True:
+            turn = _turn(self.offer, held)
+            if turn is None or turn.others or self.closed:
+                # No call; a mixed turn (the client gets its own calls, the model asks again
+                # next request); or a model past its closing round: out without our calls.
+                if turn is not None:
+                    self.stats.deferred += len(turn.calls) if turn.others else 0
+                held = self._without_ours(held)
+                break
+            data = orjson.loads(self.sent_body) if data is None else data
+            answers, closing = await self._answers(turn)
+            sent = await self._round(data, turn, answers, closing)
+            outcome, data = sent
+            if outcome.held is None:  # relayed as it came: nothing more to read
+                self.stats.seconds = self.rounds.clock() - self.started
+                return replace(outcome, prompt_tokens=usage), self.stats
             held = outcome.held
-            break
-    stats.seconds = clock() - started
-    sent = await deliver(held, [*headers, stats.header()])
-    delivered = replace(
-        outcome, status=held.status, bytes_out=sent, held=None, completed=True, prompt_tokens=usage
-    )
-    return delivered, stats
+        self.stats.seconds = self.rounds.clock() - self.started
+        sent_bytes = await self.rounds.deliver(held, [*self.headers, self.stats.header()])
+        delivered = replace(
+            outcome,
+            status=held.status,
+            bytes_out=sent_bytes,
+            held=None,
+            completed=True,
+            prompt_tokens=usage,
+        )
+        return delivered, self.stats
+
+    def _without_ours(self, held: HeldReply) -> HeldReply:
+        """``held`` without the recall tool's calls, nor its echo in a reply that repeats the
+        request's tools (Responses)."""
+        if held.status not in OK_STATUSES or RECALL_TOOL.encode() not in held.body:
+            return held
+        body = self.offer.wire.strip(held.body, stream=is_stream(held), name=RECALL_TOOL)
+        return replace(held, body=body)
+
+    async def _answers(self, turn: RecallTurn) -> tuple[list[RecallAnswer], bool]:
+        """The answers to ``turn``'s calls, and whether this round must close (the caps)."""
+        settings, stats = self.offer.settings, self.stats
+        spent = self.rounds.clock() - self.started
+        if stats.rounds >= settings.max_rounds or spent >= settings.time_budget:
+            stats.limited = True
+            return [RecallAnswer(c.call_id, LIMIT_TEXT, True) for c in turn.calls], True
+        if self.allowed is None:
+            self.allowed = frozenset(self.offer.recallable.index) | marked(self.sent_body)
+        desk = self.ctx.state.recall_desk
+        answers = []
+        for call in turn.calls:
+            if desk is None:  # never: the desk exists wherever a block turns recall on
+                answers.append(RecallAnswer(call.call_id, "archive not available", True))
+                stats.unavailable = True
+                continue
+            namespace = self.offer.recallable.namespace
+            answer = await desk.answer(
+                namespace, self.allowed, call, _answer_tokens(settings, self.window)
+            )
+            answers.append(answer.answer)
+            stats.calls += 1
+            stats.ids += answer.ids
+            stats.tokens += answer.tokens
+            stats.unavailable = stats.unavailable or answer.unavailable
+        return answers, False
+
+    async def _round(
+        self, base: dict[str, Any], turn: RecallTurn, answers: list[RecallAnswer], closing: bool
+    ) -> tuple[Outcome, dict[str, Any]]:
+        """One hidden round: ``base`` continued with the turn and its answers; a refused one
+        (the recalled text made it too long, most likely) is sent once more as a closing round
+        that says so instead."""
+        outcome, data = await self._send(base, turn, answers, closing)
+        held = outcome.held
+        if held is None or held.status in OK_STATUSES or closing:
+            return outcome, data
+        unfit = [RecallAnswer(a.call_id, UNFIT_TEXT, True) for a in answers]
+        self.stats.limited = True
+        return await self._send(base, turn, unfit, True)
+
+    async def _send(
+        self, base: dict[str, Any], turn: RecallTurn, answers: list[RecallAnswer], closing: bool
+    ) -> tuple[Outcome, dict[str, Any]]:
+        side = self.offer.wire
+        members = side.continuation(base, turn, answers)
+        if closing:
+            members.update(side.closing(base))
+            self.closed = True
+        data = {**base, **members}
+        self.stats.rounds += 1
+        headers = [*self.headers, self.stats.header()]
+        return await self.rounds.post(orjson.dumps(data), headers), data
 
 
 def _turn(offer: RecallOffer, held: HeldReply) -> RecallTurn | None:

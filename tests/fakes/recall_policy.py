@@ -8,7 +8,8 @@ result on the next round. A fact counts only when the final answer contains it, 
 without recall (or with a recall that failed) loses it for real.
 
 Modifiers in the question: ``(by id)`` recalls by the marks' ids instead of a query;
-``(mixed)`` calls recall and the client's first tool in one turn; ``(forever)`` calls recall
+``(ids: a,b)`` recalls exactly those ids; ``(mixed)`` calls recall and the client's first tool
+in one turn; ``(forever)`` calls recall
 whatever it was told (the proxy's caps must end it); none of them applies when the request
 forbids tools (``tool_choice`` none).
 """
@@ -24,6 +25,7 @@ RECALL_TOOL = "compaction_recall"
 QUESTION = re.compile(r"QUESTION: what is (KEY-\d+)\?")
 FACT = re.compile(r"(KEY-\d+) = (VALUE-[a-z0-9]+)")
 MARK = re.compile(r"recall id ([rs][a-z2-7]{11})")
+NAMED = re.compile(r"\(ids: ([a-z0-9,]+)\)")
 
 
 def planted(index: int) -> tuple[str, str]:
@@ -68,6 +70,9 @@ def decide(
     can_recall = offered and may_call
     if "(forever)" in question and can_recall:
         return CallRecall(orjson.dumps({"query": key}).decode())
+    named = NAMED.search(question)
+    if named is not None and recalled is None and can_recall:
+        return CallRecall(orjson.dumps({"ids": named.group(1).split(",")}).decode())
     if recalled is not None:
         for text in recalled:
             value = _value(key, text)

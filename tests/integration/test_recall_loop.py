@@ -9,10 +9,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
-from tests.fakes.recall_policy import planted
+from tests.fakes.recall_policy import MARK, planted
 from tests.support.agent_loop import SYSTEM, TASK
 from tests.support.agent_session import CHAT, TOOLS, is_summarizer_text, tool_output
 from tests.support.redis_server import RedisServer
@@ -200,3 +201,38 @@ def test_an_archive_store_outage_degrades_recall_not_the_request(
     assert "unavailable" in raw.headers["x-compaction-recall"]
     rounds = forwarded(upstream)
     assert "not available" in rounds[-1]["messages"][-1]["content"]
+
+
+def test_another_conversations_ids_are_not_recalled_even_under_one_key(
+    played: tuple[openai.OpenAI, list[dict[str, Any]]], upstream: UpstreamServer
+) -> None:
+    """Conversation A's archive is the tenant's (the people's endpoint reads it with the same
+    key), but a model in conversation B cannot recall A's ids: they are not in B's index."""
+    client, conversation = played
+    key, value = planted(FACT_STEP)
+    ask(client, conversation, "no question")  # one more request of A: its forwarded marks
+    marks = [m for r in forwarded(upstream) for m in MARK.findall(json.dumps(r))]
+    assert marks
+    # B: another task, tool results of its own (so its ids are its own), long enough to be
+    # compacted, and so offered the tool, on this one request.
+    other: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "Another task: B."}]
+    for message in conversation[2:]:
+        if message["role"] == "tool":
+            message = {**message, "content": "B " + message["content"].replace(value, "gone")}
+        other.append(message)
+    raw, completion = ask(client, other, f"QUESTION: what is {key}? (ids: {','.join(marks)})")
+    assert completion.choices[0].message.content == f"{key} is not in what I can see"
+    assert "rounds=1" in raw.headers["x-compaction-recall"]
+    rounds = forwarded(upstream)
+    assert "compaction_recall" in json.dumps(rounds[0]["tools"])  # B was offered the tool
+    answer = rounds[-1]["messages"][-1]
+    assert answer["role"] == "tool" and "no archived content" in answer["content"]
+    assert value not in json.dumps(rounds)
+    # The same key reads what A archived through the people's endpoint.
+    original = marks[0]
+    got = httpx.get(
+        f"{client.base_url}compaction/archive/{original}",
+        headers={"authorization": f"Bearer {client.api_key}"},
+    )
+    assert got.status_code == 200 and got.json()["id"] == original
+    assert got.json()["kind"] == ("span" if original.startswith("s") else "original")
