@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -30,10 +30,7 @@ from compaction_proxy.upstream import (
     Overflow,
     Window,
     detect_overflow,
-    upstream_headers,
-    upstream_url,
     window_after_refusal,
-    with_listed,
 )
 from compaction_proxy.wire import (
     ClientBody,
@@ -46,9 +43,10 @@ from compaction_proxy.wire import (
 from compaction_proxy.wire.recall import RecallWire
 
 from ._context import RequestContext
-from ._forward import HeldReply, Outcome, forward, send_held
+from ._forward import Outcome, send_held
 from ._outcome import RouteOutcome, relayed
-from ._recall import OK_STATUSES, RECALL_HOLD, RecallOffer, Rounds, offer_for, settle
+from ._posting import REFUSAL_STATUSES, post_upstream
+from ._recall import OK_STATUSES, RECALL_HOLD, Forwarded, RecallOffer, offer_for, recalled
 from ._requests import (
     caller_key,
     credential,
@@ -58,13 +56,9 @@ from ._requests import (
     spending,
     tenant,
 )
-from ._usage import UsageFormat
 
 log = logging.getLogger("compaction_proxy.attempts")
 
-# Statuses an overflow refusal comes with (vLLM, llama.cpp, OpenAI: 400; TGI: 422; some
-# gateways: 413). Only these replies are held back and read; every other one streams through.
-REFUSAL_STATUSES = frozenset({400, 413, 422})
 MAX_RETRIES = 2
 NOT_NATIVE = UpstreamTraits()
 _FAILED = (b"x-compaction-warning", b"compaction failed; the original request was forwarded")
@@ -353,7 +347,12 @@ async def send_with_retries(
             assert attempt is not None
             if save is not None:
                 await saver(save)()  # accepted: what the relay does before its first byte
-            delivered = await _recalled(ctx, scope, receive, send, upstream, wire, attempt, outcome)
+            forwarded = Forwarded(
+                offer, attempt.body, attempt.headers, attempt.listed, attempt.window
+            )
+            delivered = await recalled(
+                ctx, scope, receive, send, upstream, wire, forwarded, outcome
+            )
             return _answered(delivered, reported, retries, "fixed" if retries else None)
         if held is None:
             overflow_outcome = None
@@ -376,103 +375,6 @@ async def send_with_retries(
         reported = retry.reported(reported)
         # The headers of the attempt that produced the answer, never a refused one's.
         headers = [*base, *retry.headers, *retried_headers(retries, overflow)]
-
-
-async def post_upstream(
-    ctx: RequestContext,
-    scope: Scope,
-    receive: Receive,
-    send: Send,
-    upstream: UpstreamSettings,
-    wire: WireFormat,
-    body: bytes,
-    *,
-    extra_headers: list[tuple[bytes, bytes]],
-    usage: UsageFormat | None = None,
-    on_accepted: Callable[[], Awaitable[None]] | None = None,
-    hold: frozenset[int] | None = None,
-    hold_limit: int | None = None,
-    listed: Iterable[tuple[str, str]] = (),
-) -> Outcome:
-    """POST ``body`` to the request's path on ``upstream`` the way ``wire`` says (its key
-    header, its error shape) and relay the reply (:func:`forward`); ``listed``: values the
-    format's amendment appends to a comma-separated header (a beta it needs)."""
-    return await forward(
-        ctx.state.transport,
-        upstream,
-        scope,
-        receive,
-        send,
-        method="POST",
-        url=upstream_url(upstream, scope),
-        headers=_identity(
-            with_listed(
-                upstream_headers(
-                    scope["headers"],
-                    upstream,
-                    strip_authorization=ctx.authenticated,
-                    auth=wire.auth,
-                ),
-                listed,
-            ),
-            hold_limit is not None,
-        ),
-        content=body,
-        extra_headers=extra_headers,
-        usage=usage,
-        on_accepted=on_accepted,
-        hold=hold,
-        hold_limit=hold_limit,
-        wire=wire,
-    )
-
-
-def _identity(headers: list[tuple[str, str]], held: bool) -> list[tuple[str, str]]:
-    """A reply the proxy reads whole (the recall loop) is asked for uncompressed."""
-    if not held:
-        return headers
-    kept = [(name, value) for name, value in headers if name.lower() != "accept-encoding"]
-    return [*kept, ("accept-encoding", "identity")]
-
-
-async def _recalled(
-    ctx: RequestContext,
-    scope: Scope,
-    receive: Receive,
-    send: Send,
-    upstream: UpstreamSettings,
-    wire: WireFormat,
-    attempt: Attempt,
-    first: Outcome,
-) -> Outcome:
-    """The recall loop (api/_recall.py) over a reply read whole; its figures go on ``ctx``."""
-    offer = attempt.recall
-    assert offer is not None
-    headers = [*ctx.response_headers, *attempt.headers]
-
-    async def post(body: bytes, round_headers: list[tuple[bytes, bytes]]) -> Outcome:
-        return await post_upstream(
-            ctx,
-            scope,
-            receive,
-            send,
-            upstream,
-            wire,
-            body,
-            listed=attempt.listed,
-            extra_headers=round_headers,
-            hold=REFUSAL_STATUSES | OK_STATUSES,
-            hold_limit=RECALL_HOLD,
-        )
-
-    async def deliver(held: HeldReply, final_headers: list[tuple[bytes, bytes]]) -> int:
-        return await send_held(send, held, final_headers)
-
-    delivered, stats = await settle(
-        ctx, wire, offer, first, attempt.body, headers, attempt.window, Rounds(post, deliver)
-    )
-    ctx.recall = stats
-    return delivered
 
 
 def _answered(

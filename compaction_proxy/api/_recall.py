@@ -29,14 +29,17 @@ from typing import Any
 import orjson
 
 from compaction_proxy.compaction import RecallSettings
+from compaction_proxy.config import UpstreamSettings
 from compaction_proxy.engine import Recallable
+from compaction_proxy.http import Receive, Scope, Send
 from compaction_proxy.upstream import Window
 from compaction_proxy.wire import WireFormat
 from compaction_proxy.wire.recall import RECALL, RECALL_TOOL, RecallAnswer, RecallTurn, RecallWire
 
 from ._context import RequestContext
-from ._forward import HeldReply, Outcome
+from ._forward import HeldReply, Outcome, send_held
 from ._outcome import RecallStats
+from ._posting import REFUSAL_STATUSES, post_upstream
 from ._usage import UsageProbe
 
 log = logging.getLogger("compaction_proxy.recall")
@@ -115,6 +118,19 @@ def marked(body: bytes) -> frozenset[str]:
     """The recall ids the forwarded request's marks name, in any format (the marks are plain
     text inside its JSON strings)."""
     return frozenset(m.decode("ascii") for m in _MARKED.findall(body))
+
+
+@dataclass(frozen=True, slots=True)
+class Forwarded:
+    """The request as it went upstream with the offer: its body, the report headers the
+    client gets, the header values its format's amendment lists, the window it was
+    compacted for."""
+
+    offer: RecallOffer
+    body: bytes
+    headers: tuple[tuple[bytes, bytes], ...]
+    listed: tuple[tuple[str, str], ...]
+    window: Window | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,3 +297,43 @@ def _answer_tokens(settings: RecallSettings, window: Window | None) -> int:
     if window is None:
         return settings.max_tokens
     return max(100, min(settings.max_tokens, window.tokens // 4))
+
+
+async def recalled(
+    ctx: RequestContext,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    upstream: UpstreamSettings,
+    wire: WireFormat,
+    forwarded: Forwarded,
+    first: Outcome,
+) -> Outcome:
+    """The loop over a reply read whole, for ``forwarded``, through ``upstream`` and the
+    client's ``send``; its figures go on ``ctx``."""
+    offer = forwarded.offer
+    headers = [*ctx.response_headers, *forwarded.headers]
+
+    async def post(body: bytes, round_headers: list[tuple[bytes, bytes]]) -> Outcome:
+        return await post_upstream(
+            ctx,
+            scope,
+            receive,
+            send,
+            upstream,
+            wire,
+            body,
+            listed=forwarded.listed,
+            extra_headers=round_headers,
+            hold=REFUSAL_STATUSES | OK_STATUSES,
+            hold_limit=RECALL_HOLD,
+        )
+
+    async def deliver(held: HeldReply, final_headers: list[tuple[bytes, bytes]]) -> int:
+        return await send_held(send, held, final_headers)
+
+    delivered, stats = await settle(
+        ctx, wire, offer, first, forwarded.body, headers, forwarded.window, Rounds(post, deliver)
+    )
+    ctx.recall = stats
+    return delivered

@@ -17,10 +17,11 @@ The modules:
 """
 
 from ._compactor import Compactor
-from ._flow import CompactionFlow, FlowRequest, FlowResult, Recallable, build_flow
+from ._flow import CompactionFlow, FlowRequest, FlowResult, build_flow
 from ._offload import OFFLOAD_BYTES
 from ._prepare import PreparedStats
 from ._recall_desk import RecallDesk, Recalled, marked_ids
+from ._recallable import Recallable
 
 __all__ = [
     "OFFLOAD_BYTES",

@@ -31,23 +31,18 @@ import httpx
 import orjson
 
 from compaction_proxy.checkpoints import (
-    INDEX_META,
     Archive,
     Checkpoints,
     CheckpointStore,
     Lookup,
     StoredValues,
-    archive_namespace,
-    merged_index,
     namespace_for,
     scope_of,
 )
 from compaction_proxy.compaction import (
-    CompactionReport,
     CompactionResult,
     Mode,
     ModelFacts,
-    StrategyReport,
     Summarizer,
     firing_point,
 )
@@ -66,7 +61,7 @@ from compaction_proxy.upstream import WindowBook
 from compaction_proxy.wire import DEFAULT_FORMAT, CallerKey, ContextEdits, NativeRequest, WireFormat
 
 from ._compactor import Compactor
-from ._hit_report import CHECKPOINT_STEP, as_sent, checkpoint_meta
+from ._hit_report import as_prepared, as_sent, saved_meta
 from ._prepare import (
     JobOutcome,
     PreparedProbe,
@@ -74,6 +69,7 @@ from ._prepare import (
     PrepareState,
     conversation_key,
 )
+from ._recallable import ConversationArchive, Index, Recallable
 
 log = logging.getLogger("compaction_proxy.flow")
 
@@ -141,17 +137,6 @@ class _Plan:
     probe: PreparedProbe | None
 
 
-@dataclass(frozen=True, slots=True)
-class Recallable:
-    """What a request's conversation may recall: the tenant's archive ``namespace`` and the
-    ids of its ``index`` (the checkpoint's, with what this request archived), oldest first.
-    The recall loop answers only these ids, the ids the forwarded messages mark, and their
-    spans' members (compaction_proxy/engine/_recall_desk.py)."""
-
-    namespace: str
-    index: tuple[str, ...]
-
-
 @dataclass(slots=True)
 class FlowResult:
     """What to forward and what to tell the client about it.
@@ -200,7 +185,10 @@ class CompactionFlow:
         self.summarizer = summarizer
         self.flights = flights
         recall = settings.compaction.recall
-        self.archive = Archive(store, recall) if store is not None else None
+        self.archive = ConversationArchive(
+            Archive(store, recall) if store is not None else None,
+            lambda model: compactor.settings_for(model)[0],
+        )
         self.preparer = Preparer(settings.summarization, self.checkpoints)
         # Requests whose summary was withheld, by reason (compaction_proxy/http/_admission.py):
         # `compaction_proxy_summaries_withheld_total`.
@@ -339,7 +327,7 @@ class CompactionFlow:
         result = await as_sent(result, data["messages"], plan.lookup, self.compactor)
         key = plan.key
         if used is not None:  # the prepared view is this event's result
-            return replace(result, changed=True, report=_as_prepared(result.report, used)), "ready"
+            return replace(result, changed=True, report=as_prepared(result.report, used)), "ready"
         if key is not None and self.preparer.wants(result):
             job = self._prepare_job(plan, result, view_tokens)
             prepared = self.preparer.start(key, job, len(data["messages"]))
@@ -368,23 +356,19 @@ class CompactionFlow:
         if plan.mode is Mode.DRY_RUN:
             return FlowResult(None, result, "hit" if lookup.hit else "none", warnings)
         index = self._index(plan, result)
-        recall = self._recallable(plan, index)
+        request = plan.request
+        recall = self.archive.recallable(request.credential, request.tenant, index)
+        out = partial(
+            FlowResult, result=result, warnings=warnings, prepared=prepared, recall=recall
+        )
         if not result.changed:
             if lookup.hit:
-                return FlowResult(
-                    lookup.messages,
-                    result,
-                    "hit",
-                    warnings,
-                    prepared=prepared,
-                    request=data,
-                    recall=recall,
-                )
+                return out(lookup.messages, checkpoint="hit", request=data)
             return FlowResult(None, result, "none", warnings, prepared=prepared)
         # Nothing is stored for a preview or a forced run, after a failed summary, or when
         # the store just failed the lookup (it would fail the write too).
         if (
-            not plan.request.persist
+            not request.persist
             or plan.offline
             or unsummarized
             or result.report.failures
@@ -394,49 +378,19 @@ class CompactionFlow:
             # The originals are kept all the same (not for a preview, nor when the store just
             # failed): the placeholders forwarded name them whether or not a checkpoint does.
             keep = None
-            if plan.request.persist and not lookup.store_error and result.archived:
+            if request.persist and not lookup.store_error and result.archived:
                 keep = partial(self._keep, plan, result.archived)
-            return FlowResult(
-                result.messages,
-                result,
-                "none",
-                warnings,
-                keep,
-                prepared=prepared,
-                request=data,
-                recall=recall,
-            )
+            return out(result.messages, checkpoint="none", save=keep, request=data)
         save = partial(self._save, self.checkpoints, plan, result, used, index)
-        return FlowResult(
-            result.messages, result, "new", warnings, save, prepared, request=data, recall=recall
-        )
+        return out(result.messages, checkpoint="new", save=save, request=data)
 
-    def _index(self, plan: _Plan, result: CompactionResult) -> list[list[Any]] | None:
-        """The conversation's archive index after this request (the checkpoint's, with what
-        this run archived), or None: recall is off for the request's model."""
-        if self.archive is None:
-            return None
+    def _index(self, plan: _Plan, result: CompactionResult) -> Index | None:
         model: str = plan.request.data["model"]
-        if not self.compactor.settings_for(model)[0].recall.enabled:
-            return None
         checkpoint = plan.lookup.checkpoint
-        previous = checkpoint.meta if checkpoint is not None else None
-        archived = result.archived or Archived()
-        return merged_index(previous, archived, self.archive.max_bytes)
-
-    def _recallable(self, plan: _Plan, index: list[list[Any]] | None) -> Recallable | None:
-        if not index:
-            return None
-        request = plan.request
-        ids = tuple(str(entry[0]) for entry in index)
-        return Recallable(archive_namespace(request.credential, request.tenant), ids)
+        return self.archive.index(model, checkpoint, result.archived)
 
     async def _keep(self, plan: _Plan, archived: Archived) -> str | None:
-        """This run's originals, kept in the tenant's archive (a failure is a warning)."""
-        assert self.archive is not None
-        request = plan.request
-        namespace = archive_namespace(request.credential, request.tenant)
-        return await self.archive.keep(namespace, archived)
+        return await self.archive.keep(plan.request.credential, plan.request.tenant, archived)
 
     async def _save(
         self,
@@ -444,17 +398,15 @@ class CompactionFlow:
         plan: _Plan,
         result: CompactionResult,
         used: Lookup | None,
-        index: list[list[Any]] | None,
+        index: Index | None,
     ) -> str | None:
         """The new checkpoint, stored once the upstream accepted the request; the originals it
         archived first, so a checkpoint never names an id whose original was not written."""
-        kept = None
-        if result.archived and self.archive is not None:
-            kept = await self._keep(plan, result.archived)
+        kept = await self._keep(plan, result.archived) if result.archived else None
         # The core hands back the client's own dicts (typed as read-only mappings).
         messages = cast("list[dict[str, Any]]", result.messages)
         model: str = plan.request.data["model"]
-        meta = _meta(result, model, index)
+        meta = saved_meta(result, model, index)
         error = await checkpoints.save(plan.namespace, plan.lookup, messages, meta)
         if used is not None and error is None:
             # The ordinary checkpoint now stands for it; kept when that was not stored.
@@ -533,7 +485,7 @@ class CompactionFlow:
             kept = await self._keep(plan, made.archived)
             if kept is not None:
                 log.info("background summary: %s", kept)
-        meta = _meta(made, model, index)
+        meta = saved_meta(made, model, index)
         saved = await self.preparer.save(plan.namespace, plan.lookup, messages, meta)
         return "made" if saved else "failed"
 
@@ -605,39 +557,6 @@ def _not_shorter(result: CompactionResult) -> bool:
 
 def _summarization_fired(result: CompactionResult) -> bool:
     return any(step.name == "summarization" and step.fired for step in result.report.walk())
-
-
-def _as_prepared(report: CompactionReport, used: Lookup) -> CompactionReport:
-    """The event that used a prepared checkpoint, told as what it is: a ``prepared`` step
-    (from the client's count to the prepared view's) whose children name the strategies that
-    made it in the background, so ``X-Compaction-Strategies`` reads e.g. ``summarization``."""
-    if not report.strategies or report.strategies[0].name != CHECKPOINT_STEP:
-        return report
-    first, *rest = report.strategies
-    meta = used.checkpoint.meta if used.checkpoint is not None else {}
-    made_by = meta.get("strategies")
-    names = [n for n in made_by if isinstance(n, str)] if isinstance(made_by, list) else []
-    children = tuple(
-        StrategyReport(name, True, True, first.tokens_after, first.tokens_after)
-        for name in names or [CHECKPOINT_STEP]
-    )
-    note = "prepared in the background before the trigger fired; the request did not wait"
-    step = replace(first, name="prepared", children=children, notes=(*first.notes, note))
-    return replace(report, strategies=(step, *rest))
-
-
-def _meta(result: CompactionResult, model: str, index: list[list[Any]] | None) -> dict[str, Any]:
-    report = result.report
-    meta: dict[str, Any] = {
-        "model": model,
-        "strategies": list(report.changed_by),
-        "tokens_before": report.tokens_before,
-        "tokens_after": report.tokens_after,
-        **checkpoint_meta(report),
-    }
-    if index:
-        meta[INDEX_META] = index
-    return meta
 
 
 def build_flow(
