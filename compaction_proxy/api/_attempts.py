@@ -177,6 +177,16 @@ class Attempt:
         return self if self.result is not None else before
 
     @property
+    def hold(self) -> frozenset[int] | None:
+        """The statuses whose reply is read whole before the client sees it: an overflow
+        refusal of a retriable attempt, and a 2xx when the recall tool was offered (the loop
+        reads it, api/_recall.py)."""
+        hold = REFUSAL_STATUSES if self.retriable else None
+        if self.recall is not None:
+            hold = (hold or frozenset()) | OK_STATUSES
+        return hold
+
+    @property
     def retriable(self) -> bool:
         """An overflow refusal can be compacted away only when this request was compacted for
         real (not a dry run) and the compaction itself worked."""
@@ -320,11 +330,8 @@ async def send_with_retries(
         headers = [*base, *attempt.headers]
     retries = 0
     while True:
-        hold = REFUSAL_STATUSES if attempt is not None and attempt.retriable else None
+        hold = None if attempt is None else attempt.hold
         offer = None if attempt is None else attempt.recall
-        if offer is not None:
-            # The reply is read whole before the client sees it (api/_recall.py).
-            hold = (hold or frozenset()) | OK_STATUSES
         body = raw if attempt is None else attempt.body
         save = None if attempt is None else attempt.save
         outcome = await post_upstream(
@@ -347,9 +354,7 @@ async def send_with_retries(
             assert attempt is not None
             if save is not None:
                 await saver(save)()  # accepted: what the relay does before its first byte
-            forwarded = Forwarded(
-                offer, attempt.body, attempt.headers, attempt.listed, attempt.window
-            )
+            forwarded = Forwarded(offer, body, attempt.headers, attempt.listed, attempt.window)
             delivered = await recalled(
                 ctx, scope, receive, send, upstream, wire, forwarded, outcome
             )
