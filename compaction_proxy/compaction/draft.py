@@ -4,9 +4,8 @@ A :class:`Draft` sits over a :class:`~.view.ConversationView` and records decisi
 building new lists: per group *kept*, *dropped* or *replaced* by new messages; per message an
 edited copy (e.g. a trimmed tool result that keeps its ``tool_call_id`` and other fields); and
 synthetic messages inserted before a position (a summary right after the system prompt).
-Totals (tokens, messages, groups, live turns, tool-call groups) are kept incrementally, so a
-strategy can re-check its target after every step in O(1), and only new or changed messages are
-ever counted.
+Totals (tokens, messages, groups, live turns, tool-call groups) are kept incrementally
+(:mod:`.draft_totals`), so a strategy can re-check its target after every step in O(1).
 
 The draft enforces the invariants strategies must not break: system groups, the newest user message
 and the newest step (see "Groups and invariants" in docs/architecture.md) are protected and any
@@ -25,14 +24,9 @@ so they survive :meth:`commit`.  Messages a strategy paid for (a summary) are re
 :meth:`savepoint` and :meth:`rollback` undo a committed strategy whose saving was too small to
 be worth a new prefix (see :mod:`.churn`).
 
-With ``recall`` (``compaction.recall``), the draft marks and archives at its decision points,
-so no strategy has to: an edit's copy gets `` [recall id r…]`` naming the original it replaced
-(archived), a replacement or a paid message the span mark naming what it stands for, and a
-dropped group's messages are archived (:mod:`.archiving`, :mod:`.marks`).  An edit that gives
-the current message again, or whose marked copy is not smaller in tokens, is not made
-(:meth:`edit` returns ``False``); :meth:`preview_edit` and :meth:`preview_paid` give what would
-be recorded, for a strategy that measures before it decides.  :meth:`archived` is computed
-from what the output lacks.
+With ``recall`` (``compaction.recall``), the draft marks and archives at its decision points
+(:mod:`.draft_recall`), so no strategy has to; an edit recall refuses is not made (:meth:`edit`
+returns ``False``).
 
 :meth:`project` renders the output: original relative order, a replaced group's messages at the
 group's first position, inserted messages before their position.  :meth:`commit` re-bases the
@@ -47,12 +41,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from .archive import Archived
-from .archiving import ArchiveLog
 from .budget import Budget, Calibration
 from .canonical import canonical_bytes
 from .changes import ChangeCounters, GroupState, Savepoint
+from .draft_recall import DraftRecall
+from .draft_totals import Totals
 from .errors import CompactionProxyError
-from .marks import marked, original_mark
 from .messages import Message, has_tool_calls, role_of
 from .projection import edited_view, grouping_key, project
 from .tokens import Tokenizer
@@ -100,7 +94,7 @@ class Draft:
         self._pins: dict[int, Message] = {}  # id(message) -> message, kept alive
         self.paid: list[tuple[str, Message]] = []
         """(strategy name, message) for every message a strategy paid for (a summary)."""
-        self._archive = ArchiveLog(view.messages) if recall else None
+        self._recall = DraftRecall(view.messages, self.measure) if recall else None
         self._reset(view)
 
     # ------------------------------------------------------------------ state
@@ -135,19 +129,12 @@ class Draft:
             if pins
             else [False] * len(groups)
         )
-        self._group_tokens = [g.token_count for g in groups]
-        self._group_messages = [g.message_count for g in groups]
-        self._group_tool = [g.kind is GroupKind.TOOL_CALL for g in groups]
         self._replacements: dict[int, tuple[list[Message], list[MessageStats]]] = {}
         self._edits: dict[int, tuple[Message, MessageStats]] = {}
         self._inserts: dict[int, list[tuple[Message, MessageStats]]] = {}
         self._dirty = False
         self._structural = False
-        self._message_tokens = sum(s.token_count for s in view.stats)
-        self._message_count = len(view.messages)
-        self._group_count = len(groups)
-        self._tool_call_groups = sum(self._group_tool)
-        self._count_turns()
+        self._totals = Totals(view, self._state, self._pinned)
 
     @property
     def changed(self) -> bool:
@@ -237,28 +224,13 @@ class Draft:
     def _repin(self) -> None:
         view, pins = self._view, self._pins
         self._pinned = [any(id(view.messages[m]) in pins for m in g.members) for g in view.groups]
-        self._count_turns()
-
-    def _counts_as_turn(self, group: Group) -> bool:
-        """A carried user message alone does not keep its turn alive: once the rest of the
-        turn is folded, the turn is gone (``turns_exceed``, sliding windows)."""
-        return bool(group.turn) and not (group.kind is GroupKind.USER and self._pinned[group.index])
-
-    def _count_turns(self) -> None:
-        """Live groups per turn, from the current decisions."""
-        self._turn_live: dict[int, int] = {}
-        state = self._state
-        for group in self._view.groups:
-            if group.turn and state[group.index] is not GroupState.DROPPED:
-                live = self._turn_live.get(group.turn, 0)
-                self._turn_live[group.turn] = live + self._counts_as_turn(group)
-        self._live_turns = sum(1 for n in self._turn_live.values() if n > 0)
+        self._totals.count_turns(view.groups, self._state, self._pinned)
 
     def group_tokens(self, group: Group | int) -> int:
         """Current tokens of a kept group (after edits)."""
         if self._pending is not None:
             self._materialize()
-        return self._group_tokens[_index(group)]
+        return self._totals.group_tokens[_index(group)]
 
     def message(self, index: int) -> Message:
         """The current form of message ``index`` (its edit, if any)."""
@@ -294,28 +266,29 @@ class Draft:
     @property
     def message_tokens(self) -> int:
         """Raw tokens of the kept messages (no tools, no priming)."""
-        return self._message_tokens
+        return self._totals.message_tokens
 
     @property
     def prompt_tokens(self) -> int:
         """Raw prompt tokens: messages + tools schema + reply priming."""
-        return self._message_tokens + self.tools_tokens + self.tokenizer.reply_priming
+        return self._totals.message_tokens + self.tools_tokens + self.tokenizer.reply_priming
 
     @property
     def message_count(self) -> int:
         """Messages the projection would contain."""
-        return self._message_count
+        return self._totals.message_count
 
     def metrics(self) -> Metrics:
         """A snapshot for triggers/targets; tokens are calibrated."""
         if self._pending is not None:
             self._materialize()
+        totals = self._totals
         return Metrics(
             tokens=self.calibration.apply(self.prompt_tokens),
-            messages=self._message_count,
-            groups=self._group_count,
-            turns=self._live_turns,
-            tool_call_groups=self._tool_call_groups,
+            messages=totals.message_count,
+            groups=totals.group_count,
+            turns=totals.live_turns,
+            tool_call_groups=totals.tool_call_groups,
             budget=self.budget.limit,
             overflow_messages=self.overflow_messages,
         )
@@ -337,8 +310,8 @@ class Draft:
         for group in self.removable():
             if self.calibration.apply(excess_tokens) <= self.budget.limit:
                 break
-            excess_tokens -= self._group_tokens[group.index]
-            count += self._group_messages[group.index]
+            excess_tokens -= self._totals.group_tokens[group.index]
+            count += self._totals.group_messages[group.index]
         return count
 
     # ------------------------------------------------------------------ decisions
@@ -361,19 +334,6 @@ class Draft:
             )
         return group
 
-    def _remove_group_totals(self, group: Group) -> None:
-        index = group.index
-        self._message_tokens -= self._group_tokens[index]
-        self._message_count -= self._group_messages[index]
-        self._group_count -= 1
-        if self._group_tool[index]:
-            self._tool_call_groups -= 1
-        if group.turn and self._counts_as_turn(group):
-            live = self._turn_live[group.turn] - 1
-            self._turn_live[group.turn] = live
-            if live == 0:
-                self._live_turns -= 1
-
     def _mark(self, *, structural: bool = True) -> None:
         self._dirty = True
         self._changed = True
@@ -385,12 +345,12 @@ class Draft:
         ``release``: the group may be pinned (a summary folded into a new one).
         """
         target = self._require_editable(_index(group), "drop", release=release)
-        if self._archive is not None:
-            self._archive.removed(self._current(target), loose=True)
-        self._remove_group_totals(target)
+        if self._recall is not None:
+            self._recall.drop(self._current(target))
+        self._totals.remove(target, self._pinned)
         self._state[target.index] = GroupState.DROPPED
         self._counters = self._counters.plus(
-            groups_dropped=1, messages_removed=self._group_messages[target.index]
+            groups_dropped=1, messages_removed=self._totals.group_messages[target.index]
         )
         self._mark()
 
@@ -403,25 +363,16 @@ class Draft:
             self.drop(group)
             return
         target = self._require_editable(_index(group), "replace")
-        if self._archive is not None:
-            members, anchor = self._archive.removed(self._current(target), loose=False)
-            messages = self._archive.replaced(messages, members, anchor)
+        if self._recall is not None:
+            messages = self._recall.replace(self._current(target), messages)
         stats = [self.measure(m) for m in messages]
-        self._remove_group_totals(target)
+        self._totals.remove(target, self._pinned)
         self._state[target.index] = GroupState.REPLACED
         self._replacements[target.index] = (list(messages), stats)
-        self._message_tokens += sum(s.token_count for s in stats)
-        self._message_count += len(messages)
-        self._group_count += 1
-        if any(has_tool_calls(m) for m in messages):
-            self._tool_call_groups += 1
-        if target.turn:
-            if self._turn_live[target.turn] == 0:
-                self._live_turns += 1
-            self._turn_live[target.turn] += 1
+        self._totals.add_replacement(target, stats, any(has_tool_calls(m) for m in messages))
         self._counters = self._counters.plus(
             groups_replaced=1,
-            messages_removed=self._group_messages[target.index],
+            messages_removed=self._totals.group_messages[target.index],
             messages_inserted=len(messages),
         )
         self._mark()
@@ -447,33 +398,20 @@ class Draft:
         return True
 
     def preview_edit(self, index: int, message: Message) -> Message | None:
-        """What :meth:`edit` would record for ``message``: the message itself with recall off;
-        with recall on, the copy with its mark (`` [recall id r…]``, the id of the message it
-        replaces, or the id a stub already names), or ``None`` when the edit would not be made:
-        it gives the current message again, or its marked form is not smaller in tokens.
-
-        For a strategy that plans its edits before making them (and measures what they free).
-        """
+        """What :meth:`edit` would record for ``message`` (nothing recorded): the message itself
+        with recall off; with recall on, the copy with its mark (`` [recall id r…]``), or
+        ``None`` when the edit would not be made (:meth:`.DraftRecall.edit`).  For a strategy
+        that plans its edits before making them (and measures what they free)."""
         planned = self._planned_edit(index, message, record=False)
         return None if planned is None else planned[0]
 
     def _planned_edit(
         self, index: int, message: Message, *, record: bool = True
     ) -> tuple[Message, MessageStats] | None:
-        log = self._archive
-        if log is None:
+        if self._recall is None:
             return message, self.measure(message)
-        current = self.message(index)
-        recall_id = log.edit_id(current)
-        new = marked(message, original_mark(recall_id))
-        if new == current:
-            return None
-        stats = self.measure(new)
-        if stats.token_count >= self.message_stats(index).token_count:
-            return None
-        if record:
-            log.edited(current, new, recall_id)
-        return new, stats
+        tokens = self.message_stats(index).token_count
+        return self._recall.edit(self.message(index), tokens, message, record=record)
 
     def _current(self, group: Group) -> list[Message]:
         """The current form of ``group``'s messages (their edits)."""
@@ -487,9 +425,7 @@ class Draft:
         old_tokens = old[1].token_count if old else self._view.stats[index].token_count
         stats = stats if stats is not None else self.measure(message)
         self._edits[index] = (message, stats)
-        delta = stats.token_count - old_tokens
-        self._group_tokens[group.index] += delta
-        self._message_tokens += delta
+        self._totals.edited(group.index, stats.token_count - old_tokens)
         if old is None:
             self._counters = self._counters.plus(messages_edited=1)
 
@@ -508,18 +444,17 @@ class Draft:
             raise IndexError(f"insert position {position} out of range")
         if position > self.view.insert_limit:
             raise ProtectedGroupError("cannot insert after the newest user message's first step")
-        if paid_by is not None and self._archive is not None:
-            messages = self._archive.paid(messages)
+        if paid_by is not None and self._recall is not None:
+            messages = self._recall.paid(messages)
         entries = [(m, self.measure(m)) for m in messages]
         if paid_by is not None:
             for message in messages:
                 self._pins[id(message)] = message
                 self.paid.append((paid_by, message))
         self._inserts.setdefault(position, []).extend(entries)
-        self._message_tokens += sum(s.token_count for _, s in entries)
-        self._message_count += len(entries)
-        self._group_count += len(entries)
-        self._tool_call_groups += sum(1 for m, _ in entries if has_tool_calls(m))
+        self._totals.add_inserted(
+            [s for _, s in entries], sum(1 for m, _ in entries if has_tool_calls(m))
+        )
         self._counters = self._counters.plus(messages_inserted=len(entries))
         self._mark()
 
@@ -570,23 +505,21 @@ class Draft:
         dropped (in that order, by the same strategy run): with recall on, marked with the span
         of what they hold; the message itself otherwise.  For a summary measured before the
         fold is made."""
-        log = self._archive
-        if log is None:
+        if self._recall is None:
             return message
-        members = log.members(m for g in groups for m in self._current(g))
-        return log.span_marked(message, members) if members else message
+        return self._recall.preview_paid(message, (m for g in groups for m in self._current(g)))
 
     @property
     def recall(self) -> bool:
         """Whether this run archives what it removes and marks what stands for it."""
-        return self._archive is not None
+        return self._recall is not None
 
     def archived(self) -> Archived | None:
         """What the run archived, from what its output lacks (``None``: recall off, or nothing
         archived); see compaction_proxy/compaction/archiving.py."""
-        if self._archive is None or not self.changed:
+        if self._recall is None or not self.changed:
             return None
-        return self._archive.result(self.project())
+        return self._recall.archived(self.project())
 
     # ------------------------------------------------------------------ output
     def project_with_stats(self) -> tuple[list[Message], list[MessageStats]]:
@@ -612,8 +545,8 @@ class Draft:
         first use (:meth:`_materialize`); the totals that need no grouping (message tokens and
         count) are set now, to exactly what the re-grouped view will give.
         """
-        if self._archive is not None:
-            self._archive.settle()
+        if self._recall is not None:
+            self._recall.settle()
         if not self._dirty:
             return
         if not self._structural:
@@ -626,8 +559,8 @@ class Draft:
         self._replacements = {}
         self._edits = {}
         self._inserts = {}
-        self._message_tokens = sum(s.token_count for s in stats)
-        self._message_count = len(messages)
+        self._totals.message_tokens = sum(s.token_count for s in stats)
+        self._totals.message_count = len(messages)
 
     def savepoint(self) -> Savepoint:
         """The committed state, to :meth:`rollback` to (a strategy's work undone)."""
@@ -636,8 +569,8 @@ class Draft:
         return Savepoint(
             view=self._view,
             pending=self._pending,
-            message_tokens=self._message_tokens,
-            message_count=self._message_count,
+            message_tokens=self._totals.message_tokens,
+            message_count=self._totals.message_count,
             counters=self._counters,
             changed=self._changed,
             pins=tuple(self._pins.items()),
@@ -649,8 +582,8 @@ class Draft:
         decisions included."""
         self._pins = dict(point.pins)
         del self.paid[point.paid :]
-        if self._archive is not None:
-            self._archive.settle()
+        if self._recall is not None:
+            self._recall.settle()
         self._counters = point.counters
         if point.pending is not None:
             self._pending = point.pending
@@ -659,8 +592,8 @@ class Draft:
             self._replacements = {}
             self._edits = {}
             self._inserts = {}
-            self._message_tokens = point.message_tokens
-            self._message_count = point.message_count
+            self._totals.message_tokens = point.message_tokens
+            self._totals.message_count = point.message_count
         else:
             self._pending = None
             self._reset(point.view)
