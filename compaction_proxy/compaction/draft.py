@@ -12,14 +12,10 @@ and the newest step (see "Groups and invariants" in docs/architecture.md) are pr
 attempt to touch them raises :class:`ProtectedGroupError`; decisions are per whole group, so a tool
 call is never separated from its results (invariant 3).
 
-*Pinned* groups are protected the same way for the rest of a run, but only by the run's own rule
-(see "What compaction may never do" in docs/architecture.md): a summary checkpoint (one the run
-inserted, or one it started with) and the user messages carried verbatim beside it.  Strategies
-skip them (:meth:`removable`, :meth:`is_protected`); only the summarization strategy folds a
-pinned summary into its new one (``drop(..., release=True)``), and only the pipeline releases
-pins, when the budget cannot be met otherwise (invariant 8).  Pins follow the message objects,
-so they survive :meth:`commit`.  Messages a strategy paid for (a summary) are recorded in
-:attr:`paid`, so the pipeline can tell whether they reached the output.
+*Pinned* groups (a summary, the user messages carried beside it) are protected the same way for
+the rest of a run, by the run's own rule (:mod:`.draft_pins`); strategies skip them
+(:meth:`removable`, :meth:`is_protected`).  Messages a strategy paid for (a summary) are
+recorded in :attr:`paid`, so the pipeline can tell whether they reached the output.
 
 :meth:`savepoint` and :meth:`rollback` undo a committed strategy whose saving was too small to
 be worth a new prefix (see :mod:`.churn`).
@@ -44,6 +40,7 @@ from .archive import Archived
 from .budget import Budget, Calibration
 from .canonical import canonical_bytes
 from .changes import ChangeCounters, GroupState, Savepoint
+from .draft_pins import Pins
 from .draft_recall import DraftRecall
 from .draft_totals import Totals
 from .errors import CompactionProxyError
@@ -91,10 +88,10 @@ class Draft:
         self._changed = False
         self._counters = ChangeCounters()
         self._pending: tuple[list[Message], list[MessageStats]] | None = None
-        self._pins: dict[int, Message] = {}  # id(message) -> message, kept alive
+        self._pins = Pins()
         self.paid: list[tuple[str, Message]] = []
         """(strategy name, message) for every message a strategy paid for (a summary)."""
-        self._recall = DraftRecall(view.messages, self.measure) if recall else None
+        self._recall = DraftRecall(view.messages) if recall else None
         self._reset(view)
 
     # ------------------------------------------------------------------ state
@@ -123,12 +120,7 @@ class Draft:
         groups = view.groups
         self._state = [GroupState.KEPT] * len(groups)
         self._protected = [view.is_protected(g) for g in groups]
-        pins = self._pins
-        self._pinned = (
-            [any(id(view.messages[m]) in pins for m in g.members) for g in groups]
-            if pins
-            else [False] * len(groups)
-        )
+        self._pinned = self._pins.flags(view)
         self._replacements: dict[int, tuple[list[Message], list[MessageStats]]] = {}
         self._edits: dict[int, tuple[Message, MessageStats]] = {}
         self._inserts: dict[int, list[tuple[Message, MessageStats]]] = {}
@@ -190,22 +182,13 @@ class Draft:
             return
         if self._pending is not None:
             self._materialize()
-        for message in messages:
-            self._pins[id(message)] = message
+        self._pins.add(messages)
         self._repin()
 
     def unpin(self, kind: GroupKind) -> list[Group]:
         """Release every pinned group of ``kind`` (the pipeline, for the budget); returns them."""
-        if self._pending is not None:
-            self._materialize()
-        released = [
-            g
-            for g in self._view.groups
-            if g.kind is kind and self._pinned[g.index] and self._state[g.index] is GroupState.KEPT
-        ]
-        for group in released:
-            for member in group.members:
-                self._pins.pop(id(self._view.messages[member]), None)
+        released = self.pinned_groups(kind)
+        self._pins.release(self._view.messages[m] for g in released for m in g.members)
         self._repin()
         return released
 
@@ -222,9 +205,8 @@ class Draft:
         ]
 
     def _repin(self) -> None:
-        view, pins = self._view, self._pins
-        self._pinned = [any(id(view.messages[m]) in pins for m in g.members) for g in view.groups]
-        self._totals.count_turns(view.groups, self._state, self._pinned)
+        self._pinned = self._pins.flags(self._view)
+        self._totals.count_turns(self._view.groups, self._state, self._pinned)
 
     def group_tokens(self, group: Group | int) -> int:
         """Current tokens of a kept group (after edits)."""
@@ -305,14 +287,9 @@ class Draft:
         """
         if self._pending is not None:
             self._materialize()
-        excess_tokens = self.prompt_tokens
-        count = 0
-        for group in self.removable():
-            if self.calibration.apply(excess_tokens) <= self.budget.limit:
-                break
-            excess_tokens -= self._totals.group_tokens[group.index]
-            count += self._totals.group_messages[group.index]
-        return count
+        return self._totals.overflow_messages(
+            self.removable(), self.prompt_tokens, self.calibration, self.budget.limit
+        )
 
     # ------------------------------------------------------------------ decisions
     def measure(self, message: Message) -> MessageStats:
@@ -411,7 +388,8 @@ class Draft:
         if self._recall is None:
             return message, self.measure(message)
         tokens = self.message_stats(index).token_count
-        return self._recall.edit(self.message(index), tokens, message, record=record)
+        current = self.message(index)
+        return self._recall.edit(current, tokens, message, self.measure, record=record)
 
     def _current(self, group: Group) -> list[Message]:
         """The current form of ``group``'s messages (their edits)."""
@@ -448,9 +426,8 @@ class Draft:
             messages = self._recall.paid(messages)
         entries = [(m, self.measure(m)) for m in messages]
         if paid_by is not None:
-            for message in messages:
-                self._pins[id(message)] = message
-                self.paid.append((paid_by, message))
+            self._pins.add(messages)
+            self.paid.extend((paid_by, message) for message in messages)
         self._inserts.setdefault(position, []).extend(entries)
         self._totals.add_inserted(
             [s for _, s in entries], sum(1 for m, _ in entries if has_tool_calls(m))
@@ -553,14 +530,24 @@ class Draft:
             self._reset(edited_view(self._view, self._edits))
             return
         messages, stats = self.project_with_stats()
-        self._pending = (messages, stats)
+        self._defer((messages, stats), sum(s.token_count for s in stats), len(messages))
+
+    def _defer(
+        self,
+        pending: tuple[list[Message], list[MessageStats]],
+        message_tokens: int,
+        message_count: int,
+    ) -> None:
+        """Hold ``pending`` (an output and its stats) to be grouped on first use, with the
+        totals that need no grouping."""
+        self._pending = pending
         self._dirty = False
         self._structural = False
         self._replacements = {}
         self._edits = {}
         self._inserts = {}
-        self._totals.message_tokens = sum(s.token_count for s in stats)
-        self._totals.message_count = len(messages)
+        self._totals.message_tokens = message_tokens
+        self._totals.message_count = message_count
 
     def savepoint(self) -> Savepoint:
         """The committed state, to :meth:`rollback` to (a strategy's work undone)."""
@@ -573,27 +560,20 @@ class Draft:
             message_count=self._totals.message_count,
             counters=self._counters,
             changed=self._changed,
-            pins=tuple(self._pins.items()),
+            pins=self._pins.items(),
             paid=len(self.paid),
         )
 
     def rollback(self, point: Savepoint) -> None:
         """Return to ``point`` (taken by :meth:`savepoint` on this draft), uncommitted
         decisions included."""
-        self._pins = dict(point.pins)
+        self._pins = Pins(point.pins)
         del self.paid[point.paid :]
         if self._recall is not None:
             self._recall.settle()
         self._counters = point.counters
         if point.pending is not None:
-            self._pending = point.pending
-            self._dirty = False
-            self._structural = False
-            self._replacements = {}
-            self._edits = {}
-            self._inserts = {}
-            self._totals.message_tokens = point.message_tokens
-            self._totals.message_count = point.message_count
+            self._defer(point.pending, point.message_tokens, point.message_count)
         else:
             self._pending = None
             self._reset(point.view)

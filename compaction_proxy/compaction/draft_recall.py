@@ -24,25 +24,28 @@ __all__ = ["DraftRecall"]
 
 
 class DraftRecall:
-    """The recall side of one draft over ``inputs`` (the request's messages); ``measure``
-    counts a new message as the draft does."""
+    """The recall side of one draft over ``inputs`` (the request's messages)."""
 
-    def __init__(
-        self, inputs: Sequence[Message], measure: Callable[[Message], MessageStats]
-    ) -> None:
+    def __init__(self, inputs: Sequence[Message]) -> None:
         self._log = ArchiveLog(inputs)
-        self._measure = measure
 
     def edit(
-        self, current: Message, current_tokens: int, message: Message, *, record: bool = True
+        self,
+        current: Message,
+        current_tokens: int,
+        message: Message,
+        measure: Callable[[Message], MessageStats],
+        *,
+        record: bool = True,
     ) -> tuple[Message, MessageStats] | None:
         """``message`` marked as the edit of ``current`` (``current_tokens`` long) with its
-        stats, or ``None`` when the edit is not to be made; ``record``: archive ``current``."""
+        stats (``measure``: the draft's count), or ``None`` when the edit is not to be made;
+        ``record``: archive ``current``."""
         recall_id = self._log.edit_id(current)
         new = marked(message, original_mark(recall_id))
         if new == current:
             return None
-        stats = self._measure(new)
+        stats = measure(new)
         if stats.token_count >= current_tokens:
             return None
         if record:

@@ -10,8 +10,9 @@ the rest of the turn is folded, the turn is gone (``turns_exceed``, sliding wind
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
+from .budget import Calibration
 from .changes import GroupState
 from .view import ConversationView, Group, GroupKind, MessageStats
 
@@ -105,3 +106,16 @@ class Totals:
         """A message of group ``group_index`` changed by ``delta`` tokens."""
         self.group_tokens[group_index] += delta
         self.message_tokens += delta
+
+    def overflow_messages(
+        self, removable: Iterable[Group], tokens: int, calibration: Calibration, limit: int
+    ) -> int:
+        """Messages an oldest-first drop of the ``removable`` groups needs to bring the raw
+        prompt ``tokens`` within ``limit`` once calibrated (all of theirs when it cannot)."""
+        count = 0
+        for group in removable:
+            if calibration.apply(tokens) <= limit:
+                break
+            tokens -= self.group_tokens[group.index]
+            count += self.group_messages[group.index]
+        return count
