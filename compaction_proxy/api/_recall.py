@@ -19,11 +19,13 @@ counted).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import orjson
@@ -47,6 +49,8 @@ log = logging.getLogger("compaction_proxy.recall")
 RECALL_HOLD = 8 * 1024 * 1024
 """The largest reply the loop holds to read (a longer one is relayed as it comes, unread)."""
 OK_STATUSES = frozenset({200})
+OFF_LOOP = 256 * 1024
+"""From this size a held reply is read (and rewritten) on a worker thread."""
 LIMIT_TEXT = (
     "Recall limit reached for this request: answer with what you have now; you may recall "
     "again in a later step."
@@ -186,13 +190,13 @@ class _Loop:
         outcome, held = first, first.held
         data: dict[str, Any] | None = None
         while True:
-            turn = _turn(self.offer, held)
+            turn = await _turn(self.offer, held)
             if turn is None or turn.others or self.closed:
                 # No call; a mixed turn (the client gets its own calls, the model asks again
                 # next request); or a model past its closing round: out without our calls.
                 if turn is not None:
                     self.stats.deferred += len(turn.calls) if turn.others else 0
-                held = self._without_ours(held)
+                held = await self._without_ours(held)
                 break
             data = orjson.loads(self.sent_body) if data is None else data
             answers, closing = await self._answers(turn)
@@ -214,12 +218,18 @@ class _Loop:
         )
         return delivered, self.stats
 
-    def _without_ours(self, held: HeldReply) -> HeldReply:
+    async def _without_ours(self, held: HeldReply) -> HeldReply:
         """``held`` without the recall tool's calls, nor its echo in a reply that repeats the
-        request's tools (Responses)."""
+        request's tools (Responses). One the format cannot rewrite goes as it came (logged):
+        the client gets an answer it can read, if with a call it does not know."""
         if held.status not in OK_STATUSES or RECALL_TOOL.encode() not in held.body:
             return held
-        body = self.offer.wire.strip(held.body, stream=is_stream(held), name=RECALL_TOOL)
+        strip = partial(self.offer.wire.strip, held.body, stream=is_stream(held), name=RECALL_TOOL)
+        try:
+            body = await asyncio.to_thread(strip) if len(held.body) > OFF_LOOP else strip()
+        except Exception:
+            log.exception("removing the recall calls from a reply failed; relayed as it came")
+            return held
         return replace(held, body=body)
 
     async def _answers(self, turn: RecallTurn) -> tuple[list[RecallAnswer], bool]:
@@ -277,15 +287,17 @@ class _Loop:
         return await self.rounds.post(orjson.dumps(data), headers), data
 
 
-def _turn(offer: RecallOffer, held: HeldReply) -> RecallTurn | None:
+async def _turn(offer: RecallOffer, held: HeldReply) -> RecallTurn | None:
     """The recall calls of a held reply; None for one the loop cannot read (compressed)."""
     if held.status not in OK_STATUSES:
         return None
     encoding = (held.content_encoding or "identity").strip().lower()
     if encoding != "identity":
         return None
+    read = partial(offer.wire.read, held.body, stream=is_stream(held), name=RECALL_TOOL)
     try:
-        return offer.wire.read(held.body, stream=is_stream(held), name=RECALL_TOOL)
+        # A reply of megabytes (a long stream's events) is read off the event loop.
+        return await asyncio.to_thread(read) if len(held.body) > OFF_LOOP else read()
     except Exception:  # a reply the reader did not expect goes out as it came
         log.exception("reading a reply for recall calls failed; relayed as it came")
         return None

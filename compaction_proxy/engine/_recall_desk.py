@@ -21,6 +21,7 @@ forwarded messages mark, :func:`marked_ids`). The rules:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -58,6 +59,8 @@ MAX_QUERY_RESULTS = 8
 """Originals a query answer shows, best first (then paged like any answer)."""
 _MARKED = re.compile(rf"recall id ({ID_PATTERN.pattern})")
 _SHOWN_ID = 40  # characters of an unknown id the answer repeats
+_INLINE_SECTIONS = 32
+"""From this many originals, rendering an answer or searching runs on a worker thread."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,9 +259,15 @@ class RecallDesk:
             text = UNAVAILABLE
             return Recalled(RecallAnswer(call.call_id, text, True), 0, self.count(text), True)
         tools = {**call_names(_messages(reader)), **(names or {})}
-        rendered = [_render(section, reader, tools) for section in sections]
+
+        def paged() -> str:
+            rendered = [_render(section, reader, tools) for section in sections]
+            return page("\n\n".join(rendered), limit, arguments.page, self.count)[0]
+
         try:
-            text, _ = page("\n\n".join(rendered), limit, arguments.page, self.count)
+            # Rendering and counting a span of thousands of originals takes a while: off the
+            # event loop, like every other large piece of a request's work.
+            text = await asyncio.to_thread(paged) if len(sections) > _INLINE_SECTIONS else paged()
         except PageOutOfRange as exc:
             return self._error(call, str(exc))
         shown_ids = tuple(dict.fromkeys(shown))
@@ -314,7 +323,12 @@ class RecallDesk:
             # of one write, so the order is the same on every call (pages stay stable).
             candidates.sort(key=lambda item: (item[0], item[1]))
             entries = {recall_id: entry.message for _, recall_id, entry in candidates}
-            hits = search(arguments.query, entries, limit=MAX_QUERY_RESULTS)
+            if len(entries) > _INLINE_SECTIONS:  # a search over a large archive: off the loop
+                hits = await asyncio.to_thread(
+                    search, arguments.query, entries, limit=MAX_QUERY_RESULTS
+                )
+            else:
+                hits = search(arguments.query, entries, limit=MAX_QUERY_RESULTS)
             if not hits:
                 sections.append(_Line(f"no archived content matches the query {arguments.query!r}"))
             sections.extend(hits)
