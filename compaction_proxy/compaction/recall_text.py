@@ -151,19 +151,24 @@ def _footer(number: int, pages: int, name: str) -> str:
 
 
 def _split_line(line: str, budget: int, count: CountText) -> list[str]:
-    """A line too long for one page, cut into pieces that each fit ``budget`` tokens."""
+    """A line too long for one page, cut into pieces that each fit ``budget`` tokens.
+
+    The line is counted once, for its characters per token; each piece is then cut to that
+    estimate and counted alone (shrunk while it is over), so a megabyte of minified JSON costs
+    a count of itself and of each piece, not of every remainder (which was quadratic)."""
+    total = count(line)
+    if total <= budget:
+        return [line]
+    per_token = max(len(line) / max(total, 1), 0.25)
+    step = max(1, int(budget * per_token * 0.9))
     pieces: list[str] = []
-    rest = line
-    while rest:
-        tokens = count(rest)
-        if tokens <= budget:
-            pieces.append(rest)
-            break
-        size = max(1, int(len(rest) * budget / tokens * 0.9))
-        while size > 1 and count(rest[:size]) > budget:
+    start = 0
+    while start < len(line):
+        size = min(step, len(line) - start)
+        while size > 1 and count(line[start : start + size]) > budget:
             size = max(1, int(size * 0.8))
-        pieces.append(rest[:size])
-        rest = rest[size:]
+        pieces.append(line[start : start + size])
+        start += size
     return pieces
 
 
