@@ -34,7 +34,13 @@ from ._contract import (
     ForeignValue,
     StoreUnavailable,
 )
-from ._deadline import StoreBudget, StoreBudgetSpent, budget_left, store_deadline
+from ._deadline import (
+    StoreBudget,
+    StoreBudgetSpent,
+    budget_left,
+    detached_budget,
+    store_deadline,
+)
 from ._decoded import pick_longest
 from ._factory import make_backend, make_store
 from ._keys import (
@@ -79,6 +85,7 @@ __all__ = [
     "StoredValues",
     "archive_namespace",
     "budget_left",
+    "detached_budget",
     "chain",
     "could_have_checkpoint",
     "index_ids",

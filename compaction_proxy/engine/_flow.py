@@ -188,6 +188,7 @@ class CompactionFlow:
         self.archive = ConversationArchive(
             Archive(store, recall) if store is not None else None,
             lambda model: compactor.settings_for(model)[0],
+            settings.store.request_budget,
         )
         self.preparer = Preparer(settings.summarization, self.checkpoints)
         # Requests whose summary was withheld, by reason (compaction_proxy/http/_admission.py):
@@ -400,9 +401,9 @@ class CompactionFlow:
         used: Lookup | None,
         index: Index | None,
     ) -> str | None:
-        """The new checkpoint, stored once the upstream accepted the request; the originals it
-        archived first, so a checkpoint never names an id whose original was not written."""
-        kept = await self._keep(plan, result.archived) if result.archived else None
+        """The new checkpoint, stored once the upstream accepted the request, then the originals
+        it archived (on a store budget of their own): the checkpoint keeps the prefix stable
+        whatever the archive's writes cost; both are written before the reply starts."""
         # The core hands back the client's own dicts (typed as read-only mappings).
         messages = cast("list[dict[str, Any]]", result.messages)
         model: str = plan.request.data["model"]
@@ -411,6 +412,7 @@ class CompactionFlow:
         if used is not None and error is None:
             # The ordinary checkpoint now stands for it; kept when that was not stored.
             await self.preparer.consume(plan.namespace, used, plan.key)
+        kept = await self._keep(plan, result.archived) if result.archived else None
         if kept is not None:
             return kept if error is None else f"{error}; {kept}"
         return error

@@ -59,8 +59,6 @@ MAX_QUERY_RESULTS = 8
 """Originals a query answer shows, best first (then paged like any answer)."""
 _MARKED = re.compile(rf"recall id ({ID_PATTERN.pattern})")
 _SHOWN_ID = 40  # characters of an unknown id the answer repeats
-_INLINE_SECTIONS = 32
-"""From this many originals, rendering an answer or searching runs on a worker thread."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,9 +263,10 @@ class RecallDesk:
             return page("\n\n".join(rendered), limit, arguments.page, self.count)[0]
 
         try:
-            # Rendering and counting a span of thousands of originals takes a while: off the
-            # event loop, like every other large piece of a request's work.
-            text = await asyncio.to_thread(paged) if len(sections) > _INLINE_SECTIONS else paged()
+            # Rendering and counting an answer (a span of thousands of originals, one original
+            # of megabytes) can take a while: always off the event loop (a recall is rare, the
+            # hop costs well under a millisecond).
+            text = await asyncio.to_thread(paged)
         except PageOutOfRange as exc:
             return self._error(call, str(exc))
         shown_ids = tuple(dict.fromkeys(shown))
@@ -323,12 +322,9 @@ class RecallDesk:
             # of one write, so the order is the same on every call (pages stay stable).
             candidates.sort(key=lambda item: (item[0], item[1]))
             entries = {recall_id: entry.message for _, recall_id, entry in candidates}
-            if len(entries) > _INLINE_SECTIONS:  # a search over a large archive: off the loop
-                hits = await asyncio.to_thread(
-                    search, arguments.query, entries, limit=MAX_QUERY_RESULTS
-                )
-            else:
-                hits = search(arguments.query, entries, limit=MAX_QUERY_RESULTS)
+            hits = await asyncio.to_thread(
+                search, arguments.query, entries, limit=MAX_QUERY_RESULTS
+            )
             if not hits:
                 sections.append(_Line(f"no archived content matches the query {arguments.query!r}"))
             sections.extend(hits)

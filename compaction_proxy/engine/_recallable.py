@@ -12,7 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from compaction_proxy.checkpoints import Archive, Checkpoint, archive_namespace, merged_index
+from compaction_proxy.checkpoints import (
+    Archive,
+    Checkpoint,
+    archive_namespace,
+    detached_budget,
+    merged_index,
+)
 from compaction_proxy.compaction import CompactionSettings
 from compaction_proxy.compaction.archive import Archived
 
@@ -35,10 +41,17 @@ class ConversationArchive:
     """The flow's handle on the archive: ``archive`` None (no store) keeps nothing."""
 
     def __init__(
-        self, archive: Archive | None, settings_for: Callable[[str], CompactionSettings]
+        self,
+        archive: Archive | None,
+        settings_for: Callable[[str], CompactionSettings],
+        budget: float = 2.0,
     ) -> None:
         self.archive = archive
         self.settings_for = settings_for
+        # The archive's writes get a store budget of their own (``store.request_budget`` of
+        # wall time at its concurrency): a summary that folds thousands of messages must not
+        # spend the budget the checkpoint write after it needs, nor be cut by the request's.
+        self.budget = budget * (archive.concurrency if archive is not None else 1)
 
     def index(
         self, model: str, checkpoint: Checkpoint | None, archived: Archived | None
@@ -65,4 +78,5 @@ class ConversationArchive:
         """A run's originals, kept in the tenant's archive (a failure is a warning text)."""
         if self.archive is None or not archived:
             return None
-        return await self.archive.keep(archive_namespace(credential, tenant), archived)
+        with detached_budget(self.budget):
+            return await self.archive.keep(archive_namespace(credential, tenant), archived)
