@@ -281,7 +281,8 @@ async def compact(
     ctx.archived = len(archived.originals) if archived else 0
     offer: RecallOffer | None = None
     offered: dict[str, Any] = {}
-    if mode in (Mode.NORMAL, Mode.FORCE) and flow.messages is not None:
+    # Not for a forced run: it stores nothing, so what it archives could not be recalled.
+    if mode is Mode.NORMAL and flow.messages is not None:
         model: str = subject.data["model"]
         recall = ctx.state.compactor.settings_for(model)[0].recall
         offer, offered = offer_for(subject.wire, subject.client.data, flow.recall, recall)
@@ -354,7 +355,7 @@ async def send_with_retries(
             assert attempt is not None
             if save is not None:
                 await saver(save)()  # accepted: what the relay does before its first byte
-            forwarded = Forwarded(offer, body, attempt.headers, attempt.listed, attempt.window)
+            forwarded = Forwarded(offer, body, tuple(headers), attempt.listed, attempt.window)
             delivered = await recalled(
                 ctx, scope, receive, send, upstream, wire, forwarded, outcome
             )

@@ -50,6 +50,7 @@ from ._usage import UsageFormat, UsageProbe
 log = logging.getLogger("compaction_proxy.forward")
 
 _SSE_HEADERS = [(b"x-accel-buffering", b"no"), (b"cache-control", b"no-cache")]
+_JSON_TYPE = (b"content-type", b"application/json")
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +172,7 @@ async def forward(
     on_accepted: Callable[[], Awaitable[None]] | None = None,
     hold: frozenset[int] | None = None,
     hold_limit: int | None = None,
+    hold_failures: bool = False,
     wire: WireFormat | None = None,
 ) -> Outcome:
     """Forward and relay. Never raises for transport problems: the client gets 502/504.
@@ -182,11 +184,13 @@ async def forward(
     `hold`: statuses whose reply is read whole (up to MAX_ERROR_BODY) and returned in
     `outcome.held` instead of being sent; a longer body is relayed as usual. Only these
     replies are buffered: every other one streams through as it arrives. ``hold_limit``: the
-    bound instead of MAX_ERROR_BODY (the recall loop reads whole replies, api/_recall.py).
+    bound instead of MAX_ERROR_BODY (the recall loop reads whole replies, api/_recall.py);
+    ``hold_failures``: an upstream that cannot be reached is held too (its 502/504 in
+    ``outcome.held``, not sent), for a caller with something better to send.
     `wire`: the route's format, whose shape the proxy's own errors take (502/504, a shutdown's
     503 or stream error event); None (passthrough): OpenAI's.
     """
-    relay = _Relay(send, upstream, extra_headers, wire)
+    relay = _Relay(send, upstream, extra_headers, wire, hold_failures=hold_failures)
     outcome = relay.outcome
     watch = _DisconnectWatch(receive, streamed)
     flight = in_flight.get()
@@ -235,6 +239,7 @@ class _Relay:
     length: int | None = None
     started: bool = False
     relayed_all: bool = False
+    hold_failures: bool = False
 
 
 async def _request(
@@ -500,5 +505,9 @@ async def _send_failure(relay: _Relay, outcome: _Tally, exc: BaseException, what
     log.warning("upstream %s: %s", what, failure.message)
     outcome.status = failure.status
     error = ProxyError(failure.status, failure.message, "upstream_error", failure.code)
+    if relay.hold_failures:
+        body = _error_body(error, relay.wire)
+        outcome.held = HeldReply(failure.status, [_JSON_TYPE], body, None)
+        return
     await send_bytes(relay.send, error.status, _error_body(error, relay.wire), relay.extra_headers)
     outcome.completed = True

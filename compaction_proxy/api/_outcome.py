@@ -67,6 +67,7 @@ class RecallStats:
     unavailable: bool = False
     seconds: float = 0.0
     limited: bool = False
+    fallback: bool = False  # a hidden round failed: the request went again without recall
 
     def header(self) -> tuple[bytes, bytes]:
         parts = [f"rounds={self.rounds}", f"calls={self.calls}", f"tokens={self.tokens}"]
@@ -76,6 +77,8 @@ class RecallStats:
             parts.append("limited")
         if self.unavailable:
             parts.append("unavailable")
+        if self.fallback:
+            parts.append("fallback")
         return (b"x-compaction-recall", "; ".join(parts).encode())
 
 

@@ -33,6 +33,7 @@ async def post_upstream(
     on_accepted: Callable[[], Awaitable[None]] | None = None,
     hold: frozenset[int] | None = None,
     hold_limit: int | None = None,
+    hold_failures: bool = False,
     listed: Iterable[tuple[str, str]] = (),
 ) -> Outcome:
     """POST ``body`` to the request's path on ``upstream`` the way ``wire`` says (its key
@@ -64,6 +65,7 @@ async def post_upstream(
         on_accepted=on_accepted,
         hold=hold,
         hold_limit=hold_limit,
+        hold_failures=hold_failures,
         wire=wire,
     )
 

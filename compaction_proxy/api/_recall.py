@@ -49,12 +49,17 @@ log = logging.getLogger("compaction_proxy.recall")
 RECALL_HOLD = 8 * 1024 * 1024
 """The largest reply the loop holds to read (a longer one is relayed as it comes, unread)."""
 OK_STATUSES = frozenset({200})
+ROUND_HOLD = frozenset(range(100, 600))
+"""A hidden round's reply is held whatever its status: a failure is the loop's to answer."""
 OFF_LOOP = 256 * 1024
 """From this size a held reply is read (and rewritten) on a worker thread."""
 LIMIT_TEXT = (
     "Recall limit reached for this request: answer with what you have now; you may recall "
     "again in a later step."
 )
+MAX_CALLS = 4
+"""Recall calls one round answers; the others get :data:`TOO_MANY_TEXT`."""
+TOO_MANY_TEXT = "Too many recall calls in one turn: ask for fewer ids, or one query, at a time."
 UNFIT_TEXT = (
     "The recalled text did not fit the model's context window; answer with what you have, "
     "or recall fewer ids (or a narrower query) in a later step."
@@ -118,6 +123,24 @@ def prompt_tokens(held: HeldReply, wire: WireFormat) -> int | None:
 _MARKED = re.compile(rb"recall id ([rs][a-z2-7]{11})")
 
 
+def without_recall(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` without the recall tool in its ``tools`` (or legacy ``functions``), whatever
+    the format's form of a tool (``name`` or ``function.name``)."""
+    out = dict(data)
+    for key in ("tools", "functions"):
+        tools = out.get(key)
+        if isinstance(tools, list):
+            out[key] = [t for t in tools if _tool_name(t) != RECALL_TOOL]
+    return out
+
+
+def _tool_name(tool: object) -> object:
+    if not isinstance(tool, Mapping):
+        return None
+    function = tool.get("function")
+    return function.get("name") if isinstance(function, Mapping) else tool.get("name")
+
+
 def marked(body: bytes) -> frozenset[str]:
     """The recall ids the forwarded request's marks name, in any format (the marks are plain
     text inside its JSON strings)."""
@@ -126,9 +149,9 @@ def marked(body: bytes) -> frozenset[str]:
 
 @dataclass(frozen=True, slots=True)
 class Forwarded:
-    """The request as it went upstream with the offer: its body, the report headers the
-    client gets, the header values its format's amendment lists, the window it was
-    compacted for."""
+    """The request as it went upstream with the offer: its body, the headers the client gets
+    (the request's own, the attempt's report, a retry's), the header values its format's
+    amendment lists, the window it was compacted for."""
 
     offer: RecallOffer
     body: bytes
@@ -140,11 +163,14 @@ class Forwarded:
 @dataclass(frozen=True, slots=True)
 class Rounds:
     """How the loop reaches the upstream and the client: ``post(body, headers)`` sends a
-    round (held like the first reply), ``deliver(held, headers)`` sends the client a held
-    reply; ``clock`` times the rounds against ``recall.time_budget``."""
+    round (its reply held whatever its status, an unreachable upstream too),
+    ``deliver(held, headers)`` sends the client a held reply, ``relay(body, headers)`` sends
+    a body whose reply goes to the client as it comes (the fallback); ``clock`` times the
+    rounds against ``recall.time_budget``."""
 
     post: Callable[[bytes, list[tuple[bytes, bytes]]], Awaitable[Outcome]]
     deliver: Callable[[HeldReply, list[tuple[bytes, bytes]]], Awaitable[int]]
+    relay: Callable[[bytes, list[tuple[bytes, bytes]]], Awaitable[Outcome]]
     clock: Callable[[], float] = time.monotonic
 
 
@@ -242,16 +268,19 @@ class _Loop:
         if self.allowed is None:
             self.allowed = frozenset(self.offer.recallable.index) | marked(self.sent_body)
         desk = self.ctx.state.recall_desk
-        answers = []
-        for call in turn.calls:
+        answers: list[RecallAnswer] = []
+        # The answers of one round share one budget, and a round answers a few calls at most:
+        # five calls each returning a quarter of the window would overflow it by themselves.
+        calls = turn.calls[:MAX_CALLS]
+        share = max(100, _answer_tokens(settings, self.window) // len(calls))
+        answers.extend(RecallAnswer(c.call_id, TOO_MANY_TEXT, True) for c in turn.calls[MAX_CALLS:])
+        for call in calls:
             if desk is None:  # never: the desk exists wherever a block turns recall on
                 answers.append(RecallAnswer(call.call_id, "archive not available", True))
                 stats.unavailable = True
                 continue
             namespace = self.offer.recallable.namespace
-            answer = await desk.answer(
-                namespace, self.allowed, call, _answer_tokens(settings, self.window)
-            )
+            answer = await desk.answer(namespace, self.allowed, call, share)
             answers.append(answer.answer)
             stats.calls += 1
             stats.ids += answer.ids
@@ -267,11 +296,25 @@ class _Loop:
         that says so instead."""
         outcome, data = await self._send(base, turn, answers, closing)
         held = outcome.held
-        if held is None or held.status in OK_STATUSES or closing:
+        if held is None or held.status in OK_STATUSES:
             return outcome, data
-        unfit = [RecallAnswer(a.call_id, UNFIT_TEXT, True) for a in answers]
-        self.stats.limited = True
-        return await self._send(base, turn, unfit, True)
+        if held.status in REFUSAL_STATUSES and not closing:
+            unfit = [RecallAnswer(a.call_id, UNFIT_TEXT, True) for a in answers]
+            self.stats.limited = True
+            outcome, data = await self._send(base, turn, unfit, True)
+            held = outcome.held
+            if held is None or held.status in OK_STATUSES:
+                return outcome, data
+        return await self._fallback(), data
+
+    async def _fallback(self) -> Outcome:
+        """A hidden round failed (rate limited, refused, unreachable): the request goes as it
+        would have without recall (the forwarded body without the tool), its reply relayed as
+        it comes. The client never gets an error about a turn it did not send."""
+        log.warning("a hidden recall round failed; the request is sent again without recall")
+        self.stats.fallback = True
+        data = without_recall(orjson.loads(self.sent_body))
+        return await self.rounds.relay(orjson.dumps(data), [*self.headers, self.stats.header()])
 
     async def _send(
         self, base: dict[str, Any], turn: RecallTurn, answers: list[RecallAnswer], closing: bool
@@ -324,7 +367,7 @@ async def recalled(
     """The loop over a reply read whole, for ``forwarded``, through ``upstream`` and the
     client's ``send``; its figures go on ``ctx``."""
     offer = forwarded.offer
-    headers = [*ctx.response_headers, *forwarded.headers]
+    headers = list(forwarded.headers)
 
     async def post(body: bytes, round_headers: list[tuple[bytes, bytes]]) -> Outcome:
         return await post_upstream(
@@ -337,15 +380,36 @@ async def recalled(
             body,
             listed=forwarded.listed,
             extra_headers=round_headers,
-            hold=REFUSAL_STATUSES | OK_STATUSES,
+            hold=ROUND_HOLD,
             hold_limit=RECALL_HOLD,
+            hold_failures=True,
+        )
+
+    async def relay(body: bytes, final_headers: list[tuple[bytes, bytes]]) -> Outcome:
+        return await post_upstream(
+            ctx,
+            scope,
+            receive,
+            send,
+            upstream,
+            wire,
+            body,
+            listed=forwarded.listed,
+            extra_headers=final_headers,
         )
 
     async def deliver(held: HeldReply, final_headers: list[tuple[bytes, bytes]]) -> int:
         return await send_held(send, held, final_headers)
 
     delivered, stats = await settle(
-        ctx, wire, offer, first, forwarded.body, headers, forwarded.window, Rounds(post, deliver)
+        ctx,
+        wire,
+        offer,
+        first,
+        forwarded.body,
+        headers,
+        forwarded.window,
+        Rounds(post, deliver, relay),
     )
     ctx.recall = stats
     return delivered

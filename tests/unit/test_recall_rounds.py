@@ -64,11 +64,13 @@ def reply(*, recall: bool, own: bool = False, status: int = 200) -> HeldReply:
 class Desk:
     def __init__(self) -> None:
         self.calls: list[tuple[str, frozenset[str], RecallCall]] = []
+        self.limits: list[int] = []
 
     async def answer(
         self, namespace: str, allowed: frozenset[str], call: RecallCall, max_tokens: int
     ) -> Any:
         self.calls.append((namespace, allowed, call))
+        self.limits.append(max_tokens)
         return SimpleNamespace(
             answer=RecallAnswer(call.call_id, "recalled text"), ids=1, tokens=7, unavailable=False
         )
@@ -81,6 +83,8 @@ class Script:
         self.replies = replies
         self.posted: list[dict[str, Any]] = []
         self.delivered: list[HeldReply] = []
+        self.relayed: list[dict[str, Any]] = []
+        self.relay_headers: list[dict[bytes, bytes]] = []
 
     async def post(self, body: bytes, headers: list[tuple[bytes, bytes]]) -> Outcome:
         self.posted.append(orjson.loads(body))
@@ -90,6 +94,11 @@ class Script:
     async def deliver(self, held: HeldReply, headers: list[tuple[bytes, bytes]]) -> int:
         self.delivered.append(held)
         return len(held.body)
+
+    async def relay(self, body: bytes, headers: list[tuple[bytes, bytes]]) -> Outcome:
+        self.relayed.append(orjson.loads(body))
+        self.relay_headers.append(dict(headers))
+        return Outcome(200, bytes_out=10, completed=True)
 
 
 def clock(values: list[float]) -> Any:
@@ -109,7 +118,7 @@ def run(
     desk = Desk()
     ctx: Any = SimpleNamespace(state=SimpleNamespace(recall_desk=desk))
     offer = RecallOffer(CHAT.recall, Recallable("ns", ("rzzzzzzzzzzz",)), settings)
-    rounds = Rounds(script.post, script.deliver, now or clock([0.0]))
+    rounds = Rounds(script.post, script.deliver, script.relay, now or clock([0.0]))
     outcome, stats = asyncio.run(
         settle(ctx, CHAT, offer, Outcome(200, held=first), SENT, [], None, rounds)
     )
@@ -171,3 +180,51 @@ def test_a_mixed_turn_is_delivered_without_our_call_and_no_round() -> None:
     names = [c["function"]["name"] for c in delivered["choices"][0]["message"]["tool_calls"]]
     assert names == ["read_file"]
     assert stats.deferred == 1 and stats.rounds == 0
+
+
+def test_a_failed_hidden_round_sends_the_request_again_without_recall() -> None:
+    """A rate limit (or an unreachable upstream) on a hidden round: the client gets the
+    answer to its request as it would have gone without recall, never that error."""
+    for failure in (reply(recall=False, status=429), reply(recall=False, status=502)):
+        script = Script([failure])
+        outcome, stats, _ = run(script, reply(recall=True), RecallSettings())
+        assert script.delivered == [] and len(script.relayed) == 1
+        again = script.relayed[0]
+        assert [t["function"]["name"] for t in again["tools"]] == ["read_file"]
+        assert again["messages"] == orjson.loads(SENT)["messages"]
+        assert stats.fallback and b"fallback" in script.relay_headers[0][b"x-compaction-recall"]
+        assert outcome.status == 200 and outcome.prompt_tokens == 11
+
+
+def test_a_refused_closing_round_falls_back_too() -> None:
+    script = Script([reply(recall=False, status=400), reply(recall=False, status=400)])
+    _, stats, _ = run(script, reply(recall=True), RecallSettings())
+    assert len(script.posted) == 2 and len(script.relayed) == 1
+    assert stats.fallback and stats.limited
+
+
+def test_a_round_answers_a_few_calls_sharing_one_budget() -> None:
+    calls = [
+        {
+            "id": f"call_{n}",
+            "type": "function",
+            "function": {"name": "compaction_recall", "arguments": '{"query": "x"}'},
+        }
+        for n in range(6)
+    ]
+    body = orjson.loads(reply(recall=True).body)
+    body["choices"][0]["message"]["tool_calls"] = calls
+    first = HeldReply(200, JSON, orjson.dumps(body), None)
+    script = Script([reply(recall=False)])
+    window = SimpleNamespace(tokens=16_000)
+    desk = Desk()
+    ctx: Any = SimpleNamespace(state=SimpleNamespace(recall_desk=desk))
+    offer = RecallOffer(CHAT.recall, Recallable("ns", ()), RecallSettings(max_tokens=4000))
+    rounds = Rounds(script.post, script.deliver, script.relay, clock([0.0]))
+    held: Any = window
+    asyncio.run(settle(ctx, CHAT, offer, Outcome(200, held=first), SENT, [], held, rounds))
+    assert len(desk.calls) == 4  # MAX_CALLS
+    assert desk.limits == [1000] * 4  # a quarter of the 16k window, shared by the four
+    results = [m for m in script.posted[0]["messages"] if m["role"] == "tool"]
+    assert len(results) == 6
+    assert sum("Too many recall calls" in m["content"] for m in results) == 2
