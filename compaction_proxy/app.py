@@ -26,10 +26,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from compaction_proxy import __version__
 from compaction_proxy.api import (
+    ARCHIVE_PATH,
     AppState,
     Finished,
     RequestContext,
     RouteOutcome,
+    archive_entry,
     caller_key,
     compacted,
     count_tokens,
@@ -41,10 +43,10 @@ from compaction_proxy.api import (
     preview,
     send_unauthorized_page,
 )
-from compaction_proxy.checkpoints import StoredValues, make_store
+from compaction_proxy.checkpoints import Archive, CheckpointStore, StoredValues, make_store
 from compaction_proxy.config import Settings, load_settings
 from compaction_proxy.config.preflight import validate_summarization_config
-from compaction_proxy.engine import Compactor, build_flow
+from compaction_proxy.engine import Compactor, RecallDesk, build_flow
 from compaction_proxy.http import (
     ACCESS,
     Access,
@@ -133,6 +135,8 @@ class ProxyApp:
                 self._authenticate(ctx, scope)
                 if path == "/v1/compaction/preview":
                     outcome = await preview(ctx, scope, receive, send)
+                elif path.startswith(ARCHIVE_PATH):
+                    outcome = await archive_entry(ctx, scope, receive, send)
                 else:
                     outcome = await self._forward(ctx, scope, receive, send)
                     self._note_accepted(ctx, scope, outcome)
@@ -435,6 +439,7 @@ def build_edge(
         settings, StoredValues(store), lambda: proxy_client, catalog=compactor.catalog
     )
     flow = build_flow(settings, compactor, store, client, windows)
+    archive, desk = _recall(settings, compactor, store)
     telemetry = Telemetry(settings, tokenizers=compactor.tokenizers)
     telemetry.watch_windows(windows)
     telemetry.watch_store(store)
@@ -453,8 +458,30 @@ def build_edge(
         windows=windows,
         flow=flow,
         telemetry=telemetry,
+        archive=archive,
+        recall_desk=desk,
         drain=Drain(server.graceful_shutdown_seconds),
     )
+
+
+def _recall(
+    settings: Settings, compactor: Compactor, store: CheckpointStore
+) -> tuple[Archive | None, RecallDesk | None]:
+    """The archive (over the checkpoints' store: same backend, breaker and time budget) and
+    the recall desk, when any compaction block enables recall; answers are counted with the
+    default encoding (the desk serves every model, and a page's size is a bound, not a
+    bill)."""
+    blocks = [settings.compaction, *(m.compaction for m in settings.models.values())]
+    if not any(block is not None and block.recall.enabled for block in blocks):
+        return None, None
+    recall = settings.compaction.recall
+    archive = Archive(store, recall)
+    encoding = settings.compaction.tokenizer.default_encoding
+
+    def count(text: str) -> int:
+        return compactor.tokenizers.get(encoding).count_text(text)
+
+    return archive, RecallDesk(archive, recall, count)
 
 
 def create_app(settings: Settings | None = None) -> ProxyApp:

@@ -29,7 +29,7 @@ from compaction_proxy.config import (
 from compaction_proxy.http import ProxyError
 
 if TYPE_CHECKING:
-    from compaction_proxy.compaction import CompactionResult, Mode
+    from compaction_proxy.compaction import CompactionResult, CompactionSettings, Mode
     from compaction_proxy.engine import Compactor
     from compaction_proxy.wire import View, WireFormat
 
@@ -66,6 +66,12 @@ def _parser() -> argparse.ArgumentParser:
         "--no-summarize",
         action="store_true",
         help="do not call the summarizer (summarization is skipped, later strategies stand in)",
+    )
+    comp.add_argument(
+        "--archive",
+        action="store_true",
+        help="archive what compaction removes, as compaction.recall.enabled does, and print "
+        "it (printed anyway when the configuration turns recall on)",
     )
 
     check = sub.add_parser(
@@ -126,11 +132,14 @@ def _compact(args: argparse.Namespace) -> int:
     import orjson
 
     from compaction_proxy.compaction import Mode, build_view
+    from compaction_proxy.compaction.messages import tool_call_names
     from compaction_proxy.engine import Compactor
-    from compaction_proxy.observability.report_text import render
+    from compaction_proxy.observability.report_text import render, render_archived
     from compaction_proxy.wire import DEFAULT_FORMAT, format_for_body, lowered_limits
 
     settings = _load_checked(args.config)
+    if args.archive:
+        settings = _with_recall(settings)
     try:
         with open(args.file, "rb") as handle:
             raw = handle.read()
@@ -167,10 +176,19 @@ def _compact(args: argparse.Namespace) -> int:
     finally:
         compactor.close()
     facts = compactor.catalog.facts_for(body["model"])
-    groups = build_view(view.chat["messages"], compactor.tokenizers.get(facts.encoding))
+    tokenizer = compactor.tokenizers.get(facts.encoding)
+    groups = build_view(view.chat["messages"], tokenizer)
     print(render(result.report, groups))
     if notes:
         print("\nsummarizer:", "; ".join(notes))
+    if compactor.settings_for(body["model"])[0].recall.enabled:
+        names = {
+            call_id: name
+            for message in view.chat["messages"]
+            for call_id, name in tool_call_names(message).items()
+        }
+        print()
+        print(render_archived(result.archived, tokenizer.count_message, names))
     if args.out:
         # The compacted member (and any output limit lowered to fit the window) in the body's
         # own format, every other field as it was.
@@ -180,6 +198,24 @@ def _compact(args: argparse.Namespace) -> int:
             handle.write(orjson.dumps(compacted, option=orjson.OPT_INDENT_2))
         print(f"\nwrote {args.out}")
     return 0
+
+
+def _with_recall(settings: Settings) -> Settings:
+    """``settings`` with ``compaction.recall.enabled`` on, in every model's block too
+    (`compact --archive`: see what recall would archive without editing the file)."""
+
+    def on(block: CompactionSettings) -> CompactionSettings:
+        return block.model_copy(
+            update={"recall": block.recall.model_copy(update={"enabled": True})}
+        )
+
+    models = {
+        pattern: model
+        if model.compaction is None
+        else model.model_copy(update={"compaction": on(model.compaction)})
+        for pattern, model in settings.models.items()
+    }
+    return settings.model_copy(update={"compaction": on(settings.compaction), "models": models})
 
 
 def _lift(wire: WireFormat, body: dict[str, Any]) -> tuple[View | None, str]:

@@ -8,6 +8,7 @@ FastAPI routers the app includes:
   overflow);
 * ``_count_tokens``: a format's token-counting route, answered for the compacted request;
 * ``_preview``: the same compaction, nothing forwarded or stored;
+* ``_archive``: ``GET /v1/compaction/archive/{id}``, an archived original, for people;
 * ``_passthrough``: every other ``/v1/*`` path, relayed as sent and routed by its model;
 * ``_forward``: the relay of an upstream's reply (``_stream_events``: a stream cut only at
   event boundaries; ``_usage``: the prompt tokens the reply reports);
@@ -21,6 +22,7 @@ FastAPI routers the app includes:
   ``/dashboard`` (its page is ``static/dashboard.html``).
 """
 
+from ._archive import ARCHIVE_PATH, archive_entry
 from ._compacted import compacted
 from ._context import AppState, RequestContext
 from ._count_tokens import count_tokens
@@ -34,10 +36,12 @@ from ._preview import preview
 from ._requests import caller_key, credential
 
 __all__ = [
+    "ARCHIVE_PATH",
     "AppState",
     "Finished",
     "RequestContext",
     "RouteOutcome",
+    "archive_entry",
     "caller_key",
     "compacted",
     "count_tokens",

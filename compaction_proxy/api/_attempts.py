@@ -15,8 +15,8 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from compaction_proxy.compaction import CompactionResult, Mode, OutputLimit
@@ -30,10 +30,7 @@ from compaction_proxy.upstream import (
     Overflow,
     Window,
     detect_overflow,
-    upstream_headers,
-    upstream_url,
     window_after_refusal,
-    with_listed,
 )
 from compaction_proxy.wire import (
     ClientBody,
@@ -43,10 +40,13 @@ from compaction_proxy.wire import (
     WireFormat,
     lowered_limits,
 )
+from compaction_proxy.wire.recall import RecallWire
 
 from ._context import RequestContext
-from ._forward import Outcome, forward, send_held
+from ._forward import Outcome, send_held
 from ._outcome import RouteOutcome, relayed
+from ._posting import REFUSAL_STATUSES, post_upstream
+from ._recall import OK_STATUSES, RECALL_HOLD, Forwarded, RecallOffer, offer_for, recalled
 from ._requests import (
     caller_key,
     credential,
@@ -56,13 +56,9 @@ from ._requests import (
     spending,
     tenant,
 )
-from ._usage import UsageFormat
 
 log = logging.getLogger("compaction_proxy.attempts")
 
-# Statuses an overflow refusal comes with (vLLM, llama.cpp, OpenAI: 400; TGI: 422; some
-# gateways: 413). Only these replies are held back and read; every other one streams through.
-REFUSAL_STATUSES = frozenset({400, 413, 422})
 MAX_RETRIES = 2
 NOT_NATIVE = UpstreamTraits()
 _FAILED = (b"x-compaction-warning", b"compaction failed; the original request was forwarded")
@@ -78,24 +74,30 @@ def lowered(attempt: Attempt) -> Attempt:
     if attempt.result is None:
         return attempt
     subject = attempt.subject
-    limits = output_limits(attempt)
+    limits: dict[str, Any] = {**output_limits(attempt), **attempt.offered}
     if attempt.messages is None:
         if not limits:
             return attempt
         return replace(attempt, body=subject.client.with_members(limits))
-    body, notes, listed = compacted_body(subject, attempt.messages, limits)
+    recall = None if attempt.recall is None else attempt.recall.wire
+    body, notes, listed = compacted_body(subject, attempt.messages, limits, recall)
     return replace(attempt, body=body, headers=(*attempt.headers, *notes), listed=listed)
 
 
 def compacted_body(
-    subject: Subject, messages: Sequence[Mapping[str, Any]], members: Mapping[str, Any]
+    subject: Subject,
+    messages: Sequence[Mapping[str, Any]],
+    members: Mapping[str, Any],
+    recall: RecallWire | None = None,
 ) -> tuple[bytes, tuple[tuple[bytes, bytes], ...], tuple[tuple[str, str], ...]]:
     """The client's bytes with ``messages`` lowered in place of its elements and ``members``
     written, amended for ``subject.upstream`` (:meth:`WireFormat.amend`: Messages'
-    ``block_binding`` for Anthropic's API); with the warnings the lowering and the amendment
-    state, and the header values the amendment lists."""
+    ``block_binding`` for Anthropic's API; ``recall``: the request is offered the recall tool,
+    whose side amends it instead); with the warnings the lowering and the amendment state,
+    and the header values the amendment lists."""
     out = subject.view.lower(messages)
-    amendment = subject.wire.amend(subject.client.data, out.items, subject.upstream)
+    amend = subject.wire.amend if recall is None else recall.amend
+    amendment = amend(subject.client.data, out.items, subject.upstream)
     written: dict[str, Any] = dict(members)
     said = out.notes
     listed: tuple[tuple[str, str], ...] = ()
@@ -165,11 +167,24 @@ class Attempt:
     messages: Sequence[Mapping[str, Any]] | None = None
     # Values appended to comma-separated request headers for the upstream (WireFormat.amend).
     listed: tuple[tuple[str, str], ...] = ()
+    # The recall tool offered (api/_recall.py), and the body members that declare it.
+    recall: RecallOffer | None = None
+    offered: Mapping[str, Any] = field(default_factory=dict)
 
     def reported(self, before: Attempt | None) -> Attempt | None:
         """The attempt the request reports once this one is sent: this one, unless its
         compaction failed (then the one reported before stays)."""
         return self if self.result is not None else before
+
+    @property
+    def hold(self) -> frozenset[int] | None:
+        """The statuses whose reply is read whole before the client sees it: an overflow
+        refusal of a retriable attempt, and a 2xx when the recall tool was offered (the loop
+        reads it, api/_recall.py)."""
+        hold = REFUSAL_STATUSES if self.retriable else None
+        if self.recall is not None:
+            hold = (hold or frozenset()) | OK_STATUSES
+        return hold
 
     @property
     def retriable(self) -> bool:
@@ -262,6 +277,15 @@ async def compact(
     for warning in flow.warnings:
         headers.append((b"x-compaction-warning", header_safe(warning)))
     headers.extend(edit_notes(subject, flow.result))
+    archived = flow.result.archived
+    ctx.archived = len(archived.originals) if archived else 0
+    offer: RecallOffer | None = None
+    offered: dict[str, Any] = {}
+    # Not for a forced run: it stores nothing, so what it archives could not be recalled.
+    if mode is Mode.NORMAL and flow.messages is not None:
+        model: str = subject.data["model"]
+        recall = ctx.state.compactor.settings_for(model)[0].recall
+        offer, offered = offer_for(subject.wire, subject.client.data, flow.recall, recall)
     made = Attempt(
         subject,
         subject.raw,
@@ -271,6 +295,8 @@ async def compact(
         flow.checkpoint,
         tuple(headers),
         flow.messages,
+        recall=offer,
+        offered=offered,
     )
     try:
         return lowered(made)
@@ -303,9 +329,10 @@ async def send_with_retries(
     if attempt is not None:
         reported = attempt.reported(None)
         headers = [*base, *attempt.headers]
-    hold = REFUSAL_STATUSES if attempt is not None and attempt.retriable else None
     retries = 0
     while True:
+        hold = None if attempt is None else attempt.hold
+        offer = None if attempt is None else attempt.recall
         body = raw if attempt is None else attempt.body
         save = None if attempt is None else attempt.save
         outcome = await post_upstream(
@@ -321,8 +348,18 @@ async def send_with_retries(
             usage=wire if reported is not None else None,
             on_accepted=None if save is None else saver(save),
             hold=hold,
+            hold_limit=RECALL_HOLD if offer is not None else None,
         )
         held = outcome.held
+        if held is not None and offer is not None and held.status in OK_STATUSES:
+            assert attempt is not None
+            if save is not None:
+                await saver(save)()  # accepted: what the relay does before its first byte
+            forwarded = Forwarded(offer, body, tuple(headers), attempt.listed, attempt.window)
+            delivered = await recalled(
+                ctx, scope, receive, send, upstream, wire, forwarded, outcome
+            )
+            return _answered(delivered, reported, retries, "fixed" if retries else None)
         if held is None:
             overflow_outcome = None
             if retries:
@@ -344,47 +381,6 @@ async def send_with_retries(
         reported = retry.reported(reported)
         # The headers of the attempt that produced the answer, never a refused one's.
         headers = [*base, *retry.headers, *retried_headers(retries, overflow)]
-
-
-async def post_upstream(
-    ctx: RequestContext,
-    scope: Scope,
-    receive: Receive,
-    send: Send,
-    upstream: UpstreamSettings,
-    wire: WireFormat,
-    body: bytes,
-    *,
-    extra_headers: list[tuple[bytes, bytes]],
-    usage: UsageFormat | None = None,
-    on_accepted: Callable[[], Awaitable[None]] | None = None,
-    hold: frozenset[int] | None = None,
-    listed: Iterable[tuple[str, str]] = (),
-) -> Outcome:
-    """POST ``body`` to the request's path on ``upstream`` the way ``wire`` says (its key
-    header, its error shape) and relay the reply (:func:`forward`); ``listed``: values the
-    format's amendment appends to a comma-separated header (a beta it needs)."""
-    return await forward(
-        ctx.state.transport,
-        upstream,
-        scope,
-        receive,
-        send,
-        method="POST",
-        url=upstream_url(upstream, scope),
-        headers=with_listed(
-            upstream_headers(
-                scope["headers"], upstream, strip_authorization=ctx.authenticated, auth=wire.auth
-            ),
-            listed,
-        ),
-        content=body,
-        extra_headers=extra_headers,
-        usage=usage,
-        on_accepted=on_accepted,
-        hold=hold,
-        wire=wire,
-    )
 
 
 def _answered(

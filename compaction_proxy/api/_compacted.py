@@ -21,15 +21,17 @@ from compaction_proxy.compaction import Mode
 from compaction_proxy.compaction.messages import last_user_text
 from compaction_proxy.config import UpstreamSettings
 from compaction_proxy.engine import OFFLOAD_BYTES
-from compaction_proxy.http import Receive, Scope, Send, read_body
+from compaction_proxy.http import ProxyError, Receive, Scope, Send, read_body
 from compaction_proxy.upstream import json_model
 from compaction_proxy.wire import ClientBody, WireFormat
+from compaction_proxy.wire.recall import RECALL_TOOL
 
 from ._attempts import Attempt, Subject, compact, send_with_retries, traits
 from ._context import RequestContext
 from ._context_edits import context_edits
 from ._limits import compacted_model, size_limits
 from ._outcome import RouteOutcome
+from ._recall import clashes
 from ._requests import (
     compaction_mode,
     effective_window,
@@ -101,6 +103,14 @@ async def _compact_and_send(call: _Call, mode: Mode) -> RouteOutcome:
     if held_by is not None:
         ctx.response_headers.append((b"x-compaction-skipped", skipped_note(held_by)))
     elif ctx.model is not None and wire.has_items(body) and state.compactor.enabled_for(ctx.model):
+        if state.compactor.settings_for(ctx.model)[0].recall.enabled and clashes(wire, body):
+            raise ProxyError(
+                400,
+                f"the tool name {RECALL_TOOL!r} is the proxy's own (compaction.recall is on): "
+                "rename your tool, or turn recall off for this model",
+                param="tools",
+                code="tool_name_reserved",
+            )
         if len(raw) >= OFFLOAD_BYTES:
             view = await offload.call(wire.lift, body)
         else:

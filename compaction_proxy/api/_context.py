@@ -11,12 +11,14 @@ from compaction_proxy.http import DEFAULT_GRACE_SECONDS, Drain, KnownCallers
 if TYPE_CHECKING:
     import httpx
 
-    from compaction_proxy.checkpoints import CheckpointStore
+    from compaction_proxy.checkpoints import Archive, CheckpointStore
     from compaction_proxy.config import Settings
-    from compaction_proxy.engine import CompactionFlow, Compactor
+    from compaction_proxy.engine import CompactionFlow, Compactor, RecallDesk
     from compaction_proxy.observability.telemetry import Telemetry
     from compaction_proxy.summarizer import SummaryCalls
     from compaction_proxy.upstream import Router, UpstreamTransport, WindowBook
+
+    from ._outcome import RecallStats
 
 
 @dataclass(slots=True)
@@ -39,6 +41,11 @@ class AppState:
     flow: CompactionFlow
     # Prometheus metrics and the dashboard's data; one per app.
     telemetry: Telemetry
+    # What compaction removed, kept in the same store under recall ids, and the answers to the
+    # model's recall calls (compaction_proxy/checkpoints/_archive.py,
+    # compaction_proxy/engine/_recall_desk.py); None when no compaction block enables recall.
+    archive: Archive | None = None
+    recall_desk: RecallDesk | None = None
     shutting_down: bool = False
     # Callers whose own key an upstream accepted recently (compaction_proxy/http/_admission.py).
     known_callers: KnownCallers = field(default_factory=KnownCallers)
@@ -75,6 +82,8 @@ class RequestContext:
     summarizer_calls: SummaryCalls | None = None
     content: str | None = None  # last user message, only when dashboard.show_content
     cut_by_shutdown: bool = False  # answered 503 / ended with an error event (drain.py)
+    recall: RecallStats | None = None  # the recall loop's figures (api/_recall.py)
+    archived: int = 0  # originals the compaction archived (docs/recall.md)
 
     @property
     def elapsed_ms(self) -> float:

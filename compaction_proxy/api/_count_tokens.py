@@ -36,11 +36,13 @@ from compaction_proxy.http import Receive, Scope, Send, read_body, send_bytes
 from compaction_proxy.upstream import Window, json_model
 from compaction_proxy.wire import ClientBody, ContextEdits, View, WireFormat
 
-from ._attempts import Subject, compacted_body, edit_notes, post_upstream, traits
+from ._attempts import Subject, compacted_body, edit_notes, traits
 from ._context import AppState, RequestContext
 from ._context_edits import context_edits
 from ._limits import compacted_model, size_limits
 from ._outcome import RouteOutcome, relayed
+from ._posting import post_upstream
+from ._recall import offer_for
 from ._requests import (
     compaction_mode,
     credential,
@@ -158,7 +160,11 @@ async def _compacted(
         return client.raw, headers, flow.result, ()
     # Amended as the request would be: Anthropic's API checks thinking signatures on a count
     # too.
-    forwarded, notes, listed = compacted_body(subject, flow.messages, {})
+    # With the recall tool, when the request would be offered it (api/_recall.py).
+    recall = state.compactor.settings_for(view.chat["model"])[0].recall
+    offer, offered = offer_for(wire, client.data, flow.recall, recall)
+    side = None if offer is None else offer.wire
+    forwarded, notes, listed = compacted_body(subject, flow.messages, offered, side)
     headers.extend(notes)
     return forwarded, headers, flow.result, listed
 

@@ -50,6 +50,7 @@ from ._usage import UsageFormat, UsageProbe
 log = logging.getLogger("compaction_proxy.forward")
 
 _SSE_HEADERS = [(b"x-accel-buffering", b"no"), (b"cache-control", b"no-cache")]
+_JSON_TYPE = (b"content-type", b"application/json")
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +171,8 @@ async def forward(
     usage: UsageFormat | None = None,
     on_accepted: Callable[[], Awaitable[None]] | None = None,
     hold: frozenset[int] | None = None,
+    hold_limit: int | None = None,
+    hold_failures: bool = False,
     wire: WireFormat | None = None,
 ) -> Outcome:
     """Forward and relay. Never raises for transport problems: the client gets 502/504.
@@ -180,11 +183,14 @@ async def forward(
     changed).
     `hold`: statuses whose reply is read whole (up to MAX_ERROR_BODY) and returned in
     `outcome.held` instead of being sent; a longer body is relayed as usual. Only these
-    replies are buffered: every other one streams through as it arrives.
+    replies are buffered: every other one streams through as it arrives. ``hold_limit``: the
+    bound instead of MAX_ERROR_BODY (the recall loop reads whole replies, api/_recall.py);
+    ``hold_failures``: an upstream that cannot be reached is held too (its 502/504 in
+    ``outcome.held``, not sent), for a caller with something better to send.
     `wire`: the route's format, whose shape the proxy's own errors take (502/504, a shutdown's
     503 or stream error event); None (passthrough): OpenAI's.
     """
-    relay = _Relay(send, upstream, extra_headers, wire)
+    relay = _Relay(send, upstream, extra_headers, wire, hold_failures=hold_failures)
     outcome = relay.outcome
     watch = _DisconnectWatch(receive, streamed)
     flight = in_flight.get()
@@ -192,7 +198,7 @@ async def forward(
         reply = await _request(relay, transport, method, url, headers, content, streamed)
         if reply is None:
             return outcome.frozen()
-        opened = await _open(relay, reply, hold)
+        opened = await _open(relay, reply, hold, hold_limit or MAX_ERROR_BODY)
         if opened is None:
             return outcome.frozen()  # held (outcome.held) or failed (answered 502/504)
         out_headers, prefix = opened
@@ -233,6 +239,7 @@ class _Relay:
     length: int | None = None
     started: bool = False
     relayed_all: bool = False
+    hold_failures: bool = False
 
 
 async def _request(
@@ -265,7 +272,7 @@ async def _request(
 
 
 async def _open(
-    relay: _Relay, reply: UpstreamReply, hold: frozenset[int] | None
+    relay: _Relay, reply: UpstreamReply, hold: frozenset[int] | None, limit: int
 ) -> tuple[list[tuple[bytes, bytes]], bytes] | None:
     """The reply's headers to relay and what was read of a held status's body; None when the
     reply is held whole (``outcome.held``) or broke while being read (answered 502)."""
@@ -279,9 +286,9 @@ async def _open(
     outcome.upstream_request_id = reply.header("x-request-id")
     chunks = relay.chunks = reply.chunks()
     prefix = b""
-    if hold is not None and reply.status in hold and _small(reply.header("content-length")):
+    if hold is not None and reply.status in hold and _small(reply.header("content-length"), limit):
         try:
-            prefix, complete = await _read_bounded(chunks)
+            prefix, complete = await _read_bounded(chunks, limit)
         except TRANSPORT_ERRORS as exc:
             await _send_failure(relay, outcome, exc, "error reply broke")
             return None
@@ -450,25 +457,27 @@ def _error_body(error: ProxyError, wire: WireFormat | None) -> bytes:
     return wire.error_body(error.message, type=error.type, code=error.code, param=error.param)
 
 
-def _small(content_length: str | None) -> bool:
+def _small(content_length: str | None, limit: int = MAX_ERROR_BODY) -> bool:
     """Whether a reply may be held: its length unknown (read up to the bound) or within it."""
     if content_length is None:
         return True
     try:
-        return int(content_length) <= MAX_ERROR_BODY
+        return int(content_length) <= limit
     except ValueError:
         return False
 
 
-async def _read_bounded(chunks: AsyncIterator[bytes]) -> tuple[bytes, bool]:
-    """Reads up to MAX_ERROR_BODY bytes: (the bytes, True) when that was the whole body,
+async def _read_bounded(
+    chunks: AsyncIterator[bytes], limit: int = MAX_ERROR_BODY
+) -> tuple[bytes, bool]:
+    """Reads up to ``limit`` bytes: (the bytes, True) when that was the whole body,
     (what was read, False) when more follows (the iterator then continues after it)."""
     parts: list[bytes] = []
     size = 0
     async for chunk in chunks:
         parts.append(chunk)
         size += len(chunk)
-        if size > MAX_ERROR_BODY:
+        if size > limit:
             return b"".join(parts), False
     return b"".join(parts), True
 
@@ -496,5 +505,9 @@ async def _send_failure(relay: _Relay, outcome: _Tally, exc: BaseException, what
     log.warning("upstream %s: %s", what, failure.message)
     outcome.status = failure.status
     error = ProxyError(failure.status, failure.message, "upstream_error", failure.code)
+    if relay.hold_failures:
+        body = _error_body(error, relay.wire)
+        outcome.held = HeldReply(failure.status, [_JSON_TYPE], body, None)
+        return
     await send_bytes(relay.send, error.status, _error_body(error, relay.wire), relay.extra_headers)
     outcome.completed = True

@@ -49,6 +49,39 @@ def relayed(
     return RouteOutcome(sent, status, report, checkpoint, retries, overflow)
 
 
+@dataclass(slots=True)
+class RecallStats:
+    """What the loop did for one request (``X-Compaction-Recall``, metrics, dashboard).
+
+    ``rounds``: hidden rounds, each one upstream call more than the client's (a closing
+    round counts); ``calls``: recall calls answered; ``ids``: originals returned;
+    ``tokens``: tokens of the answers; ``deferred``: recall calls dropped from a mixed turn;
+    ``unavailable``: the archive could not be read; ``seconds``: time in hidden rounds.
+    """
+
+    rounds: int = 0
+    calls: int = 0
+    ids: int = 0
+    tokens: int = 0
+    deferred: int = 0
+    unavailable: bool = False
+    seconds: float = 0.0
+    limited: bool = False
+    fallback: bool = False  # a hidden round failed: the request went again without recall
+
+    def header(self) -> tuple[bytes, bytes]:
+        parts = [f"rounds={self.rounds}", f"calls={self.calls}", f"tokens={self.tokens}"]
+        if self.deferred:
+            parts.append(f"deferred={self.deferred}")
+        if self.limited:
+            parts.append("limited")
+        if self.unavailable:
+            parts.append("unavailable")
+        if self.fallback:
+            parts.append("fallback")
+        return (b"x-compaction-recall", "; ".join(parts).encode())
+
+
 @dataclass(frozen=True, slots=True)
 class Finished:
     """A request as it is recorded once it is over: what the context measured at the edge
@@ -74,6 +107,8 @@ class Finished:
     content: str | None = None
     overflow_outcome: str | None = None
     compaction_retries: int = 0
+    recall: RecallStats | None = None  # None: the recall tool was not offered
+    archived: int = 0  # originals this request's compaction archived
 
 
 def finished(ctx: RequestContext, outcome: RouteOutcome | None) -> Finished:
@@ -99,4 +134,6 @@ def finished(ctx: RequestContext, outcome: RouteOutcome | None) -> Finished:
         content=ctx.content,
         overflow_outcome=None if outcome is None else outcome.overflow,
         compaction_retries=0 if outcome is None else outcome.retries,
+        recall=ctx.recall,
+        archived=ctx.archived,
     )

@@ -19,7 +19,7 @@ import orjson
 from compaction_proxy.checkpoints import StoreBudget
 from compaction_proxy.compaction import Mode
 from compaction_proxy.compaction.validation import nesting_issue
-from compaction_proxy.engine import FlowRequest
+from compaction_proxy.engine import FlowRequest, FlowResult
 from compaction_proxy.http import (
     ProxyError,
     Receive,
@@ -30,6 +30,7 @@ from compaction_proxy.http import (
     send_bytes,
 )
 from compaction_proxy.wire import (
+    ContextEdits,
     View,
     WireFormat,
     format_for_body,
@@ -42,6 +43,7 @@ from ._context import RequestContext
 from ._context_edits import context_edits
 from ._limits import compacted_model, size_limits
 from ._outcome import RouteOutcome
+from ._recall import offer_for
 from ._requests import (
     caller_key,
     compaction_mode,
@@ -159,20 +161,7 @@ async def _compact_and_answer(
     warnings = list(flow.warnings)
     # The output limits the budget lowered so the prompt and the answer fit the window.
     limits = lowered_limits(body, wire.output_limits, result.report.output_limit)
-    request = {**body, **limits}
-    if edits is not None:
-        request = {k: v for k, v in request.items() if k not in edits.strip}
-        warnings.extend(edits.notes(result.report))
-    if flow.messages is not None:
-        try:
-            lowered = view.lower(flow.messages)
-        except Exception:
-            log.exception("preview: mapping the compacted request back failed")
-            raise ProxyError(
-                500, "compaction failed: LowerError", "server_error", "compaction_failed"
-            ) from None
-        request = {**request, wire.items: list(lowered.items)}
-        warnings.extend(lowered.notes)
+    request = _forwarded(ctx, wire, body, view, flow, {**body, **limits}, edits, warnings)
     payload = {
         "changed": flow.messages is not None or bool(limits),
         "checkpoint": flow.checkpoint,
@@ -187,6 +176,36 @@ async def _compact_and_answer(
     ]
     await send_bytes(send, 200, orjson.dumps(payload), headers)
     return RouteOutcome(None, 200, result.report, flow.checkpoint)
+
+
+def _forwarded(
+    ctx: RequestContext,
+    wire: WireFormat,
+    body: dict[str, Any],
+    view: View,
+    flow: FlowResult,
+    request: dict[str, Any],
+    edits: ContextEdits | None,
+    warnings: list[str],
+) -> dict[str, Any]:
+    """The body that would be forwarded (``request``: the client's, its limits lowered), with
+    what lowering and the context edits say added to ``warnings``."""
+    if edits is not None:
+        request = {k: v for k, v in request.items() if k not in edits.strip}
+        warnings.extend(edits.notes(flow.result.report))
+    if flow.messages is None:
+        return request
+    try:
+        lowered = view.lower(flow.messages)
+    except Exception:
+        log.exception("preview: mapping the compacted request back failed")
+        raise ProxyError(
+            500, "compaction failed: LowerError", "server_error", "compaction_failed"
+        ) from None
+    recall = ctx.state.compactor.settings_for(view.chat["model"])[0].recall
+    _, offered = offer_for(wire, body, flow.recall, recall)  # the recall tool, when offered
+    warnings.extend(lowered.notes)
+    return {**request, **offered, wire.items: list(lowered.items)}
 
 
 def check_nesting(data: dict[str, object], skip: str | None = None) -> None:

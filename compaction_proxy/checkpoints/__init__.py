@@ -11,9 +11,21 @@ is found again (docs/architecture.md, "Checkpoints" and "The store contract").
   one time budget per request (``_deadline``), the leases of the memory and SQLite stores
   (``_leases``) and the process's memo of decoded values (``_decoded``);
 * ``_keyvalue``: small JSON values kept in the same store (:class:`StoredValues`), for the
-  learned windows and the summaries shared across replicas.
+  learned windows and the summaries shared across replicas;
+* ``_archive``: what compaction removed, kept in the same store under recall ids
+  (:class:`Archive`), and the conversation's index in its checkpoint's meta.
 """
 
+from ._archive import (
+    INDEX_META,
+    Archive,
+    ArchivedOriginal,
+    ArchivedSpan,
+    ArchiveEntry,
+    archive_namespace,
+    index_ids,
+    merged_index,
+)
 from ._breaker import Readiness, StoreBreaker, StoreMarkedDown, StoreReadiness
 from ._contract import (
     FORMAT_VERSION,
@@ -22,7 +34,13 @@ from ._contract import (
     ForeignValue,
     StoreUnavailable,
 )
-from ._deadline import StoreBudget, StoreBudgetSpent, budget_left, store_deadline
+from ._deadline import (
+    StoreBudget,
+    StoreBudgetSpent,
+    budget_left,
+    detached_budget,
+    store_deadline,
+)
 from ._decoded import pick_longest
 from ._factory import make_backend, make_store
 from ._keys import (
@@ -42,6 +60,11 @@ from ._sqlite import SqliteStore
 __all__ = [
     "FOLDED_TOKENS",
     "FORMAT_VERSION",
+    "INDEX_META",
+    "Archive",
+    "ArchiveEntry",
+    "ArchivedOriginal",
+    "ArchivedSpan",
     "Checkpoint",
     "CheckpointStore",
     "Checkpoints",
@@ -60,12 +83,16 @@ __all__ = [
     "StoreUnavailable",
     "StoredValue",
     "StoredValues",
+    "archive_namespace",
     "budget_left",
     "chain",
     "could_have_checkpoint",
+    "detached_budget",
+    "index_ids",
     "leading_system_count",
     "make_backend",
     "make_store",
+    "merged_index",
     "namespace_for",
     "pick_longest",
     "scope_of",

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar, Token
 from types import TracebackType
 
@@ -74,6 +74,19 @@ class StoreBudget:
 def store_deadline(seconds: float) -> StoreBudget:
     """``with store_deadline(2.0):``: the store calls of the block share 2 s (see module doc)."""
     return StoreBudget(seconds)
+
+
+@contextmanager
+def detached_budget(seconds: float) -> Iterator[StoreBudget]:
+    """A block whose store calls are bounded by a budget of their own instead of the
+    request's: the archive's many writes (docs/recall.md) must neither be cut short by what
+    the request spent nor spend what its later calls need."""
+    budget = StoreBudget(seconds)
+    token = _active.set((budget,))
+    try:
+        yield budget
+    finally:
+        _active.reset(token)
 
 
 def budget_left() -> float | None:

@@ -43,7 +43,7 @@ from .pipeline import (
     firing_point,
 )
 from .report import CompactionReport, StrategyReport
-from .settings import CompactionSettings, SummarizationSettings
+from .settings import CompactionSettings, RecallSettings, SummarizationSettings
 from .summarizer import Summarizer, SummaryError, SummaryRequest
 from .tokenizer_provider import TokenizerProvider
 from .tokens import CharacterEstimatorTokenizer, TiktokenTokenizer, Tokenizer
@@ -66,6 +66,7 @@ __all__ = [
     "ModelFacts",
     "OutputLimit",
     "Pipeline",
+    "RecallSettings",
     "StrategyReport",
     "SummarizationSettings",
     "Summarizer",

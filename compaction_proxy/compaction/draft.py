@@ -4,26 +4,25 @@ A :class:`Draft` sits over a :class:`~.view.ConversationView` and records decisi
 building new lists: per group *kept*, *dropped* or *replaced* by new messages; per message an
 edited copy (e.g. a trimmed tool result that keeps its ``tool_call_id`` and other fields); and
 synthetic messages inserted before a position (a summary right after the system prompt).
-Totals (tokens, messages, groups, live turns, tool-call groups) are kept incrementally, so a
-strategy can re-check its target after every step in O(1), and only new or changed messages are
-ever counted.
+Totals (tokens, messages, groups, live turns, tool-call groups) are kept incrementally
+(:mod:`.draft_totals`), so a strategy can re-check its target after every step in O(1).
 
 The draft enforces the invariants strategies must not break: system groups, the newest user message
 and the newest step (see "Groups and invariants" in docs/architecture.md) are protected and any
 attempt to touch them raises :class:`ProtectedGroupError`; decisions are per whole group, so a tool
 call is never separated from its results (invariant 3).
 
-*Pinned* groups are protected the same way for the rest of a run, but only by the run's own rule
-(see "What compaction may never do" in docs/architecture.md): a summary checkpoint (one the run
-inserted, or one it started with) and the user messages carried verbatim beside it.  Strategies
-skip them (:meth:`removable`, :meth:`is_protected`); only the summarization strategy folds a
-pinned summary into its new one (``drop(..., release=True)``), and only the pipeline releases
-pins, when the budget cannot be met otherwise (invariant 8).  Pins follow the message objects,
-so they survive :meth:`commit`.  Messages a strategy paid for (a summary) are recorded in
-:attr:`paid`, so the pipeline can tell whether they reached the output.
+*Pinned* groups (a summary, the user messages carried beside it) are protected the same way for
+the rest of a run, by the run's own rule (:mod:`.draft_pins`); strategies skip them
+(:meth:`removable`, :meth:`is_protected`).  Messages a strategy paid for (a summary) are
+recorded in :attr:`paid`, so the pipeline can tell whether they reached the output.
 
 :meth:`savepoint` and :meth:`rollback` undo a committed strategy whose saving was too small to
 be worth a new prefix (see :mod:`.churn`).
+
+With ``recall`` (``compaction.recall``), the draft marks and archives at its decision points
+(:mod:`.draft_recall`), so no strategy has to; an edit recall refuses is not made (:meth:`edit`
+returns ``False``).
 
 :meth:`project` renders the output: original relative order, a replaced group's messages at the
 group's first position, inserted messages before their position.  :meth:`commit` re-bases the
@@ -37,9 +36,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+from .archive import Archived
 from .budget import Budget, Calibration
 from .canonical import canonical_bytes
 from .changes import ChangeCounters, GroupState, Savepoint
+from .draft_pins import Pins
+from .draft_recall import DraftRecall
+from .draft_totals import Totals
 from .errors import CompactionProxyError
 from .messages import Message, has_tool_calls, role_of
 from .projection import edited_view, grouping_key, project
@@ -74,6 +77,7 @@ class Draft:
         tools_tokens: int = 0,
         calibration: Calibration | None = None,
         summary_marker: SummaryMarker | None = DEFAULT_SUMMARY_MARKER,
+        recall: bool = False,
     ) -> None:
         self.tokenizer = tokenizer
         self.budget = budget
@@ -84,9 +88,10 @@ class Draft:
         self._changed = False
         self._counters = ChangeCounters()
         self._pending: tuple[list[Message], list[MessageStats]] | None = None
-        self._pins: dict[int, Message] = {}  # id(message) -> message, kept alive
+        self._pins = Pins()
         self.paid: list[tuple[str, Message]] = []
         """(strategy name, message) for every message a strategy paid for (a summary)."""
+        self._recall = DraftRecall(view.messages) if recall else None
         self._reset(view)
 
     # ------------------------------------------------------------------ state
@@ -115,25 +120,13 @@ class Draft:
         groups = view.groups
         self._state = [GroupState.KEPT] * len(groups)
         self._protected = [view.is_protected(g) for g in groups]
-        pins = self._pins
-        self._pinned = (
-            [any(id(view.messages[m]) in pins for m in g.members) for g in groups]
-            if pins
-            else [False] * len(groups)
-        )
-        self._group_tokens = [g.token_count for g in groups]
-        self._group_messages = [g.message_count for g in groups]
-        self._group_tool = [g.kind is GroupKind.TOOL_CALL for g in groups]
+        self._pinned = self._pins.flags(view)
         self._replacements: dict[int, tuple[list[Message], list[MessageStats]]] = {}
         self._edits: dict[int, tuple[Message, MessageStats]] = {}
         self._inserts: dict[int, list[tuple[Message, MessageStats]]] = {}
         self._dirty = False
         self._structural = False
-        self._message_tokens = sum(s.token_count for s in view.stats)
-        self._message_count = len(view.messages)
-        self._group_count = len(groups)
-        self._tool_call_groups = sum(self._group_tool)
-        self._count_turns()
+        self._totals = Totals(view, self._state, self._pinned)
 
     @property
     def changed(self) -> bool:
@@ -189,22 +182,13 @@ class Draft:
             return
         if self._pending is not None:
             self._materialize()
-        for message in messages:
-            self._pins[id(message)] = message
+        self._pins.add(messages)
         self._repin()
 
     def unpin(self, kind: GroupKind) -> list[Group]:
         """Release every pinned group of ``kind`` (the pipeline, for the budget); returns them."""
-        if self._pending is not None:
-            self._materialize()
-        released = [
-            g
-            for g in self._view.groups
-            if g.kind is kind and self._pinned[g.index] and self._state[g.index] is GroupState.KEPT
-        ]
-        for group in released:
-            for member in group.members:
-                self._pins.pop(id(self._view.messages[member]), None)
+        released = self.pinned_groups(kind)
+        self._pins.release(self._view.messages[m] for g in released for m in g.members)
         self._repin()
         return released
 
@@ -221,30 +205,14 @@ class Draft:
         ]
 
     def _repin(self) -> None:
-        view, pins = self._view, self._pins
-        self._pinned = [any(id(view.messages[m]) in pins for m in g.members) for g in view.groups]
-        self._count_turns()
-
-    def _counts_as_turn(self, group: Group) -> bool:
-        """A carried user message alone does not keep its turn alive: once the rest of the
-        turn is folded, the turn is gone (``turns_exceed``, sliding windows)."""
-        return bool(group.turn) and not (group.kind is GroupKind.USER and self._pinned[group.index])
-
-    def _count_turns(self) -> None:
-        """Live groups per turn, from the current decisions."""
-        self._turn_live: dict[int, int] = {}
-        state = self._state
-        for group in self._view.groups:
-            if group.turn and state[group.index] is not GroupState.DROPPED:
-                live = self._turn_live.get(group.turn, 0)
-                self._turn_live[group.turn] = live + self._counts_as_turn(group)
-        self._live_turns = sum(1 for n in self._turn_live.values() if n > 0)
+        self._pinned = self._pins.flags(self._view)
+        self._totals.count_turns(self._view.groups, self._state, self._pinned)
 
     def group_tokens(self, group: Group | int) -> int:
         """Current tokens of a kept group (after edits)."""
         if self._pending is not None:
             self._materialize()
-        return self._group_tokens[_index(group)]
+        return self._totals.group_tokens[_index(group)]
 
     def message(self, index: int) -> Message:
         """The current form of message ``index`` (its edit, if any)."""
@@ -280,28 +248,29 @@ class Draft:
     @property
     def message_tokens(self) -> int:
         """Raw tokens of the kept messages (no tools, no priming)."""
-        return self._message_tokens
+        return self._totals.message_tokens
 
     @property
     def prompt_tokens(self) -> int:
         """Raw prompt tokens: messages + tools schema + reply priming."""
-        return self._message_tokens + self.tools_tokens + self.tokenizer.reply_priming
+        return self._totals.message_tokens + self.tools_tokens + self.tokenizer.reply_priming
 
     @property
     def message_count(self) -> int:
         """Messages the projection would contain."""
-        return self._message_count
+        return self._totals.message_count
 
     def metrics(self) -> Metrics:
         """A snapshot for triggers/targets; tokens are calibrated."""
         if self._pending is not None:
             self._materialize()
+        totals = self._totals
         return Metrics(
             tokens=self.calibration.apply(self.prompt_tokens),
-            messages=self._message_count,
-            groups=self._group_count,
-            turns=self._live_turns,
-            tool_call_groups=self._tool_call_groups,
+            messages=totals.message_count,
+            groups=totals.group_count,
+            turns=totals.live_turns,
+            tool_call_groups=totals.tool_call_groups,
             budget=self.budget.limit,
             overflow_messages=self.overflow_messages,
         )
@@ -318,14 +287,9 @@ class Draft:
         """
         if self._pending is not None:
             self._materialize()
-        excess_tokens = self.prompt_tokens
-        count = 0
-        for group in self.removable():
-            if self.calibration.apply(excess_tokens) <= self.budget.limit:
-                break
-            excess_tokens -= self._group_tokens[group.index]
-            count += self._group_messages[group.index]
-        return count
+        return self._totals.overflow_messages(
+            self.removable(), self.prompt_tokens, self.calibration, self.budget.limit
+        )
 
     # ------------------------------------------------------------------ decisions
     def measure(self, message: Message) -> MessageStats:
@@ -347,19 +311,6 @@ class Draft:
             )
         return group
 
-    def _remove_group_totals(self, group: Group) -> None:
-        index = group.index
-        self._message_tokens -= self._group_tokens[index]
-        self._message_count -= self._group_messages[index]
-        self._group_count -= 1
-        if self._group_tool[index]:
-            self._tool_call_groups -= 1
-        if group.turn and self._counts_as_turn(group):
-            live = self._turn_live[group.turn] - 1
-            self._turn_live[group.turn] = live
-            if live == 0:
-                self._live_turns -= 1
-
     def _mark(self, *, structural: bool = True) -> None:
         self._dirty = True
         self._changed = True
@@ -371,10 +322,12 @@ class Draft:
         ``release``: the group may be pinned (a summary folded into a new one).
         """
         target = self._require_editable(_index(group), "drop", release=release)
-        self._remove_group_totals(target)
+        if self._recall is not None:
+            self._recall.drop(self._current(target))
+        self._totals.remove(target, self._pinned)
         self._state[target.index] = GroupState.DROPPED
         self._counters = self._counters.plus(
-            groups_dropped=1, messages_removed=self._group_messages[target.index]
+            groups_dropped=1, messages_removed=self._totals.group_messages[target.index]
         )
         self._mark()
 
@@ -387,48 +340,70 @@ class Draft:
             self.drop(group)
             return
         target = self._require_editable(_index(group), "replace")
+        if self._recall is not None:
+            messages = self._recall.replace(self._current(target), messages)
         stats = [self.measure(m) for m in messages]
-        self._remove_group_totals(target)
+        self._totals.remove(target, self._pinned)
         self._state[target.index] = GroupState.REPLACED
         self._replacements[target.index] = (list(messages), stats)
-        self._message_tokens += sum(s.token_count for s in stats)
-        self._message_count += len(messages)
-        self._group_count += 1
-        if any(has_tool_calls(m) for m in messages):
-            self._tool_call_groups += 1
-        if target.turn:
-            if self._turn_live[target.turn] == 0:
-                self._live_turns += 1
-            self._turn_live[target.turn] += 1
+        self._totals.add_replacement(target, stats, any(has_tool_calls(m) for m in messages))
         self._counters = self._counters.plus(
             groups_replaced=1,
-            messages_removed=self._group_messages[target.index],
+            messages_removed=self._totals.group_messages[target.index],
             messages_inserted=len(messages),
         )
         self._mark()
 
-    def edit(self, index: int, message: Message) -> None:
+    def edit(self, index: int, message: Message) -> bool:
         """Replace message ``index`` with an edited copy (the group stays whole and kept).
 
         Build the copy with ``{**draft.message(index), "content": ...}`` so unknown fields and
-        pairing ids survive.
+        pairing ids survive.  With recall on, the copy is marked and the message it replaces
+        archived (:meth:`preview_edit` says what is recorded); returns whether the edit was
+        made (always, with recall off).
         """
         group = self._require_editable(self.view.group_of[index], "edit")
-        self._apply_edit(group, index, message)
+        planned = self._planned_edit(index, message)
+        if planned is None:
+            return False
+        message, stats = planned
+        self._apply_edit(group, index, message, stats)
         self._mark(
             structural=grouping_key(message, self.summary_marker)
             != grouping_key(self.view.messages[index], self.summary_marker)
         )
+        return True
 
-    def _apply_edit(self, group: Group, index: int, message: Message) -> None:
+    def preview_edit(self, index: int, message: Message) -> Message | None:
+        """What :meth:`edit` would record for ``message`` (nothing recorded): the message itself
+        with recall off; with recall on, the copy with its mark (`` [recall id r…]``), or
+        ``None`` when the edit would not be made (:meth:`.DraftRecall.edit`).  For a strategy
+        that plans its edits before making them (and measures what they free)."""
+        planned = self._planned_edit(index, message, record=False)
+        return None if planned is None else planned[0]
+
+    def _planned_edit(
+        self, index: int, message: Message, *, record: bool = True
+    ) -> tuple[Message, MessageStats] | None:
+        if self._recall is None:
+            return message, self.measure(message)
+        tokens = self.message_stats(index).token_count
+        current = self.message(index)
+        return self._recall.edit(current, tokens, message, self.measure, record=record)
+
+    def _current(self, group: Group) -> list[Message]:
+        """The current form of ``group``'s messages (their edits)."""
+        return [self.message(m) for m in group.members]
+
+    def _apply_edit(
+        self, group: Group, index: int, message: Message, stats: MessageStats | None = None
+    ) -> None:
         """Record ``message`` as the new form of message ``index`` and update the totals."""
         old = self._edits.get(index)
         old_tokens = old[1].token_count if old else self._view.stats[index].token_count
-        stats = self.measure(message)
+        stats = stats if stats is not None else self.measure(message)
         self._edits[index] = (message, stats)
-        delta = stats.token_count - old_tokens
-        self._group_tokens[group.index] += delta
-        self._message_tokens += delta
+        self._totals.edited(group.index, stats.token_count - old_tokens)
         if old is None:
             self._counters = self._counters.plus(messages_edited=1)
 
@@ -447,16 +422,16 @@ class Draft:
             raise IndexError(f"insert position {position} out of range")
         if position > self.view.insert_limit:
             raise ProtectedGroupError("cannot insert after the newest user message's first step")
+        if paid_by is not None and self._recall is not None:
+            messages = self._recall.paid(messages)
         entries = [(m, self.measure(m)) for m in messages]
         if paid_by is not None:
-            for message in messages:
-                self._pins[id(message)] = message
-                self.paid.append((paid_by, message))
+            self._pins.add(messages)
+            self.paid.extend((paid_by, message) for message in messages)
         self._inserts.setdefault(position, []).extend(entries)
-        self._message_tokens += sum(s.token_count for _, s in entries)
-        self._message_count += len(entries)
-        self._group_count += len(entries)
-        self._tool_call_groups += sum(1 for m, _ in entries if has_tool_calls(m))
+        self._totals.add_inserted(
+            [s for _, s in entries], sum(1 for m, _ in entries if has_tool_calls(m))
+        )
         self._counters = self._counters.plus(messages_inserted=len(entries))
         self._mark()
 
@@ -478,12 +453,13 @@ class Draft:
             min(self.view.tail_start + 1, self.view.insert_limit), messages, paid_by=paid_by
         )
 
-    def trim_newest(self, index: int, message: Message) -> None:
+    def trim_newest(self, index: int, message: Message) -> bool:
         """Replace a tool result of a protected group: the last resort of the pipeline.
 
         Only for a result too large to fit even when everything else is gone (a 200k-token
         log in the newest step).  User and system text is never cut, so anything but a
-        ``tool``/``function`` message is refused.
+        ``tool``/``function`` message is refused.  Marked and archived as :meth:`edit` is;
+        returns whether the trim was made.
         """
         if self._pending is not None:
             self._materialize()
@@ -494,8 +470,33 @@ class Draft:
             raise ProtectedGroupError(
                 f"cannot trim a message of a {self._state[group.index]} group"
             )
-        self._apply_edit(group, index, message)
+        planned = self._planned_edit(index, message)
+        if planned is None:
+            return False
+        self._apply_edit(group, index, *planned)
         self._mark(structural=False)
+        return True
+
+    def preview_paid(self, message: Message, groups: Sequence[Group]) -> Message:
+        """``message`` as :meth:`insert` with ``paid_by`` would record it once ``groups`` are
+        dropped (in that order, by the same strategy run): with recall on, marked with the span
+        of what they hold; the message itself otherwise.  For a summary measured before the
+        fold is made."""
+        if self._recall is None:
+            return message
+        return self._recall.preview_paid(message, (m for g in groups for m in self._current(g)))
+
+    @property
+    def recall(self) -> bool:
+        """Whether this run archives what it removes and marks what stands for it."""
+        return self._recall is not None
+
+    def archived(self) -> Archived | None:
+        """What the run archived, from what its output lacks (``None``: recall off, or nothing
+        archived); see compaction_proxy/compaction/archiving.py."""
+        if self._recall is None or not self.changed:
+            return None
+        return self._recall.archived(self.project())
 
     # ------------------------------------------------------------------ output
     def project_with_stats(self) -> tuple[list[Message], list[MessageStats]]:
@@ -521,20 +522,32 @@ class Draft:
         first use (:meth:`_materialize`); the totals that need no grouping (message tokens and
         count) are set now, to exactly what the re-grouped view will give.
         """
+        if self._recall is not None:
+            self._recall.settle()
         if not self._dirty:
             return
         if not self._structural:
             self._reset(edited_view(self._view, self._edits))
             return
         messages, stats = self.project_with_stats()
-        self._pending = (messages, stats)
+        self._defer((messages, stats), sum(s.token_count for s in stats), len(messages))
+
+    def _defer(
+        self,
+        pending: tuple[list[Message], list[MessageStats]],
+        message_tokens: int,
+        message_count: int,
+    ) -> None:
+        """Hold ``pending`` (an output and its stats) to be grouped on first use, with the
+        totals that need no grouping."""
+        self._pending = pending
         self._dirty = False
         self._structural = False
         self._replacements = {}
         self._edits = {}
         self._inserts = {}
-        self._message_tokens = sum(s.token_count for s in stats)
-        self._message_count = len(messages)
+        self._totals.message_tokens = message_tokens
+        self._totals.message_count = message_count
 
     def savepoint(self) -> Savepoint:
         """The committed state, to :meth:`rollback` to (a strategy's work undone)."""
@@ -543,29 +556,24 @@ class Draft:
         return Savepoint(
             view=self._view,
             pending=self._pending,
-            message_tokens=self._message_tokens,
-            message_count=self._message_count,
+            message_tokens=self._totals.message_tokens,
+            message_count=self._totals.message_count,
             counters=self._counters,
             changed=self._changed,
-            pins=tuple(self._pins.items()),
+            pins=self._pins.items(),
             paid=len(self.paid),
         )
 
     def rollback(self, point: Savepoint) -> None:
         """Return to ``point`` (taken by :meth:`savepoint` on this draft), uncommitted
         decisions included."""
-        self._pins = dict(point.pins)
+        self._pins = Pins(point.pins)
         del self.paid[point.paid :]
+        if self._recall is not None:
+            self._recall.settle()
         self._counters = point.counters
         if point.pending is not None:
-            self._pending = point.pending
-            self._dirty = False
-            self._structural = False
-            self._replacements = {}
-            self._edits = {}
-            self._inserts = {}
-            self._message_tokens = point.message_tokens
-            self._message_count = point.message_count
+            self._defer(point.pending, point.message_tokens, point.message_count)
         else:
             self._pending = None
             self._reset(point.view)

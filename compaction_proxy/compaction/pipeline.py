@@ -57,6 +57,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from .archive import Archived
 from .budget import Budget, Calibration, ModelCatalog, ModelFacts, OutputLimit, compute_budget
 from .carry import carry_user_messages, pin_summaries
 from .draft import Draft
@@ -178,6 +179,10 @@ class CompactionResult:
     metrics: Metrics | None = None
     """The input's metrics (calibrated tokens, budget, counts) before any strategy ran: what
     the edge checks its own conditions against (``summarization.prepare``)."""
+    archived: Archived | None = None
+    """With :attr:`CompactionRequest.recall`: the originals this run removed or rewrote and
+    the spans its summaries stand for, to store beside the checkpoint (``None``: recall off,
+    or nothing archived; see "Recall marks" in docs/compaction.md)."""
 
 
 @dataclass(frozen=True)
@@ -198,7 +203,9 @@ class CompactionRequest:
     and the output fit the window (the model's facts win when they say; :mod:`.budget`). The
     core's defaults (1.0, off) are the rule before the bound existed; the configuration's are
     :data:`~.budget.DEFAULT_RESERVE_SHARE` and on. ``edits``, the request's own strategies, run
-    before the pipeline (see the module docstring).
+    before the pipeline (see the module docstring). ``recall`` (``compaction.recall.enabled``):
+    archive what the run removes or rewrites and mark what stands for it
+    (:attr:`CompactionResult.archived`; "Recall marks" in docs/compaction.md).
     """
 
     messages: Sequence[Message]
@@ -217,6 +224,7 @@ class CompactionRequest:
     output_share: float = 1.0
     lower_output: bool = False
     edits: tuple[Strategy, ...] = ()
+    recall: bool = False
 
 
 def request_budget(request: CompactionRequest, facts: ModelFacts) -> Budget:
@@ -306,6 +314,7 @@ def _start(request: CompactionRequest, summarizer: Summarizer | None) -> _Run:
         tools_tokens=tokenizer.count_tools(request.tools),
         calibration=calibration,
         summary_marker=marker,
+        recall=request.recall,
     )
     run = _Run(
         request=request,
@@ -431,6 +440,7 @@ def _result(run: _Run) -> CompactionResult:
         changed=changed,
         report=report,
         metrics=run.metrics_before,
+        archived=draft.archived() if changed else None,
     )
 
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from .canonical import canonical_bytes
+from .marks import strip_mark
 from .messages import (
     SYSTEM_ROLES,
     Message,
@@ -91,14 +92,17 @@ class SummaryMarker:
         )
 
     def is_ours(self, message: Message) -> bool:
-        """True only for a checkpoint in the proxy's exact wrapper (marker and closing note).
+        """True only for a checkpoint in the proxy's exact wrapper (marker and closing note,
+        then at most the span mark recall puts after it, compaction_proxy/compaction/marks.py).
 
         The marker alone could be a client's pasted text; the closing note makes it certain,
         which matters where a wrong guess would break an invariant: the newest user message.
         """
         content = message.get("content")
         return (
-            self.matches(message) and isinstance(content, str) and content.endswith(SUMMARY_SUFFIX)
+            self.matches(message)
+            and isinstance(content, str)
+            and strip_mark(content).endswith(SUMMARY_SUFFIX)
         )
 
 

@@ -11,6 +11,7 @@ The modules:
   compact, a prepared checkpoint, decide what to save once accepted); ``_hit_report``:
   a checkpoint hit's report in the client's terms;
 * ``_prepare``: summaries prepared in the background, before the trigger needs them;
+* ``_recall_desk``: the answer to one ``compaction_recall`` call, from the archive;
 * ``_offload``: large bodies parsed off the event loop (``_body_codec``: what a worker process
   sends back).
 """
@@ -19,6 +20,8 @@ from ._compactor import Compactor
 from ._flow import CompactionFlow, FlowRequest, FlowResult, build_flow
 from ._offload import OFFLOAD_BYTES
 from ._prepare import PreparedStats
+from ._recall_desk import RecallDesk, Recalled, marked_ids
+from ._recallable import Recallable
 
 __all__ = [
     "OFFLOAD_BYTES",
@@ -27,5 +30,9 @@ __all__ = [
     "FlowRequest",
     "FlowResult",
     "PreparedStats",
+    "RecallDesk",
+    "Recallable",
+    "Recalled",
     "build_flow",
+    "marked_ids",
 ]

@@ -44,6 +44,7 @@ from compaction_proxy.compaction.strategies.base import Strategy
 from compaction_proxy.compaction.tokens import EnvelopeTokenizer
 from compaction_proxy.config import Settings
 from compaction_proxy.http import DECISIONS, debug_enabled
+from compaction_proxy.wire.recall import RECALL
 
 from ._calibration import CalibrationBook
 from ._offload import OFFLOAD_BYTES, Offload, on_main_loop
@@ -64,6 +65,16 @@ _BUILTIN_ENCODINGS = ("o200k_base", "cl100k_base")
 # changed value must not orphan every stored checkpoint.
 _NOT_SHAPING = {"timeout", "dry_run", "prepare", "prepare_ttl", "prepare_max_in_flight"}
 # Compaction settings that change only the forwarded output limit, never the messages.
+RECALL_AS_CHAT = {
+    "type": "function",
+    "function": {
+        "name": RECALL.name,
+        "description": RECALL.description,
+        "parameters": dict(RECALL.parameters),
+    },
+}
+"""The recall tool in chat form, as the budget counts it (each format writes it its own way;
+the count differs by a few tokens at most)."""
 _NOT_SHAPING_COMPACTION: dict[str, Any] = {
     "lower_output_limit": True,
     # Only whether recall is on shapes a checkpoint (its placeholders name recall ids).
@@ -330,6 +341,10 @@ class Compactor:
         model: str = body["model"]
         tools = body.get("tools") or body.get("functions")
         compaction = self.settings_for(model)[0]
+        if compaction.recall.enabled and isinstance(tools, list) and tools:
+            # An agent's request may be offered the recall tool: its definition is budgeted
+            # whether or not this one is (docs/recall.md).
+            tools = [*tools, RECALL_AS_CHAT]
         return CompactionRequest(
             body["messages"],
             model=model,
@@ -346,6 +361,7 @@ class Compactor:
             output_share=compaction.output_reserve_share,
             lower_output=compaction.lower_output_limit,
             edits=edits.strategies if edits is not None else (),
+            recall=compaction.recall.enabled,
         )
 
     def calibrate(self, model: str, reported: int, counted: int) -> None:

@@ -31,6 +31,7 @@ import httpx
 import orjson
 
 from compaction_proxy.checkpoints import (
+    Archive,
     Checkpoints,
     CheckpointStore,
     Lookup,
@@ -39,14 +40,13 @@ from compaction_proxy.checkpoints import (
     scope_of,
 )
 from compaction_proxy.compaction import (
-    CompactionReport,
     CompactionResult,
     Mode,
     ModelFacts,
-    StrategyReport,
     Summarizer,
     firing_point,
 )
+from compaction_proxy.compaction.archive import Archived
 from compaction_proxy.compaction.strategies.base import Strategy
 from compaction_proxy.config import Settings
 from compaction_proxy.http import UNKNOWN_CALLER, Spending
@@ -61,7 +61,7 @@ from compaction_proxy.upstream import WindowBook
 from compaction_proxy.wire import DEFAULT_FORMAT, CallerKey, ContextEdits, NativeRequest, WireFormat
 
 from ._compactor import Compactor
-from ._hit_report import CHECKPOINT_STEP, as_sent, checkpoint_meta
+from ._hit_report import as_prepared, as_sent, saved_meta
 from ._prepare import (
     JobOutcome,
     PreparedProbe,
@@ -69,6 +69,7 @@ from ._prepare import (
     PrepareState,
     conversation_key,
 )
+from ._recallable import ConversationArchive, Index, Recallable
 
 log = logging.getLogger("compaction_proxy.flow")
 
@@ -155,6 +156,7 @@ class FlowResult:
     save: Callable[[], Awaitable[str | None]] | None = None
     prepared: PrepareState = "none"  # X-Compaction-Prepared (compaction_proxy/engine/_prepare.py)
     request: Mapping[str, Any] | None = None  # the body `messages` belong in
+    recall: Recallable | None = None  # what the conversation may recall (docs/recall.md)
 
     @property
     def body(self) -> bytes | None:
@@ -182,6 +184,12 @@ class CompactionFlow:
         )
         self.summarizer = summarizer
         self.flights = flights
+        recall = settings.compaction.recall
+        self.archive = ConversationArchive(
+            Archive(store, recall) if store is not None else None,
+            lambda model: compactor.settings_for(model)[0],
+            settings.store.request_budget,
+        )
         self.preparer = Preparer(settings.summarization, self.checkpoints)
         # Requests whose summary was withheld, by reason (compaction_proxy/http/_admission.py):
         # `compaction_proxy_summaries_withheld_total`.
@@ -320,7 +328,7 @@ class CompactionFlow:
         result = await as_sent(result, data["messages"], plan.lookup, self.compactor)
         key = plan.key
         if used is not None:  # the prepared view is this event's result
-            return replace(result, changed=True, report=_as_prepared(result.report, used)), "ready"
+            return replace(result, changed=True, report=as_prepared(result.report, used)), "ready"
         if key is not None and self.preparer.wants(result):
             job = self._prepare_job(plan, result, view_tokens)
             prepared = self.preparer.start(key, job, len(data["messages"]))
@@ -348,39 +356,65 @@ class CompactionFlow:
             self.withheld[withheld.reason] += 1
         if plan.mode is Mode.DRY_RUN:
             return FlowResult(None, result, "hit" if lookup.hit else "none", warnings)
+        index = self._index(plan, result)
+        request = plan.request
+        recall = self.archive.recallable(request.credential, request.tenant, index)
+        out = partial(
+            FlowResult, result=result, warnings=warnings, prepared=prepared, recall=recall
+        )
         if not result.changed:
             if lookup.hit:
-                return FlowResult(
-                    lookup.messages, result, "hit", warnings, prepared=prepared, request=data
-                )
+                return out(lookup.messages, checkpoint="hit", request=data)
             return FlowResult(None, result, "none", warnings, prepared=prepared)
         # Nothing is stored for a preview or a forced run, after a failed summary, or when
         # the store just failed the lookup (it would fail the write too).
         if (
-            not plan.request.persist
+            not request.persist
             or plan.offline
             or unsummarized
             or result.report.failures
             or self.checkpoints is None
             or lookup.store_error
         ):
-            return FlowResult(
-                result.messages, result, "none", warnings, prepared=prepared, request=data
-            )
-        save = partial(self._save, self.checkpoints, plan, result, used)
-        return FlowResult(result.messages, result, "new", warnings, save, prepared, request=data)
+            # The originals are kept all the same (not for a preview, nor when the store just
+            # failed): the placeholders forwarded name them whether or not a checkpoint does.
+            keep = None
+            if request.persist and not lookup.store_error and result.archived:
+                keep = partial(self._keep, plan, result.archived)
+            return out(result.messages, checkpoint="none", save=keep, request=data)
+        save = partial(self._save, self.checkpoints, plan, result, used, index)
+        return out(result.messages, checkpoint="new", save=save, request=data)
+
+    def _index(self, plan: _Plan, result: CompactionResult) -> Index | None:
+        model: str = plan.request.data["model"]
+        checkpoint = plan.lookup.checkpoint
+        return self.archive.index(model, checkpoint, result.archived)
+
+    async def _keep(self, plan: _Plan, archived: Archived) -> str | None:
+        return await self.archive.keep(plan.request.credential, plan.request.tenant, archived)
 
     async def _save(
-        self, checkpoints: Checkpoints, plan: _Plan, result: CompactionResult, used: Lookup | None
+        self,
+        checkpoints: Checkpoints,
+        plan: _Plan,
+        result: CompactionResult,
+        used: Lookup | None,
+        index: Index | None,
     ) -> str | None:
-        """The new checkpoint, stored once the upstream accepted the request."""
+        """The new checkpoint, stored once the upstream accepted the request, then the originals
+        it archived (on a store budget of their own): the checkpoint keeps the prefix stable
+        whatever the archive's writes cost; both are written before the reply starts."""
         # The core hands back the client's own dicts (typed as read-only mappings).
         messages = cast("list[dict[str, Any]]", result.messages)
         model: str = plan.request.data["model"]
-        error = await checkpoints.save(plan.namespace, plan.lookup, messages, _meta(result, model))
+        meta = saved_meta(result, model, index)
+        error = await checkpoints.save(plan.namespace, plan.lookup, messages, meta)
         if used is not None and error is None:
             # The ordinary checkpoint now stands for it; kept when that was not stored.
             await self.preparer.consume(plan.namespace, used, plan.key)
+        kept = await self._keep(plan, result.archived) if result.archived else None
+        if kept is not None:
+            return kept if error is None else f"{error}; {kept}"
         return error
 
     async def _find_prepared(self, namespace: str, lookup: Lookup, key: str) -> Lookup | None:
@@ -448,7 +482,13 @@ class CompactionFlow:
             return "empty"
         made = await as_sent(made, request.data["messages"], plan.lookup, self.compactor)
         messages = cast("list[dict[str, Any]]", made.messages)
-        saved = await self.preparer.save(plan.namespace, plan.lookup, messages, _meta(made, model))
+        index = self._index(plan, made)
+        if made.archived and index is not None:
+            kept = await self._keep(plan, made.archived)
+            if kept is not None:
+                log.info("background summary: %s", kept)
+        meta = saved_meta(made, model, index)
+        saved = await self.preparer.save(plan.namespace, plan.lookup, messages, meta)
         return "made" if saved else "failed"
 
     async def _lookup(self, namespace: str, messages: list[dict[str, Any]]) -> Lookup:
@@ -519,36 +559,6 @@ def _not_shorter(result: CompactionResult) -> bool:
 
 def _summarization_fired(result: CompactionResult) -> bool:
     return any(step.name == "summarization" and step.fired for step in result.report.walk())
-
-
-def _as_prepared(report: CompactionReport, used: Lookup) -> CompactionReport:
-    """The event that used a prepared checkpoint, told as what it is: a ``prepared`` step
-    (from the client's count to the prepared view's) whose children name the strategies that
-    made it in the background, so ``X-Compaction-Strategies`` reads e.g. ``summarization``."""
-    if not report.strategies or report.strategies[0].name != CHECKPOINT_STEP:
-        return report
-    first, *rest = report.strategies
-    meta = used.checkpoint.meta if used.checkpoint is not None else {}
-    made_by = meta.get("strategies")
-    names = [n for n in made_by if isinstance(n, str)] if isinstance(made_by, list) else []
-    children = tuple(
-        StrategyReport(name, True, True, first.tokens_after, first.tokens_after)
-        for name in names or [CHECKPOINT_STEP]
-    )
-    note = "prepared in the background before the trigger fired; the request did not wait"
-    step = replace(first, name="prepared", children=children, notes=(*first.notes, note))
-    return replace(report, strategies=(step, *rest))
-
-
-def _meta(result: CompactionResult, model: str) -> dict[str, Any]:
-    report = result.report
-    return {
-        "model": model,
-        "strategies": list(report.changed_by),
-        "tokens_before": report.tokens_before,
-        "tokens_after": report.tokens_after,
-        **checkpoint_meta(report),
-    }
 
 
 def build_flow(

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from compaction_proxy.checkpoints import FOLDED_TOKENS, Lookup
+from compaction_proxy.checkpoints import FOLDED_TOKENS, INDEX_META, Lookup
 from compaction_proxy.compaction import (
     CompactionReport,
     CompactionResult,
@@ -107,3 +107,40 @@ def _folded(
     return sum(tokenizer.count_message(m) for m in covered) - sum(
         tokenizer.count_message(m) for m in stored
     )
+
+
+def as_prepared(report: CompactionReport, used: Lookup) -> CompactionReport:
+    """The event that used a prepared checkpoint, told as what it is: a ``prepared`` step
+    (from the client's count to the prepared view's) whose children name the strategies that
+    made it in the background, so ``X-Compaction-Strategies`` reads e.g. ``summarization``."""
+    if not report.strategies or report.strategies[0].name != CHECKPOINT_STEP:
+        return report
+    first, *rest = report.strategies
+    meta = used.checkpoint.meta if used.checkpoint is not None else {}
+    made_by = meta.get("strategies")
+    names = [n for n in made_by if isinstance(n, str)] if isinstance(made_by, list) else []
+    children = tuple(
+        StrategyReport(name, True, True, first.tokens_after, first.tokens_after)
+        for name in names or [CHECKPOINT_STEP]
+    )
+    note = "prepared in the background before the trigger fired; the request did not wait"
+    step = replace(first, name="prepared", children=children, notes=(*first.notes, note))
+    return replace(report, strategies=(step, *rest))
+
+
+def saved_meta(
+    result: CompactionResult, model: str, index: list[list[Any]] | None
+) -> dict[str, Any]:
+    """The meta a checkpoint is stored with: what made it, its counts, and its conversation's
+    archive index (docs/recall.md)."""
+    report = result.report
+    meta: dict[str, Any] = {
+        "model": model,
+        "strategies": list(report.changed_by),
+        "tokens_before": report.tokens_before,
+        "tokens_after": report.tokens_after,
+        **checkpoint_meta(report),
+    }
+    if index:
+        meta[INDEX_META] = index
+    return meta

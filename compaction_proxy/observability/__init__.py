@@ -8,6 +8,7 @@ modules, one job each:
 * :mod:`.prometheus`: the metric families and the collectors read at scrape time;
 * :mod:`.dashboard`: the dashboard's aggregates and the JSON it polls;
 * :mod:`.outcomes`: a request's summarizer calls reconciled with its report;
+* :mod:`.recall`: a request's recall loop as it is read, and the outcome it counts under;
 * :mod:`.labels`: label values (the route, the capped model name);
 * :mod:`.prices`: USD per 1M input tokens, for the money saved;
 * :mod:`.report_text`: a compaction report as text, what ``compaction-proxy compact`` prints.

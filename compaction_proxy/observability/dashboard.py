@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from compaction_proxy import __version__
 from compaction_proxy.observability.labels import api_of
+from compaction_proxy.observability.recall import OUTCOMES as RECALL_OUTCOMES
 from compaction_proxy.wire.registry import FORMATS
 
 if TYPE_CHECKING:
     from compaction_proxy.compaction.report import StrategyFailure
     from compaction_proxy.observability.prices import Prices
+    from compaction_proxy.observability.recall import RecallTally
     from compaction_proxy.upstream import WindowBook
 
 __all__ = ["MINUTES", "RECENT_FAILURES", "RECENT_REQUESTS", "Dashboard", "RecentRow"]
@@ -45,7 +47,8 @@ class RecentRow:
     ``content`` is None unless ``dashboard.show_content``. ``tokens_before`` is what the
     client sent (on a checkpoint hit too), ``tokens_after`` what went upstream: on a dry run
     that is the original again (it saved nothing), and ``dry_run_after`` is what compaction
-    would have forwarded.
+    would have forwarded. ``recall`` is None unless the request was offered the recall tool
+    (counts only); ``archived``: the originals its compaction archived.
     """
 
     request_id: str
@@ -71,6 +74,8 @@ class RecentRow:
     dry_run: bool = False
     dry_run_after: int | None = None
     api: str | None = None  # chat | responses for a compacted API's request
+    recall: RecallTally | None = None
+    archived: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """The row as the dashboard's script reads it."""
@@ -104,6 +109,10 @@ class RecentRow:
             row["dry_run_after"] = self.dry_run_after
         if self.api is not None:
             row["api"] = self.api
+        if self.recall is not None:
+            row["recall"] = self.recall.to_json()  # counts only, never an id or a text
+        if self.archived:
+            row["archived"] = self.archived
         if self.content is not None:
             row["content"] = self.content
         return row
@@ -132,6 +141,51 @@ class _Minute:
 
 
 @dataclass(slots=True)
+class _RecallTotals:
+    """The recall panel: requests offered the tool by outcome, and what the loop did."""
+
+    outcomes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(RECALL_OUTCOMES, 0))
+    recalled: int = 0  # requests with at least one hidden round
+    rounds: int = 0
+    calls: int = 0
+    ids: int = 0
+    tokens: int = 0
+    deferred: int = 0  # recall calls dropped from mixed turns
+    seconds: float = 0.0
+    archived: int = 0
+
+    def add(self, recall: RecallTally | None, archived: int) -> None:
+        self.archived += archived
+        if recall is None:
+            return
+        self.outcomes[recall.outcome] = self.outcomes.get(recall.outcome, 0) + 1
+        if recall.rounds > 0:
+            self.recalled += 1
+        self.rounds += recall.rounds
+        self.calls += recall.calls
+        self.ids += recall.ids
+        self.tokens += recall.tokens
+        self.deferred += recall.deferred
+        self.seconds += recall.seconds
+
+    def to_json(self) -> dict[str, Any]:
+        outcomes = self.outcomes
+        return {
+            "offered": sum(outcomes.values()),
+            "recalled": self.recalled,
+            "outcomes": dict(outcomes),
+            "rounds": self.rounds,
+            "calls": self.calls,
+            "ids": self.ids,
+            "tokens": self.tokens,
+            "deferred": self.deferred,
+            "unavailable": outcomes.get("unavailable", 0),
+            "seconds": round(self.seconds, 3),
+            "archived": self.archived,
+        }
+
+
+@dataclass(slots=True)
 class _Totals:
     requests: int = 0
     by_api: dict[str, int] = field(default_factory=dict)  # a compacted API's requests, by label
@@ -151,6 +205,7 @@ class _Totals:
     summarizer_cached_tokens: int = 0
     summarizer_prefix_calls: int = 0
     summarizer_http_calls: int = 0
+    recall: _RecallTotals = field(default_factory=_RecallTotals)
 
 
 class Dashboard:
@@ -218,6 +273,7 @@ class Dashboard:
             totals.checkpoints[checkpoint] = totals.checkpoints.get(checkpoint, 0) + 1
             totals.tokens_before += before
             totals.tokens_after += after
+        totals.recall.add(row.recall, row.archived)
         totals.requests += 1
         totals.errors += error
         now = row.t
@@ -362,6 +418,7 @@ class Dashboard:
                 "cached_tokens": totals.summarizer_cached_tokens,
                 "recent_failures": list(reversed(self._failures)),
             },
+            "recall": totals.recall.to_json(),
             "models": models,
             "windows": self.windows.table() if self.windows is not None else [],
             "overflows": dict(self._overflows),

@@ -2,7 +2,7 @@
 
 A Prometheus label with unbounded values is a memory leak in every scraper, so every label
 value comes from here: the route has one value per wire format
-(compaction_proxy/wire/registry.py), one per format's counting route, and three more,
+(compaction_proxy/wire/registry.py), one per format's counting route, and four more,
 whatever the path; the API of a compacted request one per format; and a client-controlled
 value (the model name) is kept for its first ``MAX_MODELS`` distinct values, then ``other``.
 """
@@ -14,6 +14,7 @@ from compaction_proxy.wire.registry import FORMATS
 
 __all__ = [
     "MAX_MODELS",
+    "ROUTE_ARCHIVE",
     "ROUTE_CHAT",
     "ROUTE_OTHER",
     "ROUTE_PASSTHROUGH",
@@ -27,6 +28,7 @@ __all__ = [
 ROUTE_CHAT = "chat_completions"
 ROUTE_RESPONSES = "responses"
 ROUTE_PREVIEW = "preview"
+ROUTE_ARCHIVE = "archive"
 ROUTE_PASSTHROUGH = "passthrough"
 ROUTE_OTHER = "other"
 
@@ -41,7 +43,7 @@ def api_of(route: str) -> str | None:
 
 
 def route_of(method: str | None, path: str) -> str:
-    """The ``route`` label of a request: a format's name, or one of three, whatever the path."""
+    """The ``route`` label of a request: a format's name, or one of four, whatever the path."""
     if path.startswith("/v1/"):
         wire = format_for_path(method, path)
         if wire is not None:
@@ -51,6 +53,8 @@ def route_of(method: str | None, path: str) -> str:
             return f"{counted.name}_count_tokens"
         if path == "/v1/compaction/preview":
             return ROUTE_PREVIEW
+        if path.startswith("/v1/compaction/archive/"):
+            return ROUTE_ARCHIVE
         return ROUTE_PASSTHROUGH
     return ROUTE_OTHER
 

@@ -85,6 +85,7 @@ class PrometheusMetrics:
         self._request_families(r)
         self._compaction_families(r)
         self._summarizer_families(r)
+        self._recall_families(r)
         Info("compaction_proxy_build", "The running version", registry=r).info(
             {"version": __version__}
         )
@@ -202,6 +203,53 @@ class PrometheusMetrics:
             "compaction_proxy_summarizer_latency_seconds",
             "Duration of one summarizer HTTP call",
             buckets=SUMMARIZER_BUCKETS,
+            registry=r,
+        )
+
+    def _recall_families(self, r: CollectorRegistry) -> None:
+        """The recall tool the proxy answers itself, per compacted API (``api``: one value per
+        wire format), and what compaction archived for it (compaction_proxy/observability/recall.py
+        says what each outcome means)."""
+        self.recall_requests = Counter(
+            "compaction_proxy_recall_requests",
+            "Requests offered the recall tool, by outcome: answered (hidden rounds answered "
+            "recall calls), limit (the rounds or time budget ran out: a closing round went "
+            "without tools), deferred (recall called only beside client tools, left to the next "
+            "request), unavailable (the archive store failed while answering), unused",
+            ["api", "outcome"],
+            registry=r,
+        )
+        self.recall_rounds = Counter(
+            "compaction_proxy_recall_rounds",
+            "Hidden recall rounds, each one upstream call more than the client's request (a "
+            "closing round counts)",
+            ["api"],
+            registry=r,
+        )
+        self.recall_calls = Counter(
+            "compaction_proxy_recall_calls",
+            "Recall tool calls the proxy answered from the archive",
+            ["api"],
+            registry=r,
+        )
+        self.recall_tokens = Counter(
+            "compaction_proxy_recall_tokens",
+            "Tokens of the recall answers sent back to the model",
+            ["api"],
+            registry=r,
+        )
+        self.recall_seconds = Histogram(
+            "compaction_proxy_recall_seconds",
+            "Time one request spent in hidden recall rounds (requests with at least one)",
+            ["api"],
+            buckets=UPSTREAM_BUCKETS,
+            registry=r,
+        )
+        self.archived_messages = Counter(
+            "compaction_proxy_archived_messages",
+            "Original messages a request's compaction archived for recall (removed or "
+            "rewritten in what it forwarded); one a later request archives again counts again",
+            ["api"],
             registry=r,
         )
 

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from compaction_proxy.compaction import CompactionReport, ConversationView, StrategyReport
+from compaction_proxy.compaction.archive import Archived
+from compaction_proxy.compaction.messages import role_of, tool_call_names
+
+SPAN_MEMBERS_SHOWN = 6
+"""A span line names at most this many of its members (then how many more)."""
 
 
 def render(report: CompactionReport, view: ConversationView | None = None) -> str:
@@ -105,3 +111,52 @@ def _strategies(steps: Sequence[StrategyReport], indent: str) -> list[str]:
             out.append(f"{indent}    {note}")
         out += _strategies(step.children, indent + "  ")
     return out
+
+
+def render_archived(
+    archived: Archived | None,
+    tokens: Callable[[Mapping[str, Any]], int],
+    names: Mapping[str, str],
+) -> str:
+    """What a compaction archived (``compaction.recall``): one line per recall id, oldest
+    first: an original's role, its tool's name and its tokens (``tokens``: the model's count of
+    one message); a span's members.  ``names``: tool call id -> tool name (a result names no
+    tool itself).  Never content: ids, roles and names only."""
+    if archived is None:
+        return "archived (recall): nothing"
+    lines = [
+        f"archived (recall): {len(archived.originals)} original(s), {len(archived.spans)} span(s)"
+    ]
+    for recall_id in archived.order:
+        original = archived.originals.get(recall_id)
+        members = archived.spans.get(recall_id)
+        if original is not None:
+            role = role_of(original) or "?"
+            lines.append(
+                f"  {recall_id}  {role:<10} {_tool_of(original, names):<24} "
+                f"{tokens(original):>8,} tokens"
+            )
+        elif members is not None:
+            shown = ", ".join(members[:SPAN_MEMBERS_SHOWN])
+            more = len(members) - SPAN_MEMBERS_SHOWN
+            rest = f" and {more} more" if more > 0 else ""
+            lines.append(f"  {recall_id}  {'span':<10} of {len(members)}: {shown}{rest}")
+        else:  # a stub dropped again: its original was archived by an earlier compaction
+            lines.append(f"  {recall_id}  {'stub':<10} (archived earlier)")
+    return "\n".join(lines)
+
+
+def _tool_of(message: Mapping[str, Any], names: Mapping[str, str]) -> str:
+    """The tool a message concerns: a result's tool, an assistant's called ones; or ``-``."""
+    role = role_of(message)
+    if role == "tool":
+        call_id = message.get("tool_call_id")
+        return names.get(call_id, "?") if isinstance(call_id, str) else "?"
+    if role == "function":
+        name = message.get("name")
+        return name if isinstance(name, str) else "?"
+    called = list(dict.fromkeys(tool_call_names(message).values()))
+    function = message.get("function_call")
+    if isinstance(function, Mapping) and isinstance(function.get("name"), str):
+        called.append(function["name"])
+    return "calls " + ", ".join(called) if called else "-"

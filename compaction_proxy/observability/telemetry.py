@@ -34,6 +34,7 @@ from compaction_proxy.observability.prometheus import (
     TokenizerFallback,
     WithheldSummaries,
 )
+from compaction_proxy.observability.recall import RecallFigures, RecallTally
 
 if TYPE_CHECKING:
     from compaction_proxy.checkpoints import StoreBreaker
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("compaction_proxy.metrics")  # the name operators already filter on
 
-__all__ = ["FinishedRequest", "Telemetry"]
+__all__ = ["FinishedRequest", "RecallFigures", "Telemetry"]
 
 _DRY_RUNS = frozenset({"dry-run", "dry-run-local"})
 """Report modes that forwarded the client's original (``X-Compaction: dry-run``)."""
@@ -96,6 +97,10 @@ class FinishedRequest(Protocol):
     def content(self) -> str | None: ...
     @property
     def overflow_outcome(self) -> str | None: ...
+    @property
+    def recall(self) -> RecallFigures | None: ...  # None: the recall tool was not offered
+    @property
+    def archived(self) -> int: ...  # originals this request's compaction archived
 
 
 class Telemetry:
@@ -187,8 +192,12 @@ class Telemetry:
         if api is not None:
             failures, failed = self._observe_compaction(ctx, report)
         tokens = _Tokens()
-        if report is not None and api is not None:
-            tokens = self._observe_report(ctx, report, api, model)
+        recall: RecallTally | None = None
+        archived = 0
+        if api is not None:
+            if report is not None:
+                tokens = self._observe_report(ctx, report, api, model)
+            recall, archived = self._observe_recall(ctx, api)
         dry_run = report is not None and report.mode in _DRY_RUNS
         row = RecentRow(
             ctx.request_id,
@@ -214,6 +223,8 @@ class Telemetry:
             dry_run,
             report.tokens_after if dry_run and report is not None else None,
             api=api,
+            recall=recall,
+            archived=archived,
         )
         self.dashboard.add(row, usd_before=tokens.usd_before, failures=failures, overflow=overflow)
 
@@ -269,6 +280,27 @@ class Telemetry:
         if ctx.upstream_prompt_tokens and after > 0:
             m.calibration.labels(model or "unknown").observe(ctx.upstream_prompt_tokens / after)
         return _Tokens(before, after, strategies, usd_saved, self.prices.usd(ctx.model, before))
+
+    def _observe_recall(self, ctx: FinishedRequest, api: str) -> tuple[RecallTally | None, int]:
+        """The recall families of one compacted request: (its figures frozen for the
+        dashboard, None when it was not offered the tool; the originals it archived)."""
+        m = self.metrics
+        archived = ctx.archived
+        if archived > 0:
+            m.archived_messages.labels(api).inc(archived)
+        figures = ctx.recall
+        if figures is None:
+            return None, archived
+        tally = RecallTally.of(figures)
+        m.recall_requests.labels(api, tally.outcome).inc()
+        if tally.rounds > 0:
+            m.recall_rounds.labels(api).inc(tally.rounds)
+            m.recall_seconds.labels(api).observe(max(tally.seconds, 0.0))
+        if tally.calls > 0:
+            m.recall_calls.labels(api).inc(tally.calls)
+        if tally.tokens > 0:
+            m.recall_tokens.labels(api).inc(tally.tokens)
+        return tally, archived
 
     def _count_summaries(
         self, calls: Sequence[str], failures: Iterable[StrategyFailure]

@@ -25,26 +25,41 @@ Everything here is pure except :func:`fold`, which awaits the call it is given.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from compaction_proxy.compaction.canonical import json_text
+from compaction_proxy.compaction.message_text import (
+    REASONING_PART_TYPES,
+    RIDING_FIELDS,
+    TEXT_PART_TYPES,
+    call_names,
+    call_text,
+    content_text,
+    elide,
+    riding_parts,
+    scrub_text,
+    tool_calls,
+)
 from compaction_proxy.compaction.summarizer import SummaryError
 
 from ._prompts import PromptSet, user_message
 
-REASONING_PART_TYPES = frozenset({"thinking", "reasoning", "redacted_thinking"})
-TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
-
-_DATA_URL = re.compile(
-    r"data:([\w.+-]+/[\w.+-]+)?((?:;[\w.+-]+=[\w.+-]+)*)(;base64)?,([A-Za-z0-9+/=_%-]*)"
-)
-# A run of the base64 alphabet this long is not prose (200 chars is ~150 bytes of binary);
-# it must also mix many symbols, so a ruler of dashes or a long word survives.
-_BASE64_RUN = re.compile(r"[A-Za-z0-9+/_-]{200,}={0,2}")
-_BASE64_MIN_DISTINCT = 12
+__all__ = [
+    "REASONING_PART_TYPES",
+    "RIDING_FIELDS",
+    "TEXT_PART_TYPES",
+    "SummarizerWindow",
+    "TranscriptOptions",
+    "call_names",
+    "chunk_blocks",
+    "elide",
+    "fold",
+    "plan_chunks",
+    "render_blocks",
+    "render_message",
+    "scrub_text",
+]
 
 ENVELOPE_TOKENS = 16
 """Per-message chat overhead plus the tags around transcript and previous summary."""
@@ -65,141 +80,7 @@ SummaryCall = Callable[[str, str], Awaitable[str]]
 """One summarizer round trip: (system prompt, user message) -> summary text."""
 
 
-# ------------------------------------------------------------------ text scrubbing
-
-
-def _binary_placeholder(media_type: str | None, payload_chars: int) -> str:
-    if media_type and media_type.startswith("image/"):
-        return "[image]"
-    return f"[binary data, {payload_chars * 3 // 4} bytes]"
-
-
-def scrub_text(text: str) -> str:
-    """``text`` with ``data:`` URLs and long base64 runs replaced by placeholders."""
-
-    def data_url(match: re.Match[str]) -> str:
-        return _binary_placeholder(match.group(1), len(match.group(4)))
-
-    def base64_run(match: re.Match[str]) -> str:
-        run = match.group(0)
-        if len(set(run)) < _BASE64_MIN_DISTINCT:
-            return run
-        return f"[binary data, {len(run) * 3 // 4} bytes]"
-
-    if "data:" in text:
-        text = _DATA_URL.sub(data_url, text)
-    return _BASE64_RUN.sub(base64_run, text)
-
-
-def elide(text: str, max_chars: int) -> str:
-    """``text`` cut to about ``max_chars``: its head and tail around an elision marker.
-
-    Head and tail both survive because a long tool result or log usually states what it is at
-    the top and how it ended at the bottom.
-    """
-    if len(text) <= max_chars:
-        return text
-    keep = max(max_chars, 2)
-    head = keep * 3 // 5
-    tail = keep - head
-    removed = len(text) - head - tail
-    return f"{text[:head]}\n… [{removed} characters elided] …\n{text[len(text) - tail :]}"
-
-
 # ------------------------------------------------------------------ rendering
-
-
-def _part_text(part: object, options: TranscriptOptions) -> str | None:
-    """One content part as text; ``None`` for parts that are dropped (reasoning)."""
-    if isinstance(part, str):
-        return scrub_text(part)
-    if not isinstance(part, Mapping):
-        return scrub_text(json_text(part))
-    kind = part.get("type")
-    if kind in REASONING_PART_TYPES:
-        return None
-    if kind in TEXT_PART_TYPES:
-        text = part.get("text")
-        return scrub_text(text) if isinstance(text, str) else ""
-    if kind == "refusal":
-        refusal = part.get("refusal")
-        return f"[refusal] {scrub_text(refusal)}" if isinstance(refusal, str) else "[refusal]"
-    if kind in ("image_url", "input_image", "image"):
-        return _image_placeholder(part, options)
-    if kind in ("input_audio", "audio"):
-        return "[audio]"
-    if kind in ("file", "input_file"):
-        file = part.get("file")
-        name = file.get("filename") if isinstance(file, Mapping) else part.get("filename")
-        return f"[file: {name}]" if isinstance(name, str) and name else "[file]"
-    return f"[{kind} content]" if isinstance(kind, str) else "[content]"
-
-
-def _image_placeholder(part: Mapping[str, Any], options: TranscriptOptions) -> str:
-    image = part.get("image_url")
-    url = image.get("url") if isinstance(image, Mapping) else image
-    if (
-        isinstance(url, str)
-        and url.startswith(("http://", "https://"))
-        and len(url) <= options.max_url_chars
-    ):
-        return f"[image: {url}]"
-    return "[image]"
-
-
-def _content_text(content: object, options: TranscriptOptions) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return scrub_text(content)
-    if isinstance(content, list):
-        texts = [t for t in (_part_text(p, options) for p in content) if t]
-        return "\n".join(texts)
-    return scrub_text(json_text(content))
-
-
-def _call_line(function: Mapping[str, Any], options: TranscriptOptions) -> str:
-    name = function.get("name")
-    arguments = function.get("arguments", function.get("input", ""))
-    if not isinstance(arguments, str):
-        arguments = json_text(arguments)
-    arguments = elide(scrub_text(arguments), options.max_tool_arguments_chars)
-    return f"-> {name if isinstance(name, str) else '?'}({arguments})"
-
-
-def _tool_call_lines(message: Mapping[str, Any], options: TranscriptOptions) -> list[str]:
-    lines: list[str] = []
-    calls = message.get("tool_calls")
-    if isinstance(calls, list):
-        for call in calls:
-            if not isinstance(call, Mapping):
-                continue
-            function = call.get("function") or call.get("custom")
-            if isinstance(function, Mapping):
-                lines.append(_call_line(function, options))
-    legacy = message.get("function_call")
-    if isinstance(legacy, Mapping):
-        lines.append(_call_line(legacy, options))
-    return lines
-
-
-def call_names(messages: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """Tool call id -> function name over the stretch, so results can say what they answer."""
-    names: dict[str, str] = {}
-    for message in messages:
-        calls = message.get("tool_calls")
-        if not isinstance(calls, list):
-            continue
-        for call in calls:
-            if not isinstance(call, Mapping):
-                continue
-            function = call.get("function") or call.get("custom")
-            call_id = call.get("id")
-            if isinstance(call_id, str) and isinstance(function, Mapping):
-                name = function.get("name")
-                if isinstance(name, str):
-                    names[call_id] = name
-    return names
 
 
 def _header(message: Mapping[str, Any], names: Mapping[str, str]) -> str:
@@ -229,7 +110,7 @@ def render_message(
     """
     opts = options or TranscriptOptions()
     body_parts: list[str] = []
-    text = _content_text(message.get("content"), opts)
+    text = content_text(message.get("content"), max_url_chars=opts.max_url_chars)
     if text:
         body_parts.append(text)
     refusal = message.get("refusal")
@@ -237,31 +118,24 @@ def render_message(
         body_parts.append(f"[refusal] {scrub_text(refusal)}")
     if message.get("audio"):
         body_parts.append("[audio]")
-    body_parts.extend(_tool_call_lines(message, opts))
+    body_parts.extend(
+        f"-> {call_text(f, opts.max_tool_arguments_chars)}" for f in tool_calls(message)
+    )
     body_parts.extend(_riding_text(message))
     body = elide("\n".join(body_parts), opts.max_message_chars)
     header = _header(message, names or {})
     return f"{header}\n{body}" if body else header
 
 
-RIDING_FIELDS = ("blocks", "items")
-"""Fields in which a format's adapter carries content the core has no field for (Anthropic's
-blocks after a step's tool results, such as a user's note queued while tools ran; Responses
-items of unknown types): their text parts are part of what the model read, so the transcript
-shows them; anything else riding there is not."""
-
-
 def _riding_text(message: Mapping[str, Any]) -> list[str]:
+    """The text parts riding beside the content (what the model read of them); anything else
+    riding there is not shown to the summarizer."""
     lines: list[str] = []
-    for field_name in RIDING_FIELDS:
-        riding = message.get(field_name)
-        if not isinstance(riding, list):
-            continue
-        for part in riding:
-            if isinstance(part, Mapping) and part.get("type") in TEXT_PART_TYPES:
-                text = part.get("text")
-                if isinstance(text, str) and text.strip():
-                    lines.append(scrub_text(text))
+    for part in riding_parts(message):
+        if isinstance(part, Mapping) and part.get("type") in TEXT_PART_TYPES:
+            text = part.get("text")
+            if isinstance(text, str) and text.strip():
+                lines.append(scrub_text(text))
     return lines
 
 

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from compaction_proxy.compaction import CompactionReport
     from compaction_proxy.compaction.strategies.base import Strategy
 
+    from .recall import RecallWire
+
 __all__ = [
     "BEARER",
     "Amendment",
@@ -373,6 +375,14 @@ class WireFormat(Protocol):
     def prefix_summaries(self) -> bool:
         """Whether ``View.chat`` may be sent to the summarizer as a cache-aligned prefix in its
         chat form (False when the view is not valid chat completions: the transcript form)."""
+        ...
+
+    @property
+    def recall(self) -> RecallWire | None:
+        """Its side of the recall loop (compaction_proxy/wire/recall.py, docs/recall.md): how
+        its request declares the ``compaction_recall`` tool, how its reply shows a call to it,
+        and how the request is continued with the answers. None: its requests are never
+        offered the tool."""
         ...
 
     @property

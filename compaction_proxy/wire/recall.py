@@ -17,9 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from .format import Amendment, UpstreamTraits
 
 __all__ = [
+    "RECALL",
     "RECALL_TOOL",
     "RecallAnswer",
     "RecallCall",
@@ -42,6 +46,38 @@ class RecallTool:
     name: str
     description: str
     parameters: Mapping[str, Any]  # a JSON schema object
+
+
+RECALL = RecallTool(
+    name=RECALL_TOOL,
+    description=(
+        "Earlier parts of this conversation were compacted: summarized, cleared or cut. "
+        "Each placeholder or summary names a recall id (like [recall id r1a2b3c4d5e6]). "
+        "Call this tool with those ids to read the originals again, or with a query to search "
+        "everything compacted away, before guessing or re-running a tool."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "ids": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Recall ids named by placeholders or summaries.",
+            },
+            "query": {
+                "type": "string",
+                "description": "Words to search the compacted originals for.",
+            },
+            "page": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "The page of a long answer (default 1).",
+            },
+        },
+        "additionalProperties": False,
+    },
+)
+"""The tool as every format declares it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +125,15 @@ class RecallWire(Protocol):
 
     def clashes(self, body: Mapping[str, Any], name: str) -> bool:
         """Whether the client's own tools already hold one named ``name``."""
+        ...
+
+    def amend(
+        self, body: Mapping[str, Any], items: Sequence[Any], upstream: UpstreamTraits
+    ) -> Amendment | None:
+        """What the request needs, offered the tool, to be accepted by ``upstream``: used in
+        place of :meth:`WireFormat.amend` (Messages: the thinking binding that covers every
+        signed block, since ``tools`` is part of each one's prefix; the OpenAI formats:
+        None)."""
         ...
 
     def offer(self, body: Mapping[str, Any], tool: RecallTool) -> dict[str, Any]:

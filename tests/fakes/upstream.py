@@ -78,6 +78,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from tests.fakes.recall_policy import QUESTION, RECALL_TOOL, Answer, decide
+
 DEFAULT_MODELS: tuple[str, ...] = ("gpt-4o", "gpt-4o-mini", "fake-model", "text-embedding-3-small")
 EMBEDDING_DIMENSIONS = 8
 ECHO_LIMIT = 200
@@ -322,8 +324,64 @@ def summarizer_responder(request: ChatRequest) -> ChatReply | None:
     return ChatReply(content=summary)
 
 
+def recall_responder(request: ChatRequest) -> ChatReply | None:
+    """The scripted model's recall (tests/fakes/recall_policy.py) in chat completions' form."""
+    messages = request.messages
+    last_user = next(
+        (i for i in range(len(messages) - 1, -1, -1) if _role(messages[i]) == "user"), None
+    )
+    if last_user is None or QUESTION.search(message_text(messages[last_user])) is None:
+        return None
+    tools = request.body.get("tools")
+    tools = tools if isinstance(tools, list) else []
+    names = [t.get("function", {}).get("name") for t in tools if isinstance(t, dict)]
+    recall_calls: set[str] = set()
+    recalled: list[str] | None = None
+    for message in messages[last_user + 1 :]:
+        for call in message.get("tool_calls") or () if isinstance(message, dict) else ():
+            if call.get("function", {}).get("name") == RECALL_TOOL:
+                recall_calls.add(call.get("id"))
+        if _role(message) == "tool" and message.get("tool_call_id") in recall_calls:
+            recalled = [*(recalled or []), message_text(message)]
+    visible = "\n".join(
+        message_text(m)
+        for m in messages
+        if not (_role(m) == "tool" and m.get("tool_call_id") in recall_calls)
+    )
+    decision = decide(
+        message_text(messages[last_user]),
+        visible,
+        recalled,
+        offered=RECALL_TOOL in names,
+        may_call=request.body.get("tool_choice") != "none",
+    )
+    if decision is None:
+        return None
+    if isinstance(decision, Answer):
+        return ChatReply(content=decision.text)
+    calls = [
+        {
+            "id": f"call_rc{len(messages)}",
+            "type": "function",
+            "function": {"name": RECALL_TOOL, "arguments": decision.arguments},
+        }
+    ]
+    if decision.with_client_tool:
+        own = next((n for n in names if n != RECALL_TOOL), None)
+        if own is not None:
+            calls.append(
+                {
+                    "id": f"call_own{len(messages)}",
+                    "type": "function",
+                    "function": {"name": own, "arguments": "{}"},
+                }
+            )
+    return ChatReply(content=None, tool_calls=calls, finish_reason="tool_calls")
+
+
 DEFAULT_RESPONDERS: tuple[Responder, ...] = (
     summarizer_responder,
+    recall_responder,
     tool_call_responder,
     echo_responder,
 )

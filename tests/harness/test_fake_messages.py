@@ -1026,6 +1026,67 @@ def test_recall_and_proxy_checkpoint_requests(client: anthropic.Anthropic) -> No
     assert text.startswith("<summary>") and "- FACT-X1" in text
 
 
+RECALL = {
+    "name": "compaction_recall",
+    "description": "Get back what compaction removed",
+    "input_schema": {"type": "object", "properties": {"query": {"type": "string"}}},
+}
+
+
+def test_a_question_is_answered_from_the_prompt_or_by_a_recall_call(
+    client: anthropic.Anthropic, fake: MessagesUpstreamServer
+) -> None:
+    """The scripted model's recall (tests/fakes/recall_policy.py) on this API: a ``tool_use``
+    of the recall tool after its thinking, answered from the ``tool_result`` next round, with
+    preserved thinking enforced (the round's thinking is bound to the tools it was offered)."""
+    fake.control(thinking_binding="enforce")
+    adaptive = {"type": "adaptive"}
+    seen = [
+        {"role": "user", "content": "Note: KEY-3 = VALUE-seen"},
+        {"role": "assistant", "content": "Noted."},
+        {"role": "user", "content": "QUESTION: what is KEY-3?"},
+    ]
+    reply = create(client, model=MODEL, max_tokens=256, tools=[LOOKUP, RECALL], messages=seen)
+    assert text_of(reply) == "KEY-3 = VALUE-seen"
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "QUESTION: what is KEY-3?"}]
+    ask = {"model": MODEL, "max_tokens": 256, "thinking": adaptive, "tools": [LOOKUP, RECALL]}
+    with client.messages.stream(**ask, messages=messages) as stream:  # type: ignore[arg-type]
+        first = stream.get_final_message()
+    content = dump(first.content)
+    assert [b["type"] for b in content] == ["thinking", "tool_use"]
+    assert first.stop_reason == "tool_use"
+    assert content[1]["name"] == "compaction_recall" and content[1]["input"] == {"query": "KEY-3"}
+    # Not offered, or tool_choice none: no call, and the fact is not known.
+    plain = create(client, model=MODEL, max_tokens=256, tools=[LOOKUP], messages=messages)
+    assert text_of(plain) == "KEY-3 is not in what I can see"
+    closed = create(client, **ask, tool_choice={"type": "none"}, messages=messages)
+    assert [b.type for b in closed.content] == ["thinking", "text"]
+    assert text_of(closed, 1) == "KEY-3 is not in what I can see"
+    answered = [
+        *messages,
+        {"role": "assistant", "content": content},
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": content[1]["id"],
+                    "content": "KEY-3 = VALUE-x",
+                }
+            ],
+        },
+    ]
+    second = create(client, **ask, messages=answered)
+    assert text_of(second, 1) == "KEY-3 = VALUE-x"
+    mixed = [{"role": "user", "content": "QUESTION: what is KEY-3? (mixed)"}]
+    both = create(client, **ask, messages=mixed)
+    assert [(b.type, getattr(b, "name", None)) for b in both.content] == [
+        ("thinking", None),
+        ("tool_use", "compaction_recall"),
+        ("tool_use", "lookup"),
+    ]
+
+
 # --------------------------------------------------------------------------- steering and routes
 
 

@@ -70,6 +70,7 @@ class ToyFormat:
     summary: SummaryCall | None = None
     prefix_summaries = False
     refusals: tuple[RefusalText, ...] = ()
+    recall = None  # a toy conversation is never offered the recall tool
     parse = staticmethod(parse_toy)
 
     def claims(self, body: Mapping[str, Any]) -> bool:

@@ -1,5 +1,10 @@
 """The dashboard in a real headless Chromium after real traffic through the proxy.
 
+The recall panel is shown twice: empty after the traffic (the fake model never calls the recall
+tool), and with the figures of tests/observability/recall_requests.py, recorded by a real
+``Telemetry`` whose snapshot the browser receives in place of the proxy's data (the page itself,
+its script and its CSP, still come from the proxy).
+
 Needs Playwright for Python (the test extra; never `playwright install`) and a Chromium binary:
 `CHROMIUM_PATH`, or `chromium` on PATH (Debian's package, installed by scripts/test-deps).
 Without one the tests FAIL saying how to install it (tests/support/programs.py), never skip.
@@ -15,9 +20,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from playwright import sync_api
 
+from compaction_proxy.config import Settings
+from compaction_proxy.observability.telemetry import Telemetry
+from tests.observability.recall_requests import feed
 from tests.observability.traffic import Traffic, agent_conversation
 from tests.support import programs
 from tests.support.servers import ProxyServer, UpstreamServer, proxy_config, upstream_entry
@@ -37,6 +46,7 @@ UPSTREAM_KEY = "sk-upstream-secret-Pw17"
 MODEL = "gpt-4o"  # priced by the defaults: the page shows money saved
 LOCAL_MODEL = "local-llama-3"  # unknown to the proxy's table and config
 LOCAL_WINDOW = 4_096
+DASH = "\u2013"  # the page's "no figure" sign, an en dash
 SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "dashboard.png"
 
 
@@ -102,22 +112,53 @@ def traffic(
 
 
 @pytest.fixture(scope="module")
-def page(traffic: tuple[ProxyServer, Traffic]) -> Iterator[Any]:
-    proxy, _ = traffic
+def browser() -> Iterator[Any]:
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=programs.chromium(), args=CHROMIUM_ARGS
         )
         try:
-            context = browser.new_context(viewport={"width": 1360, "height": 900})
-            page = context.new_page()
-            page.goto(f"{proxy.url}/dashboard?key={PROXY_KEY}")
-            # A selector, not wait_for_function: a string predicate that has to be polled is
-            # evaluated with eval(), which the page's Content-Security-Policy forbids.
-            page.wait_for_selector("#status >> text=/^live/", timeout=15_000)
-            yield page
+            yield browser
         finally:
             browser.close()
+
+
+def _open(context: Any, proxy: ProxyServer) -> Any:
+    page = context.new_page()
+    page.goto(f"{proxy.url}/dashboard?key={PROXY_KEY}")
+    # A selector, not wait_for_function: a string predicate that has to be polled is
+    # evaluated with eval(), which the page's Content-Security-Policy forbids.
+    page.wait_for_selector("#status >> text=/^live/", timeout=15_000)
+    return page
+
+
+@pytest.fixture(scope="module")
+def page(browser: Any, traffic: tuple[ProxyServer, Traffic]) -> Iterator[Any]:
+    proxy, _ = traffic
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    try:
+        yield _open(context, proxy)
+    finally:
+        context.close()
+
+
+@pytest.fixture(scope="module")
+def recall_page(browser: Any, traffic: tuple[ProxyServer, Traffic]) -> Iterator[Any]:
+    """The page showing the recorded recall session's data."""
+    proxy, _ = traffic
+    telemetry = Telemetry(Settings())
+    feed(telemetry)
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+
+    def data(route: Any) -> None:
+        body = orjson.dumps(telemetry.snapshot())
+        route.fulfill(status=200, content_type="application/json", body=body)
+
+    context.route("**/dashboard/data", data)
+    try:
+        yield _open(context, proxy)
+    finally:
+        context.close()
 
 
 def test_the_page_shows_the_traffic_numbers(
@@ -143,6 +184,47 @@ def test_the_page_shows_the_traffic_numbers(
     strategies = page.text_content("#strategies")
     for name in t.strategy_runs():
         assert name in strategies
+    # Recall is off by default: the panel is there, and nothing was offered or recalled.
+    assert page.text_content("#recall-recalled") == "0"
+    assert page.text_content("#recall-offered") == "of 0 requests offered the tool recalled"
+    assert set(page.locator("#recent td:nth-child(8)").all_text_contents()) == {DASH}
+
+
+def test_the_recall_panel_shows_the_recorded_figures(recall_page: Any, tmp_path: Path) -> None:
+    page = recall_page
+    assert page.text_content("#recall-recalled") == "5"
+    assert page.text_content("#recall-offered") == "of 7 requests offered the tool recalled"
+    figures = {
+        "rounds": "9",
+        "calls": "10",
+        "ids": "14",
+        "tokens": "6,200",
+        "deferred": "3",
+        "unavailable": "1",
+        "archived": "9",
+        "time": "790 ms",  # 3.95 s over the 5 requests that recalled
+    }
+    for name, shown in figures.items():
+        assert page.text_content(f"#recall-{name}") == shown, name
+    chips = page.locator("#recall .chip").all_text_contents()
+    assert chips == ["answered 3", "limit 1", "deferred 1", "unavailable 1", "unused 1"]
+    # The recent requests' Recall column: hidden rounds, newest first; a dash when not offered.
+    cells = page.locator("#recent td:nth-child(8)")
+    assert cells.all_text_contents() == [
+        DASH,  # GET /v1/models: not a compacted API
+        "1",
+        "unavailable 1",
+        "limit 4",
+        "deferred 1 0",
+        "deferred 2 1",
+        "2",
+        "0",  # offered, not called
+        DASH,
+        DASH,
+    ]
+    assert "compaction archived 4 messages" in cells.nth(8).get_attribute("title")
+    assert cells.nth(6).get_attribute("title").startswith("answered · 3 calls · 5 originals")
+    page.screenshot(path=str(tmp_path / "dashboard-recall.png"), full_page=True)
 
 
 def test_the_windows_table_shows_a_learned_window(

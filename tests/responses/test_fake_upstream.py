@@ -107,3 +107,58 @@ async def test_a_stream_is_the_typed_events(client: httpx.AsyncClient) -> None:
     deltas = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
     assert deltas == "echo: hello"
     assert events[-1]["response"]["usage"]["input_tokens"] > 0
+
+
+# ------------------------------------------------------------------ the scripted model's recall
+
+RECALL = {"type": "function", "name": "compaction_recall", "parameters": {"type": "object"}}
+
+
+async def test_a_question_is_answered_from_the_prompt_or_by_a_recall_call(
+    client: httpx.AsyncClient,
+) -> None:
+    seen: list[Any] = [
+        {"type": "function_call", "call_id": "c1", "name": "read_file", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "KEY-3 = VALUE-seen"},
+        {"role": "user", "content": "QUESTION: what is KEY-3?"},
+    ]
+    shown = (await create(client, input=seen, tools=[*TOOLS, RECALL])).json()["output"]
+    assert shown[-1]["content"][0]["text"] == "KEY-3 = VALUE-seen"
+    items: list[Any] = [{"role": "user", "content": "QUESTION: what is KEY-3?"}]
+    first = (await create(client, input=items, tools=[*TOOLS, RECALL])).json()["output"]
+    assert [o["type"] for o in first] == ["reasoning", "function_call"]
+    call = first[1]
+    assert call["name"] == "compaction_recall" and orjson.loads(call["arguments"]) == {
+        "query": "KEY-3"
+    }
+    # Not offered, or offered with tool_choice none: no call, the fact is not known.
+    for extra in ({"tools": TOOLS}, {"tools": [*TOOLS, RECALL], "tool_choice": "none"}):
+        reply = (await create(client, input=items, **extra)).json()["output"]
+        assert reply[-1]["content"][0]["text"] == "KEY-3 is not in what I can see"
+    answered = [
+        *items,
+        *first,
+        {"type": "function_call_output", "call_id": call["call_id"], "output": "KEY-3 = VALUE-x"},
+    ]
+    second = await create(client, input=answered, tools=[*TOOLS, RECALL])
+    assert second.status_code == 200, second.text  # the reasoning travelled with its call
+    assert second.json()["output"][-1]["content"][0]["text"] == "KEY-3 = VALUE-x"
+
+
+async def test_a_mixed_recall_turn_streams_both_calls(client: httpx.AsyncClient) -> None:
+    items = [{"role": "user", "content": "QUESTION: what is KEY-9? (mixed)"}]
+    response = await create(client, input=items, tools=[*TOOLS, RECALL], stream=True)
+    events = [orjson.loads(data) for data in sse_data(response.content)]
+    done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
+    assert [(i["type"], i.get("name")) for i in done] == [
+        ("reasoning", None),
+        ("function_call", "compaction_recall"),
+        ("function_call", "read_file"),
+    ]
+    assert events[-1]["response"]["output"] == done
+
+
+async def test_an_agent_loop_does_not_call_the_recall_tool(client: httpx.AsyncClient) -> None:
+    items = [{"role": "user", "content": "please call tool read_file"}]
+    output = (await create(client, input=items, tools=[*TOOLS, RECALL])).json()["output"]
+    assert [o.get("name") for o in output] == [None, "read_file"]

@@ -15,11 +15,16 @@ test learns on the wire whether what the proxy forwarded would have been accepte
   response ``n`` may come without it (OpenAI: "... was provided without its required
   'reasoning' item").
 
-Replies: when the last item is a user message asking to "call tool", or a tool output in an
-agent loop (a user message says "keep calling tools"), every function tool is called (parallel
-calls); after tool outputs otherwise, the text echoes them; else it echoes the last user
-message. Every reply starts with a reasoning item carrying ``encrypted_content``. With
-``stream: true`` the reply is the API's typed SSE events, ``response.completed`` last.
+Replies: a last user message asking ``QUESTION: what is KEY-n?`` is the scripted model's
+recall (tests/fakes/recall_policy.py): it answers from the prompt, or calls
+``compaction_recall`` (a ``function_call`` item) when the fact is not there and the tool is
+declared, and answers from the ``function_call_output`` of that call on the next round. When
+the last item is a user message asking to "call tool", or a tool output in an agent loop (a
+user message says "keep calling tools"), every function tool but ``compaction_recall`` is
+called (parallel calls: a model calls the recall tool only when it needs a fact); after tool
+outputs otherwise, the text echoes them; else it echoes the last user message. Every reply
+starts with a reasoning item carrying ``encrypted_content``. With ``stream: true`` the reply
+is the API's typed SSE events, ``response.completed`` last.
 
 Run it alone with ``python -m tests.support.responses_upstream --port 8002``.
 """
@@ -40,6 +45,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tests.fakes import recall_policy
 from tests.fakes import upstream as base
 from tests.support.processes import ServerProcess, python_module_argv
 from tests.support.servers import UpstreamServer
@@ -189,9 +195,16 @@ def reply_items(number: int, payload: dict[str, Any], items: list[Any]) -> list[
             "encrypted_content": f"gAAAAB-fake-reasoning-{number}",
         }
     ]
+    recall = recall_items(number, payload, items)
+    if recall is not None:
+        return [*output, *recall]
     last = items[-1] if items else None
     tools = [t for t in payload.get("tools") or () if isinstance(t, dict)]
-    functions = [t for t in tools if t.get("type") == "function"]
+    functions = [
+        t
+        for t in tools
+        if t.get("type") == "function" and t.get("name") != recall_policy.RECALL_TOOL
+    ]
     users = [i for i in items if isinstance(i, dict) and i.get("role") == "user"]
     if functions and isinstance(last, dict) and _wants_calls(last, users):
         for index, tool in enumerate(functions):
@@ -226,6 +239,93 @@ def reply_items(number: int, payload: dict[str, Any], items: list[Any]) -> list[
         }
     )
     return output
+
+
+def recall_items(
+    number: int, payload: dict[str, Any], items: list[Any]
+) -> list[dict[str, Any]] | None:
+    """The scripted model's recall (tests/fakes/recall_policy.py) in the Responses form: the
+    output items after the reasoning, or None when the last user message asks nothing.
+
+    The question is the last user message; the recall results are the outputs of the
+    ``compaction_recall`` calls after it; everything else (instructions, messages, the other
+    outputs) is what the model sees."""
+    question = next(
+        (
+            i
+            for i in range(len(items) - 1, -1, -1)
+            if isinstance(items[i], dict) and items[i].get("role") == "user"
+        ),
+        None,
+    )
+    if question is None or recall_policy.QUESTION.search(_text(items[question])) is None:
+        return None
+    recall_calls = {
+        item.get("call_id")
+        for item in items[question + 1 :]
+        if isinstance(item, dict)
+        and item.get("type") == "function_call"
+        and item.get("name") == recall_policy.RECALL_TOOL
+    }
+    recalled: list[str] | None = None
+    shown: list[str] = []
+    instructions = payload.get("instructions")
+    if isinstance(instructions, str):
+        shown.append(instructions)
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") == "function_call_output":
+            text = _output_text(item.get("output"))
+            if index > question and item.get("call_id") in recall_calls:
+                recalled = [*(recalled or []), text]
+            else:
+                shown.append(text)
+        else:
+            shown.append(_text(item))
+    tools = [t for t in payload.get("tools") or () if isinstance(t, dict)]
+    names = [t.get("name") for t in tools if t.get("type") == "function"]
+    decision = recall_policy.decide(
+        _text(items[question]),
+        "\n".join(shown),
+        recalled,
+        offered=recall_policy.RECALL_TOOL in names,
+        may_call=payload.get("tool_choice") != "none",
+    )
+    if decision is None:
+        return None
+    if isinstance(decision, recall_policy.Answer):
+        return [
+            {
+                "type": "message",
+                "id": f"msg_fake{number}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": decision.text, "annotations": []}],
+            }
+        ]
+    calls = [(recall_policy.RECALL_TOOL, decision.arguments, f"call_rc{number}")]
+    own = next((n for n in names if n != recall_policy.RECALL_TOOL), None)
+    if decision.with_client_tool and isinstance(own, str):
+        calls.append((own, "{}", f"call_own{number}"))
+    return [
+        {
+            "type": "function_call",
+            "id": f"fc_fake{number}_{index}",
+            "call_id": call_id,
+            "name": name,
+            "arguments": arguments,
+            "status": "completed",
+        }
+        for index, (name, arguments, call_id) in enumerate(calls)
+    ]
+
+
+def _output_text(output: Any) -> str:
+    """A tool output's text: a string, or the text parts of a list of content parts."""
+    if isinstance(output, str):
+        return output
+    return base.message_text({"content": output})
 
 
 def _wants_calls(last: dict[str, Any], users: list[Any]) -> bool:

@@ -134,3 +134,47 @@ async def test_a_long_error_is_relayed_whole() -> None:
     assert sent[0]["status"] == 400
     assert _body(sent) == b"".join(chunked)
     assert outcome.bytes_out == sum(map(len, chunked))
+
+
+class Unreachable(Transport):
+    async def send(self, *args: Any) -> Reply:
+        raise ConnectionRefusedError("connection refused")
+
+
+async def _forward_unreachable(hold_failures: bool) -> tuple[Any, list[Any]]:
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.Event().wait()
+        return {}
+
+    run: Any = forward
+    outcome = await run(
+        Unreachable(Reply(200, [])),
+        UPSTREAM,
+        {"type": "http", "headers": []},
+        receive,
+        send,
+        method="POST",
+        url="http://upstream.test/v1/chat/completions",
+        headers=[],
+        content=b"{}",
+        hold=frozenset({200}),
+        hold_failures=hold_failures,
+    )
+    return outcome, sent
+
+
+async def test_an_unreachable_upstream_is_held_for_a_caller_that_asks() -> None:
+    """The recall loop's hidden rounds (api/_recall.py) hold a 502 instead of sending it: the
+    loop has a better answer for the client (the request again, without recall)."""
+    outcome, sent = await _forward_unreachable(True)
+    assert sent == []
+    assert outcome.held is not None and outcome.held.status == 502
+    assert b"upstream_error" in outcome.held.body
+    outcome, sent = await _forward_unreachable(False)  # everyone else: the 502 goes out
+    assert outcome.held is None and outcome.status == 502
+    assert sent[0]["status"] == 502

@@ -118,9 +118,9 @@ async def test_a_checkpoint_without_the_figure_is_counted_the_slow_way(
     flow: CompactionFlow, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Checkpoints stored before `folded_tokens` existed still report exactly."""
-    import compaction_proxy.engine._flow as flow_module
+    import compaction_proxy.engine._hit_report as hit_report
 
-    monkeypatch.setattr(flow_module, "checkpoint_meta", lambda report: {})
+    monkeypatch.setattr(hit_report, "checkpoint_meta", lambda report: {})
     first = await _run(flow, _request(12))
     assert first.checkpoint == "new"
     data = _request(13)

@@ -23,10 +23,12 @@ prefix for many turns); a configured target stops it earlier, but never before
 
 Idempotence: a result that already holds the placeholder (and, with ``clear_tool_inputs``,
 whose call already has ``"{}"`` arguments) needs no edit and frees nothing, so a second run
-plans nothing.  A step that would not free any token (a result shorter than the
-placeholder) is skipped.  Results of the newest step (an invariant, see "Groups and invariants"
-in docs/architecture.md), orphans and system
-messages are never touched.  ``minimum_preserved`` (default 0) protects the newest N
+plans nothing.  With recall on, the plan is made of the marked copies the draft would record
+(:meth:`~..draft.Draft.preview_edit`): what is measured is what goes upstream, and a result
+cleared on an earlier request (``placeholder [recall id r…]``) plans nothing either.  A step
+that would not free any token (a result shorter than the placeholder) is skipped.  Results of
+the newest step (an invariant, see "Groups and invariants" in docs/architecture.md), orphans and
+system messages are never touched.  ``minimum_preserved`` (default 0) protects the newest N
 non-system groups.
 """
 
@@ -193,10 +195,14 @@ class ClearToolUsesStrategy(Strategy):
         edits: dict[int, Message] = {}
         message = planned.get(result.index, draft.message(result.index))
         if message.get("content") != self.placeholder:
-            edits[result.index] = {**message, "content": self.placeholder}
+            cleared = draft.preview_edit(result.index, {**message, "content": self.placeholder})
+            if cleared is not None:  # with recall on: marked, and None for a stub's own form
+                edits[result.index] = cleared
         if self.clears_inputs(result.name):
             call = planned.get(result.call_index, draft.message(result.call_index))
             new_call = clear_call_arguments(call, result.call_id)
+            if new_call is not None:
+                new_call = draft.preview_edit(result.call_index, new_call)
             if new_call is not None:
                 edits[result.call_index] = new_call
         return edits

@@ -70,6 +70,7 @@ from pydantic import ConfigDict, Field
 
 from ..draft import Draft
 from ..fields import CamelModel
+from ..marks import strip_mark
 from ..messages import Message, role_of
 from ..triggers import Always, Condition, Never
 from ..view import GroupKind
@@ -277,7 +278,7 @@ class ContextPruningStrategy(Strategy):
     def _prune_text(
         self, message: Message, text: str, age: float, parts: list[Any] | None
     ) -> Message | None:
-        if text == self.placeholder:
+        if strip_mark(text) == self.placeholder:  # cleared already (with recall: and marked)
             return None
         original = trimmed_original_length(text)
         length = original if original is not None else len(text)
@@ -330,11 +331,12 @@ class ContextPruningStrategy(Strategy):
                 continue
             if not self.keep_going(draft, ctx):
                 break
+            if not draft.edit(index, new):
+                continue  # recall on: a stub's own form again, or a mark that frees nothing
             if new.get("content") == self.placeholder:
                 cleared += 1
             else:
                 trimmed += 1
-            draft.edit(index, new)
         notes = []
         if trimmed:
             notes.append(f"soft-trimmed {trimmed} tool result(s)")

@@ -110,8 +110,8 @@ def _trim_to_fit(draft: Draft, index: int) -> bool:
         if keep >= length:
             break
         head = keep // 2
-        draft.trim_newest(index, _with_text(original, soft_trim(text, head, keep - head)))
-        changed = True
+        trimmed = _with_text(original, soft_trim(text, head, keep - head))
+        changed = draft.trim_newest(index, trimmed) or changed
         if not draft.over_budget() or keep <= MIN_KEPT_CHARS:
             break
         keep = max(MIN_KEPT_CHARS, keep * 3 // 4)

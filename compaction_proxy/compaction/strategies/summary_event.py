@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from ..draft import Draft
+from ..marks import strip_mark
 from ..messages import Message
 from ..summarizer import Summarizer, SummaryError, SummaryRequest
 from ..view import SUMMARY_PREFIX, SUMMARY_SUFFIX, Group, GroupKind
@@ -29,10 +30,11 @@ def wrap_summary(text: str) -> str:
 def unwrap_summary(content: str) -> str:
     """The summary text inside a checkpoint's content (inverse of :func:`wrap_summary`).
 
-    Our own wrapper is removed exactly.  A checkpoint written with another note (an older
-    version, another tool) loses its ``<summary>`` opening and everything from the last
-    ``</summary>`` on.
+    Our own wrapper is removed exactly (and the span mark recall puts after it).  A checkpoint
+    written with another note (an older version, another tool) loses its ``<summary>`` opening
+    and everything from the last ``</summary>`` on.
     """
+    content = strip_mark(content)
     if content.startswith(SUMMARY_OPEN) and content.endswith(SUMMARY_SUFFIX):
         return content[len(SUMMARY_OPEN) : len(content) - len(SUMMARY_SUFFIX)]
     body = content.removeprefix(SUMMARY_PREFIX)
@@ -88,7 +90,7 @@ class SummaryEvent:
                 break
             text, accepted = answer, self.folded
             new_tokens = draft.measure(strategy.summary_message(text)).token_count
-            if round_number == strategy.max_rounds or self._fits(new_tokens):
+            if round_number == strategy.max_rounds or self._fits(text, new_tokens):
                 break
             deeper = self._fold_more(text, new_tokens)
             if deeper is None:
@@ -106,13 +108,17 @@ class SummaryEvent:
             max_tokens=self.bound,
         )
 
-    def _fits(self, new_tokens: int) -> bool:
-        """Whether a checkpoint of ``new_tokens`` tokens over the current fold keeps the
-        summary within its bound and the request within the budget."""
+    def _fits(self, text: str, new_tokens: int) -> bool:
+        """Whether the checkpoint of ``text`` (``new_tokens`` tokens) over the current fold
+        keeps the summary within its bound and the request within the budget (with the span
+        mark it gets with recall on)."""
         draft = self.draft
         overhead = draft.measure(self.strategy.summary_message("")).token_count
         if new_tokens - overhead > self.bound:
             return False
+        if draft.recall:
+            message = draft.preview_paid(self.strategy.summary_message(text), self.folded)
+            new_tokens = draft.measure(message).token_count
         folded = sum(draft.group_tokens(g) for g in self.folded)
         after = draft.prompt_tokens - folded + new_tokens
         return draft.calibration.apply(after) <= draft.budget.limit
@@ -155,7 +161,7 @@ class SummaryEvent:
     def _write(self, text: str, accepted: Sequence[Group], shown: int) -> StrategyOutcome:
         """Replace ``accepted`` by the checkpoint, unless it would not be shorter."""
         draft, strategy = self.draft, self.strategy
-        message = strategy.summary_message(text)
+        message = draft.preview_paid(strategy.summary_message(text), accepted)
         new_tokens = draft.measure(message).token_count
         old_tokens = sum(draft.group_tokens(g) for g in accepted)
         if new_tokens >= old_tokens:

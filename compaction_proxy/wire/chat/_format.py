@@ -11,6 +11,7 @@ from compaction_proxy.compaction.messages import last_user_text
 from .._bodies import parse_chat_body, validate_chat
 from .._openai import CHAT_SUMMARY, OpenAIReplies
 from ..format import BEARER, Lowered, RefusalText, SummaryCall, UpstreamAuth
+from ._recall import CHAT_RECALL, ChatRecall
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +38,8 @@ class ChatFormat(OpenAIReplies):
     prefix_summaries = True
     refusals: tuple[RefusalText, ...] = ()
     parse: Callable[[bytes], dict[str, Any]] = staticmethod(parse_chat_body)
+    recall: ChatRecall = CHAT_RECALL
+    """The format's side of the recall loop (``_recall.py``)."""
 
     def claims(self, body: Mapping[str, Any]) -> bool:
         return "messages" in body

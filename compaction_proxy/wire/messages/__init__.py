@@ -11,7 +11,7 @@ the edge; except :data:`MESSAGES`, the API's :class:`~compaction_proxy.wire.form
 from __future__ import annotations
 
 from .._anthropic import BINDING_BETA
-from ._binding import thinking_binding, unbound_blocks
+from ._binding import offer_binding, thinking_binding, unbound_blocks
 from ._format import (
     MESSAGES,
     MessagesFormat,
@@ -23,15 +23,18 @@ from ._format import (
 )
 from ._lift import Lifted, Owner, Piece, lift
 from ._lower import Lowered, LowerError, lower
+from ._recall import MESSAGES_RECALL, MessagesRecall
 from ._validation import validate_request
 
 __all__ = [
     "BINDING_BETA",
     "MESSAGES",
+    "MESSAGES_RECALL",
     "Lifted",
     "LowerError",
     "Lowered",
     "MessagesFormat",
+    "MessagesRecall",
     "MessagesView",
     "Owner",
     "Piece",
@@ -39,6 +42,7 @@ __all__ = [
     "is_messages_body",
     "lift",
     "lower",
+    "offer_binding",
     "parse_messages_body",
     "thinking_binding",
     "unbound_blocks",

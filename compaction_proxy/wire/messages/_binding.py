@@ -42,25 +42,56 @@ def thinking_binding(
     """The amendment that lets ``upstream`` accept ``items`` (the lowered ``messages``) in place
     of the client's: ``thinking`` with ``block_binding`` set to ``drop_block`` and the beta,
     when signed blocks follow the first message compaction changed; None otherwise."""
-    if not upstream.native:
-        return None
-    thinking = body.get("thinking")
-    if thinking is not None and (
-        not isinstance(thinking, Mapping)
-        or "block_binding" in thinking
-        or thinking.get("type") == "disabled"
-    ):
+    if not _may_bind(body, upstream):
         return None
     original = body.get("messages")
     unbound = unbound_blocks(original if isinstance(original, list) else [], items)
+    return _drop_block(body, unbound, "compaction changed what comes before")
+
+
+def offer_binding(
+    body: Mapping[str, Any], items: Sequence[Any], upstream: UpstreamTraits
+) -> Amendment | None:
+    """The same amendment for a request offered the recall tool (compaction_proxy/wire/
+    messages/_recall.py): ``tools`` is part of every block's prefix, so a block made before
+    the tool was offered no longer matches it, wherever it is in ``items`` (the forwarded
+    ``messages``). Blocks made since (the tool offered as it is now) still match and are kept;
+    the API drops only the others. None: no signed block, or a case :func:`thinking_binding`
+    leaves alone (not Anthropic's API, the client's own ``block_binding``, thinking off)."""
+    if not _may_bind(body, upstream):
+        return None
+    signed = sum(
+        1
+        for message in items
+        if isinstance(message, Mapping) and message.get("role") == "assistant"
+        for block in blocks_of(message.get("content"))
+        if block_type(block) in THINKING_TYPES
+    )
+    return _drop_block(body, signed, "the recall tool was added to the tools before")
+
+
+def _may_bind(body: Mapping[str, Any], upstream: UpstreamTraits) -> bool:
+    """Anthropic's own API, and a ``thinking`` the proxy may write ``block_binding`` into."""
+    if not upstream.native:
+        return False
+    thinking = body.get("thinking")
+    return thinking is None or (
+        isinstance(thinking, Mapping)
+        and "block_binding" not in thinking
+        and thinking.get("type") != "disabled"
+    )
+
+
+def _drop_block(body: Mapping[str, Any], unbound: int, cause: str) -> Amendment | None:
     if not unbound:
         return None
-    merged = {"type": ADAPTIVE} if thinking is None else dict(thinking)
+    thinking = body.get("thinking")
+    merged = {"type": ADAPTIVE} if not isinstance(thinking, Mapping) else dict(thinking)
     merged["block_binding"] = dict(DROP_BLOCK)
     plural = "block" if unbound == 1 else "blocks"
     note = (
-        f"thinking.block_binding set to drop_block: compaction changed what comes before "
-        f"{unbound} signed thinking {plural}; the API drops those whose prefix no longer matches"
+        f"thinking.block_binding set to drop_block: {cause} {unbound} signed thinking "
+        f"{plural}; the API drops those whose prefix no longer matches"
     )
     return Amendment({"thinking": merged}, (("anthropic-beta", BINDING_BETA),), (note,))
 

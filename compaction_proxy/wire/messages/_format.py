@@ -33,12 +33,14 @@ from ..format import (
     UpstreamTraits,
     WindowOption,
 )
+from ..recall import RecallWire
 from ._binding import thinking_binding
 from ._blocks import block_type
 from ._cleared_thinking import drop_thinking, restore_thinking
 from ._context_management import MessagesEdits, translate
 from ._lift import Lifted, lift, request_messages
 from ._lower import lower
+from ._recall import MESSAGES_RECALL
 from ._validation import validate_request
 
 ANTHROPIC_ONLY_FIELDS = frozenset(
@@ -149,6 +151,7 @@ class MessagesFormat:
     prefix_summaries = False  # the transcript form: the view is not chat completions
     refusals: tuple[RefusalText, ...] = ()  # Anthropic's phrase is among the common ones
     parse = staticmethod(parse_messages_body)
+    recall: RecallWire = MESSAGES_RECALL  # the recall tool on this API (._recall)
 
     def claims(self, body: Mapping[str, Any]) -> bool:
         return is_messages_body(body)

@@ -26,6 +26,7 @@ from .._openai import OpenAIReplies
 from ..format import BEARER, Lowered, RefusalText, SummaryCall, UpstreamAuth
 from ._lift import Lifted, input_items, lift
 from ._lower import lower
+from ._recall import RESPONSES_RECALL, ResponsesRecall
 from ._validation import validate_request
 
 SERVER_STATE_FIELDS = ("previous_response_id", "conversation")
@@ -86,6 +87,8 @@ class ResponsesFormat(OpenAIReplies):
     prefix_summaries = False  # the transcript form: the view is not chat completions
     refusals: tuple[RefusalText, ...] = ()
     parse = staticmethod(parse_responses_body)
+    recall: ResponsesRecall = RESPONSES_RECALL
+    """The format's side of the recall loop (``_recall.py``)."""
 
     def claims(self, body: Mapping[str, Any]) -> bool:
         return is_responses_body(body)

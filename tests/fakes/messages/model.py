@@ -10,7 +10,12 @@ in front with ``create_app(policies=[...])``). The built-in chain:
    ``fake-progress: step=N``, so a loop picks up where it was after a summary.
 2. :func:`recall_policy`: a last user message containing ``fake-recall`` is answered with every
    ``FACT-...`` token visible in the prompt (system, messages, tool results), in order.
-3. :func:`loop_policy`: an agent loop scripted by a ``fake-loop: steps=N [lines=L] [parallel=P]
+3. :func:`question_policy`: the scripted model's use of the proxy's recall tool
+   (tests/fakes/recall_policy.py): the last user text asking ``QUESTION: what is KEY-n?`` is
+   answered from the prompt, or with a ``tool_use`` of ``compaction_recall`` when the fact is
+   not there and the tool is declared (and ``tool_choice`` is not ``{"type": "none"}``), and
+   answered from that call's ``tool_result`` on the next round.
+4. :func:`loop_policy`: an agent loop scripted by a ``fake-loop: steps=N [lines=L] [parallel=P]
    [every=K] [tool=NAME]`` directive in a user message (or the server's ``loop_steps``): while
    fewer than N steps are answered, the reply calls the tool (Bash when offered, else the first
    tool) ``parallel`` times (on every K-th step only, one call on the others, with ``every``);
@@ -20,7 +25,7 @@ in front with ``create_app(policies=[...])``). The built-in chain:
    (answered tool uses of this fake, ids ``toolu_fake_<step>_<call>_<n>``, and progress markers
    in summaries), never from server state, so it survives any compaction that keeps the latest
    turn.
-4. :func:`echo_policy`: echoes the last user text (or the trailing tool results).
+5. :func:`echo_policy`: echoes the last user text (or the trailing tool results).
 
 Thinking is added by the server, not by policies: see ``thinking`` in the app settings.
 """
@@ -34,6 +39,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
+from tests.fakes import recall_policy as scripted
 from tests.fakes.messages.prompt import content_blocks, system_blocks
 
 FACT = re.compile(r"FACT-[A-Za-z0-9]+")
@@ -275,6 +283,77 @@ def recall_policy(turn: Turn) -> Reply | None:
     return Reply([Text("Facts: " + (", ".join(facts(turn)) or "none"))])
 
 
+def question_policy(turn: Turn) -> Reply | None:
+    """See the module docstring. The question is the last user message with text (a message
+    of tool results alone is not one); the recall results are the ``tool_result`` blocks that
+    answer the ``compaction_recall`` calls after it; everything else is what the model sees.
+    The ``tool_use`` ids are the fake's own (``toolu_fake_0_0_<n>``: step 0 to the loop)."""
+    messages = turn.messages
+    question = next(
+        (
+            i
+            for i in range(len(messages) - 1, -1, -1)
+            if messages[i].get("role") == "user" and _text_of(messages[i])
+        ),
+        None,
+    )
+    if question is None or scripted.QUESTION.search(_text_of(messages[question])) is None:
+        return None
+    calls = {
+        str(block.get("id"))
+        for message in messages[question + 1 :]
+        if message.get("role") == "assistant"
+        for block in content_blocks(message.get("content"))
+        if isinstance(block, dict)
+        and block.get("type") == "tool_use"
+        and block.get("name") == scripted.RECALL_TOOL
+    }
+    recalled: list[str] | None = None
+    shown = [str(b.get("text", "")) for b in system_blocks(turn.body.get("system"))]
+    for index, message in enumerate(messages):
+        if message.get("role") not in ("user", "assistant", "system"):
+            continue
+        for block in content_blocks(message.get("content")):
+            answers = isinstance(block, dict) and block.get("type") == "tool_result"
+            if answers and index > question and str(block.get("tool_use_id")) in calls:
+                recalled = [*(recalled or []), block_text(block)]
+            else:
+                shown.append(block_text(block))
+    names = [str(t.get("name")) for t in turn.tools]
+    choice = turn.body.get("tool_choice")
+    decision = scripted.decide(
+        _text_of(messages[question]),
+        "\n".join(shown),
+        recalled,
+        offered=scripted.RECALL_TOOL in names,
+        may_call=not (isinstance(choice, dict) and choice.get("type") == "none"),
+    )
+    if decision is None:
+        return None
+    if isinstance(decision, scripted.Answer):
+        return Reply([Text(decision.text)])
+    blocks: list[Block] = [ToolUse(scripted.RECALL_TOOL, _arguments(decision.arguments))]
+    own = next((n for n in names if n != scripted.RECALL_TOOL), None)
+    if decision.with_client_tool and own is not None:
+        blocks.append(ToolUse(own, {}))
+    return Reply(blocks)
+
+
+def _text_of(message: dict[str, Any]) -> str:
+    """The text blocks of a message (its string content), joined."""
+    return "\n".join(
+        str(b.get("text", ""))
+        for b in content_blocks(message.get("content"))
+        if isinstance(b, dict) and b.get("type") == "text"
+    )
+
+
+def _arguments(text: str) -> dict[str, Any]:
+    value = orjson.loads(text)
+    assert isinstance(value, dict), text
+    return value
+
+
 def echo_policy(turn: Turn) -> Reply:
     messages = turn.messages
     if messages and messages[-1].get("role") == "user":
@@ -288,7 +367,13 @@ def echo_policy(turn: Turn) -> Reply:
     return Reply([Text("echo: " + turn.last_user_text()[:ECHO_LIMIT])])
 
 
-BUILTIN: tuple[Policy, ...] = (summary_policy, recall_policy, loop_policy, echo_policy)
+BUILTIN: tuple[Policy, ...] = (
+    summary_policy,
+    recall_policy,
+    question_policy,
+    loop_policy,
+    echo_policy,
+)
 
 
 async def decide(policies: Sequence[Policy], turn: Turn) -> Reply:

@@ -1,0 +1,78 @@
+"""One POST of a compacted route's body to its upstream, relayed (or held) by the forwarder:
+what the attempts, the recall loop's hidden rounds and the token count share."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+
+from compaction_proxy.config import UpstreamSettings
+from compaction_proxy.http import Receive, Scope, Send
+from compaction_proxy.upstream import upstream_headers, upstream_url, with_listed
+from compaction_proxy.wire import WireFormat
+
+from ._context import RequestContext
+from ._forward import Outcome, forward
+from ._usage import UsageFormat
+
+REFUSAL_STATUSES = frozenset({400, 413, 422})
+"""Statuses an overflow refusal comes with (vLLM, llama.cpp, OpenAI: 400; TGI: 422; some
+gateways: 413). Only these replies are held back and read; every other one streams through."""
+
+
+async def post_upstream(
+    ctx: RequestContext,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    upstream: UpstreamSettings,
+    wire: WireFormat,
+    body: bytes,
+    *,
+    extra_headers: list[tuple[bytes, bytes]],
+    usage: UsageFormat | None = None,
+    on_accepted: Callable[[], Awaitable[None]] | None = None,
+    hold: frozenset[int] | None = None,
+    hold_limit: int | None = None,
+    hold_failures: bool = False,
+    listed: Iterable[tuple[str, str]] = (),
+) -> Outcome:
+    """POST ``body`` to the request's path on ``upstream`` the way ``wire`` says (its key
+    header, its error shape) and relay the reply (:func:`forward`); ``listed``: values the
+    format's amendment appends to a comma-separated header (a beta it needs)."""
+    return await forward(
+        ctx.state.transport,
+        upstream,
+        scope,
+        receive,
+        send,
+        method="POST",
+        url=upstream_url(upstream, scope),
+        headers=_identity(
+            with_listed(
+                upstream_headers(
+                    scope["headers"],
+                    upstream,
+                    strip_authorization=ctx.authenticated,
+                    auth=wire.auth,
+                ),
+                listed,
+            ),
+            hold_limit is not None,
+        ),
+        content=body,
+        extra_headers=extra_headers,
+        usage=usage,
+        on_accepted=on_accepted,
+        hold=hold,
+        hold_limit=hold_limit,
+        hold_failures=hold_failures,
+        wire=wire,
+    )
+
+
+def _identity(headers: list[tuple[str, str]], held: bool) -> list[tuple[str, str]]:
+    """A reply the proxy reads whole (the recall loop) is asked for uncompressed."""
+    if not held:
+        return headers
+    kept = [(name, value) for name, value in headers if name.lower() != "accept-encoding"]
+    return [*kept, ("accept-encoding", "identity")]
