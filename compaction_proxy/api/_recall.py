@@ -272,8 +272,7 @@ class _Loop:
         # The answers of one round share one budget, and a round answers a few calls at most:
         # five calls each returning a quarter of the window would overflow it by themselves.
         calls = turn.calls[:MAX_CALLS]
-        share = max(100, _answer_tokens(settings, self.window) // len(calls))
-        answers.extend(RecallAnswer(c.call_id, TOO_MANY_TEXT, True) for c in turn.calls[MAX_CALLS:])
+        share = max(100, _answer_tokens(settings, self.window) // max(1, len(calls)))
         for call in calls:
             if desk is None:  # never: the desk exists wherever a block turns recall on
                 answers.append(RecallAnswer(call.call_id, "archive not available", True))
@@ -286,6 +285,8 @@ class _Loop:
             stats.ids += answer.ids
             stats.tokens += answer.tokens
             stats.unavailable = stats.unavailable or answer.unavailable
+        # Every call gets its result, in the turn's order.
+        answers.extend(RecallAnswer(c.call_id, TOO_MANY_TEXT, True) for c in turn.calls[MAX_CALLS:])
         return answers, False
 
     async def _round(

@@ -228,3 +228,5 @@ def test_a_round_answers_a_few_calls_sharing_one_budget() -> None:
     results = [m for m in script.posted[0]["messages"] if m["role"] == "tool"]
     assert len(results) == 6
     assert sum("Too many recall calls" in m["content"] for m in results) == 2
+    # In the turn's order: the four answered, then the two told to ask for fewer.
+    assert [m["tool_call_id"] for m in results] == [f"call_{n}" for n in range(6)]
