@@ -27,7 +27,6 @@ import datetime as dt
 import json
 import os
 import platform
-import re
 import shutil
 import statistics
 import subprocess
@@ -48,6 +47,7 @@ from bench.harness import (
     cpu_model,
     fmt,
     free_port,
+    hey,
     pinned,
     start,
     stop,
@@ -114,42 +114,6 @@ def loadgen(
         cmd += ["--target", f"{t.name}={t.url}"]
     out = subprocess.run(pinned(CLIENT_CPU, cmd), cwd=REPO, capture_output=True, check=True)
     return json.loads(out.stdout)
-
-
-def hey(target: Target, body: Path, concurrency: int, duration: float) -> dict[str, float]:
-    """One closed-loop `hey` run; latencies converted to ms."""
-    cmd = [
-        "hey",
-        "-z",
-        f"{duration}s",
-        "-c",
-        str(concurrency),
-        "-m",
-        "POST",
-        "-T",
-        "application/json",
-        "-H",
-        f"Authorization: Bearer {KEY}",
-        "-D",
-        str(body),
-        target.url,
-    ]
-    text = subprocess.run(pinned(CLIENT_CPU, cmd), capture_output=True, text=True).stdout
-
-    def grab(pattern: str) -> float:
-        m = re.search(pattern, text)
-        return float(m.group(1)) if m else float("nan")
-
-    ok = sum(int(n) for n in re.findall(r"\[200\]\s+(\d+) responses", text))
-    total = sum(int(n) for n in re.findall(r"\[\d{3}\]\s+(\d+) responses", text))
-    failed = text.split("Error distribution:", 1)[1] if "Error distribution:" in text else ""
-    errors = total - ok + sum(int(n) for n in re.findall(r"^\s+\[(\d+)\]\s", failed, re.M))
-    return {
-        "rps": grab(r"Requests/sec:\s+([\d.]+)"),
-        "p50": grab(r"50%+ in ([\d.]+) secs") * 1000,
-        "p99": grab(r"99%+ in ([\d.]+) secs") * 1000,
-        "errors": errors,
-    }
 
 
 def median_round(rounds: list[dict[str, float]]) -> dict[str, float]:
@@ -308,7 +272,7 @@ def main() -> None:
                 print(f"# c=16 {mode} round {r + 1}/{tp_rounds}", file=sys.stderr)
                 for t in targets:
                     if use_hey:
-                        res = hey(t, bodies[mode], 16, seconds)
+                        res = hey(t.url, bodies[mode], 16, seconds)
                     else:
                         res = loadgen([t], bodies[mode], 16, 1, warmup, duration=seconds)[t.name]
                     per_round[mode][t.name].append(res)

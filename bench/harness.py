@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.metadata as md
 import os
 import platform
+import re
 import shutil
 import signal
 import socket
@@ -38,6 +39,20 @@ DEFAULT_LITELLM = next(
         if path.exists()
     ),
     REPO / LITELLM_VENV / "bin" / "litellm",
+)
+GUARDIAN_VENV = ".venv-guardian"
+"""context-guardian's own virtualenv (git-ignored), for the same reason as LiteLLM's:
+`python3 -m venv .venv-guardian && .venv-guardian/bin/pip install context-guardian`."""
+DEFAULT_GUARDIAN = next(
+    (
+        path
+        for path in (
+            REPO / GUARDIAN_VENV / "bin" / "context-guardian",
+            REPO.parent / GUARDIAN_VENV / "bin" / "context-guardian",
+        )
+        if path.exists()
+    ),
+    REPO / GUARDIAN_VENV / "bin" / "context-guardian",
 )
 # A short but realistic agent turn (~1 KB): the proxy parses it with orjson on every request.
 MESSAGES = [
@@ -112,7 +127,39 @@ def stop(target: Target) -> None:
         target.proc.wait()
 
 
-def versions(litellm: Path | None) -> str:
+def hey(url: str, body: Path, concurrency: int, duration: float) -> dict[str, float]:
+    """One closed-loop `hey` run (Go: no Python generator ceiling) on the client core.
+
+    Latencies in ms; ``sent`` is every response hey counted, so a caller can divide a
+    server's CPU time by it.
+    """
+    cmd = ["hey", "-z", f"{duration}s", "-c", str(concurrency), "-m", "POST"]
+    cmd += ["-T", "application/json", "-H", f"Authorization: Bearer {KEY}", "-D", str(body), url]
+    text = subprocess.run(pinned(CLIENT_CPU, cmd), capture_output=True, text=True).stdout
+
+    def grab(pattern: str) -> float:
+        m = re.search(pattern, text)
+        return float(m.group(1)) if m else float("nan")
+
+    ok = sum(int(n) for n in re.findall(r"\[200\]\s+(\d+) responses", text))
+    total = sum(int(n) for n in re.findall(r"\[\d{3}\]\s+(\d+) responses", text))
+    failed = text.split("Error distribution:", 1)[1] if "Error distribution:" in text else ""
+    refused = sum(int(n) for n in re.findall(r"^\s+\[(\d+)\]\s", failed, re.M))
+    return {
+        "rps": grab(r"Requests/sec:\s+([\d.]+)"),
+        "p50": grab(r"50%+ in ([\d.]+) secs") * 1000,
+        "p99": grab(r"99%+ in ([\d.]+) secs") * 1000,
+        "errors": total - ok + refused,
+        "sent": total + refused,
+    }
+
+
+def guardian_version(guardian: Path) -> str:
+    out = subprocess.run([str(guardian), "--version"], capture_output=True, text=True)
+    return out.stdout.strip() or "context-guardian (version unknown)"
+
+
+def versions(litellm: Path | None, guardian: Path | None = None) -> str:
     names = ["uvicorn", "uvloop", "httptools", "httpx", "httpx-aiohttp", "aiohttp", "orjson"]
     parts = [f"Python {platform.python_version()}"]
     parts += [f"{n} {md.version(n)}" for n in names if _has(n)]
@@ -125,6 +172,8 @@ def versions(litellm: Path | None) -> str:
         parts.append(
             "LiteLLM " + subprocess.run(probe, capture_output=True, text=True).stdout.strip()
         )
+    if guardian is not None:
+        parts.append(guardian_version(guardian))
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
     ).stdout.strip()
