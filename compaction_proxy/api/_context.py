@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from compaction_proxy.summarizer import SummaryCalls
     from compaction_proxy.upstream import Router, UpstreamTransport, WindowBook
 
-    from ._outcome import RecallStats
+    from ._recall_stats import RecallStats
 
 
 @dataclass(slots=True)

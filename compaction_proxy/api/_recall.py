@@ -40,8 +40,8 @@ from compaction_proxy.wire.recall import RECALL, RECALL_TOOL, RecallAnswer, Reca
 
 from ._context import RequestContext
 from ._forward import HeldReply, Outcome, send_held
-from ._outcome import RecallStats
 from ._posting import REFUSAL_STATUSES, post_upstream
+from ._recall_stats import RecallStats
 from ._usage import UsageProbe
 
 log = logging.getLogger("compaction_proxy.recall")

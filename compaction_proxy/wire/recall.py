@@ -17,10 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from .format import Amendment, UpstreamTraits
+from ._amendment import Amendment, UpstreamTraits
 
 __all__ = [
     "RECALL",
