@@ -21,7 +21,7 @@ from typing import Any
 
 from compaction_proxy.compaction import CompactionResult, Mode, OutputLimit
 from compaction_proxy.config import UpstreamSettings
-from compaction_proxy.engine import FlowRequest
+from compaction_proxy.engine import FlowRequest, Known
 from compaction_proxy.http import Receive, Scope, Send
 from compaction_proxy.summarizer import SummaryCalls
 from compaction_proxy.upstream import (
@@ -134,6 +134,8 @@ class Subject:
     ``edits``: the request's context edits the proxy applies for its upstream
     (compaction_proxy/api/_context_edits.py); ``client`` is then the body without them.
     ``upstream``: what the format may need to know of the upstream (:func:`traits`).
+    ``known``: what the body shares with its conversation's previous request
+    (compaction_proxy/engine/_known.py).
     """
 
     client: ClientBody
@@ -142,6 +144,7 @@ class Subject:
     wire: WireFormat
     edits: ContextEdits | None = None
     upstream: UpstreamTraits = NOT_NATIVE
+    known: Known | None = None
 
     @property
     def raw(self) -> bytes:
@@ -263,6 +266,7 @@ async def compact(
                     subject.upstream.native,
                 ),
                 edits=subject.edits,
+                known=subject.known,
             )
         )
     except Exception:

@@ -20,7 +20,7 @@ from compaction_proxy.checkpoints import StoreBudget
 from compaction_proxy.compaction import Mode
 from compaction_proxy.compaction.messages import last_user_text
 from compaction_proxy.config import UpstreamSettings
-from compaction_proxy.engine import OFFLOAD_BYTES
+from compaction_proxy.engine import OFFLOAD_BYTES, Known
 from compaction_proxy.http import ProxyError, Receive, Scope, Send, read_body
 from compaction_proxy.upstream import json_model
 from compaction_proxy.wire import ClientBody, WireFormat
@@ -34,9 +34,11 @@ from ._outcome import RouteOutcome
 from ._recall import clashes
 from ._requests import (
     compaction_mode,
+    credential,
     effective_window,
     readable_encoding,
     route,
+    tenant,
 )
 
 
@@ -83,14 +85,20 @@ async def _compact_and_send(call: _Call, mode: Mode) -> RouteOutcome:
     state = ctx.state
     offload = state.compactor.offload
     # A large body is parsed (and held to server.max_messages / max_content_parts),
-    # validated and lifted off the event loop (compaction_proxy/engine/_offload.py).
-    body = await offload.parse(
-        raw,
-        wire.parse,
-        params=(wire.items,),
-        limits=size_limits(state, scope),
-        applies=compacted_model(state),
-    )
+    # validated and lifted off the event loop (compaction_proxy/engine/_offload.py); one that
+    # extends its conversation's previous request, only in its new part
+    # (compaction_proxy/engine/_known.py).
+    memory = state.compactor.memory
+    limits, applies = size_limits(state, scope), compacted_model(state)
+    known: Known | None = None
+    if memory.applies(wire, raw):
+        bucket = memory.bucket(credential(scope), tenant(scope), wire, raw)
+        parsed = await memory.parse(raw, wire, bucket, limits=limits, applies=applies)
+        body, known = parsed.data, parsed.known
+    else:
+        body = await offload.parse(
+            raw, wire.parse, params=(wire.items,), limits=limits, applies=applies
+        )
     model = body.get("model")
     ctx.model = model if isinstance(model, str) else None
     upstream = state.router.for_model(ctx.model)
@@ -111,10 +119,10 @@ async def _compact_and_send(call: _Call, mode: Mode) -> RouteOutcome:
                 param="tools",
                 code="tool_name_reserved",
             )
-        if len(raw) >= OFFLOAD_BYTES:
+        if len(raw) >= OFFLOAD_BYTES and (known is None or not known.checked):
             view = await offload.call(wire.lift, body)
         else:
-            view = wire.lift(body)
+            view = memory.lift(wire, body, known)
         if show:
             ctx.content = last_user_text(view.chat["messages"])
         # Edits the upstream would not apply: the proxy applies them, and they go without.
@@ -123,8 +131,9 @@ async def _compact_and_send(call: _Call, mode: Mode) -> RouteOutcome:
         if edits is not None:
             client = client.without(edits.strip)
         window = await effective_window(ctx, scope, upstream, ctx.model, wire)
-        subject = Subject(client, view, mode, wire, edits, traits(upstream))
+        subject = Subject(client, view, mode, wire, edits, traits(upstream), known)
         attempt = await compact(ctx, scope, subject, window)
+        memory.remember(known)
     return await call.send_upstream(upstream, attempt)
 
 

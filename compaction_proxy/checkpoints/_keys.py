@@ -80,11 +80,16 @@ def scope_of(body: Mapping[str, Any], tenant: str | None = None) -> str:
     return digest(canonical_bytes(scope)).hex()
 
 
-def chain(namespace: str, messages: Sequence[Message]) -> list[str]:
-    """`h_1..h_n` for `messages` (already without the leading system block)."""
-    current = digest(namespace.encode())
-    hashes: list[str] = []
-    for message in messages:
+def chain(namespace: str, messages: Sequence[Message], known: Sequence[str] = ()) -> list[str]:
+    """`h_1..h_n` for `messages` (already without the leading system block).
+
+    `known`: `h_1..h_j` of the same namespace and the same leading messages, computed before
+    (the conversation's previous request, compaction_proxy/engine/_known.py): the chain goes
+    on from `h_j`, and only the messages after them are serialized and hashed."""
+    hashes = list(known[: len(messages)])
+    current = bytes.fromhex(hashes[-1]) if hashes else digest(namespace.encode())
+    for index in range(len(hashes), len(messages)):
+        message = messages[index]
         current = digest(current + canonical_bytes(message))
         hashes.append(current.hex())
     return hashes

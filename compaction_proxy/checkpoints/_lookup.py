@@ -66,15 +66,19 @@ class Checkpoints:
         self.store = store
         self.ttl_seconds = ttl_seconds
 
-    async def lookup(self, namespace: str, messages: Sequence[Message]) -> Lookup:
+    async def lookup(
+        self, namespace: str, messages: Sequence[Message], *, chained: Sequence[str] = ()
+    ) -> Lookup:
+        """The effective view of ``messages``; ``chained``: the leading chain hashes of its
+        non-system messages, known from the conversation's previous request (:func:`chain`)."""
         system_count = leading_system_count(messages)
         rest = messages[system_count:]
         # A long conversation's chain (a serialization and a hash per message) is computed
         # off the event loop, like the rest of a large request's work.
-        if len(rest) >= OFF_LOOP_MESSAGES:
-            hashes = await asyncio.to_thread(chain, namespace, rest)
+        if len(rest) - len(chained) >= OFF_LOOP_MESSAGES:
+            hashes = await asyncio.to_thread(chain, namespace, rest, chained)
         else:
-            hashes = chain(namespace, rest)
+            hashes = chain(namespace, rest, chained)
         found: tuple[int, Checkpoint] | None = None
         error: str | None = None
         if hashes and could_have_checkpoint(rest):

@@ -44,6 +44,8 @@ class PromptBound:
     """Every message was counted (from the cache or now): ``tokens`` is the prompt's count."""
     bounded: int
     """Messages bounded by their byte length rather than counted."""
+    counts: tuple[int, ...] = ()
+    """Each message's own count (after the ``known`` ones), when asked for and ``exact``."""
 
 
 def message_bound(data: bytes) -> int | None:
@@ -59,28 +61,39 @@ def prompt_bound(
     tokenizer: EnvelopeTokenizer,
     *,
     count_bytes: int = 0,
+    known: tuple[int, int] = (0, 0),
+    itemized: bool = False,
 ) -> PromptBound:
     """An upper bound of the prompt tokens of ``messages`` and ``tools``.
 
     ``count_bytes``: uncached messages are counted exactly (and cached) while their canonical
     bytes add up to at most this; the rest are bounded by their length. A message with an
     image is always counted.
+
+    ``known``: ``(n, tokens)``, the exact count of the first ``n`` messages with this
+    tokenizer, known without looking at them (the conversation's previous request,
+    compaction_proxy/engine/_known.py); only the messages after them are serialized.
+    ``itemized``: also return those messages' own counts (:attr:`PromptBound.counts`).
     """
-    datas = [canonical_bytes(message) for message in messages]
+    skip, total = known
+    rest = messages[skip:] if skip else messages
+    datas = [canonical_bytes(message) for message in rest]
     found = tokenizer.cache.get_many([cache_key(data) for data in datas])
-    total = tokenizer.count_tools(tools) + tokenizer.reply_priming
+    total += tokenizer.count_tools(tools) + tokenizer.reply_priming
     budget = count_bytes
     bounded = 0
-    for message, data, count in zip(messages, datas, found, strict=True):
-        if count is not None:
-            total += count
-            continue
-        bound = message_bound(data)
-        if bound is None or len(data) <= budget:
+    counts: list[int] = []
+    for message, data, count in zip(rest, datas, found, strict=True):
+        if count is None:
+            bound = message_bound(data)
+            if bound is not None and len(data) > budget:
+                total += bound
+                bounded += 1
+                continue
             if bound is not None:
                 budget -= len(data)
-            total += tokenizer.count_message(message, data)
-            continue
-        total += bound
-        bounded += 1
-    return PromptBound(total, bounded == 0, bounded)
+            count = tokenizer.count_message(message, data)
+        total += count
+        if itemized:
+            counts.append(count)
+    return PromptBound(total, bounded == 0, bounded, tuple(counts) if not bounded else ())

@@ -30,8 +30,12 @@ class ValidationIssue:
     param: str
 
 
-def validate_messages(messages: object) -> ValidationIssue | None:
+def validate_messages(messages: object, *, start: int = 0) -> ValidationIssue | None:
     """The first problem in ``messages`` (the request's ``messages`` value), or ``None``.
+
+    ``start``: how many leading messages are known to pass (the same objects passed in the
+    conversation's previous request: each message is checked on its own, so a verdict once
+    given holds); only the ones after them are checked.
 
     Checks: a non-empty list of objects; a known ``role``; ``content`` is a string, a list of
     content parts or null; each part an object with a string ``type`` (a ``text`` part with a
@@ -45,8 +49,8 @@ def validate_messages(messages: object) -> ValidationIssue | None:
         return ValidationIssue("'messages' must be an array", "messages")
     if not messages:
         return ValidationIssue("'messages' must contain at least one message", "messages")
-    for index, message in enumerate(messages):
-        issue = _check_message(message, f"messages[{index}]")
+    for index in range(start, len(messages)):
+        issue = _check_message(messages[index], f"messages[{index}]")
         if issue is not None:
             return issue
     return None
@@ -188,10 +192,15 @@ class LimitIssue:
     code: str
 
 
-def size_issue(items: object, limits: SizeLimits, *, param: str) -> LimitIssue | None:
+def size_issue(
+    items: object, limits: SizeLimits, *, param: str, start: int = 0, parts: int = 0
+) -> LimitIssue | None:
     """Whether ``items`` (chat ``messages`` or Responses ``input`` items, named ``param``)
     passes ``limits``: its length, then the content parts of all its entries (a ``content``
-    list, or a Responses call output's ``output`` list)."""
+    list, or a Responses call output's ``output`` list).
+
+    ``start`` / ``parts``: the leading entries already counted and their parts (the
+    conversation's previous request, compaction_proxy/engine/_known.py)."""
     if not isinstance(items, list):
         return None
     if len(items) > limits.max_messages:
@@ -201,15 +210,8 @@ def size_issue(items: object, limits: SizeLimits, *, param: str) -> LimitIssue |
             param,
             "too_many_messages",
         )
-    parts = 0
-    for item in items:
-        if isinstance(item, Mapping):
-            content = item.get("content")
-            if isinstance(content, list):
-                parts += len(content)
-            output = item.get("output")
-            if isinstance(output, list):
-                parts += len(output)
+    for index in range(start, len(items)):
+        parts += item_parts(items[index])
     if parts > limits.max_content_parts:
         return LimitIssue(
             f"'{param}' has {parts:,} content parts in all; this proxy accepts at most "
@@ -218,3 +220,18 @@ def size_issue(items: object, limits: SizeLimits, *, param: str) -> LimitIssue |
             "too_many_content_parts",
         )
     return None
+
+
+def item_parts(item: object) -> int:
+    """The content parts :func:`size_issue` counts for one entry: its ``content`` list, and a
+    Responses call output's ``output`` list."""
+    if not isinstance(item, Mapping):
+        return 0
+    parts = 0
+    content = item.get("content")
+    if isinstance(content, list):
+        parts += len(content)
+    output = item.get("output")
+    if isinstance(output, list):
+        parts += len(output)
+    return parts

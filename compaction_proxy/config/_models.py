@@ -67,6 +67,10 @@ class ServerSettings(Strict):
     # items, and content parts across them.
     max_messages: int = Field(50_000, ge=1)
     max_content_parts: int = Field(100_000, ge=1)
+    # Per process: each conversation's previous request, so the next one (the same bytes and
+    # one more step) parses, validates, counts and hashes only what is new
+    # (compaction_proxy/engine/_known.py); 0 turns it off.
+    conversation_memory_mb: int = Field(256, ge=0)
     workers: int = Field(1, ge=1, le=64)
     # How long requests in flight may run on after a shutdown signal; those still running a
     # little before its end are answered 503 (a started stream: an error event), see drain.py.

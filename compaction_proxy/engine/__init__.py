@@ -16,8 +16,10 @@ The modules:
   sends back).
 """
 
+from ._build import build_flow
 from ._compactor import Compactor
-from ._flow import CompactionFlow, FlowRequest, FlowResult, build_flow
+from ._flow import CompactionFlow, FlowRequest, FlowResult
+from ._known import ConversationMemory, Known
 from ._offload import OFFLOAD_BYTES
 from ._prepare import PreparedStats
 from ._recall_desk import RecallDesk, Recalled, marked_ids
@@ -27,8 +29,10 @@ __all__ = [
     "OFFLOAD_BYTES",
     "CompactionFlow",
     "Compactor",
+    "ConversationMemory",
     "FlowRequest",
     "FlowResult",
+    "Known",
     "PreparedStats",
     "RecallDesk",
     "Recallable",

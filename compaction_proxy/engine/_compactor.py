@@ -47,6 +47,7 @@ from compaction_proxy.http import DECISIONS, debug_enabled
 from compaction_proxy.wire.recall import RECALL
 
 from ._calibration import CalibrationBook
+from ._known import ConversationMemory, TokenLedger
 from ._offload import OFFLOAD_BYTES, Offload, on_main_loop
 from ._quiet import QuietLimits
 
@@ -116,6 +117,8 @@ class Compactor:
         self._calibration = CalibrationBook()
         self._quiet = QuietLimits(settings.summarization.prepare)
         self.offload = Offload()
+        # Each conversation's previous request (compaction_proxy/engine/_known.py).
+        self.memory = ConversationMemory(settings.server.conversation_memory_mb << 20, self.offload)
         self.debug = debug_enabled()
 
     def warm_up(self) -> threading.Thread | None:
@@ -181,6 +184,7 @@ class Compactor:
         window_source: str | None = None,
         edits: Sequence[Strategy] = (),
         edits_key: str = "",
+        ledger: TokenLedger | None = None,
     ) -> CompactionResult:
         """Compact a validated chat body.
 
@@ -202,8 +206,12 @@ class Compactor:
         `edits`: the request's own strategies (a client's context edits its format translated,
         compaction_proxy/wire/format.py ``ContextEdits``), run before the pipeline;
         `edits_key` names them (their quiet limit is remembered by it).
+
+        `ledger`: the counts of the body's leading messages known from the conversation's
+        previous request (compaction_proxy/engine/_known.py); the quiet check counts only the
+        rest, and leaves every message's count in it for the next request.
         """
-        extra = _Edits(tuple(edits), edits_key)
+        extra = _Edits(tuple(edits), edits_key, ledger)
         if size_hint < _INLINE_BYTES:
             return await self._run(
                 body, mode, summarizer, context_window, anticipate, window_source, extra
@@ -220,6 +228,7 @@ class Compactor:
             quiet, _ = self._quiet_result(
                 self._request(body, mode, context_window, anticipate, window_source, extra),
                 extra.key,
+                ledger,
             )
             if quiet is not None:
                 return quiet
@@ -259,7 +268,7 @@ class Compactor:
         request = self._request(body, mode, context_window, anticipate, window_source, edits)
         # (The debug log wants the view's groups: no quiet path then.)
         if mode is Mode.NORMAL and not self.debug and not quiet_checked:
-            quiet, request = self._quiet_result(request, edits.key)
+            quiet, request = self._quiet_result(request, edits.key, edits.ledger)
             if quiet is not None:
                 return quiet
         result = await compact_async(request, summarizer=summarizer)
@@ -268,7 +277,10 @@ class Compactor:
         return result
 
     def _quiet_result(
-        self, request: CompactionRequest, edits_key: str = ""
+        self,
+        request: CompactionRequest,
+        edits_key: str = "",
+        ledger: TokenLedger | None = None,
     ) -> tuple[CompactionResult | None, CompactionRequest]:
         """The full path's result, without the view, for a request below every trigger.
 
@@ -301,7 +313,17 @@ class Compactor:
             limit = None if own is None else min(limit, own)
         if limit is None:
             return None, request
-        bound = prompt_bound(request.messages, request.tools, tokenizer, count_bytes=_INLINE_BYTES)
+        known = ledger.known(tokenizer.name) if ledger is not None else (0, 0)
+        bound = prompt_bound(
+            request.messages,
+            request.tools,
+            tokenizer,
+            count_bytes=_INLINE_BYTES,
+            known=known,
+            itemized=ledger is not None,
+        )
+        if ledger is not None and bound.exact:
+            ledger.settle(tokenizer.name, known[0], bound.counts)
         calibration = request.calibration or Calibration()
         if not bound.exact or calibration.apply(bound.tokens) >= limit:
             return None, request
@@ -445,13 +467,17 @@ class Compactor:
 
 
 class _Edits:
-    """A request's own strategies and the key that names them (:meth:`Compactor.run`)."""
+    """A request's own strategies and the key that names them (:meth:`Compactor.run`), and
+    its token ledger (carried with them to the quiet check, wherever it runs)."""
 
-    __slots__ = ("key", "strategies")
+    __slots__ = ("key", "ledger", "strategies")
 
-    def __init__(self, strategies: tuple[Strategy, ...], key: str) -> None:
+    def __init__(
+        self, strategies: tuple[Strategy, ...], key: str, ledger: TokenLedger | None = None
+    ) -> None:
         self.strategies = strategies
         self.key = key
+        self.ledger = ledger
 
 
 def _int_or_none(value: Any) -> int | None:

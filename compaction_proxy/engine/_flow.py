@@ -27,7 +27,6 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, TypedDict, cast
 
-import httpx
 import orjson
 
 from compaction_proxy.checkpoints import (
@@ -35,14 +34,13 @@ from compaction_proxy.checkpoints import (
     Checkpoints,
     CheckpointStore,
     Lookup,
-    StoredValues,
+    leading_system_count,
     namespace_for,
     scope_of,
 )
 from compaction_proxy.compaction import (
     CompactionResult,
     Mode,
-    ModelFacts,
     Summarizer,
     firing_point,
 )
@@ -57,11 +55,11 @@ from compaction_proxy.summarizer import (
     SummaryCalls,
     SummaryFlights,
 )
-from compaction_proxy.upstream import WindowBook
 from compaction_proxy.wire import DEFAULT_FORMAT, CallerKey, ContextEdits, NativeRequest, WireFormat
 
 from ._compactor import Compactor
 from ._hit_report import as_prepared, as_sent, saved_meta
+from ._known import Known, TokenLedger
 from ._prepare import (
     JobOutcome,
     PreparedProbe,
@@ -98,7 +96,9 @@ class FlowRequest:
     call writes the cache-aligned prefix itself (``SummaryCall.prefix``; None otherwise).
     ``edits``: the request's own context edits, which the proxy applies for an upstream that
     does not (compaction_proxy/wire/format.py): their strategies run before the pipeline, and
-    their key joins the namespace.
+    their key joins the namespace. ``known``: what the request shares with its conversation's
+    previous one (compaction_proxy/engine/_known.py): the chain and the counts go on from
+    there, and what this one learns is left in it for the next.
     """
 
     data: dict[str, Any]
@@ -117,6 +117,7 @@ class FlowRequest:
     spend: Spending = UNKNOWN_CALLER
     native: NativeRequest | None = None
     edits: ContextEdits | None = None
+    known: Known | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +136,7 @@ class _Plan:
     summarizer: GuardedSummarizer | None
     key: str | None  # the conversation's, when summaries may be prepared for it
     probe: PreparedProbe | None
+    ledger: TokenLedger | None = None  # counts known from the previous request (_known.py)
 
 
 @dataclass(slots=True)
@@ -230,6 +232,8 @@ class CompactionFlow:
         to save. See :class:`FlowRequest` for what the request carries."""
         plan = await self._plan(request)
         result = await self._compact(plan, plan.probe or plan.summarizer)
+        if request.known is not None:
+            request.known.settle(plan.namespace, plan.lookup, plan.ledger)
         prepared: PrepareState = "none" if plan.key is None else self.preparer.state(plan.key)
         used = await self.preparer.prepared_for(plan.probe, result, plan.namespace, plan.lookup)
         if used is not None:
@@ -262,7 +266,8 @@ class CompactionFlow:
             scope=scope,
             edits=request.edits.key if request.edits is not None else "",
         )
-        lookup = await self._lookup(namespace, data["messages"])
+        known = request.known
+        lookup = await self._lookup(namespace, data["messages"], known)
         effective = {**data, "messages": lookup.messages} if lookup.hit else data
         withheld = None if offline else self.withholds(model, request.spend)
         summarizer = None
@@ -292,6 +297,7 @@ class CompactionFlow:
             summarizer,
             key,
             probe,
+            known.ledger(lookup) if known is not None else None,
         )
 
     async def _compact(self, plan: _Plan, summarizer: Summarizer | None) -> CompactionResult:
@@ -303,6 +309,7 @@ class CompactionFlow:
             summarizer=summarizer,
             context_window=request.context_window,
             window_source=request.window_source,
+            ledger=plan.ledger,
             **_edits_of(request),
         )
 
@@ -312,7 +319,7 @@ class CompactionFlow:
         summarizer = self._summarizer_for(
             plan.request, plan.namespace, plan.request.calls, effective
         )
-        return replace(plan, lookup=used, effective=effective, summarizer=summarizer)
+        return replace(plan, lookup=used, effective=effective, summarizer=summarizer, ledger=None)
 
     async def _settle(
         self, plan: _Plan, result: CompactionResult, used: Lookup | None, prepared: PrepareState
@@ -491,10 +498,13 @@ class CompactionFlow:
         saved = await self.preparer.save(plan.namespace, plan.lookup, messages, meta)
         return "made" if saved else "failed"
 
-    async def _lookup(self, namespace: str, messages: list[dict[str, Any]]) -> Lookup:
+    async def _lookup(
+        self, namespace: str, messages: list[dict[str, Any]], known: Known | None
+    ) -> Lookup:
         if self.checkpoints is None:
             return Lookup(messages, 0, [], 0, None)
-        return await self.checkpoints.lookup(namespace, messages)
+        chained = known.chained(namespace, leading_system_count(messages)) if known else ()
+        return await self.checkpoints.lookup(namespace, messages, chained=chained)
 
     def _summarizer_for(
         self,
@@ -559,35 +569,3 @@ def _not_shorter(result: CompactionResult) -> bool:
 
 def _summarization_fired(result: CompactionResult) -> bool:
     return any(step.name == "summarization" and step.fired for step in result.report.walk())
-
-
-def build_flow(
-    settings: Settings,
-    compactor: Compactor,
-    store: CheckpointStore | None,
-    client: httpx.AsyncClient,
-    windows: WindowBook | None = None,
-) -> CompactionFlow:
-    summarizer = None
-    if settings.summarization.enabled:
-        catalog = compactor.catalog
-
-        def facts_for(model: str) -> ModelFacts:
-            # A window learned or published for the summarizer's model beats the catalog's
-            # guess: the summarizer cuts its transcript to fit it.
-            known = windows.known(model) if windows is not None else None
-            return compactor.facts_for(model, known)
-
-        summarizer = HttpSummarizer.from_settings(
-            settings,
-            client,
-            facts_for=facts_for,
-            timeout=settings.summarization.timeout,
-            tokenizer_for=lambda model: compactor.tokenizers.get(catalog.facts_for(model).encoding),
-        )
-    flights = SummaryFlights(
-        StoredValues(store) if store is not None else None,
-        result_ttl_seconds=min(settings.store.ttl_seconds, 86_400),
-        total_timeout_seconds=settings.summarization.timeout,
-    )
-    return CompactionFlow(settings, compactor, store, summarizer, flights)

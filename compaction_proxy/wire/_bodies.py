@@ -58,7 +58,9 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     return data
 
 
-def validate_chat(data: dict[str, Any]) -> None:
-    issue = validate_messages(data["messages"])
+def validate_chat(data: dict[str, Any], *, start: int = 0) -> None:
+    """A 400 for the first bad message; ``start`` leading ones are known to pass
+    (:func:`~compaction_proxy.compaction.validate_messages`)."""
+    issue = validate_messages(data["messages"], start=start)
     if issue is not None:
         raise bad_request(issue.message, param=issue.param, code="invalid_messages")

@@ -338,6 +338,23 @@ def scan_array(
             return ArraySpans(start, pos, starts, ends, differs)
 
 
+def keys_after(buf: bytes, pos: int) -> list[str]:
+    """The names of the object members that follow a member value ending at ``pos``, up to
+    the object's ``}`` (their values skipped, not decoded). Raises :class:`ScanError`."""
+    keys: list[str] = []
+    while True:
+        after = _SEPARATOR.match(buf, pos)
+        if after is None or after.group(1) == b"]":
+            raise ScanError("expected ',' or '}'", pos)
+        if after.group(1) == b"}":
+            return keys
+        head = _KEY.match(buf, after.end())
+        if head is None:
+            raise ScanError("expected a member name", after.end())
+        keys.append(decode_key(buf[head.start(1) : head.end(1)]))
+        pos = _value_end(buf, head.end(), None, "")
+
+
 def skip_value(buf: bytes, pos: int) -> int:
     """One past the end of the value that starts at ``pos`` (no whitespace before it)."""
     head = buf[pos : pos + 1]
