@@ -168,6 +168,7 @@ def render(
     sessions: list[SessionBodies],
     tokens: list[int],
     windows: dict[str, int],
+    load: tuple[float, float],
     argv: list[str],
 ) -> str:
     lines = [
@@ -175,7 +176,8 @@ def render(
         "",
         f"- Measured {stamp()}; {platform.machine()}, {os.cpu_count()} CPUs ({cpu_model()}), "
         "2 cores shared with other work and not pinned: figures from one run compare with "
-        "each other, not across runs.",
+        f"each other, not across runs. Load average (1 min) {load[0]:.2f} at the start, "
+        f"{load[1]:.2f} at the end.",
         "- Command (from the repository root): `python -m bench.healthz_during"
         + "".join(f" {a}" for a in argv)
         + "`",
@@ -245,6 +247,7 @@ def main(argv: list[str] | None = None) -> None:
     gc.freeze()
     windows = {PLAIN_MODEL: PLAIN_WINDOW, ckpt_model(SIZE): ckpt_window(tokens[0])}
     rows: list[Row] = []
+    load_at_start = os.getloadavg()[0]
     directory = Path(tempfile.mkdtemp(prefix="healthz-during-"))  # kept: the servers' logs
     mock = ServerProcess(
         "mock",
@@ -270,7 +273,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"# logs in {directory}", file=sys.stderr)
     for row in rows:
         print(row.name, [f"{run.seconds:.3f}" for run in row.runs], file=sys.stderr)
-    text = render(rows, plain, tokens, windows, sys.argv[1:] if argv is None else argv)
+    load = (load_at_start, os.getloadavg()[0])
+    text = render(rows, plain, tokens, windows, load, sys.argv[1:] if argv is None else argv)
     Path(args.out).write_text(text, encoding="utf-8")
     print(text)
 

@@ -197,6 +197,7 @@ def main(argv: list[str] | None = None) -> None:
     env_dir = str(provider.loader.directories[0]) if provider.loader.directories else None
     tmp = Path(tempfile.mkdtemp(prefix="bench-cost-"))
     rows: list[tuple[str, str, int, dict[str, float]]] = []
+    load_at_start = os.getloadavg()[0]
     for size in args.sizes.split(","):
         session = agent_session(SIZES[size], tok)
         windows = {PLAIN_MODEL: PLAIN_WINDOW, ckpt_model(size): ckpt_window(session.base_tokens)}
@@ -224,7 +225,9 @@ def main(argv: list[str] | None = None) -> None:
         f"Command: `python -m bench.request_cost {' '.join(argv or sys.argv[1:])}`; "
         f"{args.requests} requests per row, each adding one tool step.",
         "",
-        f"Measured {stamp()} on {platform.machine()}, {os.cpu_count()} CPUs. Thread CPU of each "
+        f"Measured {stamp()} on {platform.machine()}, {os.cpu_count()} CPUs (load average, "
+        f"1 min: {load_at_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end). "
+        "Thread CPU of each "
         "step (process CPU for `store`, `compact` and `flow`, which hop to other threads); "
         "`flow` is measured in its own pass, so it is not the sum of the columns.",
         "",
