@@ -7,6 +7,7 @@ neither imports the other's internals.
 
 from __future__ import annotations
 
+import datetime
 import importlib.metadata as md
 import os
 import platform
@@ -194,6 +195,19 @@ def _has(name: str) -> bool:
 def _deb_version(pkg: str) -> str:
     out = subprocess.run(["dpkg-query", "-W", "-f=${Version}", pkg], capture_output=True, text=True)
     return out.stdout.strip() or "(version unknown)"
+
+
+def stamp() -> str:
+    """When and at which commit a run was made (``+dirty``: tracked files differ from it), for
+    a report's first line."""
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    git = ["git", "-C", str(REPO)]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    if head.returncode:
+        return f"{when} (commit unknown)"
+    status = [*git, "status", "--porcelain", "--untracked-files=no"]
+    dirty = subprocess.run(status, capture_output=True, text=True).stdout.strip()
+    return f"{when} at {head.stdout.strip()}{'+dirty' if dirty else ''}"
 
 
 def cpu_model() -> str:

@@ -27,6 +27,7 @@ import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,7 +77,11 @@ class Run:
     seconds: float = 0.0
     error_code: str = ""
     health_ms: list[float] = field(default_factory=list)
+    health_at: list[float] = field(default_factory=list)  # perf_counter when each was sent
     health_failures: int = 0
+    sent_at: float = 0.0  # perf_counter when the request was sent, and when it was answered
+    answered_at: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)  # the answer's, names lower-cased
     rss_before_kb: int = 0
     rss_peak_kb: int = 0
     main_peak_kb: int = 0
@@ -85,14 +90,14 @@ class Run:
     after_by_process: str = ""
 
 
-def _percentile(values: list[float], fraction: float) -> float:
+def percentile(values: list[float], fraction: float) -> float:
     if not values:
         return float("nan")
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-def _poll_health(port: int, stop: threading.Event, out: Run) -> None:
+def poll_health(port: int, stop: threading.Event, out: Run) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     while not stop.is_set():
         started = time.perf_counter()
@@ -106,6 +111,7 @@ def _poll_health(port: int, stop: threading.Event, out: Run) -> None:
             out.health_failures += 1
             conn.close()
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        out.health_at.append(started)
         out.health_ms.append((time.perf_counter() - started) * 1000)
         stop.wait(HEALTH_EVERY)
     conn.close()
@@ -118,7 +124,17 @@ def _sample_rss(pid: int, stop: threading.Event, out: Run) -> None:
         stop.wait(RSS_EVERY)
 
 
-def measure(proxy: ProxyServer, name: str, body: bytes) -> Run:
+def measure(
+    proxy: ProxyServer,
+    name: str,
+    body: bytes,
+    *,
+    headers: Mapping[str, str] | None = None,
+    settle: float = SETTLE,
+) -> Run:
+    """Send ``body`` while the health and RSS samplers run; ``settle``: seconds to wait
+    after the answer before "RSS after" is read (bench/healthz_during.py's small steps
+    need less than a body the parse worker handled)."""
     assert proxy.proc is not None
     pid = proxy.proc.pid
     run = Run(name, len(body))
@@ -126,7 +142,7 @@ def measure(proxy: ProxyServer, name: str, body: bytes) -> Run:
     run.main_before_kb = run.main_peak_kb = _own_rss_kb(pid)
     stop = threading.Event()
     threads = [
-        threading.Thread(target=_poll_health, args=(proxy.port, stop, run), daemon=True),
+        threading.Thread(target=poll_health, args=(proxy.port, stop, run), daemon=True),
         threading.Thread(target=_sample_rss, args=(pid, stop, run), daemon=True),
     ]
     for thread in threads:
@@ -139,11 +155,12 @@ def measure(proxy: ProxyServer, name: str, body: bytes) -> Run:
             "POST",
             "/v1/chat/completions",
             body=body,
-            headers={"Content-Type": "application/json"},
+            headers={"Content-Type": "application/json", **(headers or {})},
         )
         response = conn.getresponse()
         payload = response.read()
         run.status = response.status
+        run.headers = {k.lower(): v for k, v in response.getheaders()}
         if response.status >= 400:
             try:
                 run.error_code = str(orjson.loads(payload)["error"]["code"])
@@ -151,13 +168,14 @@ def measure(proxy: ProxyServer, name: str, body: bytes) -> Run:
                 run.error_code = "?"
     except (OSError, http.client.HTTPException) as exc:
         run.error_code = type(exc).__name__
-    run.seconds = time.perf_counter() - started
+    run.sent_at, run.answered_at = started, time.perf_counter()
+    run.seconds = run.answered_at - started
     conn.close()
     time.sleep(0.2)
     stop.set()
     for thread in threads:
         thread.join(5)
-    time.sleep(SETTLE)
+    time.sleep(settle)
     run.rss_after_kb = rss_kb(pid)
     run.after_by_process = _by_process(pid)
     return run
@@ -204,7 +222,7 @@ def report(runs: list[Run], idle_kb: int, started: str) -> str:
         answer = f"{run.status} {run.error_code}".strip()
         lines.append(
             f"| {run.name} | {run.size / 2**20:.1f} MiB | {answer} | {run.seconds:.2f} | "
-            f"{statistics.median(health):.1f} / {_percentile(health, 0.99):.1f} / "
+            f"{statistics.median(health):.1f} / {percentile(health, 0.99):.1f} / "
             f"{max(health):.1f} | {len(health)}"
             f"{f' ({run.health_failures} failed)' if run.health_failures else ''} | "
             f"{run.rss_before_kb / 1024:.0f} → {run.rss_peak_kb / 1024:.0f} → "

@@ -13,9 +13,16 @@ Steps (what `compaction_proxy/api/_compacted.py` and `compaction_proxy/engine/_f
 * validate: `validate_chat` (shape and nesting checks);
 * chain: the checkpoint hash chain over the messages after the system block;
 * store: the SQLite `find_longest` for those hashes (store thread included);
-* prewarm: the worker thread's pass that counts every message (cached but the new step);
-* compact: the core's `compact_async` with every count cached (view, draft, triggers);
-* flow: `CompactionFlow.run` as the edge calls it (lookup + thread hop + compaction);
+* quiet: the quiet check, `Compactor._quiet_result` on the (checkpoint) view: facts and budget
+  resolved, then `prompt_bound` (compaction_proxy/compaction/prompt_bound.py), one
+  serialization pass over the messages with every count cached but the new step's, which it
+  counts. When its exact count is below the pipeline's quiet limit it is the whole compaction
+  (run inline on the event loop up to 4 MiB and 2,000 messages); the `quiet answers` column
+  says for how many of the measured requests it was;
+* compact: the core's `compact_async` with every count cached (view, draft, triggers): the full
+  path, which the flow takes only when the quiet check does not answer;
+* flow: `CompactionFlow.run` as the edge calls it (lookup + quiet check or thread hop and
+  compaction);
 * body: writing the body that is forwarded for a checkpoint hit, the client's bytes with the
   checkpoint view's messages spliced in (compaction_proxy/wire/_forwarded.py; before it, `flow`
   serialized the view whole and this column did not exist).
@@ -27,6 +34,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import platform
 import statistics
 import sys
 import tempfile
@@ -39,13 +48,15 @@ import orjson
 
 from bench.agent_bodies import SIZES, SessionBodies, agent_session, tokenizers
 from bench.gateway_agent import PLAIN_MODEL, PLAIN_WINDOW, ckpt_model, ckpt_window, proxy_config
+from bench.harness import stamp
 
-STEPS = ("parse", "validate", "chain", "store", "prewarm", "compact", "flow", "body")
+QUIET_ANSWERS = "quiet answers"
+"""Measured requests (of ``--requests``) the quiet check answered (the rest take `compact`)."""
+STEPS = ("parse", "validate", "chain", "store", "quiet", "compact", "flow", "body")
 
 
 def _edge(config: Path, env_dir: str | None) -> tuple[Any, Any]:
     """The compactor and the flow `build_edge` would make for ``config``."""
-    import os
 
     if env_dir:
         os.environ["TIKTOKEN_CACHE_DIR"] = env_dir
@@ -90,6 +101,7 @@ async def measure(
     from compaction_proxy.wire import ClientBody, parse_chat_body, validate_chat
 
     samples: dict[str, list[float]] = {step: [] for step in STEPS}
+    answered = 0
     # Pass 1, the whole flow as the edge runs it; pass 2, its parts, on a fresh edge, so each
     # pass meets every step as new as the other.
     compactor, flow = _edge(configs[0], env_dir)
@@ -160,15 +172,18 @@ async def measure(
         store, _ = await _acpu(lambda hashes=hashes: flow.store.find_longest(namespace, hashes))
         lookup = await flow.checkpoints.lookup(namespace, messages) if checkpoint else None
         view = {**data, "messages": lookup.messages} if lookup and lookup.hit else data
-        prewarm, _ = _cpu(lambda view=view: compactor._prewarm(view))
         request = compactor._request(view, Mode.NORMAL)
+        quiet, (answer, _) = _cpu(lambda request=request: compactor._quiet_result(request))
         compact, _ = await _acpu(lambda request=request: compact_async(request))
         if i >= 5:
             for step, value in zip(
-                STEPS[:-2], (parse, validate, hashing, store, prewarm, compact), strict=True
+                STEPS[:-2], (parse, validate, hashing, store, quiet, compact), strict=True
             ):
                 samples[step].append(value)
-    return {step: statistics.median(values) for step, values in samples.items()}
+            answered += answer is not None
+    figures = {step: statistics.median(values) for step, values in samples.items()}
+    figures[QUIET_ANSWERS] = answered
+    return figures
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -182,6 +197,7 @@ def main(argv: list[str] | None = None) -> None:
     env_dir = str(provider.loader.directories[0]) if provider.loader.directories else None
     tmp = Path(tempfile.mkdtemp(prefix="bench-cost-"))
     rows: list[tuple[str, str, int, dict[str, float]]] = []
+    load_at_start = os.getloadavg()[0]
     for size in args.sizes.split(","):
         session = agent_session(SIZES[size], tok)
         windows = {PLAIN_MODEL: PLAIN_WINDOW, ckpt_model(size): ckpt_window(session.base_tokens)}
@@ -209,14 +225,20 @@ def main(argv: list[str] | None = None) -> None:
         f"Command: `python -m bench.request_cost {' '.join(argv or sys.argv[1:])}`; "
         f"{args.requests} requests per row, each adding one tool step.",
         "",
-        "| size | variant | body bytes | " + " | ".join(STEPS) + " |",
-        "|---|---|---:|" + "---:|" * len(STEPS),
+        f"Measured {stamp()} on {platform.machine()}, {os.cpu_count()} CPUs (load average, "
+        f"1 min: {load_at_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end). "
+        "Thread CPU of each "
+        "step (process CPU for `store`, `compact` and `flow`, which hop to other threads); "
+        "`flow` is measured in its own pass, so it is not the sum of the columns.",
+        "",
+        "| size | variant | body bytes | " + " | ".join(STEPS) + f" | {QUIET_ANSWERS} |",
+        "|---|---|---:|" + "---:|" * (len(STEPS) + 1),
     ]
     for size, variant, nbytes, figures in rows:
         lines.append(
             f"| {size} | {variant} | {nbytes:,} | "
             + " | ".join(f"{figures[s]:.0f}" for s in STEPS)
-            + " |"
+            + f" | {figures[QUIET_ANSWERS]:.0f}/{args.requests} |"
         )
     text = "\n".join(lines) + "\n"
     print(text)
