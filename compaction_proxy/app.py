@@ -46,7 +46,7 @@ from compaction_proxy.api import (
 from compaction_proxy.checkpoints import Archive, CheckpointStore, StoredValues, make_store
 from compaction_proxy.config import Settings, load_settings
 from compaction_proxy.config.preflight import validate_summarization_config
-from compaction_proxy.engine import Compactor, RecallDesk, build_flow
+from compaction_proxy.engine import Compactor, RecallDesk, build_flow, settle_collector
 from compaction_proxy.http import (
     ACCESS,
     Access,
@@ -347,6 +347,7 @@ def _build_fastapi(state: AppState) -> FastAPI:
             )
         # Learn when the server's shutdown signal comes, to answer what is still running.
         unwatch = state.drain.watch_signals()
+        settle_collector()
         log.info(
             "ready",
             extra={

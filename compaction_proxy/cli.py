@@ -327,6 +327,8 @@ def _serve(args: argparse.Namespace) -> int:
         # Applied again by uvicorn in every worker process (spawned: they inherit no handlers).
         "log_config": logging_config(server.log_level),
         "server_header": False,
+        # Nothing reads the client's address, so no middleware rewrites it from X-Forwarded-*.
+        "proxy_headers": False,
         "timeout_graceful_shutdown": server.graceful_shutdown_seconds,
         "timeout_keep_alive": server.client_keepalive_timeout,
         "backlog": 4096,

@@ -16,6 +16,10 @@ def context_edits(
     """The edits of ``view``'s request for the proxy to apply before forwarding it to
     ``upstream``, or None: the request has none, or the upstream applies them (the body then
     goes with them as sent). Raises a 400 naming a malformed edit."""
-    if upstream.applies_context_management or not isinstance(view, EditedView):
+    # hasattr first: a runtime protocol's isinstance walks the protocol on every call, and
+    # every chat request (whose view has no edits) would pay that.
+    if upstream.applies_context_management or not hasattr(view, "context_edits"):
+        return None
+    if not isinstance(view, EditedView):
         return None
     return view.context_edits(summarizer=ctx.state.flow.summarizer is not None)

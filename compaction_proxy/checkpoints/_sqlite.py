@@ -121,8 +121,8 @@ class SqliteStore:
         few primary keys takes tens of microseconds). The connection waits at most a few
         milliseconds for a lock; anything unusual (no table yet, busy) goes to the thread.
         """
-        if self._closed or not self.path.exists():
-            return None
+        if self._closed or (self._reader is None and not self.path.exists()):
+            return None  # an open reader needs no stat per request: a missing table raises
         try:
             if self._reader is None:
                 reader = sqlite3.connect(

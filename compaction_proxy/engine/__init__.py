@@ -20,7 +20,7 @@ from ._build import build_flow
 from ._compactor import Compactor
 from ._flow import CompactionFlow, FlowRequest, FlowResult
 from ._known import ConversationMemory, Known
-from ._offload import OFFLOAD_BYTES
+from ._offload import OFFLOAD_BYTES, settle_collector
 from ._prepare import PreparedStats
 from ._recall_desk import RecallDesk, Recalled, marked_ids
 from ._recallable import Recallable
@@ -39,4 +39,5 @@ __all__ = [
     "Recalled",
     "build_flow",
     "marked_ids",
+    "settle_collector",
 ]
