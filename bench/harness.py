@@ -210,6 +210,19 @@ def stamp() -> str:
     return f"{when} at {head.stdout.strip()}{'+dirty' if dirty else ''}"
 
 
+def loop_seconds() -> float:
+    """Wall seconds of a fixed pure-Python loop (best of three): how fast this machine runs
+    Python today, so runs on different machines can be told apart."""
+    best = float("inf")
+    for _ in range(3):
+        began = time.perf_counter()
+        total = 0
+        for i in range(10_000_000):
+            total += i
+        best = min(best, time.perf_counter() - began)
+    return best
+
+
 def cpu_model() -> str:
     for line in Path("/proc/cpuinfo").read_text().splitlines():
         if line.startswith("model name"):
