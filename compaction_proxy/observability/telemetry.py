@@ -127,7 +127,7 @@ class Telemetry:
         self._models = LabelCap()
         # Labelled children looked up once: `labels()` takes a lock and builds a key each time.
         self._upstream_children: dict[str, Any] = {}
-        self._request_children: dict[tuple[str, int], Any] = {}
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
 
     # -------------------------------------------------------------- feeding
 
@@ -185,7 +185,7 @@ class Telemetry:
         report = ctx.report if api is not None else None
         overflow = ctx.overflow_outcome
         if overflow is not None:
-            self.metrics.overflow_retries.labels(ctx.upstream or "unknown", overflow).inc()
+            self._child(self.metrics.overflow_retries, ctx.upstream or "unknown", overflow).inc()
         model = self._models(ctx.model) if ctx.model else None
         failures: tuple[StrategyFailure, ...] = ()
         failed: list[str] = []
@@ -229,18 +229,25 @@ class Telemetry:
         self.dashboard.add(row, usd_before=tokens.usd_before, failures=failures, overflow=overflow)
 
     def _count_request(self, route: str, status: int) -> None:
-        child = self._request_children.get((route, status))
+        self._child(self.metrics.requests, route, str(status)).inc()
+
+    def _child(self, family: Any, *labels: str) -> Any:
+        """``family.labels(*labels)``, kept: prometheus_client validates and locks on every
+        ``labels`` call, which a request would pay a dozen times (every label here comes
+        from a bounded set: routes, statuses, strategies, APIs, the models the dashboard
+        names, upstreams)."""
+        key = (id(family), labels)
+        child = self._children.get(key)
         if child is None:
-            child = self.metrics.requests.labels(route, str(status))
-            self._request_children[(route, status)] = child
-        child.inc()
+            child = self._children[key] = family.labels(*labels)
+        return child
 
     def _observe_upstream(self, ctx: FinishedRequest) -> None:
         if ctx.upstream_seconds is None or not ctx.upstream:
             return
         latency = self._upstream_children.get(ctx.upstream)
         if latency is None:
-            latency = self.metrics.upstream_latency.labels(ctx.upstream)
+            latency = self._child(self.metrics.upstream_latency, ctx.upstream)
             self._upstream_children[ctx.upstream] = latency
         latency.observe(ctx.upstream_seconds)
 
@@ -273,12 +280,13 @@ class Telemetry:
             m.tokens_saved.inc(saved)
             usd_saved = self.prices.usd(ctx.model, saved)
         for name in strategies:
-            m.strategy_runs.labels(name).inc()
-        m.checkpoint_lookups.labels(ctx.checkpoint or "none").inc()
-        m.api_prompt_tokens.labels(api, "before").inc(before)
-        m.api_prompt_tokens.labels(api, "after").inc(after)
+            self._child(m.strategy_runs, name).inc()
+        self._child(m.checkpoint_lookups, ctx.checkpoint or "none").inc()
+        self._child(m.api_prompt_tokens, api, "before").inc(before)
+        self._child(m.api_prompt_tokens, api, "after").inc(after)
         if ctx.upstream_prompt_tokens and after > 0:
-            m.calibration.labels(model or "unknown").observe(ctx.upstream_prompt_tokens / after)
+            ratio = ctx.upstream_prompt_tokens / after
+            self._child(m.calibration, model or "unknown").observe(ratio)
         return _Tokens(before, after, strategies, usd_saved, self.prices.usd(ctx.model, before))
 
     def _observe_recall(self, ctx: FinishedRequest, api: str) -> tuple[RecallTally | None, int]:
@@ -287,19 +295,19 @@ class Telemetry:
         m = self.metrics
         archived = ctx.archived
         if archived > 0:
-            m.archived_messages.labels(api).inc(archived)
+            self._child(m.archived_messages, api).inc(archived)
         figures = ctx.recall
         if figures is None:
             return None, archived
         tally = RecallTally.of(figures)
-        m.recall_requests.labels(api, tally.outcome).inc()
+        self._child(m.recall_requests, api, tally.outcome).inc()
         if tally.rounds > 0:
-            m.recall_rounds.labels(api).inc(tally.rounds)
-            m.recall_seconds.labels(api).observe(max(tally.seconds, 0.0))
+            self._child(m.recall_rounds, api).inc(tally.rounds)
+            self._child(m.recall_seconds, api).observe(max(tally.seconds, 0.0))
         if tally.calls > 0:
-            m.recall_calls.labels(api).inc(tally.calls)
+            self._child(m.recall_calls, api).inc(tally.calls)
         if tally.tokens > 0:
-            m.recall_tokens.labels(api).inc(tally.tokens)
+            self._child(m.recall_tokens, api).inc(tally.tokens)
         return tally, archived
 
     def _count_summaries(
@@ -309,7 +317,7 @@ class Telemetry:
         outcomes = final_outcomes(calls, failures)
         m = self.metrics
         for outcome in outcomes:
-            m.summarizer_calls.labels(outcome).inc()
+            self._child(m.summarizer_calls, outcome).inc()
             if outcome != "ok":
                 m.summarizer_failures.inc()
         self.dashboard.count_summaries(outcomes)
