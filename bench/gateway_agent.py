@@ -137,6 +137,10 @@ summarization:
 compaction:
   tokenizer:
     download: false
+  # The mock reports 42 prompt tokens for every body: calibrated by that, the checkpoint
+  # target's later bases would not fire, and its c=16 workers would measure nothing firing.
+  calibration:
+    enabled: false
 """
     )
     return path
