@@ -360,9 +360,10 @@ def _estimated_values(raw: bytes) -> int:
 
 
 def _sampled_values(raw: bytes) -> int:
-    """:func:`_estimated_values` from a few evenly spread slices, for the collector's pause
-    alone (a wrong guess only collects sooner or later): counting every comma of a 2 MB body
-    costs a millisecond, which an agent's every request would pay."""
+    """:func:`_estimated_values` from sixteen evenly spread 1 KiB slices, for the collector's
+    pause alone (a wrong guess only collects sooner or later): counting every comma costs a
+    millisecond on a 2 MB body and a tenth of one on a 128 KiB body, which an agent's every
+    request would pay."""
     if len(raw) <= _SAMPLES * _SAMPLE_BYTES:
         return _estimated_values(raw)
     stride = (len(raw) - _SAMPLE_BYTES) // (_SAMPLES - 1)
@@ -372,8 +373,8 @@ def _sampled_values(raw: bytes) -> int:
     return seen * len(raw) // (_SAMPLE_BYTES * len(range(0, len(raw), stride)))
 
 
-_SAMPLES = 4
-_SAMPLE_BYTES = 32 * 1024
+_SAMPLES = 16
+_SAMPLE_BYTES = 1024
 
 
 class MainLoopSummarizer:

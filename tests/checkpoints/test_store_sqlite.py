@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import subprocess
 import sys
@@ -10,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from compaction_proxy.checkpoints import Checkpoint, SqliteStore, StoreUnavailable
 from tests.checkpoints.test_store_contract import chain, checkpoint
@@ -57,6 +60,17 @@ async def test_find_longest_is_one_round_trip(
         return await original(work)
 
     monkeypatch.setattr(store, "_run", counting)
+    hit = await store.find_longest("ns", keys)
+    assert hit is not None and hit[0] == 1100
+    assert calls == 0  # the namespace holds 3 keys: they are probed on the loop
+    # A namespace holding more keys than the lookup asks for: the 1200 keys are probed on
+    # the store's thread, in one trip.
+    await original(
+        lambda conn: conn.executemany(
+            "INSERT INTO checkpoints (namespace, key, value, expires_at) VALUES (?, ?, ?, ?)",
+            [("ns", f"z{i}", b"x", 4e9) for i in range(1300)],
+        )
+    )
     hit = await store.find_longest("ns", keys)
     assert hit is not None and hit[0] == 1100
     assert calls == 1
@@ -226,3 +240,92 @@ async def test_short_lookups_read_inline_and_long_ones_on_the_thread(tmp_path: P
     assert found is not None and found[0] == len(long_keys)
     await store.close()
     assert store._reader is None
+
+
+async def test_a_long_conversation_in_a_namespace_of_few_checkpoints_is_answered_inline(
+    tmp_path: Path,
+) -> None:
+    """Past INLINE_KEYS keys, the namespace's own few keys are what is probed: the answer
+    comes from the loop's connection, and an expired key there is not a hit."""
+    from compaction_proxy.checkpoints import _sqlite as sqlite_module
+
+    store = SqliteStore(tmp_path / "cp.db")
+    keys = chain(sqlite_module.INLINE_KEYS * 3)
+    await store.put("ns", keys[40], checkpoint("early"), 60)
+    await store.put("ns", keys[-10], checkpoint("late"), 60)
+    await store.put("other", keys[-1], checkpoint("elsewhere"), 60)
+    threaded = 0
+    original = store._run
+
+    async def counted(work: Any) -> Any:
+        nonlocal threaded
+        threaded += 1
+        return await original(work)
+
+    store._run = counted  # type: ignore[method-assign]
+    found = await store.find_longest("ns", keys)
+    assert found is not None and found[0] == len(keys) - 9 and found[1].meta["tag"] == "late"
+    assert threaded == 0 and store._reader is not None
+    await original(
+        lambda conn: conn.execute(
+            "UPDATE checkpoints SET expires_at = 0 WHERE key = ?", (keys[-10],)
+        )
+    )
+    found = await store.find_longest("ns", keys)
+    assert found is not None and found[0] == 41 and found[1].meta["tag"] == "early"
+    assert threaded == 0
+    await store.close()
+
+
+HELD_KEYS = chain(12)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    held=st.dictionaries(
+        st.sampled_from(HELD_KEYS), st.sampled_from(["live", "expired", "elsewhere"]), max_size=12
+    ),
+    wanted=st.lists(st.sampled_from(HELD_KEYS), min_size=1, max_size=12),
+    inline_keys=st.sampled_from([1, 3, 500]),
+)
+def test_the_inline_answer_is_the_thread_answer(
+    tmp_path_factory: pytest.TempPathFactory,
+    held: dict[str, str],
+    wanted: list[str],
+    inline_keys: int,
+) -> None:
+    """Whichever way the loop's connection answers (the namespace's keys, the wanted keys,
+    or not at all past INLINE_KEYS), it finds what the store's thread finds."""
+    from compaction_proxy.checkpoints import _sqlite as sqlite_module
+
+    path = tmp_path_factory.mktemp("inline") / "cp.db"
+
+    async def both() -> tuple[Any, Any]:
+        store = SqliteStore(path)
+        for key, state in held.items():
+            namespace = "elsewhere" if state == "elsewhere" else "ns"
+            await store.put(namespace, key, checkpoint(key), 60)
+        expired = [k for k, state in held.items() if state == "expired"]
+        await store._run(
+            lambda conn: conn.executemany(
+                "UPDATE checkpoints SET expires_at = 0 WHERE key = ?", [(k,) for k in expired]
+            )
+        )
+        inline = await store.find_longest("ns", wanted)
+        store._inline_lookup = lambda namespace, keys: None  # type: ignore[method-assign]
+        threaded = await store.find_longest("ns", wanted)
+        await store.close()
+        return inline, threaded
+
+    saved = sqlite_module.INLINE_KEYS
+    sqlite_module.INLINE_KEYS = inline_keys
+    try:
+        inline, threaded = asyncio.run(both())
+    finally:
+        sqlite_module.INLINE_KEYS = saved
+    live = [i for i, key in enumerate(wanted) if held.get(key) == "live"]
+    expected = (live[-1] + 1, wanted[live[-1]]) if live else None
+    assert (None if inline is None else (inline[0], inline[1].meta["tag"])) == expected
+    assert (None if threaded is None else (threaded[0], threaded[1].meta["tag"])) == expected

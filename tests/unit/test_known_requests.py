@@ -239,6 +239,8 @@ class Edge:
         return response.status_code, response.content, headers, forwarded
 
     def keys(self) -> set[tuple[str, str]]:
+        if not self.path.exists():
+            return set()  # no request reached the store (a session of one short body)
         with sqlite3.connect(self.path) as db:
             return set(db.execute("SELECT namespace, key FROM checkpoints"))
 
