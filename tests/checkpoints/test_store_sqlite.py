@@ -20,6 +20,18 @@ from tests.checkpoints.test_store_contract import chain, checkpoint
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+class ThreadTrips:
+    """In place of a store's ``_run``: counts the trips to its thread, then makes them."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        self.run = store._run
+        self.count = 0
+
+    async def __call__(self, work: Any) -> Any:
+        self.count += 1
+        return await self.run(work)
+
+
 async def test_creates_parent_directory_and_uses_wal(tmp_path: Path) -> None:
     path = tmp_path / "deep" / "er" / "cp.db"
     store = SqliteStore(path)
@@ -51,18 +63,12 @@ async def test_find_longest_is_one_round_trip(
     keys = chain(1200)
     for i in (5, 700, 1100):
         await store.put("ns", keys[i - 1], checkpoint(str(i)), 3600)
-    calls = 0
     original = store._run
-
-    async def counting(work: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        return await original(work)
-
-    monkeypatch.setattr(store, "_run", counting)
+    trips = ThreadTrips(store)
+    monkeypatch.setattr(store, "_run", trips)
     hit = await store.find_longest("ns", keys)
     assert hit is not None and hit[0] == 1100
-    assert calls == 0  # the namespace holds 3 keys: they are probed on the loop
+    assert trips.count == 0  # the namespace holds 3 keys: they are probed on the loop
     # A namespace holding more keys than the lookup asks for: the 1200 keys are probed on
     # the store's thread, in one trip.
     await original(
@@ -73,7 +79,7 @@ async def test_find_longest_is_one_round_trip(
     )
     hit = await store.find_longest("ns", keys)
     assert hit is not None and hit[0] == 1100
-    assert calls == 1
+    assert trips.count == 1
     await store.close()
 
 
@@ -254,18 +260,11 @@ async def test_a_long_conversation_in_a_namespace_of_few_checkpoints_is_answered
     await store.put("ns", keys[40], checkpoint("early"), 60)
     await store.put("ns", keys[-10], checkpoint("late"), 60)
     await store.put("other", keys[-1], checkpoint("elsewhere"), 60)
-    threaded = 0
     original = store._run
-
-    async def counted(work: Any) -> Any:
-        nonlocal threaded
-        threaded += 1
-        return await original(work)
-
-    store._run = counted  # type: ignore[method-assign]
+    threaded = store._run = ThreadTrips(store)  # type: ignore[method-assign]
     found = await store.find_longest("ns", keys)
     assert found is not None and found[0] == len(keys) - 9 and found[1].meta["tag"] == "late"
-    assert threaded == 0 and store._reader is not None
+    assert threaded.count == 0 and store._reader is not None
     await original(
         lambda conn: conn.execute(
             "UPDATE checkpoints SET expires_at = 0 WHERE key = ?", (keys[-10],)
@@ -273,7 +272,7 @@ async def test_a_long_conversation_in_a_namespace_of_few_checkpoints_is_answered
     )
     found = await store.find_longest("ns", keys)
     assert found is not None and found[0] == 41 and found[1].meta["tag"] == "early"
-    assert threaded == 0
+    assert threaded.count == 0
     await store.close()
 
 
