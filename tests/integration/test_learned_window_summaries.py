@@ -87,9 +87,7 @@ def test_a_refused_summary_call_is_retried_smaller_not_backed_off(
     # A summarizer model the proxy has never seen: no calibration, no window (3,072 at the
     # upstream). Its first call is refused; the refusal teaches both, and one smaller try
     # (the transcript cut into chunks that fit) makes the summary.
-    session, upstream, proxy = _session(
-        upstream_factory, proxy_factory, tmp_path, model="summ-3k"
-    )
+    session, upstream, proxy = _session(upstream_factory, proxy_factory, tmp_path, model="summ-3k")
     refused = _refused(upstream, summarizer=True)
     assert len(refused) == 1, refused
     compactions = _compactions(session)

@@ -39,9 +39,9 @@ WINDOW = 4_096
 SCALE = 1.63
 LIMIT = 600
 
-TOKENIZER: Tokenizer = TokenizerProvider(
-    EncodingLoader(directories=[tiktoken_cache_dir()])
-).get("o200k_base")
+TOKENIZER: Tokenizer = TokenizerProvider(EncodingLoader(directories=[tiktoken_cache_dir()])).get(
+    "o200k_base"
+)
 
 STRETCH = tuple(
     {"role": "user" if i % 2 == 0 else "assistant", "content": f"step {i}: " + "detail " * 180}
