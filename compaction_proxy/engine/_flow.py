@@ -9,7 +9,11 @@
    of living with the truncated fallback for good.
 
 Every dependency that can fail (store, summarizer) degrades to "no checkpoint" or "next
-strategy"; the request itself never fails because of them.
+strategy"; the request itself never fails because of them. Each such path is reported once
+when it starts and once when it recovers, and counted in between
+(compaction_proxy/engine/_degraded.py); a checkpoint the store refuses to write is held in
+this process (compaction_proxy/checkpoints/_held.py), so the summary it holds is not paid for
+again on the next request.
 
 The namespace of every key the flow uses (checkpoints, prepared summaries, summaries in
 flight) holds the request's scope (compaction_proxy/checkpoints/_keys.py: system block,
@@ -58,6 +62,7 @@ from compaction_proxy.summarizer import (
 from compaction_proxy.wire import DEFAULT_FORMAT, CallerKey, ContextEdits, NativeRequest, WireFormat
 
 from ._compactor import Compactor
+from ._degraded import DegradedPaths
 from ._hit_report import as_prepared, as_sent, saved_meta
 from ._known import Known, TokenLedger
 from ._prepare import (
@@ -196,6 +201,9 @@ class CompactionFlow:
         # Requests whose summary was withheld, by reason (compaction_proxy/http/_admission.py):
         # `compaction_proxy_summaries_withheld_total`.
         self.withheld: Counter[str] = Counter()
+        # The store and the summarizer as degraded paths: one log line when each starts
+        # failing and one when it recovers, counted between (the metrics read them).
+        self.degraded = DegradedPaths()
 
     def namespace(
         self,
@@ -351,6 +359,8 @@ class CompactionFlow:
         """What to forward, what to say about it, and whether to save a checkpoint."""
         lookup, data = plan.lookup, plan.request.data
         warnings = [plan.store_error] if plan.store_error else []
+        self._note_lookup(plan)
+        self._note_summaries(result)
         fired = _summarization_fired(result)
         if plan.offline and self.summarizer is not None and fired:
             warnings.append(OFFLINE_NOTE)
@@ -373,15 +383,15 @@ class CompactionFlow:
             if lookup.hit:
                 return out(lookup.messages, checkpoint="hit", request=data)
             return FlowResult(None, result, "none", warnings, prepared=prepared)
-        # Nothing is stored for a preview or a forced run, after a failed summary, or when
-        # the store just failed the lookup (it would fail the write too).
+        # Nothing is stored for a preview or a forced run, or after a failed summary. When the
+        # store just failed the lookup the write fails too (at once: it is marked down), and
+        # the checkpoint is held in this process: what it holds was paid for.
         if (
             not request.persist
             or plan.offline
             or unsummarized
             or result.report.failures
             or self.checkpoints is None
-            or lookup.store_error
         ):
             # The originals are kept all the same (not for a preview, nor when the store just
             # failed): the placeholders forwarded name them whether or not a checkpoint does.
@@ -391,6 +401,28 @@ class CompactionFlow:
             return out(result.messages, checkpoint="none", save=keep, request=data)
         save = partial(self._save, self.checkpoints, plan, result, used, index)
         return out(result.messages, checkpoint="new", save=save, request=data)
+
+    def _note_lookup(self, plan: _Plan) -> None:
+        """The store's reads as a degraded path (compaction_proxy/engine/_degraded.py)."""
+        if plan.store_error:
+            self.degraded.store_reads.failed(plan.store_error)
+        elif plan.lookup.asked:
+            self.degraded.store_reads.recovered()
+
+    def _note_summaries(self, result: CompactionResult) -> None:
+        """The summarizer as a degraded path: a summary that failed, or was withheld by the
+        back-off after a failure (which starts no episode of its own), or one that was made.
+        A summary the pipeline refused as not shorter is neither: the summarizer answered."""
+        failures = [f for f in result.report.failures if f.reason != "not_shorter"]
+        path = self.degraded.summarizer
+        if failures:
+            failure = failures[0]
+            path.failed(
+                f"{failure.strategy} failed ({failure.reason}): {failure.message}",
+                starts=failure.reason != "backoff",
+            )
+        elif _summarized(result):
+            path.recovered()
 
     def _index(self, plan: _Plan, result: CompactionResult) -> Index | None:
         model: str = plan.request.data["model"]
@@ -416,6 +448,10 @@ class CompactionFlow:
         model: str = plan.request.data["model"]
         meta = saved_meta(result, model, index)
         error = await checkpoints.save(plan.namespace, plan.lookup, messages, meta)
+        if error is None:
+            self.degraded.store_writes.recovered()
+        else:
+            self.degraded.store_writes.failed(error)
         if used is not None and error is None:
             # The ordinary checkpoint now stands for it; kept when that was not stored.
             await self.preparer.consume(plan.namespace, used, plan.key)
@@ -473,6 +509,7 @@ class CompactionFlow:
             anticipate=point - now.tokens,
             **_edits_of(request),
         )
+        self._note_summaries(made)
         if made.report.failures:
             for failure in made.report.failures:
                 log.info(
@@ -569,3 +606,11 @@ def _not_shorter(result: CompactionResult) -> bool:
 
 def _summarization_fired(result: CompactionResult) -> bool:
     return any(step.name == "summarization" and step.fired for step in result.report.walk())
+
+
+def _summarized(result: CompactionResult) -> bool:
+    """A summary was made (and kept) in this run."""
+    return any(
+        step.name == "summarization" and step.changed and not step.failed
+        for step in result.report.walk()
+    )
