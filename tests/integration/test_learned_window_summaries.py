@@ -1,5 +1,5 @@
 """Summaries on a small local model whose window the proxy learned from a refusal, through
-real processes (issue 29, item 3).
+real processes.
 
 The fake upstream enforces a 4,096-token window and counts every prompt 1.63x the proxy's
 count (``token_scale``: a tokenizer that is not OpenAI's). The proxy has no ``models:`` entry:
@@ -67,7 +67,7 @@ def test_summaries_are_made_on_a_window_learned_from_a_refusal(
     upstream_factory: Any, proxy_factory: Any, tmp_path: Path
 ) -> None:
     session, upstream, _ = _session(upstream_factory, proxy_factory, tmp_path)
-    # The window was learned the way the issue saw it: from the upstream refusing a request.
+    # The window was learned from the upstream refusing a request, as a new user's would be.
     assert _refused(upstream, summarizer=False), "the window was never learned from a refusal"
     compactions = _compactions(session)
     assert len(compactions) >= 4, [s.strategies for s in session.steps]

@@ -1,5 +1,5 @@
-"""Degraded paths seen from outside (issue 29, item 4): a checkpoint store whose writes fail, a
-summarizer that fails, a recall archive that cannot be read. Each shows on the response
+"""Degraded paths seen from outside: a checkpoint store whose writes fail, a summarizer that
+fails, a recall archive that cannot be read. Each shows on the response
 (``X-Compaction-Warning``), in ONE warning log line when it starts and ONE when it recovers
 (with the count between), and in ``/metrics``; and a full disk does not make every request pay
 the summarizer again (compaction_proxy/engine/_degraded.py, compaction_proxy/checkpoints/_held.py).
