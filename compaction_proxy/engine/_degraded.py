@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from compaction_proxy.compaction import CompactionReport
+
 log = logging.getLogger("compaction_proxy.degraded")
 
 STORE_WRITES = "store_writes"
@@ -107,3 +109,28 @@ class DegradedPaths:
 
     def __iter__(self) -> Iterator[DegradedPath]:
         return iter((self.store_writes, self.store_reads, self.summarizer, self.recall))
+
+    def note_lookup(self, store_error: str | None, asked: bool) -> None:
+        """A checkpoint lookup: the store's reads failed (``store_error``), or answered
+        (``asked``: a request that cannot have a checkpoint never asks)."""
+        if store_error:
+            self.store_reads.failed(store_error)
+        elif asked:
+            self.store_reads.recovered()
+
+    def note_summaries(self, report: CompactionReport) -> None:
+        """A run's summaries: one that failed, or was not asked for because the summarizer
+        backed off after a failure (which starts no episode of its own), or one that was made.
+        A summary the pipeline refused as not shorter is neither: the summarizer answered."""
+        failures = [f for f in report.failures if f.reason != "not_shorter"]
+        if failures:
+            failure = failures[0]
+            self.summarizer.failed(
+                f"{failure.strategy} failed ({failure.reason}): {failure.message}",
+                starts=failure.reason != "backoff",
+            )
+        elif any(
+            step.name == "summarization" and step.changed and not step.failed
+            for step in report.walk()
+        ):
+            self.summarizer.recovered()

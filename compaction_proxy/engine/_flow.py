@@ -9,11 +9,9 @@
    of living with the truncated fallback for good.
 
 Every dependency that can fail (store, summarizer) degrades to "no checkpoint" or "next
-strategy"; the request itself never fails because of them. Each such path is reported once
-when it starts and once when it recovers, and counted in between
-(compaction_proxy/engine/_degraded.py); a checkpoint the store refuses to write is held in
-this process (compaction_proxy/checkpoints/_held.py), so the summary it holds is not paid for
-again on the next request.
+strategy"; the request itself never fails because of them, and each is a degraded path
+(compaction_proxy/engine/_degraded.py). A checkpoint the store refuses is held in process
+(compaction_proxy/checkpoints/_held.py): the summary in it is not paid for twice.
 
 The namespace of every key the flow uses (checkpoints, prepared summaries, summaries in
 flight) holds the request's scope (compaction_proxy/checkpoints/_keys.py: system block,
@@ -359,8 +357,8 @@ class CompactionFlow:
         """What to forward, what to say about it, and whether to save a checkpoint."""
         lookup, data = plan.lookup, plan.request.data
         warnings = [plan.store_error] if plan.store_error else []
-        self._note_lookup(plan)
-        self._note_summaries(result)
+        self.degraded.note_lookup(plan.store_error, plan.lookup.asked)
+        self.degraded.note_summaries(result.report)
         fired = _summarization_fired(result)
         if plan.offline and self.summarizer is not None and fired:
             warnings.append(OFFLINE_NOTE)
@@ -401,28 +399,6 @@ class CompactionFlow:
             return out(result.messages, checkpoint="none", save=keep, request=data)
         save = partial(self._save, self.checkpoints, plan, result, used, index)
         return out(result.messages, checkpoint="new", save=save, request=data)
-
-    def _note_lookup(self, plan: _Plan) -> None:
-        """The store's reads as a degraded path (compaction_proxy/engine/_degraded.py)."""
-        if plan.store_error:
-            self.degraded.store_reads.failed(plan.store_error)
-        elif plan.lookup.asked:
-            self.degraded.store_reads.recovered()
-
-    def _note_summaries(self, result: CompactionResult) -> None:
-        """The summarizer as a degraded path: a summary that failed, or was withheld by the
-        back-off after a failure (which starts no episode of its own), or one that was made.
-        A summary the pipeline refused as not shorter is neither: the summarizer answered."""
-        failures = [f for f in result.report.failures if f.reason != "not_shorter"]
-        path = self.degraded.summarizer
-        if failures:
-            failure = failures[0]
-            path.failed(
-                f"{failure.strategy} failed ({failure.reason}): {failure.message}",
-                starts=failure.reason != "backoff",
-            )
-        elif _summarized(result):
-            path.recovered()
 
     def _index(self, plan: _Plan, result: CompactionResult) -> Index | None:
         model: str = plan.request.data["model"]
@@ -509,7 +485,7 @@ class CompactionFlow:
             anticipate=point - now.tokens,
             **_edits_of(request),
         )
-        self._note_summaries(made)
+        self.degraded.note_summaries(made.report)
         if made.report.failures:
             for failure in made.report.failures:
                 log.info(
@@ -606,11 +582,3 @@ def _not_shorter(result: CompactionResult) -> bool:
 
 def _summarization_fired(result: CompactionResult) -> bool:
     return any(step.name == "summarization" and step.fired for step in result.report.walk())
-
-
-def _summarized(result: CompactionResult) -> bool:
-    """A summary was made (and kept) in this run."""
-    return any(
-        step.name == "summarization" and step.changed and not step.failed
-        for step in result.report.walk()
-    )

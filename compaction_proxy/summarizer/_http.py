@@ -16,13 +16,8 @@ make the pipeline move on, never become a checkpoint:
 * ``oversized``: the completion is over the limit (``usage.completion_tokens`` without
   reasoning tokens, or our own count when usage is absent) or was cut (``finish_reason:
   length``): a truncated checkpoint silently loses its last sections;
-* ``overflow``: the upstream refused the call as too long for its window (the refusal shapes
-  of compaction_proxy/upstream/_overflow.py), and refused the smaller retry too.
-
-Every call is sized for the summarizer model's window (a learned one included) with our count
-scaled by the calibration measured from that model's ``usage`` (:mod:`._sizing`); a call the
-upstream refuses as too long teaches the window and the ratio, and the summary is made once
-more, in the transcript form cut to the smaller size, before it counts as failed.
+* ``overflow``: the upstream refused the call as too long for its window, and its smaller
+  retry too (calls are sized by the model's calibration and window, :mod:`._sizing`).
 
 The call's form: by default, when the summarizer is the request's own upstream and model, the
 forwarded request's own prefix plus one instruction, so the upstream's prompt cache serves the
@@ -85,7 +80,7 @@ from ._prefix import (
     tool_choice_for,
 )
 from ._prompts import PromptSet
-from ._sizing import SummaryOverflow, SummarySizing, smaller_after
+from ._sizing import SummaryOverflow, SummarySizing, learn_from
 from ._stats import SummarizerStats, SummaryCallRecord, SummaryCalls
 from ._transcript import SummarizerWindow, TranscriptOptions, fold, plan_chunks, render_blocks
 
@@ -359,7 +354,7 @@ class HttpSummarizer:
         try:
             return await self._summarize(request, target, window, tokenizer, note)
         except SummaryOverflow as refused:
-            smaller = await self._learn(refused, target, window)
+            smaller = await learn_from(refused, window, self._sizing, upstream.name, model)
         try:
             # Once more, smaller: the transcript form, cut into chunks that fit what the
             # refusal taught (the prefix form cannot shrink).
@@ -368,29 +363,6 @@ class HttpSummarizer:
             raise SummaryError(
                 "overflow", f"{again.message}; refused again when retried smaller"
             ) from again
-
-    async def _learn(
-        self, refused: SummaryOverflow, target: _Target, window: SummarizerWindow
-    ) -> SummarizerWindow:
-        """What a refused call teaches, kept (the window, the calibration), and the window its
-        retry is sized for."""
-        smaller = smaller_after(refused, window)
-        model, upstream = target.model, target.upstream.name
-        if smaller.observed is not None and refused.overflow.prompt_tokens is not None:
-            self._sizing.calibrate(model, refused.overflow.prompt_tokens, refused.sent)
-        if smaller.learned is not None:
-            await self._sizing.learn(upstream, model, smaller.learned)
-        log.info(
-            "summary call of %s tokens (ours) refused as too long by upstream %r (%s, %s): "
-            "retried for a window of %s at %.2f of its tokens per one of ours",
-            refused.sent,
-            upstream,
-            model,
-            refused.overflow.family,
-            smaller.window.context_window,
-            smaller.window.ratio,
-        )
-        return smaller.window
 
     async def _summarize(
         self,

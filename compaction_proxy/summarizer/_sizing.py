@@ -16,6 +16,7 @@ summary counts as failed: an overflow is fixed by a smaller call, not by waiting
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -24,6 +25,8 @@ from compaction_proxy.compaction.summarizer import SummaryError
 from compaction_proxy.upstream import SHRINK, Overflow, window_after_refusal
 
 from ._transcript import SummarizerWindow
+
+log = logging.getLogger("compaction_proxy.summaries")
 
 
 async def _learn_nothing(_upstream: str, _model: str, _window: int) -> None:
@@ -99,3 +102,30 @@ def smaller_after(refused: SummaryOverflow, window: SummarizerWindow) -> Smaller
     if seen is not None and overflow.window is not None and not overflow.prompt_is_floor:
         observed = seen
     return Smaller(replace(window, context_window=tokens, ratio=ratio), teaches, observed)
+
+
+async def learn_from(
+    refused: SummaryOverflow,
+    window: SummarizerWindow,
+    sizing: SummarySizing,
+    upstream: str,
+    model: str,
+) -> SummarizerWindow:
+    """What a refused call teaches, kept where the requests' windows and calibration are, and
+    the window its retry is sized for."""
+    smaller = smaller_after(refused, window)
+    if smaller.observed is not None and refused.overflow.prompt_tokens is not None:
+        sizing.calibrate(model, refused.overflow.prompt_tokens, refused.sent)
+    if smaller.learned is not None:
+        await sizing.learn(upstream, model, smaller.learned)
+    log.info(
+        "summary call of %s tokens (ours) refused as too long by upstream %r (%s, %s): "
+        "retried for a window of %s at %.2f of its tokens per one of ours",
+        refused.sent,
+        upstream,
+        model,
+        refused.overflow.family,
+        smaller.window.context_window,
+        smaller.window.ratio,
+    )
+    return smaller.window
