@@ -30,6 +30,20 @@ naming a summarization whose summary was not forwarded, facts and user rules car
 last request, forwarded against raw tokens (tests/support/trust_session.py drives them).
 
     python -m bench.session --matrix [--windows 8k,32k,128k] [--out bench/results/...]
+
+`--learned-window`: a small local model the proxy knows nothing about: a 4,096-token window
+it learns from the upstream's first refusal (no `models:` entry) and a tokenizer that counts
+1.63x the proxy's (`--token-scale`: the calibration it measures from `usage`). The turns
+session over 60 requests; how many compactions were summaries and how many only truncation,
+and the summarizer calls that were refused as too long.
+
+    python -m bench.session --learned-window [--requests 60] [--token-scale 1.63]
+
+`--full-disk`: the checkpoint store's disk full (no file of the proxy can grow: RLIMIT_FSIZE
+on the proxy process, as tests/reliability does) against a working one: summarizer calls for
+15 requests of one conversation on a 4,096-token window, compaction events and checkpoint hits.
+
+    python -m bench.session --full-disk [--requests 15]
 """
 
 from __future__ import annotations
@@ -43,8 +57,9 @@ from pathlib import Path
 from typing import Any
 
 from compaction_proxy.compaction import EncodingLoader, TokenizerProvider
+from tests.reliability.limits import PipedProxy
 from tests.support.agent_loop import run_loop
-from tests.support.agent_session import run_session
+from tests.support.agent_session import SessionReport, run_session
 from tests.support.processes import tiktoken_cache_dir
 from tests.support.servers import (
     ProxyServer,
@@ -319,6 +334,163 @@ def matrix_report(args: argparse.Namespace) -> str:
     return "\n".join(lines) + "\n"
 
 
+LEARNED_WINDOW = 4_096
+LEARNED_MODEL = "local-4k"
+
+
+@dataclass
+class LearnedFigures:
+    """The `--learned-window` run: each response's strategies and checkpoint, and what the
+    upstream saw of the summarizer."""
+
+    strategies: list[str]
+    checkpoints: list[str]
+    summarizer_calls: int
+    summarizer_refused: int
+
+
+def learned_run(work: Path, requests: int, scale: float) -> LearnedFigures:
+    upstream = UpstreamServer(work / "upstream.log", context_window=LEARNED_WINDOW).start()
+    config = proxy_config(
+        upstream_entry(upstream),
+        store={"backend": "sqlite", "path": str(work / "checkpoints.db")},
+        summarization={"enabled": True, "retainRecent": {"turns": 2}},
+    )
+    proxy = ProxyServer(write_config(work / "proxy.yaml", config), work / "proxy.log").start()
+    try:
+        upstream.control(token_scale=scale)
+        session = run_session(
+            proxy.openai_client(),
+            upstream,
+            model=LEARNED_MODEL,
+            requests=requests,
+            tool_output_chars=300,
+            turn_every=4,
+        )
+        refused = sum(
+            1 for e in upstream.events() if e.get("type") == "refused" and e.get("summarizer")
+        )
+        return LearnedFigures(
+            strategies=[s.strategies for s in session.steps],
+            checkpoints=[s.checkpoint for s in session.steps],
+            summarizer_calls=session.summarizer_calls,
+            summarizer_refused=refused,
+        )
+    finally:
+        proxy.stop()
+        upstream.stop()
+
+
+def learned_report(args: argparse.Namespace) -> str:
+    figures = learned_run(
+        Path(tempfile.mkdtemp(prefix="session-learned-")), args.requests, args.token_scale
+    )
+    compacted = [
+        set(s.split(","))
+        for s, c in zip(figures.strategies, figures.checkpoints, strict=True)
+        if c != "hit" and s not in ("", "none")
+    ]
+    summaries = sum(1 for s in compacted if "summarization" in s)
+    command = (
+        f"python -m bench.session --learned-window --requests {args.requests} "
+        f"--token-scale {args.token_scale}"
+    )
+    lines = [
+        "# A small local model, its window learned from a refusal",
+        "",
+        f"- Date: {datetime.date.today().isoformat()}, {platform.processor() or platform.machine()}",
+        f"- Command: `{command}`",
+        f"- The fake upstream enforces a {LEARNED_WINDOW:,}-token window and counts every prompt "
+        f"{args.token_scale}x the proxy's count; the proxy has no `models:` entry (it learns the "
+        "window from the first refusal and the ratio from `usage`), summarization on with "
+        "`retainRecent: {turns: 2}`, SQLite checkpoints. The turns session (a user turn every 4 "
+        "requests, 300-character tool results). Real processes.",
+        "",
+        "| figure | value |",
+        "|---|---|",
+        f"| requests | {len(figures.strategies)} |",
+        f"| compactions (responses whose strategies changed the request, hits excluded) | "
+        f"{len(compacted)} |",
+        f"| of which summaries (`summarization` in `X-Compaction-Strategies`) | {summaries} |",
+        f"| of which without a summary (truncation and the like) | {len(compacted) - summaries} |",
+        f"| summarizer calls | {figures.summarizer_calls} |",
+        f"| summarizer calls the upstream refused as too long | {figures.summarizer_refused} |",
+        f"| checkpoint hits | {sum(1 for c in figures.checkpoints if c == 'hit')} |",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+FULL_DISK_WINDOW = 4_096
+FULL_DISK_MODEL = "local-4k"
+
+
+def full_disk_run(work: Path, requests: int, full: bool) -> SessionReport:
+    upstream = UpstreamServer(work / "upstream.log", context_window=FULL_DISK_WINDOW).start()
+    config = proxy_config(
+        upstream_entry(upstream),
+        models={FULL_DISK_MODEL: {"context_window": FULL_DISK_WINDOW}},
+        store={"backend": "sqlite", "path": str(work / "data" / "checkpoints.db")},
+        summarization={"enabled": True, "retainRecent": {"turns": 2}},
+    )
+    proxy = PipedProxy(write_config(work / "proxy.yaml", config), work / "proxy.log")
+    proxy.start()
+    try:
+        client = proxy.openai_client()
+        # A first small request opens the store (its file and schema); then the disk fills.
+        client.chat.completions.create(
+            model=FULL_DISK_MODEL,
+            messages=[
+                {"role": "user", "content": "hello"},
+                {"role": "assistant", "content": "hi"},
+                {"role": "user", "content": "ready?"},
+            ],
+        )
+        if full:
+            proxy.fill_disk(1)
+        upstream.clear()
+        return run_session(
+            client,
+            upstream,
+            model=FULL_DISK_MODEL,
+            requests=requests,
+            tool_output_chars=1_500,
+            turn_every=3,
+        )
+    finally:
+        proxy.stop()
+        upstream.stop()
+
+
+def full_disk_report(args: argparse.Namespace) -> str:
+    rows = []
+    for full in (False, True):
+        work = Path(tempfile.mkdtemp(prefix="session-full-disk-"))
+        session = full_disk_run(work, args.requests, full)
+        checkpoints = [s.checkpoint for s in session.steps]
+        summaries = sum(1 for s in session.steps if "summarization" in s.strategies.split(","))
+        rows.append(
+            f"| {'full' if full else 'working'} | {len(session.steps)} | "
+            f"{session.summarizer_calls} | {summaries} | {checkpoints.count('new')} | "
+            f"{checkpoints.count('hit')} |"
+        )
+    lines = [
+        "# Summarizer calls with the checkpoint store's disk full",
+        "",
+        f"- Date: {datetime.date.today().isoformat()}, {platform.processor() or platform.machine()}",
+        f"- Command: `python -m bench.session --full-disk --requests {args.requests}`",
+        f"- One conversation (the turns session: a user turn every 3 requests, 1,500-character "
+        f"tool results) on a {FULL_DISK_WINDOW:,}-token window, summarization on, SQLite "
+        'checkpoints; "full": after one small request no file of the proxy can grow '
+        "(RLIMIT_FSIZE). Real processes.",
+        "",
+        "| disk | requests | summarizer calls | responses naming summarization | "
+        "X-Compaction-Checkpoint: new | hits |",
+        "|---|---|---|---|---|---|",
+        *rows,
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=sorted(SHAPES), default="turns")
@@ -331,7 +503,26 @@ def main() -> None:
     parser.add_argument("--summarizer-delay-ms", type=int, default=2_000)
     parser.add_argument("--matrix", action="store_true", help="what compaction keeps")
     parser.add_argument("--windows", default="8k,32k,128k", help="matrix only")
+    parser.add_argument(
+        "--learned-window", action="store_true", help="a 4k window learned from a refusal"
+    )
+    parser.add_argument("--token-scale", type=float, default=1.63, help="learned-window only")
+    parser.add_argument("--full-disk", action="store_true", help="the store's disk full")
     args = parser.parse_args()
+    if args.full_disk:
+        text = full_disk_report(args)
+        print(text)
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(text, encoding="utf-8")
+        return
+    if args.learned_window:
+        text = learned_report(args)
+        print(text)
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(text, encoding="utf-8")
+        return
     if args.matrix:
         text = matrix_report(args)
         print(text)

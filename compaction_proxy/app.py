@@ -46,7 +46,13 @@ from compaction_proxy.api import (
 from compaction_proxy.checkpoints import Archive, CheckpointStore, StoredValues, make_store
 from compaction_proxy.config import Settings, load_settings
 from compaction_proxy.config.preflight import validate_summarization_config
-from compaction_proxy.engine import Compactor, RecallDesk, build_flow, settle_collector
+from compaction_proxy.engine import (
+    Compactor,
+    DegradedPath,
+    RecallDesk,
+    build_flow,
+    settle_collector,
+)
 from compaction_proxy.http import (
     ACCESS,
     Access,
@@ -440,10 +446,11 @@ def build_edge(
         settings, StoredValues(store), lambda: proxy_client, catalog=compactor.catalog
     )
     flow = build_flow(settings, compactor, store, client, windows)
-    archive, desk = _recall(settings, compactor, store)
+    archive, desk = _recall(settings, compactor, store, flow.degraded.recall)
     telemetry = Telemetry(settings, tokenizers=compactor.tokenizers)
     telemetry.watch_windows(windows)
     telemetry.watch_store(store)
+    telemetry.watch_degraded(flow.degraded)
     if flow.summarizer is not None:
         telemetry.watch_withheld(flow.withheld)
         telemetry.watch_summarizer(flow.summarizer.stats)
@@ -466,7 +473,7 @@ def build_edge(
 
 
 def _recall(
-    settings: Settings, compactor: Compactor, store: CheckpointStore
+    settings: Settings, compactor: Compactor, store: CheckpointStore, health: DegradedPath
 ) -> tuple[Archive | None, RecallDesk | None]:
     """The archive (over the checkpoints' store: same backend, breaker and time budget) and
     the recall desk, when any compaction block enables recall; answers are counted with the
@@ -482,7 +489,7 @@ def _recall(
     def count(text: str) -> int:
         return compactor.tokenizers.get(encoding).count_text(text)
 
-    return archive, RecallDesk(archive, recall, count)
+    return archive, RecallDesk(archive, recall, count, health)
 
 
 def create_app(settings: Settings | None = None) -> ProxyApp:

@@ -358,7 +358,8 @@ async def send_with_retries(
         if held is not None and offer is not None and held.status in OK_STATUSES:
             assert attempt is not None
             if save is not None:
-                await saver(save)()  # accepted: what the relay does before its first byte
+                # Accepted: what the relay does before its first byte.
+                headers = [*headers, *await saver(save)()]
             forwarded = Forwarded(offer, body, tuple(headers), attempt.listed, attempt.window)
             delivered = await recalled(
                 ctx, scope, receive, send, upstream, wire, forwarded, outcome
@@ -522,13 +523,17 @@ def retry_note(overflow: Overflow) -> str:
     return f"upstream refused {refused}{window}; compacted to fit and retried"
 
 
-def saver(save: Callable[[], Awaitable[str | None]]) -> Callable[[], Awaitable[None]]:
+def saver(
+    save: Callable[[], Awaitable[str | None]],
+) -> Callable[[], Awaitable[list[tuple[bytes, bytes]]]]:
     """Store the checkpoint once the upstream accepted the compacted request (a refused one
-    must not become the sticky prefix); a store failure only costs the checkpoint."""
+    must not become the sticky prefix); a store failure only costs the checkpoint, and the
+    response says so (``X-Compaction-Warning``). The log says it once, when the store starts
+    failing and when it recovers (the flow's degraded paths, compaction_proxy/engine/_degraded.py),
+    never per request."""
 
-    async def on_accepted() -> None:
+    async def on_accepted() -> list[tuple[bytes, bytes]]:
         error = await save()
-        if error:
-            log.warning("%s", error)
+        return [(b"x-compaction-warning", header_safe(error))] if error else []
 
     return on_accepted

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from compaction_proxy.config import UpstreamSettings
@@ -169,7 +169,7 @@ async def forward(
     streamed: StreamedBody | None = None,
     extra_headers: list[tuple[bytes, bytes]] | None = None,
     usage: UsageFormat | None = None,
-    on_accepted: Callable[[], Awaitable[None]] | None = None,
+    on_accepted: Callable[[], Awaitable[Sequence[tuple[bytes, bytes]]]] | None = None,
     hold: frozenset[int] | None = None,
     hold_limit: int | None = None,
     hold_failures: bool = False,
@@ -177,7 +177,8 @@ async def forward(
 ) -> Outcome:
     """Forward and relay. Never raises for transport problems: the client gets 502/504.
 
-    `on_accepted`: awaited once the upstream answered 2xx, before the response starts.
+    `on_accepted`: awaited once the upstream answered 2xx, before the response starts; the
+    headers it returns go out with the response (a checkpoint the store would not take).
     `usage`: note the reply's prompt tokens in the outcome, read the way this format (the
     request's) states them, from the bytes as they are relayed (nothing is held back or
     changed).
@@ -304,7 +305,7 @@ async def _start(
     relay: _Relay,
     reply: UpstreamReply,
     out_headers: list[tuple[bytes, bytes]],
-    on_accepted: Callable[[], Awaitable[None]] | None,
+    on_accepted: Callable[[], Awaitable[Sequence[tuple[bytes, bytes]]]] | None,
     flight: InFlight | None,
     usage: UsageFormat | None,
 ) -> None:
@@ -313,7 +314,9 @@ async def _start(
         out_headers = [*out_headers, *relay.extra_headers]
     if on_accepted is not None and 200 <= reply.status < 300:
         # Before the client sees a byte: its next request must find what this one left.
-        await on_accepted()
+        said = await on_accepted()
+        if said:
+            out_headers = [*out_headers, *said]
     content_type = reply.header("content-type") or ""
     sse = content_type.startswith("text/event-stream")
     if sse and not reply.header("content-encoding"):

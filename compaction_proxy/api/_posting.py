@@ -3,7 +3,7 @@ what the attempts, the recall loop's hidden rounds and the token count share."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 from compaction_proxy.config import UpstreamSettings
 from compaction_proxy.http import Receive, Scope, Send
@@ -30,7 +30,7 @@ async def post_upstream(
     *,
     extra_headers: list[tuple[bytes, bytes]],
     usage: UsageFormat | None = None,
-    on_accepted: Callable[[], Awaitable[None]] | None = None,
+    on_accepted: Callable[[], Awaitable[Sequence[tuple[bytes, bytes]]]] | None = None,
     hold: frozenset[int] | None = None,
     hold_limit: int | None = None,
     hold_failures: bool = False,

@@ -233,7 +233,7 @@ class _Loop:
                 return replace(outcome, prompt_tokens=usage), self.stats
             held = outcome.held
         self.stats.seconds = self.rounds.clock() - self.started
-        sent_bytes = await self.rounds.deliver(held, [*self.headers, self.stats.header()])
+        sent_bytes = await self.rounds.deliver(held, [*self.headers, *self.stats.headers()])
         delivered = replace(
             outcome,
             status=held.status,
@@ -315,7 +315,7 @@ class _Loop:
         log.warning("a hidden recall round failed; the request is sent again without recall")
         self.stats.fallback = True
         data = without_recall(orjson.loads(self.sent_body))
-        return await self.rounds.relay(orjson.dumps(data), [*self.headers, self.stats.header()])
+        return await self.rounds.relay(orjson.dumps(data), [*self.headers, *self.stats.headers()])
 
     async def _send(
         self, base: dict[str, Any], turn: RecallTurn, answers: list[RecallAnswer], closing: bool
@@ -327,7 +327,7 @@ class _Loop:
             self.closed = True
         data = {**base, **members}
         self.stats.rounds += 1
-        headers = [*self.headers, self.stats.header()]
+        headers = [*self.headers, *self.stats.headers()]
         return await self.rounds.post(orjson.dumps(data), headers), data
 
 

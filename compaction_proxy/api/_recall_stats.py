@@ -6,6 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+UNAVAILABLE_WARNING = (
+    b"recall archive unavailable: the recall tool answered that the originals cannot be read "
+    b"right now"
+)
+
 
 @dataclass(slots=True)
 class RecallStats:
@@ -38,3 +43,11 @@ class RecallStats:
         if self.fallback:
             parts.append("fallback")
         return (b"x-compaction-recall", "; ".join(parts).encode())
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        """``X-Compaction-Recall``, and a warning when the archive could not be read (a
+        degraded path: compaction_proxy/engine/_degraded.py)."""
+        said = [self.header()]
+        if self.unavailable:
+            said.append((b"x-compaction-warning", UNAVAILABLE_WARNING))
+        return said

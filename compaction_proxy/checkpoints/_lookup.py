@@ -6,7 +6,9 @@ lost every time). A checkpoint records the compacted form of the messages `m_1..
 request that starts with the same messages continues from it, so the forwarded prefix stays
 byte-identical until the next compaction. :class:`Checkpoints` finds the longest one in one
 store round trip over the chain (:mod:`._keys`) and stores the next; a store failure degrades
-to "no checkpoint".
+to "no checkpoint", except for the checkpoints the store refused to write: those are held in
+this process (:mod:`._held`) and found there, so a full disk does not make every request pay
+the summarizer again.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 from ._breaker import StoreMarkedDown
 from ._contract import Checkpoint, CheckpointStore, StoreUnavailable, check_messages
+from ._held import HeldCheckpoints
 from ._keys import Message, chain, could_have_checkpoint, leading_system_count
 
 log = logging.getLogger("compaction_proxy.checkpoints")
@@ -42,6 +45,10 @@ class Lookup:
     covered: int  # how many of those messages the checkpoint stands for (0: none)
     checkpoint: Checkpoint | None
     store_error: str | None = None
+    held: bool = False
+    """The checkpoint is one the store refused to write, held in this process."""
+    asked: bool = False
+    """The store was asked (a request that cannot have a checkpoint never asks it)."""
 
     @property
     def hit(self) -> bool:
@@ -59,12 +66,20 @@ class Lookup:
         return None
 
 
-class Checkpoints:
-    """Finds and stores checkpoints; a store failure degrades to "no checkpoint"."""
+HELD_NOTE = "kept in this process's memory only"
+"""What a save the store refused says it did instead (:mod:`._held`)."""
 
-    def __init__(self, store: CheckpointStore, ttl_seconds: int) -> None:
+
+class Checkpoints:
+    """Finds and stores checkpoints; a store failure degrades to "no checkpoint", or to the
+    checkpoints held in this process when the store refused to write them (:mod:`._held`)."""
+
+    def __init__(
+        self, store: CheckpointStore, ttl_seconds: int, held: HeldCheckpoints | None = None
+    ) -> None:
         self.store = store
         self.ttl_seconds = ttl_seconds
+        self.held = held if held is not None else HeldCheckpoints()
 
     async def lookup(
         self, namespace: str, messages: Sequence[Message], *, chained: Sequence[str] = ()
@@ -81,7 +96,9 @@ class Checkpoints:
             hashes = chain(namespace, rest, chained)
         found: tuple[int, Checkpoint] | None = None
         error: str | None = None
-        if hashes and could_have_checkpoint(rest):
+        held = False
+        asked = bool(hashes) and could_have_checkpoint(rest)
+        if asked:
             try:
                 found = await self.store.find_longest(namespace, hashes)
             except StoreUnavailable as exc:
@@ -89,11 +106,24 @@ class Checkpoints:
                 # A store the breaker marked down was logged once, when it was marked.
                 error = f"checkpoint store unavailable ({self.store.name}); no checkpoint used"
                 log.log(_level(exc), "%s: %s", error, exc)
+            found, held = self._with_held(namespace, hashes, found)
         if found is None:
-            return Lookup(list(messages), system_count, hashes, 0, None, error)
+            return Lookup(list(messages), system_count, hashes, 0, None, error, asked=asked)
+        if error is not None and held:
+            error = f"checkpoint store unavailable ({self.store.name}); a checkpoint {HELD_NOTE}"
         covered, checkpoint = found  # 1-based: how many messages the checkpoint stands for
         effective = [*messages[:system_count], *checkpoint.messages, *rest[covered:]]
-        return Lookup(effective, system_count, hashes, covered, checkpoint, error)
+        return Lookup(effective, system_count, hashes, covered, checkpoint, error, held, asked)
+
+    def _with_held(
+        self, namespace: str, hashes: Sequence[str], found: tuple[int, Checkpoint] | None
+    ) -> tuple[tuple[int, Checkpoint] | None, bool]:
+        """``found`` or, when longer, the checkpoint held here for the same chain (and whether
+        it is the held one)."""
+        kept = self.held.find_longest(namespace, hashes)
+        if kept is not None and (found is None or kept[0] > found[0]):
+            return kept, True
+        return found, False
 
     async def find_in(self, namespace: str, lookup: Lookup) -> Lookup | None:
         """The longest checkpoint for ``lookup``'s request in another ``namespace`` (prepared
@@ -105,11 +135,12 @@ class Checkpoints:
         """
         if not lookup.hashes:
             return None
+        found: tuple[int, Checkpoint] | None = None
         try:
             found = await self.store.find_longest(namespace, lookup.hashes)
         except StoreUnavailable as exc:
             log.log(_level(exc), "prepared checkpoint lookup failed: %s", exc)
-            return None
+        found, _ = self._with_held(namespace, lookup.hashes, found)
         if found is None or found[0] <= lookup.covered:
             return None
         covered, checkpoint = found
@@ -132,7 +163,8 @@ class Checkpoints:
     ) -> str | None:
         """Store the compacted form of the whole request under its last chain hash.
 
-        Returns an error text when the store failed (the request goes on regardless).
+        Returns an error text when the store failed (the request goes on regardless); the
+        checkpoint is then held in this process (:mod:`._held`) and the text says so.
         """
         if not lookup.hashes:
             return None
@@ -147,12 +179,16 @@ class Checkpoints:
             # Read back it would be a foreign value (deleted on sight): not worth the write.
             log.warning("checkpoint not stored: %s", issue)
             return None
+        ttl = self.ttl_seconds if ttl_seconds is None else ttl_seconds
         try:
-            ttl = self.ttl_seconds if ttl_seconds is None else ttl_seconds
             await self.store.put(namespace, lookup.hashes[-1], checkpoint, ttl)
         except StoreUnavailable as exc:
+            # Logged at DEBUG: the flow reports the path once, when it starts and when it ends
+            # (compaction_proxy/engine/_degraded.py); the breaker logs each time it opens.
+            log.debug("checkpoint not stored (%s): %s", self.store.name, exc)
             error = f"checkpoint not stored ({self.store.name} unavailable)"
-            log.log(_level(exc), "%s: %s", error, exc)
+            if self.held.put(namespace, lookup.hashes[-1], checkpoint, ttl):
+                error = f"{error}; {HELD_NOTE}"
             return error
         return None
 

@@ -29,7 +29,8 @@ class StrategyReport:
     ``skipped`` says why a strategy did not run: ``"trigger"`` (its trigger did not fire) or
     ``"early_stop"`` (an earlier strategy already met the pipeline's stop condition).
     ``failed``: the reason a strategy that fired could not do its work (a summarizer failure:
-    ``timeout``, ``error``, ``empty``, ``oversized``, ``not_shorter``, ``backoff``), with
+    ``timeout``, ``error``, ``empty``, ``oversized``, ``not_shorter``, ``backoff``,
+    ``overflow``), with
     ``failure_message``; it then changed nothing.
     """
 

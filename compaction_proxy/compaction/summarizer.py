@@ -19,7 +19,9 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from .errors import CompactionProxyError
 
-SummaryFailureReason = Literal["timeout", "error", "empty", "oversized", "not_shorter", "backoff"]
+SummaryFailureReason = Literal[
+    "timeout", "error", "empty", "oversized", "not_shorter", "backoff", "overflow"
+]
 """Why a summary was not produced (``SummaryError.reason``; also the report's ``failed``)."""
 
 
@@ -57,9 +59,10 @@ class SummaryError(CompactionProxyError):
     """No usable summary.
 
     ``reason`` is one of ``"timeout"``, ``"error"``, ``"empty"``, ``"oversized"``,
-    ``"not_shorter"`` or ``"backoff"`` (the summarizer failed recently for this stretch and is
-    not asked again yet); ``message`` is a human-readable detail (never message content or
-    credentials: it reaches logs and a response header).
+    ``"not_shorter"``, ``"backoff"`` (the summarizer failed recently for this stretch and is
+    not asked again yet) or ``"overflow"`` (the upstream refused the call as too long for its
+    window, and its smaller retry too); ``message`` is a human-readable detail (never message
+    content or credentials: it reaches logs and a response header).
     """
 
     def __init__(self, reason: str, message: str) -> None:

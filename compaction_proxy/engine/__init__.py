@@ -11,6 +11,8 @@ The modules:
   compact, a prepared checkpoint, decide what to save once accepted); ``_hit_report``:
   a checkpoint hit's report in the client's terms;
 * ``_prepare``: summaries prepared in the background, before the trigger needs them;
+* ``_degraded``: the store, the summarizer and the recall archive as degraded paths, each
+  logged once when it starts failing and once when it recovers, counted between;
 * ``_recall_desk``: the answer to one ``compaction_recall`` call, from the archive;
 * ``_offload``: large bodies parsed off the event loop (``_body_codec``: what a worker process
   sends back).
@@ -18,6 +20,7 @@ The modules:
 
 from ._build import build_flow
 from ._compactor import Compactor
+from ._degraded import DegradedPath, DegradedPaths
 from ._flow import CompactionFlow, FlowRequest, FlowResult
 from ._known import ConversationMemory, Known
 from ._offload import OFFLOAD_BYTES, settle_collector
@@ -30,6 +33,8 @@ __all__ = [
     "CompactionFlow",
     "Compactor",
     "ConversationMemory",
+    "DegradedPath",
+    "DegradedPaths",
     "FlowRequest",
     "FlowResult",
     "Known",

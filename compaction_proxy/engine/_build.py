@@ -8,7 +8,7 @@ import httpx
 from compaction_proxy.checkpoints import CheckpointStore, StoredValues
 from compaction_proxy.compaction import ModelFacts
 from compaction_proxy.config import Settings
-from compaction_proxy.summarizer import HttpSummarizer, SummaryFlights
+from compaction_proxy.summarizer import HttpSummarizer, SummaryFlights, SummarySizing
 from compaction_proxy.upstream import WindowBook
 
 from ._compactor import Compactor
@@ -32,12 +32,25 @@ def build_flow(
             known = windows.known(model) if windows is not None else None
             return compactor.facts_for(model, known)
 
+        async def learn(upstream: str, model: str, tokens: int) -> None:
+            if windows is not None:
+                await windows.learn(upstream, model, tokens)
+
+        # Summary calls are counted as the requests' triggers count: our count times the
+        # calibration measured from the model's usage; a refusal teaches both, as a request's
+        # does (compaction_proxy/summarizer/_sizing.py).
+        sizing = SummarySizing(
+            ratio=lambda model: compactor.calibration_for(model).effective,
+            calibrate=compactor.calibrate,
+            learn=learn,
+        )
         summarizer = HttpSummarizer.from_settings(
             settings,
             client,
             facts_for=facts_for,
             timeout=settings.summarization.timeout,
             tokenizer_for=lambda model: compactor.tokenizers.get(catalog.facts_for(model).encoding),
+            sizing=sizing,
         )
     flights = SummaryFlights(
         StoredValues(store) if store is not None else None,

@@ -9,7 +9,9 @@
    of living with the truncated fallback for good.
 
 Every dependency that can fail (store, summarizer) degrades to "no checkpoint" or "next
-strategy"; the request itself never fails because of them.
+strategy"; the request itself never fails because of them, and each is a degraded path
+(compaction_proxy/engine/_degraded.py). A checkpoint the store refuses is held in process
+(compaction_proxy/checkpoints/_held.py): the summary in it is not paid for twice.
 
 The namespace of every key the flow uses (checkpoints, prepared summaries, summaries in
 flight) holds the request's scope (compaction_proxy/checkpoints/_keys.py: system block,
@@ -58,6 +60,7 @@ from compaction_proxy.summarizer import (
 from compaction_proxy.wire import DEFAULT_FORMAT, CallerKey, ContextEdits, NativeRequest, WireFormat
 
 from ._compactor import Compactor
+from ._degraded import DegradedPaths
 from ._hit_report import as_prepared, as_sent, saved_meta
 from ._known import Known, TokenLedger
 from ._prepare import (
@@ -196,6 +199,9 @@ class CompactionFlow:
         # Requests whose summary was withheld, by reason (compaction_proxy/http/_admission.py):
         # `compaction_proxy_summaries_withheld_total`.
         self.withheld: Counter[str] = Counter()
+        # The store and the summarizer as degraded paths: one log line when each starts
+        # failing and one when it recovers, counted between (the metrics read them).
+        self.degraded = DegradedPaths()
 
     def namespace(
         self,
@@ -351,6 +357,8 @@ class CompactionFlow:
         """What to forward, what to say about it, and whether to save a checkpoint."""
         lookup, data = plan.lookup, plan.request.data
         warnings = [plan.store_error] if plan.store_error else []
+        self.degraded.note_lookup(plan.store_error, plan.lookup.asked)
+        self.degraded.note_summaries(result.report)
         fired = _summarization_fired(result)
         if plan.offline and self.summarizer is not None and fired:
             warnings.append(OFFLINE_NOTE)
@@ -373,15 +381,15 @@ class CompactionFlow:
             if lookup.hit:
                 return out(lookup.messages, checkpoint="hit", request=data)
             return FlowResult(None, result, "none", warnings, prepared=prepared)
-        # Nothing is stored for a preview or a forced run, after a failed summary, or when
-        # the store just failed the lookup (it would fail the write too).
+        # Nothing is stored for a preview or a forced run, or after a failed summary. When the
+        # store just failed the lookup the write fails too (at once: it is marked down), and
+        # the checkpoint is held in this process: what it holds was paid for.
         if (
             not request.persist
             or plan.offline
             or unsummarized
             or result.report.failures
             or self.checkpoints is None
-            or lookup.store_error
         ):
             # The originals are kept all the same (not for a preview, nor when the store just
             # failed): the placeholders forwarded name them whether or not a checkpoint does.
@@ -416,6 +424,10 @@ class CompactionFlow:
         model: str = plan.request.data["model"]
         meta = saved_meta(result, model, index)
         error = await checkpoints.save(plan.namespace, plan.lookup, messages, meta)
+        if error is None:
+            self.degraded.store_writes.recovered()
+        else:
+            self.degraded.store_writes.failed(error)
         if used is not None and error is None:
             # The ordinary checkpoint now stands for it; kept when that was not stored.
             await self.preparer.consume(plan.namespace, used, plan.key)
@@ -473,6 +485,7 @@ class CompactionFlow:
             anticipate=point - now.tokens,
             **_edits_of(request),
         )
+        self.degraded.note_summaries(made.report)
         if made.report.failures:
             for failure in made.report.failures:
                 log.info(

@@ -44,6 +44,8 @@ from compaction_proxy.compaction.recall_text import PageOutOfRange, page, render
 from compaction_proxy.compaction.settings import RecallSettings
 from compaction_proxy.wire.recall import RECALL_TOOL, RecallAnswer, RecallCall
 
+from ._degraded import RECALL, DegradedPath
+
 log = logging.getLogger("compaction_proxy.recall")
 
 CountText = Callable[[str], int]
@@ -226,10 +228,17 @@ class RecallDesk:
     """Answers recall calls from an :class:`~compaction_proxy.checkpoints.Archive`; see the
     module docstring. ``count``: the tokens of a text, for paging and the answer's size."""
 
-    def __init__(self, archive: Archive, settings: RecallSettings, count: CountText) -> None:
+    def __init__(
+        self,
+        archive: Archive,
+        settings: RecallSettings,
+        count: CountText,
+        health: DegradedPath | None = None,
+    ) -> None:
         self.archive = archive
         self.settings = settings
         self.count = count
+        self.health = health or DegradedPath(RECALL, "recall archive")  # _degraded.py
 
     async def answer(
         self,
@@ -253,9 +262,11 @@ class RecallDesk:
         try:
             sections, shown = await self._sections(reader, allowed, arguments)
         except StoreUnavailable as exc:
-            log.warning("recall: the archive could not be read: %s", exc)
+            log.debug("recall: the archive could not be read: %s", exc)
+            self.health.failed(f"the archive could not be read ({type(exc).__name__})")
             text = UNAVAILABLE
             return Recalled(RecallAnswer(call.call_id, text, True), 0, self.count(text), True)
+        self.health.recovered()
         tools = {**call_names(_messages(reader)), **(names or {})}
 
         def paged() -> str:

@@ -22,12 +22,13 @@ from compaction_proxy import __version__
 if TYPE_CHECKING:
     from compaction_proxy.checkpoints import StoreBreaker
     from compaction_proxy.compaction.tokenizer_provider import TokenizerProvider
-    from compaction_proxy.engine import PreparedStats
+    from compaction_proxy.engine import DegradedPaths, PreparedStats
     from compaction_proxy.upstream import WindowBook
 
 __all__ = [
     "CONTENT_TYPE",
     "ContextWindows",
+    "DegradedHealth",
     "PreparedSummaries",
     "PrometheusMetrics",
     "StoreHealth",
@@ -177,7 +178,8 @@ class PrometheusMetrics:
         self.summarizer_calls = Counter(
             "compaction_proxy_summarizer_calls",
             "Summaries asked of the summarizer model, by outcome (ok, timeout, error, empty, "
-            "oversized, not_shorter; backoff: refused without a call)",
+            "oversized, not_shorter; overflow: refused as too long for its window; backoff: "
+            "refused without a call)",
             ["outcome"],
             registry=r,
         )
@@ -361,6 +363,48 @@ class WithheldSummaries:
             "key of server.api_keys, no key an upstream accepted recently), "
             "preview_unauthenticated (a preview without a key of server.api_keys)",
             labels=["reason"],
+        )
+
+
+class DegradedHealth:
+    """The degraded paths (compaction_proxy/engine/_degraded.py), read at scrape time: whether
+    each is degraded now, the requests that met it, and how often it started."""
+
+    def __init__(self, paths: DegradedPaths) -> None:
+        self._paths = paths
+
+    def describe(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
+        return list(self._families())
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        degraded, requests, episodes = self._families()
+        for path in self._paths:
+            degraded.add_metric([path.kind], 1 if path.degraded else 0)
+            requests.add_metric([path.kind], path.total)
+            episodes.add_metric([path.kind], path.episodes)
+        yield from (degraded, requests, episodes)
+
+    @staticmethod
+    def _families() -> tuple[GaugeMetricFamily, CounterMetricFamily, CounterMetricFamily]:
+        return (
+            GaugeMetricFamily(
+                "compaction_proxy_degraded",
+                "1 while a path the proxy works around is failing (path: store_writes, "
+                "store_reads, summarizer, recall), 0 once it works again",
+                labels=["path"],
+            ),
+            CounterMetricFamily(
+                "compaction_proxy_degraded_requests",
+                "Requests (and background summaries) that met a failing path: a checkpoint not "
+                "stored or not read, a summary failed or backed off, a recall the archive could "
+                "not answer",
+                labels=["path"],
+            ),
+            CounterMetricFamily(
+                "compaction_proxy_degraded_episodes",
+                "Times a path started failing (each logged once as it starts, once as it recovers)",
+                labels=["path"],
+            ),
         )
 
 

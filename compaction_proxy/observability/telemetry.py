@@ -28,6 +28,7 @@ from compaction_proxy.observability.outcomes import final_outcomes
 from compaction_proxy.observability.prices import Prices
 from compaction_proxy.observability.prometheus import (
     ContextWindows,
+    DegradedHealth,
     PreparedSummaries,
     PrometheusMetrics,
     StoreHealth,
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
     from compaction_proxy.compaction.report import StrategyFailure
     from compaction_proxy.compaction.tokenizer_provider import TokenizerProvider
     from compaction_proxy.config import Settings
-    from compaction_proxy.engine import PreparedStats
+    from compaction_proxy.engine import DegradedPaths, PreparedStats
     from compaction_proxy.summarizer import SummarizerStats, SummaryCallRecord, SummaryCalls
     from compaction_proxy.upstream import WindowBook
 
@@ -134,6 +135,10 @@ class Telemetry:
     def watch_store(self, store: StoreBreaker) -> None:
         """Expose the checkpoint store's breaker (called once, when the app is built)."""
         self.registry.register(StoreHealth(store))
+
+    def watch_degraded(self, paths: DegradedPaths) -> None:
+        """Expose the degraded paths (called once, when the app is built)."""
+        self.registry.register(DegradedHealth(paths))
 
     def watch_windows(self, book: WindowBook) -> None:
         """Expose the learned and discovered windows (called once, when the app is built)."""

@@ -15,7 +15,9 @@ make the pipeline move on, never become a checkpoint:
 * ``empty``: no text, or only whitespace (reasoning models sometimes answer only in reasoning);
 * ``oversized``: the completion is over the limit (``usage.completion_tokens`` without
   reasoning tokens, or our own count when usage is absent) or was cut (``finish_reason:
-  length``): a truncated checkpoint silently loses its last sections.
+  length``): a truncated checkpoint silently loses its last sections;
+* ``overflow``: the upstream refused the call as too long for its window, and its smaller
+  retry too (calls are sized by the model's calibration and window, :mod:`._sizing`).
 
 The call's form: by default, when the summarizer is the request's own upstream and model, the
 forwarded request's own prefix plus one instruction, so the upstream's prompt cache serves the
@@ -54,11 +56,12 @@ from compaction_proxy.config.preflight import (
     SUMMARY_RESERVED_PARAMETERS,
     validate_summarization_config,
 )
-from compaction_proxy.upstream import Router
+from compaction_proxy.upstream import Router, detect_overflow
 from compaction_proxy.wire import (
     DEFAULT_FORMAT,
     CallerKey,
     PrefixCall,
+    RefusalText,
     SummaryCall,
     UpstreamAuth,
     WireFormat,
@@ -72,10 +75,12 @@ from ._prefix import (
     has_binary,
     instruction,
     place_stretch,
+    prefix_tokens,
     stretch_end,
     tool_choice_for,
 )
 from ._prompts import PromptSet
+from ._sizing import SummaryOverflow, SummarySizing, learn_from
 from ._stats import SummarizerStats, SummaryCallRecord, SummaryCalls
 from ._transcript import SummarizerWindow, TranscriptOptions, fold, plan_chunks, render_blocks
 
@@ -104,6 +109,8 @@ class _Target:
     count: Callable[[str], int]
     call: SummaryCall
     auth: UpstreamAuth
+    refusals: Sequence[RefusalText] = ()
+    """The call's format's own overflow phrases, read beside the common ones."""
 
 
 # ------------------------------------------------------------------ the summarizer
@@ -114,7 +121,9 @@ class HttpSummarizer:
 
     Build one at start-up; per request call :meth:`bind` with the caller's ``Authorization``
     header value and hand the bound instance to the core. ``facts_for`` gives the summarizer
-    model's window and output limit (chunk sizing); ``tokenizer_for`` counts for that model.
+    model's window and output limit (chunk sizing); ``tokenizer_for`` counts for that model;
+    ``sizing`` scales that count by the model's calibration and learns from a refusal
+    (:mod:`._sizing`).
     """
 
     def __init__(
@@ -130,6 +139,7 @@ class HttpSummarizer:
         transcript: TranscriptOptions | None = None,
         max_chunks: int = MAX_CHUNKS,
         stats: SummarizerStats | None = None,
+        sizing: SummarySizing | None = None,
     ) -> None:
         self._settings = settings
         self._router = Router(upstreams)
@@ -152,6 +162,7 @@ class HttpSummarizer:
         self._timeout = timeout
         self._transcript = transcript or TranscriptOptions()
         self._max_chunks = max_chunks
+        self._sizing = sizing or SummarySizing()
         self.prompts = PromptSet.from_config(settings.prompt, settings.update_prompt)
         self.stats = stats or SummarizerStats()
         self._parameters, self._limit, self._limit_param = _split_parameters(
@@ -212,20 +223,23 @@ class HttpSummarizer:
         bound._wire_upstream = upstream
         return bound
 
-    def _form(self, upstream: UpstreamSettings) -> tuple[SummaryCall, UpstreamAuth]:
-        """The summary call's form on ``upstream``, and how it takes the operator's key: the
-        request's format's on the request's own upstream (the request shows what it speaks),
-        else that of the format its ``api`` names, else the default format's (a format
-        without a call of its own, such as the Responses API's: its upstreams answer chat)."""
+    def _form(
+        self, upstream: UpstreamSettings
+    ) -> tuple[SummaryCall, UpstreamAuth, Sequence[RefusalText]]:
+        """The summary call's form on ``upstream``, how it takes the operator's key and how
+        its refusals are worded: the request's format's on the request's own upstream (the
+        request shows what it speaks), else that of the format its ``api`` names, else the
+        default format's (a format without a call of its own, such as the Responses API's:
+        its upstreams answer chat)."""
         wire = self._wire
         if wire.summary is not None and upstream.name == self._wire_upstream:
-            return wire.summary, wire.auth
+            return wire.summary, wire.auth, wire.refusals
         spoken = format_for_api(upstream.api)
         if spoken is not None and spoken.summary is not None:
-            return spoken.summary, spoken.auth
+            return spoken.summary, spoken.auth, spoken.refusals
         default = DEFAULT_FORMAT
         assert default.summary is not None  # the default format always has a summary call
-        return default.summary, default.auth
+        return default.summary, default.auth, default.refusals
 
     def _with_prefix(self, request: SummaryRequest) -> SummaryRequest:
         """``request`` with the prefix and tools of the bound chat request, when it lacks them
@@ -255,8 +269,9 @@ class HttpSummarizer:
         window: SummarizerWindow,
         tokenizer: Tokenizer,
         note: str = "",
-    ) -> dict[str, Any] | None:
-        """The prefix-form body for ``request``, or ``None`` for the transcript form."""
+    ) -> tuple[dict[str, Any], int] | None:
+        """The prefix-form body for ``request`` and its prompt's size by our count, or
+        ``None`` for the transcript form."""
         mode = self._settings.reuse_prefix
         if mode == "never":
             return None
@@ -281,6 +296,11 @@ class HttpSummarizer:
         if not fits(prefix, request.tools, final, window, tokenizer):
             log.info("summary call: the request's prefix does not fit the summarizer's window")
             return None
+        sent = (
+            prefix_tokens(prefix, request.tools, tokenizer)
+            + tokenizer.count_message({"role": "user", "content": final})
+            + tokenizer.reply_priming
+        )
         if call.prefix is not None:
             assert native is not None and context is not None
             end = stretch_end(context.messages, request.messages)
@@ -291,7 +311,7 @@ class HttpSummarizer:
                 native, context.messages, position, request.messages[placed:], final
             )
             try:
-                return call.prefix(self._parameters, target.model, written, target.limit)
+                return call.prefix(self._parameters, target.model, written, target.limit), sent
             except ValueError as exc:
                 log.info("summary call: the prefix cannot be sent in its own form (%s)", exc)
                 return None
@@ -305,9 +325,10 @@ class HttpSummarizer:
         if context is not None and context.functions:
             extra["functions"] = context.functions
         messages = [*prefix, {"role": "user", "content": final}]
-        return call.body(
+        body = call.body(
             self._parameters, target.model, messages, extra, self._limit_param, target.limit
         )
+        return body, sent
 
     async def summarize(self, request: SummaryRequest) -> str:
         """The summary of ``request``'s stretch folded into its previous summary, if any."""
@@ -326,25 +347,54 @@ class HttpSummarizer:
             limit = request.max_tokens
             note = length_note(limit)
         tokenizer = self._tokenizer_for(model)
-        count = tokenizer.count_text
-        window = SummarizerWindow(facts.context_window, limit)
-        call, auth = self._form(upstream)
-        target = _Target(upstream, model, limit, count, call, auth)
+        # Sized in the summarizer model's own tokens: our count times its calibration.
+        window = SummarizerWindow(facts.context_window, limit, ratio=self._sizing.ratio(model))
+        call, auth, refusals = self._form(upstream)
+        target = _Target(upstream, model, limit, tokenizer.count_text, call, auth, refusals)
+        try:
+            return await self._summarize(request, target, window, tokenizer, note)
+        except SummaryOverflow as refused:
+            smaller = await learn_from(refused, window, self._sizing, upstream.name, model)
+        try:
+            # Once more, smaller: the transcript form, cut into chunks that fit what the
+            # refusal taught (the prefix form cannot shrink).
+            return await self._summarize(request, target, smaller, tokenizer, note, transcript=True)
+        except SummaryOverflow as again:
+            raise SummaryError(
+                "overflow", f"{again.message}; refused again when retried smaller"
+            ) from again
+
+    async def _summarize(
+        self,
+        request: SummaryRequest,
+        target: _Target,
+        window: SummarizerWindow,
+        tokenizer: Tokenizer,
+        note: str,
+        *,
+        transcript: bool = False,
+    ) -> str:
+        """One try at the summary: the prefix form when it applies and fits (not with
+        ``transcript``), else the transcript folded chunk by chunk."""
+        call, model, limit = target.call, target.model, target.limit
         # Counting a long prefix and rendering a long transcript are CPU work: off the loop.
         off_loop = len(request.messages) + len(request.prefix or ()) >= OFF_LOOP_MESSAGES
-        if off_loop:
-            body = await asyncio.to_thread(
-                self._prefix_body, request, target, window, tokenizer, note
-            )
-        else:
-            body = self._prefix_body(request, target, window, tokenizer, note)
-        if body is not None:
+        prefixed = None
+        if not transcript:
+            if off_loop:
+                prefixed = await asyncio.to_thread(
+                    self._prefix_body, request, target, window, tokenizer, note
+                )
+            else:
+                prefixed = self._prefix_body(request, target, window, tokenizer, note)
+        if prefixed is not None:
+            body, sent = prefixed
             native = self._request.native if self._request is not None else None
             repeated = {}
             if native is not None and call.prefix is not None:
                 repeated = {k: v for k, v in native.headers.items() if k in call.repeats}
-            return await self._complete(target, body, form="prefix", headers=repeated)
-        plan = partial(self._plan, request, window, count)
+            return await self._complete(target, body, sent, form="prefix", headers=repeated)
+        plan = partial(self._plan, request, window, target.count)
         chunks = await asyncio.to_thread(plan) if off_loop else plan()
         if len(chunks) > self._max_chunks:
             raise SummaryError(
@@ -358,8 +408,9 @@ class HttpSummarizer:
                 {"role": "system", "content": system + note},
                 {"role": "user", "content": user},
             ]
+            sent = sum(tokenizer.count_message(m) for m in messages) + tokenizer.reply_priming
             body = call.body(self._parameters, model, messages, {}, self._limit_param, limit)
-            return await self._complete(target, body)
+            return await self._complete(target, body, sent)
 
         return await fold(chunks, request.previous_summary, self.prompts, one)
 
@@ -375,6 +426,7 @@ class HttpSummarizer:
         self,
         target: _Target,
         body: dict[str, Any],
+        sent: int,
         *,
         form: str = "transcript",
         headers: Mapping[str, str] | None = None,
@@ -383,7 +435,7 @@ class HttpSummarizer:
         outcome = "error"
         usage: dict[str, int] = {}
         try:
-            text = await self._post(target, body, headers or {}, usage)
+            text = await self._post(target, body, sent, headers or {}, usage)
             outcome = "ok"
             return text
         except SummaryError as exc:
@@ -409,6 +461,7 @@ class HttpSummarizer:
         self,
         target: _Target,
         body: dict[str, Any],
+        sent: int,
         repeated: Mapping[str, str],
         usage: dict[str, int],
     ) -> str:
@@ -440,10 +493,16 @@ class HttpSummarizer:
                 "error", f"{where} ({model}): request failed ({type(exc).__name__})"
             ) from exc
         if not 200 <= response.status_code < 300:
-            raise SummaryError(
-                "error",
-                f"{where} ({model}): HTTP {response.status_code}{_error_code(response.content)}",
+            failed = (
+                f"{where} ({model}): HTTP {response.status_code}{_error_code(response.content)}"
             )
+            # httpx has inflated the body already: no content encoding left to undo.
+            overflow = detect_overflow(
+                response.status_code, response.content, None, target.refusals
+            )
+            if overflow is not None:
+                raise SummaryOverflow(f"{failed}: refused as too long", overflow, sent)
+            raise SummaryError("error", failed)
         return _read_completion(response.content, call, where, model, limit, target.count, usage)
 
 

@@ -25,6 +25,7 @@ Everything here is pure except :func:`fold`, which awaits the call it is given.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -193,20 +194,23 @@ def chunk_blocks(
 
 @dataclass(frozen=True, slots=True)
 class SummarizerWindow:
-    """What limits one summarizer call: the model's context window and the output limit."""
+    """What limits one summarizer call: the model's context window and the output limit, in
+    the model's own tokens, and ``ratio``, how many of them one of ours is (the calibration
+    measured from its ``usage``, compaction_proxy/summarizer/_sizing.py)."""
 
     context_window: int
     max_output_tokens: int
     safety_ratio: float = 0.05
     """Fraction of the window kept free: our tokenizer may not be the summarizer model's."""
+    ratio: float = 1.0
 
     def input_budget(self, prompt_tokens: int, previous_tokens: int) -> int:
-        """Tokens left for transcript in one call with this prompt and previous summary."""
+        """Tokens (ours) left for transcript in one call with this prompt and previous summary
+        (ours): the window less its safety share and the output limit, in our tokens."""
         reserve = int(self.context_window * self.safety_ratio)
+        room = self.context_window - reserve - self.max_output_tokens
         return (
-            self.context_window
-            - reserve
-            - self.max_output_tokens
+            math.floor(room / max(self.ratio, 1e-9))
             - prompt_tokens
             - previous_tokens
             - ENVELOPE_TOKENS
@@ -226,9 +230,9 @@ def plan_chunks(
     first = window.input_budget(
         count_text(prompts.system_prompt(previous_summary)), previous_tokens
     )
-    later = window.input_budget(
-        count_text(prompts.update), max(previous_tokens, window.max_output_tokens)
-    )
+    # The summary so far is at most the output limit, in the model's tokens: fewer of ours.
+    written = math.ceil(window.max_output_tokens / max(window.ratio, 1e-9))
+    later = window.input_budget(count_text(prompts.update), max(previous_tokens, written))
 
     def budgets(index: int) -> int:
         budget = first if index == 0 else later

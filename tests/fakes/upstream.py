@@ -48,7 +48,10 @@ words it: ``openai``, ``vllm`` (<= 0.10.0, top-level error object), ``vllm_new``
 (``context_length_exceeded`` with no numbers at all). ``publish_windows`` makes
 ``GET /v1/models`` state the windows in one server's field: ``none``, ``vllm``
 (``max_model_len``), ``openrouter`` (``context_length``) or ``lmstudio`` (the loaded
-instance's ``context_length``).
+instance's ``context_length``). ``token_scale`` makes the fake count prompts as a model with
+another tokenizer would (1.63: every prompt 63 % longer than the proxy's count), in the window
+check, the refusal and ``usage``. Every refusal over the window records a ``refused`` event
+(``summarizer``: whether it refused a summary call).
 
 Test-only routes: ``GET|DELETE /_requests``, ``GET|DELETE /_events``, ``GET|POST /_control``.
 """
@@ -61,6 +64,7 @@ import base64
 import hashlib
 import inspect
 import itertools
+import math
 import os
 import re
 import struct
@@ -413,6 +417,10 @@ class Settings:
     publish_windows: str = "none"
     # The keys the API routes accept (Authorization: Bearer <key>); None: any, or none.
     api_keys: list[str] | None = None
+    # The model's tokenizer against the fake's count: prompt tokens are the count times this
+    # (rounded up), in the window check, the refusal and `usage` alike (a local model whose
+    # tokenizer is not OpenAI's: 1.63 makes every prompt 63 % longer than the proxy counts).
+    token_scale: float = 1.0
 
     def window_for(self, model: str) -> int | None:
         return self.model_context_windows.get(model, self.context_window)
@@ -953,12 +961,21 @@ def create_app(
             elif failure is not None:
                 return failure
         model = payload.get("model") if isinstance(payload.get("model"), str) else ""
-        prompt_tokens = fake.counter.messages(payload["messages"], payload.get("tools"))
+        prompt_tokens = scaled(
+            fake.counter.messages(payload["messages"], payload.get("tools")), settings.token_scale
+        )
         window = settings.window_for(model)
         if window is not None:
             completion = payload.get("max_completion_tokens") or payload.get("max_tokens") or 0
             requested = prompt_tokens + (completion if isinstance(completion, int) else 0)
             if requested > window:
+                fake.event(
+                    "refused",
+                    request,
+                    summarizer=is_summarizer_call(payload),
+                    prompt_tokens=prompt_tokens,
+                    requested=requested,
+                )
                 return refusal(settings.refusal_style, window, prompt_tokens, requested)
         reply = forced or await fake.respond(
             ChatRequest(payload, dict(request.headers), prompt_tokens)
@@ -971,7 +988,11 @@ def create_app(
         cached_messages = fake.prompt_cache.hit(payload["messages"], payload.get("tools"))
         # The cached part's count, without the reply priming the whole prompt adds once.
         cached_tokens = (
-            fake.counter.messages(payload["messages"][:cached_messages], payload.get("tools")) - 3
+            scaled(
+                fake.counter.messages(payload["messages"][:cached_messages], payload.get("tools"))
+                - 3,
+                settings.token_scale,
+            )
             if cached_messages
             else 0
         )
@@ -1155,6 +1176,11 @@ def _summarizer_failure(fake: FakeUpstream, request: Request, mode: str) -> Any:
     if mode == "oversized":
         return ChatReply(content="word " * 5000, finish_reason="length")
     return None
+
+
+def scaled(tokens: int, scale: float) -> int:
+    """``tokens`` as a model whose tokenizer counts ``scale`` times the fake's would."""
+    return tokens if scale == 1.0 else math.ceil(tokens * scale)
 
 
 def apply_control(fake: FakeUpstream, changes: Any) -> None:

@@ -74,9 +74,14 @@ def test_a_full_disk_keeps_the_stored_checkpoints_in_use(
         small_upstream.clear()
 
         # A new conversation is a real compaction event: summarized, its checkpoint not stored
-        # (the write fails: the writes are marked down).
-        fresh = _ask(client, conversation("NEW"))
+        # (the write fails: the writes are marked down) but held in the process, and the
+        # response says so.
+        new = conversation("NEW")
+        fresh = _ask(client, new)
         assert fresh.headers["x-compaction-checkpoint"] == "new"
+        assert fresh.headers.get_list("x-compaction-warning") == [
+            "checkpoint not stored (sqlite unavailable); kept in this process's memory only"
+        ]
 
         checkpoints: list[str] = []
         for turn in range(TURNS):
@@ -89,10 +94,19 @@ def test_a_full_disk_keeps_the_stored_checkpoints_in_use(
                 checkpoints.append(raw.headers["x-compaction-checkpoint"])
                 warnings = raw.headers.get_list("x-compaction-warning")
                 assert not any("compaction failed" in w for w in warnings), warnings
-        assert checkpoints == ["hit"] * (TURNS * len(CONVERSATIONS)), checkpoints
+            new += [
+                {"role": "assistant", "content": f"noted {turn}"},
+                {"role": "user", "content": f"go on with NEW, step {turn}"},
+            ]
+            # The new conversation goes on from the checkpoint held in memory: a hit, no
+            # summarizer call.
+            checkpoints.append(_ask(client, new).headers["x-compaction-checkpoint"])
+        assert checkpoints == ["hit"] * (TURNS * (len(CONVERSATIONS) + 1)), checkpoints
         # One summarizer call for the one compaction event; none for the hits.
         assert count_summarizer_calls(small_upstream) == 1
-        sent = forwarded_requests(small_upstream)[1:]
+        sent = [
+            r for r in forwarded_requests(small_upstream)[1:] if "NEW" not in str(r["messages"])
+        ]
         for index, tag in enumerate(chats):
             # Each continues the prefix it was sent before the disk filled (the prompt cache).
             later, before = sent[index]["messages"], first_sent[tag]["messages"]
@@ -111,12 +125,16 @@ def test_a_full_disk_keeps_the_stored_checkpoints_in_use(
         opened = "compaction_proxy_store_breaker_opened_total"
         assert value(metrics, opened, backend="sqlite", operation="read") == 0
         assert value(metrics, opened, backend="sqlite", operation="write") >= 1
+        assert value(metrics, "compaction_proxy_degraded", path="store_writes") == 1
+        assert value(metrics, "compaction_proxy_degraded_requests_total", path="store_writes") == 1
     finally:
         proxy.stop()
     log = proxy.log_text()
     assert "Traceback" not in log, log[-4000:]
     assert "writes marked down" in log
     assert "checkpoint not stored" in log, "the new conversation's checkpoint could not be"
+    # Said once when the writes started failing, not once per request.
+    assert log.count("degraded: checkpoint store writes") == 1, log[-4000:]
 
 
 def test_readiness_with_redis_gone_is_degraded_not_unavailable(
@@ -134,7 +152,8 @@ def test_readiness_with_redis_gone_is_degraded_not_unavailable(
     own_redis.stop()
     for index in range(3):
         raw = _ask(client, conversation(f"R{index}"))
-        assert raw.headers["x-compaction-checkpoint"] == "none"
+        # Held in the process: the store cannot take it (compaction_proxy/checkpoints/_held.py).
+        assert raw.headers["x-compaction-checkpoint"] == "new"
     ready, metrics = _state(proxy)
     assert ready.status_code == 200, ready.text
     body = ready.json()
