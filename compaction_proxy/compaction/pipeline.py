@@ -142,11 +142,12 @@ class Pipeline:
     summarization strategy places its summary there).
     ``carry_user_share``: the share of the budget the newest user messages may take to be
     carried verbatim when their turns are folded (:mod:`.carry`); 0 (the core's default, the
-    anchors' behaviour): none are.  The configuration's default is
-    :data:`~.carry.DEFAULT_CARRY_SHARE`.
+    anchors' behaviour): none are.  The configuration's default pipeline has
+    :data:`~.carry.DEFAULT_CARRY_SHARE`; an explicit one only what its block writes.
     ``min_saving``: the share of the budget a strategy's work must save to be kept
     (:mod:`.churn`); 0 (the core's default): every change is kept.  The configuration's default
-    is :data:`~.settings.DEFAULT_MIN_SAVING`.
+    pipeline has :data:`~.settings.DEFAULT_MIN_SAVING`; an explicit one only what its block
+    writes.
     """
 
     strategies: tuple[Strategy, ...] = ()
