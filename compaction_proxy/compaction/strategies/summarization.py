@@ -89,14 +89,17 @@ Stopping at the target (turn and step shapes): a summary costs one call whatever
 the fold goes as far as ``retain_turns``/``retain_tokens`` allow and the next event is far away
 (a fold that only just reaches the target fires again a turn or two later).  When the estimated
 result of that fold -- everything kept plus one checkpoint -- still fires the strategy's target
-(:meth:`~.base.Strategy.effective_target`; the default pipeline's ``token_ratio: 0.5``), all but
-the newest turn (in an agent loop: step) is folded instead, so what is kept verbatim shrinks
-before a later strategy would drop it unsummarized; not for an ``always`` target, which no fold
-meets.  The checkpoint is estimated as the empty wrapper plus
+(:attr:`~.base.Strategy.target`, in force mode too; the default pipeline's ``token_ratio:
+0.5``), all but the newest turn (in an agent loop: step) is folded instead, so what is kept
+verbatim shrinks before a later strategy would drop it unsummarized; not for an ``always``
+target, which no fold meets.  The checkpoint is estimated as the empty wrapper plus
 :meth:`SummarizationStrategy.summary_estimate`: ``summary_ratio`` (0.2) of the folded tokens, at
 least ``summary_floor_tokens`` (64), at most ``summary_cap_tokens`` (2048) and the bound.  In
-force mode, or without a context (the bare :meth:`SummarizationStrategy.select`), the fold goes
-as far as the retention allows.
+force mode the fold is the one a normal run makes: the same target (a target left implicit is
+the trigger's, not the forced ``always``: :class:`.summary_selection.TargetStop`), so
+``force`` never folds less than the trigger would; a forced run that then makes no summary
+while groups are dropped says so in a warning (:mod:`..pipeline`).  Without a context (the bare
+:meth:`SummarizationStrategy.select`) the fold goes as far as the retention allows.
 The output is then under the target, so the trigger does not fire on it again (idempotence);
 the prefix stays stable because the checkpoint, not the cut, is reused on later requests.  The
 group shape keeps the Agent Framework's semantics (``target_count``) and ignores the target.
@@ -286,16 +289,16 @@ class SummarizationStrategy(Strategy):
     def select(self, draft: Draft, ctx: StrategyContext | None = None) -> list[Group]:
         """The groups to fold, oldest first (empty: nothing to summarize).
 
-        One pass over the groups; see the module docstring for the rules.  With ``ctx`` (and
-        not forced) the turn and step shapes stop at the target ("Stopping at the target");
-        without it they fold as far as the minimum retention allows.
+        One pass over the groups; see the module docstring for the rules.  With ``ctx`` the
+        turn and step shapes stop at the target ("Stopping at the target"; forced, as the
+        trigger would); without it they fold as far as the minimum retention allows.
         """
         groups = draft.groups
         view = draft.view
         non_system = [g for g in groups if g.kind is not GroupKind.SYSTEM and draft.is_kept(g)]
         if not non_system:
             return []
-        stop = None if ctx is None or ctx.force or self.by_groups else TargetStop(self, draft, ctx)
+        stop = None if ctx is None or self.by_groups else TargetStop(self, draft)
         if not self.by_groups:
             in_turn = self._select_in_turn(draft, non_system, stop)
             if in_turn is not None:

@@ -14,7 +14,6 @@ from ..draft import Draft, GroupState
 from ..messages import Message
 from ..triggers import Always, Condition, Metrics
 from ..view import Group, GroupKind
-from .base import StrategyContext
 
 
 class Summarizing(Protocol):
@@ -29,7 +28,8 @@ class Summarizing(Protocol):
     @property
     def max_rounds(self) -> int: ...
 
-    def effective_target(self, ctx: StrategyContext) -> Condition: ...
+    @property
+    def target(self) -> Condition: ...
 
     def summary_message(self, text: str) -> Message: ...
 
@@ -52,12 +52,18 @@ class TargetStop:
     strategy's ``summary_estimate``) arrives.  The target is reached when it no longer fires on
     that projection.  ``overflow_messages`` is projected as "all of them", so
     an over-budget ``messages_to_refine`` target counts as not reached (fold further).
+
+    The target is the one a normal run has, in force mode too (``X-Compaction: force`` asks for
+    the event a normal run makes, not for a weaker one): a target left implicit is the
+    trigger's, not the ``always`` a forced strategy compacts towards, so a forced fold is the
+    one the trigger makes (and, on a request under the trigger, the one that reaches the target
+    from there).
     """
 
-    def __init__(self, strategy: Summarizing, draft: Draft, ctx: StrategyContext) -> None:
+    def __init__(self, strategy: Summarizing, draft: Draft) -> None:
         self.strategy = strategy
         self.draft = draft
-        self.target = strategy.effective_target(ctx)
+        self.target = strategy.target
         self.base = draft.metrics()
         self.overhead = draft.measure(strategy.summary_message("")).token_count
         self.bound = strategy.summary_bound(draft)
@@ -169,13 +175,17 @@ class Tally:
     def reached(self) -> bool:
         stop = self.stop
         draft, base = stop.draft, stop.base
+        # No checkpoint arrives for a fold of nothing.
+        summary = self.groups > 0
         added = stop.overhead + stop.strategy.summary_estimate(self.tokens, stop.bound)
+        if not summary:
+            added = 0
         remaining = base.messages
         projected: Metrics = replace(
             base,
             tokens=draft.calibration.apply(draft.prompt_tokens - self.tokens + added),
-            messages=base.messages - self.messages + 1,
-            groups=base.groups - self.groups + 1,
+            messages=base.messages - self.messages + summary,
+            groups=base.groups - self.groups + summary,
             turns=base.turns - self.gone_turns,
             tool_call_groups=base.tool_call_groups - self.tool_calls,
             overflow_messages=lambda: remaining,
