@@ -73,7 +73,11 @@ class TargetStop:
         self.reachable = not isinstance(self.target, Always)
         self.turn_live: dict[int, int] = {}
         for group in draft.groups:
-            if group.turn and draft.state(group) is not GroupState.DROPPED:
+            if (
+                group.turn
+                and draft.state(group) is not GroupState.DROPPED
+                and counts_as_turn(draft, group)
+            ):
                 self.turn_live[group.turn] = self.turn_live.get(group.turn, 0) + 1
 
     def reached(self, folded: Sequence[Group]) -> bool:
@@ -82,6 +86,61 @@ class TargetStop:
         for group in folded:
             tally.add(group)
         return tally.reached()
+
+    def with_carried(self, folded: Sequence[Group], cut: int) -> list[Group]:
+        """``folded``, and when that misses the target, the carried user messages before message
+        ``cut`` (pinned, compaction_proxy/compaction/carry.py), oldest first, until the fold
+        reaches it (all of them when it never does).
+
+        The carried messages count inside the event's target: when they cannot all stay, the
+        carry's share shrinks, oldest first, before the target is missed, so an event lands
+        where one without them would and events do not come closer together for them. The
+        summarizer sees them anyway (:func:`shown_indices`)."""
+        folded = list(folded)
+        if not folded or not self.reachable:
+            return folded
+        tally = Tally(self)
+        for group in folded:
+            tally.add(group)
+        if tally.reached():
+            return folded
+        draft = self.draft
+        taken: list[Group] = []
+        for group in draft.groups:
+            if group.first >= cut:
+                break
+            if is_carried(draft, group):
+                taken.append(group)
+                tally.add(group)
+                if tally.reached():
+                    break
+        return sorted([*folded, *taken], key=lambda g: g.index)
+
+    def carried_instead(self) -> list[Group]:
+        """The fewest carried user messages, oldest first, whose release alone reaches the
+        target, with no summary made (empty: none does, or the draft holds no summary yet, so
+        what they said is in no summary and only the carry keeps it).
+
+        Carried messages must not multiply summaries: a summary event whose call is needed only
+        because of them would come again a few requests later, each time they fill the room
+        again. Their turns were folded into the summary the draft holds (its summarizer was
+        shown them), so the verbatim copies go, oldest first, before a call is paid for."""
+        draft = self.draft
+        if not self.reachable or not any(
+            g.kind is GroupKind.SUMMARY and draft.is_kept(g) for g in draft.groups
+        ):
+            return []
+        tally = Tally(self, summary=False)
+        if tally.reached():
+            return []  # at the target already: nothing to release
+        taken: list[Group] = []
+        for group in draft.groups:
+            if is_carried(draft, group):
+                taken.append(group)
+                tally.add(group)
+                if tally.reached():
+                    return taken
+        return []
 
     def first_reaching(
         self,
@@ -147,10 +206,12 @@ class TargetStop:
 
 
 class Tally:
-    """What a growing fold takes away, summed as groups join it (see :class:`TargetStop`)."""
+    """What a growing fold takes away, summed as groups join it (see :class:`TargetStop`);
+    ``summary``: one checkpoint arrives in its place (False: the groups only leave)."""
 
-    def __init__(self, stop: TargetStop) -> None:
+    def __init__(self, stop: TargetStop, *, summary: bool = True) -> None:
         self.stop = stop
+        self.summary = summary
         self.tokens = 0
         self.messages = 0
         self.groups = 0
@@ -164,7 +225,7 @@ class Tally:
         self.groups += 1
         if group.kind is GroupKind.TOOL_CALL:
             self.tool_calls += 1
-        if group.turn:
+        if group.turn and counts_as_turn(self.stop.draft, group):
             seen = self.per_turn.get(group.turn, 0) + 1
             self.per_turn[group.turn] = seen
             # A turn is gone once every live group of it is folded (counted once, when the
@@ -175,8 +236,8 @@ class Tally:
     def reached(self) -> bool:
         stop = self.stop
         draft, base = stop.draft, stop.base
-        # No checkpoint arrives for a fold of nothing.
-        summary = self.groups > 0
+        # No checkpoint arrives for a fold of nothing (or when only releasing groups).
+        summary = self.summary and self.groups > 0
         added = stop.overhead + stop.strategy.summary_estimate(self.tokens, stop.bound)
         if not summary:
             added = 0
@@ -211,6 +272,23 @@ def foldable(draft: Draft, group: Group) -> bool:
     if draft.is_fixed(group):
         return False
     return not draft.is_pinned(group) or group.kind is GroupKind.SUMMARY
+
+
+def is_carried(draft: Draft, group: Group) -> bool:
+    """A user message carried verbatim beside the summaries (pinned for the run, not protected
+    by the invariants, still kept)."""
+    return (
+        group.kind is GroupKind.USER
+        and draft.is_pinned(group)
+        and not draft.is_fixed(group)
+        and draft.is_kept(group)
+    )
+
+
+def counts_as_turn(draft: Draft, group: Group) -> bool:
+    """Whether ``group`` keeps its turn alive: a carried user message does not (it is not a
+    turn, compaction_proxy/compaction/carry.py)."""
+    return not (group.kind is GroupKind.USER and draft.is_pinned(group))
 
 
 def is_turn_boundary(group: Group) -> bool:
