@@ -61,6 +61,7 @@ from .archive import Archived
 from .budget import Budget, Calibration, ModelCatalog, ModelFacts, OutputLimit, compute_budget
 from .carry import carry_user_messages, pin_summaries
 from .draft import Draft
+from .forced import forced_without_summary
 from .messages import Message
 from .report import CompactionReport, StrategyFailure, StrategyReport
 from .strategies.base import Strategy, StrategyContext
@@ -404,7 +405,7 @@ def _warnings(run: _Run) -> list[str]:
     warnings.extend(failure_warnings(steps))
     warnings.extend(f"{f.strategy}: {f.message}" for f in run.unforwarded)
     if run.request.mode is Mode.FORCE:
-        warnings.extend(_forced_without_summary(steps, draft))
+        warnings.extend(forced_without_summary(steps, draft))
     if draft.over_budget():
         tokens_now = run.calibration.apply(draft.prompt_tokens)
         if any(True for _ in draft.removable()):
@@ -525,22 +526,6 @@ def output_note(limit: OutputLimit | None, budget: Budget, prompt: int) -> str |
         f"the prompt ({prompt} tokens) and the output limit ({limit.asked}) exceed {window}; "
         "an upstream that counts both may refuse it (lower_output_limit is off)"
     )
-
-
-def _forced_without_summary(steps: Sequence[StrategyReport], draft: Draft) -> list[str]:
-    """A forced run whose summarization made no summary while groups were dropped did less than
-    the event a normal run makes at the trigger (a summary of what goes): said, once.  A failed
-    summary has its own warning (:func:`failure_warnings`)."""
-    summaries = [r for r in steps if r.name == "summarization" and not r.children]
-    if not summaries or any(r.changed or r.failed for r in summaries):
-        return []
-    dropped = draft.counters.groups_dropped
-    if not dropped:
-        return []
-    why = "; ".join(n for r in summaries for n in r.notes) or "it did not run"
-    return [
-        f"X-Compaction: force made no summary ({why}); {dropped} group(s) were dropped without one"
-    ]
 
 
 def _merged(first: StrategyReport | None, then: StrategyReport, note: str) -> StrategyReport:
