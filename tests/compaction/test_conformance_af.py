@@ -42,6 +42,7 @@ from compaction_proxy.compaction import (  # noqa: E402
     CompactionSettings,
     ModelFacts,
     Pipeline,
+    SummarizationSettings,
     build_pipeline,
     build_view,
     compact,
@@ -57,6 +58,7 @@ from compaction_proxy.compaction.strategies import (  # noqa: E402
 from compaction_proxy.compaction.strategies.tool_result_compaction import (  # noqa: E402
     MIDDLE_MARKER,
 )
+from tests.support.trust_session import LIBRECHAT_BLOCK  # noqa: E402
 
 Msg = dict[str, Any]
 
@@ -704,6 +706,10 @@ def test_an_explicit_pipeline_has_the_proxys_additions_only_where_its_block_writ
     assert (pipeline.carry_user_share, pipeline.min_saving) == (0.15, 0.02)
     default = build_pipeline(CompactionSettings())
     assert (default.carry_user_share, default.min_saving) == (0.15, 0.02)
+    # LibreChat's block pasted is the default pipeline: both on
+    block = SummarizationSettings.model_validate(LIBRECHAT_BLOCK)
+    librechat = build_pipeline(CompactionSettings(), block)
+    assert (librechat.carry_user_share, librechat.min_saving) == (0.15, 0.02)
     off = build_pipeline(CompactionSettings(carry_user_messages=0, min_saving=0))
     assert (off.carry_user_share, off.min_saving) == (0.0, 0.0)
     # a session where both additions would show: every user message would stay beside the window
