@@ -24,7 +24,8 @@ ones (p50 and max), and the summarizer calls per event.
 `--matrix`: what compaction keeps, with LibreChat's `summarization:` example pasted as its docs
 give it and only `models: {<name>: {context_window: W}}` besides, for chat sessions (a rule in
 every user message, ~900-token tool results) and single-turn agent loops, at 8k, 32k and 128k
-windows, with the summarizer and without (`enabled: false`): summarizer calls per request,
+windows, with the summarizer and without (`enabled: false`), and with the summarizer and
+`compaction.carry_user_messages: 0` (the carry off): summarizer calls per request,
 compaction events, the prefix-stable share, summaries forwarded after the first, responses
 naming a summarization whose summary was not forwarded, facts and user rules carried to the
 last request, forwarded against raw tokens (tests/support/trust_session.py drives them).
@@ -252,15 +253,19 @@ MATRIX_REQUESTS = {
 are long enough to pass the trigger a few times."""
 
 
-def trust_run(work: Path, shape: str, window: int, summarizer: bool, requests: int) -> TrustReport:
+def trust_run(
+    work: Path, shape: str, window: int, summarizer: bool, requests: int, carry: bool = True
+) -> TrustReport:
     upstream = UpstreamServer(work / "upstream.log", context_window=window).start()
     model = f"acc-{window // 1024}k"
     block = dict(LIBRECHAT_BLOCK) if summarizer else {**LIBRECHAT_BLOCK, "enabled": False}
+    extra = {} if carry else {"compaction": {"carry_user_messages": 0}}
     config = proxy_config(
         upstream_entry(upstream, name=LIBRECHAT_UPSTREAM),
         models={model: {"context_window": window}},
         store={"backend": "sqlite", "path": str(work / "checkpoints.db")},
         summarization=block,
+        **extra,
     )
     proxy = ProxyServer(write_config(work / "proxy.yaml", config), work / "proxy.log").start()
     try:
@@ -288,17 +293,18 @@ def matrix_report(args: argparse.Namespace) -> str:
     for label in args.windows.split(","):
         window = WINDOWS[label]
         for shape in ("chat", "loop"):
-            for summarizer in (True, False):
+            for summarizer, carry in ((True, True), (True, False), (False, True)):
                 requests = MATRIX_REQUESTS[(shape, label)]
                 work = Path(tempfile.mkdtemp(prefix=f"matrix-{shape}-{label}-"))
-                report = trust_run(work, shape, window, summarizer, requests)
+                report = trust_run(work, shape, window, summarizer, requests, carry)
                 raw = sum(
                     tokenizer.count_messages(s.raw) + tokenizer.reply_priming for s in report.steps
                 )
                 forwarded = sum(s.prompt_tokens for s in report.steps)
                 calls = report.summarizer_calls
                 rows.append(
-                    f"| {shape} | {label} | {'yes' if summarizer else 'no'} | {report.requests} | "
+                    f"| {shape} | {label} | {'yes' if summarizer else 'no'} | "
+                    f"{'on' if carry else 'off'} | {report.requests} | "
                     f"{calls} | {calls / report.requests:.3f} | {report.events} | "
                     f"{report.stable_share():.0%} | {_share(report.summary_share())} | "
                     f"{len(report.false_summary_reports())} | {report.facts_carried():.0%} | "
@@ -314,7 +320,8 @@ def matrix_report(args: argparse.Namespace) -> str:
         "- Config: LibreChat's `summarization:` example exactly as its docs give it "
         "(`maxSummaryTokens: 4096`, `reserveRatio: 0.05`, trigger `token_ratio` 0.8, its "
         "`contextPruning` block), `models: {acc-Nk: {context_window: N}}` and nothing else; "
-        '"summarizer: no" adds `enabled: false`. Real processes, SQLite checkpoints; the fake '
+        '"summarizer: no" adds `enabled: false`; "carry: off" adds `compaction: '
+        "{carry_user_messages: 0}`. Real processes, SQLite checkpoints; the fake "
         "upstream enforces the window and plays the summarizer (its summary lists the FACT "
         "tokens it was shown, never the rules).",
         "- chat: two requests per turn (the user's message stating `keep RULE-n as it is`, "
@@ -325,10 +332,10 @@ def matrix_report(args: argparse.Namespace) -> str:
         "names summarization while the forwarded request holds no summary; facts and rules: "
         "the share present in the last forwarded request.",
         "",
-        "| shape | window | summarizer | requests | summarizer calls | calls per request | "
-        "events | prefix stable | summaries kept | false reports | facts carried | "
-        "rules carried | forwarded / raw |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| shape | window | summarizer | carry | requests | summarizer calls | "
+        "calls per request | events | prefix stable | summaries kept | false reports | "
+        "facts carried | rules carried | forwarded / raw |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         *rows,
     ]
     return "\n".join(lines) + "\n"

@@ -2,7 +2,8 @@
 
 A summary may drop what a user said ("keep X as it is"); the user's own words do not.  So at the
 start of a run the newest user messages are pinned, newest first, while together they fit
-:data:`DEFAULT_CARRY_SHARE` of the budget (``compaction.carry_user_messages``): when their
+:data:`DEFAULT_CARRY_SHARE` of the budget (``compaction.carry_user_messages``; the default
+pipeline's, an explicit pipeline carries only when its block says so): when their
 turns are folded (summarized, or dropped by a sliding window or a truncation) the user messages
 stay where they were, verbatim, and only the rest of each turn goes.  The way Codex carries
 recent user messages across its compactions, with a budget share instead of a fixed size.  The

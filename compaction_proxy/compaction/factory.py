@@ -4,7 +4,11 @@ An explicit ``compaction.pipeline`` is a plain pipeline (the Agent Framework's
 ``PipelineCompactionStrategy``: every entry by its own trigger, in order), or with
 ``early_stop: true`` a token-budget composition (``TokenBudgetComposedStrategy``: skip the rest
 once ``stop_when`` holds); see :mod:`.strategies.composite`.  Either way the proxy's own
-fallback (``fallback_truncation``) and last resort follow.
+fallback (``fallback_truncation``) and last resort follow.  It is read in the Agent Framework's
+terms, so it gets neither of the proxy's two additions, carried user messages
+(``carry_user_messages``) and the minimum saving (``min_saving``), unless the block writes them
+(:meth:`~.settings.CompactionSettings.carry_share`): a ported pipeline behaves as the Agent
+Framework's.  The default pipeline below has both.
 
 With no ``compaction.pipeline`` configured, the pipeline is derived from the ``summarization``
 block (a pasted LibreChat block too).  It is a token-budget composition whose budget is its
@@ -115,8 +119,8 @@ def build_pipeline(
             early_stop=early_stop,
             fallback=compaction.fallback_truncation,
             hysteresis=early_stop and bool(compaction.hysteresis),
-            carry_user_share=compaction.carry_user_messages,
-            min_saving=compaction.min_saving,
+            carry_user_share=compaction.carry_share(),
+            min_saving=compaction.saving_share(),
         )
     entries = default_pipeline_entries(summarization or SummarizationSettings(), registry)
     strategies = tuple(_scaled(registry.build(e)) for e in entries)
@@ -127,6 +131,6 @@ def build_pipeline(
         early_stop=early_stop,
         fallback=compaction.fallback_truncation,
         hysteresis=early_stop and compaction.hysteresis is not False,
-        carry_user_share=compaction.carry_user_messages,
-        min_saving=compaction.min_saving,
+        carry_user_share=compaction.carry_share(),
+        min_saving=compaction.saving_share(),
     )

@@ -61,6 +61,7 @@ from .archive import Archived
 from .budget import Budget, Calibration, ModelCatalog, ModelFacts, OutputLimit, compute_budget
 from .carry import carry_user_messages, pin_summaries
 from .draft import Draft
+from .forced import forced_without_summary
 from .messages import Message
 from .report import CompactionReport, StrategyFailure, StrategyReport
 from .strategies.base import Strategy, StrategyContext
@@ -142,11 +143,12 @@ class Pipeline:
     summarization strategy places its summary there).
     ``carry_user_share``: the share of the budget the newest user messages may take to be
     carried verbatim when their turns are folded (:mod:`.carry`); 0 (the core's default, the
-    anchors' behaviour): none are.  The configuration's default is
-    :data:`~.carry.DEFAULT_CARRY_SHARE`.
+    anchors' behaviour): none are.  The configuration's default pipeline has
+    :data:`~.carry.DEFAULT_CARRY_SHARE`; an explicit one only what its block writes.
     ``min_saving``: the share of the budget a strategy's work must save to be kept
     (:mod:`.churn`); 0 (the core's default): every change is kept.  The configuration's default
-    is :data:`~.settings.DEFAULT_MIN_SAVING`.
+    pipeline has :data:`~.settings.DEFAULT_MIN_SAVING`; an explicit one only what its block
+    writes.
     """
 
     strategies: tuple[Strategy, ...] = ()
@@ -399,8 +401,11 @@ def _warnings(run: _Run) -> list[str]:
     ran = tuple(r for r in (*run.reports, run.fallback, run.last_resort) if r is not None)
     for strategy_report in ran:
         warnings.extend(strategy_report.warnings)
-    warnings.extend(failure_warnings([r for top in ran for r in top.walk()]))
+    steps = [r for top in ran for r in top.walk()]
+    warnings.extend(failure_warnings(steps))
     warnings.extend(f"{f.strategy}: {f.message}" for f in run.unforwarded)
+    if run.request.mode is Mode.FORCE:
+        warnings.extend(forced_without_summary(steps, draft))
     if draft.over_budget():
         tokens_now = run.calibration.apply(draft.prompt_tokens)
         if any(True for _ in draft.removable()):

@@ -208,8 +208,11 @@ class CompactionSettings(StrictModel):
     entry acted the later ones run towards ``stop_when`` whatever their own trigger says.
     ``stop_when`` and ``hysteresis`` need ``early_stop`` (a plain pipeline has neither).
     ``fallback_truncation``: the proxy's own guarantee that the request fits, whatever the
-    composition. ``carry_user_messages`` and ``min_saving`` apply to every pipeline, configured
-    or default (see :mod:`.carry` and :mod:`.churn`). ``output_reserve_share`` and
+    composition. ``carry_user_messages`` and ``min_saving`` (see :mod:`.carry` and
+    :mod:`.churn`) are the proxy's own additions: the default pipeline has them
+    (:data:`~.carry.DEFAULT_CARRY_SHARE`, :data:`DEFAULT_MIN_SAVING`) unless the block sets them;
+    an explicit ``pipeline`` is read in the Agent Framework's terms and has them only where the
+    block writes them (:meth:`carry_share`, :meth:`saving_share`). ``output_reserve_share`` and
     ``lower_output_limit`` bound the output reserve and lower the forwarded output limit
     (:mod:`.budget`); a ``models.<pattern>`` entry's own keys of those names win.
 
@@ -229,10 +232,12 @@ class CompactionSettings(StrictModel):
     # Our addition: when old turns are folded (summarized, or dropped by a sliding window or a
     # truncation), their user messages stay verbatim, newest first, while together they fit
     # this share of the budget (compaction_proxy/compaction/carry.py); 0: none are carried.
-    carry_user_messages: float = Field(default=DEFAULT_CARRY_SHARE, ge=0, le=0.5)
+    # None: the default pipeline's own (DEFAULT_CARRY_SHARE); an explicit pipeline's, 0.
+    carry_user_messages: float | None = Field(default=None, ge=0, le=0.5)
     # Our addition: a strategy whose work saves less than this share of the budget is undone,
     # so the forwarded prefix (and the upstream's prompt cache) stays; 0: every change is kept.
-    min_saving: float = Field(default=DEFAULT_MIN_SAVING, ge=0, lt=1)
+    # None: the default pipeline's own (DEFAULT_MIN_SAVING); an explicit pipeline's, 0.
+    min_saving: float | None = Field(default=None, ge=0, lt=1)
     # Our addition: a request's own output limit (max_tokens, max_completion_tokens,
     # max_output_tokens) reserves at most this share of the window in the budget
     # (compaction_proxy/compaction/budget.py); 1: the whole limit, as asked.
@@ -244,6 +249,21 @@ class CompactionSettings(StrictModel):
     tokenizer: TokenizerSettings = TokenizerSettings()
     # Our addition: removed content archived, and a recall tool the proxy answers (docs/recall.md).
     recall: RecallSettings = RecallSettings()
+
+    def carry_share(self) -> float:
+        """``carry_user_messages`` as the pipeline applies it: as written, else the default
+        pipeline's share, and none for an explicit pipeline (the Agent Framework carries
+        nothing)."""
+        if self.carry_user_messages is not None:
+            return self.carry_user_messages
+        return DEFAULT_CARRY_SHARE if self.pipeline is None else 0.0
+
+    def saving_share(self) -> float:
+        """``min_saving`` as the pipeline applies it: as written, else the default pipeline's
+        minimum, and none for an explicit pipeline (the Agent Framework keeps every change)."""
+        if self.min_saving is not None:
+            return self.min_saving
+        return DEFAULT_MIN_SAVING if self.pipeline is None else 0.0
 
     @field_validator("plugins")
     @classmethod

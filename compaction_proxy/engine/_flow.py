@@ -241,7 +241,7 @@ class CompactionFlow:
         if request.known is not None:
             request.known.settle(plan.namespace, plan.lookup, plan.ledger)
         prepared: PrepareState = "none" if plan.key is None else self.preparer.state(plan.key)
-        used = await self.preparer.prepared_for(plan.probe, result, plan.namespace, plan.lookup)
+        used = await self.preparer.prepared_for(plan.probe, result)
         if used is not None:
             # The trigger fired and a summary was made ahead of time: continue from it (the
             # first run stopped at the summarizer and is discarded).

@@ -16,7 +16,10 @@ Without this, the request on which summarization fires waits for a whole summari
    at most ``summarization.timeout``). Found: the request continues from it, the messages after
    its prefix verbatim, and the pipeline runs again on that view; normally nothing fires (a
    rolling update only if it is still over the trigger). The result is stored as an ordinary
-   checkpoint, so the following requests keep its prefix.
+   checkpoint, so the following requests keep its prefix. An event that asked for no summary
+   (a collapse, or carried user messages released, reached the target) continues from one
+   too, after the same wait: it was paid for, and a checkpoint stored past the prefix it was
+   made on would leave it unused for good.
 
 Bounded and harmless: at most ``prepareMaxInFlight`` jobs per process (a new one drops the
 oldest), one per conversation in a process and, through a store lease, across replicas; jobs
@@ -241,23 +244,21 @@ class Preparer:
             self.stats.count("failed")
 
     async def prepared_for(
-        self,
-        probe: PreparedProbe | None,
-        result: CompactionResult,
-        namespace: str,
-        lookup: Lookup,
+        self, probe: PreparedProbe | None, result: CompactionResult
     ) -> Lookup | None:
         """The prepared checkpoint a request continues from, if any (the flow then runs the
         pipeline again on its view): the one ``probe`` found when the pipeline asked for a
         summary; or, when the trigger fired and the strategies before summarization reached
-        the target (no summary asked), one prepared for this moment, which was paid for and is
-        used rather than left to expire (it puts the next event further away). No waiting for
-        a job here."""
+        the target (no summary asked: a collapse, or carried user messages released), one
+        prepared for this moment, which was paid for and is used rather than left to expire
+        (it puts the next event further away). A job still making it here is waited for, as
+        when a summary is asked: the event would otherwise store a checkpoint past the one the
+        job bases its summary on, and the summary paid for would never be used."""
         if probe is None:
             return None
         if probe.looked or not result.changed:
             return probe.found
-        return await self.find(namespace, lookup)
+        return await probe.look()
 
     async def wait_for(self, key: str) -> None:
         """Wait (at most ``summarization.timeout``) for this process's job for ``key``."""
@@ -408,10 +409,15 @@ class PreparedProbe:
         """Whether the pipeline asked for a summary (and so the store was looked in)."""
         return self._looked
 
-    async def summarize(self, request: SummaryRequest) -> str:
+    async def look(self) -> Lookup | None:
+        """The prepared checkpoint, looked for once (after a job making it here finished)."""
         if not self._looked:
             self._looked = True
             self.found = await self._find()
+        return self.found
+
+    async def summarize(self, request: SummaryRequest) -> str:
+        await self.look()
         if self.found is not None:
             raise SummaryError("error", "a prepared summary is used instead")
         return await self._inner.summarize(request)

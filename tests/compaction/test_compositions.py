@@ -24,9 +24,11 @@ Plus how the proxy's own pipelines map onto them: an explicit ``compaction.pipel
 the ``summarization`` block (LibreChat's, pasted) is a token-budget composition whose budget is
 its target, 0.5 of the request's budget, entered at 0.8 with hysteresis.
 
-The tests of one composition rule set ``min_saving: 0`` and ``carry_user_messages: 0`` where
-the proxy's two defaults would blur what they check (each says why); the interplay tests at the
-end run the seeds' configurations verbatim with both defaults on.
+An explicit pipeline is read in the Agent Framework's terms: it has neither of the proxy's two
+additions (``carry_user_messages``, ``min_saving``) unless its block writes them, so the seeds'
+pipelines pasted verbatim are the Agent Framework's.  The default pipeline has both.  The
+interplay tests at the end write both into the seeds' configurations, as a user who wants them
+does.
 """
 
 from __future__ import annotations
@@ -77,10 +79,11 @@ pipeline:
 written (YAML reads ``0x200`` as 512)."""
 
 
-ONE_MECHANISM = {"min_saving": 0, "carry_user_messages": 0}
-"""The composition alone: no churn cut (compaction/strategies/churn.py: a collapse saving ~100
-tokens of a 28k budget would be undone) and no carried user messages (compaction/carry.py: they stay
-beside the window, so "the user messages forwarded" would not be "the turns kept")."""
+ADDITIONS = {"carry_user_messages": 0.15, "min_saving": 0.02}
+"""The proxy's two additions, written into an explicit pipeline's block (the default pipeline's
+values): the churn cut (compaction/strategies/churn.py: a collapse saving ~100 tokens of a 28k
+budget is undone) and the carried user messages (compaction/carry.py: they stay beside the
+window, so "the user messages forwarded" are not "the turns kept")."""
 
 
 def dotnet_pipeline(extra: dict[str, Any] | None = None) -> Pipeline:
@@ -159,6 +162,8 @@ def test_the_seeds_dotnet_pipeline_is_a_plain_pipeline() -> None:
         TokensExceed(0x8000),
     ]
     assert (pipeline.early_stop, pipeline.hysteresis) == (False, False)
+    # pasted as written, it has neither of the proxy's additions: the Agent Framework's
+    assert (pipeline.carry_user_share, pipeline.min_saving) == (0.0, 0.0)
 
 
 def more_turns(msgs: Sequence[Mapping[str, Any]], first: int, count: int) -> list[Any]:
@@ -173,7 +178,7 @@ def test_every_child_of_the_seeds_pipeline_runs_as_its_trigger_says() -> None:
     not fire; five turns later (the summary then under 0x500 tokens) it does."""
     msgs = shopping(30)
     summarizer = FakeSummarizer()
-    pipeline = dotnet_pipeline(ONE_MECHANISM)
+    pipeline = dotnet_pipeline()
     result = run(msgs, pipeline, summarizer=summarizer)
     report = result.report
     assert report.tokens_before < report.budget  # nothing here is about the budget
@@ -235,8 +240,6 @@ def test_a_nested_plain_pipeline_runs_every_child_by_its_own_trigger() -> None:
                     ],
                 }
             ],
-            # the window's turns are the user messages forwarded only with nothing carried
-            "carry_user_messages": 0,
         }
     )
     pipeline = build_pipeline(settings)
@@ -292,9 +295,9 @@ def test_a_plain_pipeline_is_idempotent() -> None:
 def test_top_level_early_stop_makes_the_token_budget_composition() -> None:
     """``early_stop: true`` over the same entries: once collapsing brought the request under
     the budget, the rest are skipped (what an explicit pipeline did before it was plain)."""
-    # the collapse saves ~100 tokens here: under the default min_saving it would be undone
-    # (no change: summarization would run); the early stop itself is under test
-    pipeline = dotnet_pipeline({"early_stop": True, "min_saving": 0})
+    # the collapse saves ~100 tokens here: with min_saving written it would be undone (no
+    # change: summarization would run, see the end of this module); the early stop is under test
+    pipeline = dotnet_pipeline({"early_stop": True})
     assert pipeline.early_stop and pipeline.stop_when is None  # over_budget
     summarizer = FakeSummarizer()
     report = run(shopping(30), pipeline, summarizer=summarizer).report
@@ -316,9 +319,17 @@ SEED_PYTHON_BUDGET = {
 
 
 def test_the_seeds_token_budget_example_stops_once_its_budget_holds() -> None:
-    """The seed's example verbatim, the defaults on: the collapse saves less than 2 % of the
-    model's (huge) budget, but it starts over the entry's own 16,000, so it is kept."""
-    pipeline = build_pipeline(CompactionSettings.model_validate({"pipeline": [SEED_PYTHON_BUDGET]}))
+    """The seed's example verbatim, and again with ``min_saving`` written: the collapse saves
+    less than 2 % of the model's (huge) budget, but it starts over the entry's own 16,000, so it
+    is kept either way."""
+    for extra in ({}, ADDITIONS):
+        block = {"pipeline": [SEED_PYTHON_BUDGET], **extra}
+        check_the_seeds_token_budget_example(
+            build_pipeline(CompactionSettings.model_validate(block))
+        )
+
+
+def check_the_seeds_token_budget_example(pipeline: Pipeline) -> None:
     (entry,) = pipeline.strategies
     assert isinstance(entry, PipelineStrategy)
     assert entry.early_stop and entry.fallback and entry.trigger == TokensExceed(16_000)
@@ -436,6 +447,8 @@ def test_the_written_out_default_pipeline_behaves_as_the_default() -> None:
             "early_stop": True,
             "stop_when": {"token_ratio": 0.5},
             "hysteresis": True,
+            # the default pipeline's own additions, which an explicit one has only when written
+            **ADDITIONS,
         }
     )
     msgs = shopping(40, result_chars=20)
@@ -449,9 +462,7 @@ def test_the_written_out_default_pipeline_behaves_as_the_default() -> None:
     assert 0.5 * nudged.report.budget < nudged.report.tokens_after < 0.8 * nudged.report.budget
 
 
-# ------------------------------------- the seeds' configurations verbatim, the defaults on
-
-DEFAULTS = CompactionSettings()
+# ------------------------------ the seeds' configurations with the proxy's additions written
 
 
 def assert_carried_verbatim(
@@ -463,16 +474,16 @@ def assert_carried_verbatim(
     said = [m for m in sent if m["role"] == "user"]
     assert all(any(m is s for s in said) for m in carried)
     assert carried == [m for m in said if any(m is c for c in carried)]
-    share = DEFAULTS.carry_user_messages
+    share = ADDITIONS["carry_user_messages"]
     assert sum(TOK.count_message(m) for m in carried) <= share * result.report.budget
     return carried
 
 
-def test_the_seeds_dotnet_pipeline_verbatim_compacts_as_documented_with_the_defaults_on() -> None:
-    """The churn cut and the carried user messages on (0.02, 0.15): every child still fires
+def test_the_seeds_dotnet_pipeline_compacts_as_documented_with_the_additions_written() -> None:
+    """The churn cut and the carried user messages written (0.02, 0.15): every child still fires
     by its trigger, the summary reaches the model, the window keeps 4 real turns although
     dropping the others saves less than the minimum, and the user's own words stay beside."""
-    pipeline = dotnet_pipeline()
+    pipeline = dotnet_pipeline(ADDITIONS)
     assert (pipeline.min_saving, pipeline.carry_user_share) == (0.02, 0.15)
     msgs = shopping(30)
     summarizer = FakeSummarizer()
@@ -504,7 +515,7 @@ def test_the_seeds_dotnet_pipeline_verbatim_compacts_as_documented_with_the_defa
     assert not again.changed and len(summarizer.calls) == 1
 
 
-def test_a_nested_plain_pipeline_holds_its_window_with_the_defaults_on() -> None:
+def test_a_nested_plain_pipeline_holds_its_window_with_the_additions_written() -> None:
     """The window of 2 turns holds on real turns; the folded turns' questions stay verbatim."""
     msgs = shopping(10)
     settings = CompactionSettings.model_validate(
@@ -514,7 +525,8 @@ def test_a_nested_plain_pipeline_holds_its_window_with_the_defaults_on() -> None
                     "strategy": "pipeline",
                     "strategies": [{"strategy": "sliding_window", "trigger": {"turns_exceed": 2}}],
                 }
-            ]
+            ],
+            **ADDITIONS,
         }
     )
     result = run(msgs, build_pipeline(settings), ModelFacts(100 * TOK.count_messages(msgs), 0))
@@ -527,10 +539,10 @@ def test_a_nested_plain_pipeline_holds_its_window_with_the_defaults_on() -> None
 
 
 def test_an_undone_collapse_is_no_change_to_the_token_budget_composition() -> None:
-    """``early_stop: true`` over the .NET entries with the defaults on: the collapse saves
+    """``early_stop: true`` over the .NET entries with the additions written: the collapse saves
     less than the minimum and is undone, so nothing has changed the request yet and
     summarization runs by its trigger; after it the budget holds and the rest are skipped."""
-    pipeline = dotnet_pipeline({"early_stop": True})
+    pipeline = dotnet_pipeline({"early_stop": True, **ADDITIONS})
     summarizer = FakeSummarizer()
     result = run(shopping(30), pipeline, summarizer=summarizer)
     collapse, summarization, *rest = result.report.strategies

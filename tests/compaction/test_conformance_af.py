@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -38,8 +39,11 @@ afc = pytest.importorskip("agent_framework._compaction")
 from compaction_proxy.compaction import (  # noqa: E402
     CharacterEstimatorTokenizer,
     CompactionRequest,
+    CompactionSettings,
     ModelFacts,
     Pipeline,
+    SummarizationSettings,
+    build_pipeline,
     build_view,
     compact,
 )
@@ -54,6 +58,7 @@ from compaction_proxy.compaction.strategies import (  # noqa: E402
 from compaction_proxy.compaction.strategies.tool_result_compaction import (  # noqa: E402
     MIDDLE_MARKER,
 )
+from tests.support.trust_session import LIBRECHAT_BLOCK  # noqa: E402
 
 Msg = dict[str, Any]
 
@@ -543,3 +548,182 @@ def test_parallel_results_share_the_cap_where_the_agent_framework_cuts_the_later
     assert "xxx\nEOF; grep: " in ours_text and "EOF" not in oracle_text
     # what is within the cap is otherwise the same text: prefix, labels, separator, marker
     assert ours_text[: len(oracle_text) // 2] == oracle_text[: len(oracle_text) // 2]
+
+
+# ------------------------------------------- one-strategy pipelines from the configuration
+
+
+def seeded_session(seed: int, *, tools: bool) -> list[Msg]:
+    """A conversation of the generators' shapes (:func:`conversations`,
+    :func:`tool_conversations`), drawn from ``random.Random(seed)``: 3-8 user turns of up to 3
+    replies and tool steps, results a few hundred characters long, labelled messages."""
+    rng = random.Random(seed)
+    msgs: list[Msg] = [{"role": "system", "content": "S"}] if rng.random() < 0.5 else []
+    counter = 0
+    for _ in range(rng.randint(3, 8)):
+        msgs.append({"role": "user", "content": ""})
+        for _ in range(rng.randint(0, 3)):
+            if rng.random() < (0.3 if tools else 0.5):
+                msgs.append({"role": "assistant", "content": ""})
+                continue
+            ids = [f"c{counter + k}" for k in range(rng.randint(1, 2))]
+            counter += len(ids)
+            names = [rng.choice(TOOL_NAMES) if tools else "t" for _ in ids]
+            msgs.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {"id": i, "type": "function", "function": {"name": n, "arguments": "{}"}}
+                        for i, n in zip(ids, names, strict=True)
+                    ],
+                }
+            )
+            msgs.extend(
+                {
+                    "role": "tool",
+                    "tool_call_id": i,
+                    "content": "".join(rng.choice("abcde ;:") for _ in range(rng.randint(0, 300))),
+                }
+                for i in ids
+            )
+    for index, message in enumerate(msgs):
+        if message["role"] != "tool":
+            message["content"] = f"m{index}" if message["content"] is not None else None
+        message["label"] = f"m{index}"
+    return msgs
+
+
+CONFIGURED_WINDOW = ModelFacts(32_768, 4_096)
+"""A 32k model: its budget holds every generated session, so no fallback runs on either side."""
+
+
+def configured(entry: dict[str, Any]) -> Pipeline:
+    """``compaction: {pipeline: [entry]}`` and nothing else: every other key at its default."""
+    return build_pipeline(CompactionSettings.model_validate({"pipeline": [entry]}))
+
+
+def configured_items(msgs: list[Msg], entry: dict[str, Any]) -> list[Any]:
+    result = compact(
+        CompactionRequest(
+            msgs,
+            model="m",
+            pipeline=configured(entry),
+            tokenizer=CharacterEstimatorTokenizer(),
+            facts=CONFIGURED_WINDOW,
+        )
+    )
+    assert not result.report.fallback, "the session must fit the budget: the anchor has no fallback"
+    return [m["label"] if "label" in m else m["content"] for m in result.messages]
+
+
+def _conforms(msgs: list[Msg], expected: list[Any], actual: list[Any]) -> bool:
+    try:
+        assert_conforms(msgs, expected, actual)
+    except AssertionError:
+        return False
+    return True
+
+
+def configured_sessions() -> list[tuple[str, bool]]:
+    """32 sessions: 8 per strategy written in the Agent Framework's vocabulary, each against
+    ``agent-framework-core``; ``(name, agrees)``."""
+    outcomes: list[tuple[str, bool]] = []
+    for seed in range(8):
+        plain, with_tools = seeded_session(seed, tools=False), seeded_session(seed, tools=True)
+        keep = seed % 3
+        window = 1 + seed % 4
+        cases: list[tuple[str, list[Msg], Any, dict[str, Any], bool]] = [
+            (
+                "truncation",
+                plain,
+                afc.TruncationStrategy(max_n=6 + seed, compact_to=3 + seed // 2),
+                {
+                    "strategy": "truncation",
+                    "max_n": 6 + seed,
+                    "compact_to": 3 + seed // 2,
+                    "metric": "messages",
+                },
+                False,
+            ),
+            (
+                "sliding_window",
+                plain,
+                afc.SlidingWindowStrategy(keep_last_groups=window),
+                {"strategy": "sliding_window", "keep_last_groups": window},
+                False,
+            ),
+            (
+                "tool_result_compaction",
+                with_tools,
+                afc.ToolResultCompactionStrategy(keep_last_tool_call_groups=keep),
+                {"strategy": "tool_result_compaction", "keep_last_tool_call_groups": keep},
+                True,
+            ),
+            (
+                "selective_tool_calls",
+                with_tools,
+                afc.SelectiveToolCallCompactionStrategy(keep_last_tool_call_groups=keep),
+                {"strategy": "selective_tool_calls", "keep_last_tool_call_groups": keep},
+                True,
+            ),
+        ]
+        for name, msgs, anchor, entry, items in cases:
+            actual = configured_items(msgs, entry)
+            if items:
+                expected = expected_items(msgs, oracle_items(msgs, anchor), stats=False)
+                outcomes.append((name, actual == expected))
+            else:
+                outcomes.append((name, _conforms(msgs, oracle(msgs, anchor), actual)))
+    return outcomes
+
+
+def test_one_strategy_pipelines_configured_with_the_defaults_match_the_agent_framework() -> None:
+    """``compaction.pipeline`` with one entry in the Agent Framework's vocabulary, and every other
+    key at its default: the entry behaves as the Agent Framework's strategy on all 32 sessions.
+    The proxy's own additions (carried user messages, the minimum saving) belong to its default
+    pipeline; an explicit pipeline gets them only by writing them (docs/configuration.md).
+    Before that rule 7 of these 32 agreed: the minimum saving undid the two tool-result
+    strategies and the carried user messages stayed where the window and truncation dropped
+    them."""
+    outcomes = configured_sessions()
+    assert len(outcomes) == 32
+    failed = [name for name, agrees in outcomes if not agrees]
+    assert not failed, f"{32 - len(failed)} of 32 agree; differ: {failed}"
+    pipeline = configured({"strategy": "sliding_window", "keep_last_groups": 2})
+    assert (pipeline.carry_user_share, pipeline.min_saving) == (0.0, 0.0)
+
+
+def test_an_explicit_pipeline_has_the_proxys_additions_only_where_its_block_writes_them() -> None:
+    written = CompactionSettings.model_validate(
+        {
+            "pipeline": [{"strategy": "sliding_window", "keep_last_groups": 2}],
+            "carry_user_messages": 0.15,
+            "min_saving": 0.02,
+        }
+    )
+    pipeline = build_pipeline(written)
+    assert (pipeline.carry_user_share, pipeline.min_saving) == (0.15, 0.02)
+    default = build_pipeline(CompactionSettings())
+    assert (default.carry_user_share, default.min_saving) == (0.15, 0.02)
+    # LibreChat's block pasted is the default pipeline: both on
+    block = SummarizationSettings.model_validate(LIBRECHAT_BLOCK)
+    librechat = build_pipeline(CompactionSettings(), block)
+    assert (librechat.carry_user_share, librechat.min_saving) == (0.15, 0.02)
+    off = build_pipeline(CompactionSettings(carry_user_messages=0, min_saving=0))
+    assert (off.carry_user_share, off.min_saving) == (0.0, 0.0)
+    # a session where both additions would show: every user message would stay beside the window
+    msgs = seeded_session(3, tools=False)
+    entry = {"strategy": "sliding_window", "keep_last_groups": 2}
+    anchor = oracle(msgs, afc.SlidingWindowStrategy(keep_last_groups=2))
+    assert _conforms(msgs, anchor, configured_items(msgs, entry))
+    with_carry = compact(
+        CompactionRequest(
+            msgs,
+            model="m",
+            pipeline=pipeline,
+            tokenizer=CharacterEstimatorTokenizer(),
+            facts=CONFIGURED_WINDOW,
+        )
+    )
+    assert not _conforms(msgs, anchor, [m["label"] for m in with_carry.messages])

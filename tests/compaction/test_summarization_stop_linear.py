@@ -135,7 +135,7 @@ def test_a_turn_is_gone_once_all_its_live_groups_are_folded() -> None:
     view = build_view(messages, TOK)
     draft = Draft(view, tokenizer=TOK, budget=compute_budget(ModelFacts(4000, 0)), tools_tokens=0)
     strategy = SummarizationStrategy(trigger=TokenRatio(0.1), target=TurnsExceed(2))
-    stop = TargetStop(strategy, draft, StrategyContext(model="m"))
+    stop = TargetStop(strategy, draft)
     non_system = [g for g in draft.groups if g.kind is not GroupKind.SYSTEM]
     assert all(draft.state(g) is not GroupState.DROPPED for g in non_system)
     # Folding the first turn's question alone leaves four turns; with its answer, three: the

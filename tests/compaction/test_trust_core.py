@@ -7,6 +7,7 @@ user messages and undoing small savings keep invariants 1-4 and 6-8.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from typing import Any
 
@@ -21,6 +22,7 @@ from compaction_proxy.compaction import (
     Pipeline,
     build_view,
     compact,
+    compact_async,
 )
 from compaction_proxy.compaction.budget import compute_budget
 from compaction_proxy.compaction.draft import Draft
@@ -229,6 +231,89 @@ def test_carried_messages_are_released_oldest_first_only_for_the_budget() -> Non
     assert result.report.tokens_after <= window
     assert result.report.fallback is not None
     assert "carried user messages released" in result.report.fallback.notes
+
+
+# ------------------------------------------------ carried user messages inside an event's target
+
+
+def event_pipeline(share: float = 0.5) -> Pipeline:
+    """Summarization as the default pipeline runs it (fire at 0.8, compact to 0.5), carrying."""
+    strategy = SummarizationStrategy(trigger=TokenRatio(0.8), target=TokenRatio(0.5))
+    return Pipeline((strategy,), fallback=False, carry_user_share=share)
+
+
+def summarized(text: str) -> Msg:
+    return u(wrap_summary(text))
+
+
+def run_event(msgs: list[Msg], window: int, summarizer: FakeSummarizer) -> Any:
+    request = CompactionRequest(
+        msgs,
+        model="m",
+        pipeline=event_pipeline(),
+        tokenizer=TOK,
+        facts=ModelFacts(window, 0),
+        reserve_ratio=0,
+    )
+    return asyncio.run(compact_async(request, summarizer=summarizer))
+
+
+def carried_questions(count: int = 6) -> list[Msg]:
+    """User messages standing alone: what is left of turns an earlier summary folded."""
+    return [u(f"rule {n}: " + "r" * 300) for n in range(count)]
+
+
+def test_carried_messages_are_released_before_a_summary_is_paid_for_them() -> None:
+    """The request is over the trigger only because of what the carry keeps: the oldest carried
+    messages go (their turns are in the summary), no summarizer call is made, and the newest
+    stay, verbatim. A summary paid for here would come again as soon as they filled the room."""
+    carried = carried_questions()
+    msgs = [s(), summarized("older turns"), *carried, u("q"), a("a " + "a" * 1_500), u("newest")]
+    window = int(TOK.count_messages(msgs) / 0.85)
+    summarizer = FakeSummarizer()
+    result = run_event(msgs, window, summarizer)
+    (report,) = result.report.strategies
+    assert report.changed and not summarizer.calls
+    assert any("released" in n and "carried user message(s)" in n for n in report.notes)
+    assert result.report.tokens_after <= 0.5 * window
+    kept = [m for m in result.messages if m in carried]
+    assert kept and kept == carried[-len(kept) :]  # the newest, in order
+    assert all(any(m is o for o in result.messages) for m in kept)  # the client's own dicts
+    assert result.messages[1] is msgs[1]  # the summary stays
+    # without a summary in the request, what they said is nowhere else: none is released
+    bare = [s(), *carried, u("q"), a("a " + "a" * 1_500), u("newest")]
+    unsummarized = run_event(bare, int(TOK.count_messages(bare) / 0.85), FakeSummarizer())
+    assert not any("released" in n for r in unsummarized.report.strategies for n in r.notes)
+
+
+def test_a_summary_event_folds_the_oldest_carried_messages_when_they_keep_it_over_target() -> None:
+    """The turns a summary folds leave too little room beside what the carry keeps: the oldest
+    carried messages are folded into the summary too (the summarizer sees them), until the
+    event lands on its target, and the newest stay verbatim."""
+    carried = carried_questions()
+    turns_after = [m for n in range(3) for m in (u(f"q{n}"), a(f"a{n} " + "a" * 800))]
+    msgs = [s(), summarized("older turns"), *carried, *turns_after, u("newest")]
+    window = int(TOK.count_messages(msgs) / 1.2)
+    summarizer = FakeSummarizer()
+    result = run_event(msgs, window, summarizer)
+    (report,) = result.report.strategies
+    assert report.changed and len(summarizer.calls) == 1
+    assert any("carried user message(s) folded in too" in n for n in report.notes)
+    assert result.report.tokens_after <= 0.5 * window
+    shown = summarizer.calls[0].messages
+    kept = [m for m in result.messages if m in carried]
+    folded = [m for m in carried if m not in kept]
+    assert folded and kept and folded + kept == carried  # the oldest went, the newest stay
+    assert all(m in shown for m in folded)
+    # with room for them all beside the summary (the target: what stays and its estimate), none is
+    # folded
+    longer = [m for n in range(3) for m in (u(f"q{n}"), a(f"a{n} " + "a" * 2_000))]
+    msgs = [s(), summarized("older turns"), *carried, *longer, u("newest")]
+    stays = TOK.count_messages([msgs[0], *carried, msgs[-1]]) + 600  # the summary estimate
+    roomy = run_event(msgs, 2 * stays, FakeSummarizer())
+    assert roomy.report.tokens_before >= 0.8 * 2 * stays  # over the trigger all the same
+    assert len(roomy.report.strategies[0].notes) == 1  # a summary, nothing else
+    assert all(m in roomy.messages for m in carried)
 
 
 # ------------------------------------------------------------------ the minimum saving

@@ -330,6 +330,15 @@ def test_the_written_out_default_pipeline_is_the_default() -> None:
         default.hysteresis,
         default.stop_when,
     )
+    # and the default pipeline's own additions, which an explicit pipeline has only when written
+    assert (
+        (built.carry_user_share, built.min_saving)
+        == (
+            default.carry_user_share,
+            default.min_saving,
+        )
+        == (0.15, 0.02)
+    )
     assert DEFAULT_TRIGGER_RATIO == 0.8 and DEFAULT_TARGET_RATIO == 0.5  # "80% ... towards 50%"
 
 

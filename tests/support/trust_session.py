@@ -1,7 +1,8 @@
 """Long sessions that check what compaction keeps: summaries, facts and the user's own words.
 
-Used by `tests/integration/test_trust.py` and `bench/session.py --matrix`. Two shapes, both
-deterministic and driven through the proxy with the official SDK:
+Used by `tests/integration/test_trust.py` and `bench/session.py --matrix` (through real
+processes, with the official SDK) and by `tests/unit/test_seed_sessions.py` (in one process,
+tests/support/in_process.py). Two shapes, both deterministic:
 
 - `chat`: turns of two requests each, as a chat client with tools makes them: the user's
   message (which states a rule, `keep RULE-<n> as it is`), then the same list plus the
@@ -20,12 +21,15 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import httpx
 import openai
 
 from tests.support.agent_session import CHAT, TOOLS, is_summarizer_text, tool_output
+from tests.support.in_process import InProcess
 from tests.support.servers import UpstreamServer
 
 Shape = Literal["chat", "loop"]
@@ -157,6 +161,65 @@ def _result(turn: int, chars: int, report: TrustReport) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": f"call_{turn}", "content": content}
 
 
+def session_requests(
+    report: TrustReport, shape: Shape, requests: int, tool_chars: int
+) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+    """The conversation to send at each request of `shape`, as `(index, conversation)`; the
+    next one is built once the caller resumes (after it sent this one)."""
+    conversation: list[dict[str, Any]] = [SYSTEM]
+    if shape == "loop":
+        conversation.append(rule_message(0))
+        report.rules_stated.append("RULE-0")
+        for index in range(requests):
+            yield index, conversation
+            conversation.append(
+                {"role": "assistant", "content": None, "tool_calls": [_call(index)]}
+            )
+            conversation.append(_result(index, tool_chars if index % 2 == 0 else 260, report))
+        return
+    turn = 0
+    for index in range(requests):
+        if index % 2 == 0:
+            conversation.append(rule_message(turn))
+            report.rules_stated.append(f"RULE-{turn}")
+        yield index, conversation
+        if index % 2 == 0:
+            conversation.append({"role": "assistant", "content": None, "tool_calls": [_call(turn)]})
+            conversation.append(_result(turn, tool_chars, report))
+        else:
+            conversation.append(
+                {"role": "assistant", "content": f"Module {turn} checked; nothing to change."}
+            )
+            turn += 1
+
+
+def record_step(
+    report: TrustReport,
+    index: int,
+    conversation: list[dict[str, Any]],
+    headers: httpx.Headers,
+    received: list[str],
+    prompt_tokens: int,
+) -> None:
+    """One request's figures: `received` is what the upstream got for it (the forwarded request
+    and the summarizer calls it caused)."""
+    forwarded = [json.loads(text) for text in received if not is_summarizer_text(text)]
+    assert len(forwarded) >= 1, f"request {index}: nothing forwarded"
+    strategies = headers.get("x-compaction-strategies", "")
+    report.steps.append(
+        TrustStep(
+            index=index,
+            raw=list(conversation),
+            forwarded=forwarded[-1]["messages"],
+            checkpoint=headers.get("x-compaction-checkpoint", ""),
+            strategies=[s for s in strategies.split(",") if s and s != "none"],
+            warnings=headers.get_list("x-compaction-warning"),
+            prompt_tokens=prompt_tokens,
+            summarizer_calls=sum(1 for text in received if is_summarizer_text(text)),
+        )
+    )
+
+
 def run_trust_session(
     client: openai.OpenAI,
     upstream: UpstreamServer,
@@ -168,56 +231,33 @@ def run_trust_session(
 ) -> TrustReport:
     """Drive `requests` requests of `shape` through the proxy (see the module docstring)."""
     report = TrustReport(shape)
-    conversation: list[dict[str, Any]] = [SYSTEM]
     upstream.clear()
-    turn = 0
-
-    def send(index: int) -> None:
+    for index, conversation in session_requests(report, shape, requests, tool_chars):
         raw = client.chat.completions.with_raw_response.create(
             model=model, messages=conversation, tools=TOOLS
         )
         completion = raw.parse()
         recorded = upstream.take(CHAT)  # read and cleared at once: no call is lost
-        forwarded = [r.json() for r in recorded if not is_summarizer_text(r.text)]
-        assert len(forwarded) >= 1, f"request {index}: nothing forwarded"
-        strategies = raw.headers.get("x-compaction-strategies", "")
-        report.steps.append(
-            TrustStep(
-                index=index,
-                raw=list(conversation),
-                forwarded=forwarded[-1]["messages"],
-                checkpoint=raw.headers.get("x-compaction-checkpoint", ""),
-                strategies=[s for s in strategies.split(",") if s and s != "none"],
-                warnings=raw.headers.get_list("x-compaction-warning"),
-                prompt_tokens=completion.usage.prompt_tokens if completion.usage else 0,
-                summarizer_calls=sum(1 for r in recorded if is_summarizer_text(r.text)),
-            )
+        usage = completion.usage.prompt_tokens if completion.usage else 0
+        record_step(report, index, conversation, raw.headers, [r.text for r in recorded], usage)
+    return report
+
+
+async def run_trust_session_in_process(
+    proxy: InProcess, *, model: str, shape: Shape, requests: int, tool_chars: int = 2_100
+) -> TrustReport:
+    """The same session through an in-process proxy (tests/support/in_process.py)."""
+    report = TrustReport(shape)
+    proxy.take()
+    for index, conversation in session_requests(report, shape, requests, tool_chars):
+        exchange = await proxy.chat({"model": model, "messages": conversation, "tools": TOOLS})
+        response = exchange.response
+        assert response.status_code == 200, (index, response.text)
+        usage = response.json().get("usage") or {}
+        received = [body.decode("utf-8", "replace") for body in exchange.received]
+        record_step(
+            report, index, conversation, response.headers, received, usage.get("prompt_tokens", 0)
         )
-
-    if shape == "loop":
-        conversation.append(rule_message(0))
-        report.rules_stated.append("RULE-0")
-        for index in range(requests):
-            send(index)
-            conversation.append(
-                {"role": "assistant", "content": None, "tool_calls": [_call(index)]}
-            )
-            conversation.append(_result(index, tool_chars if index % 2 == 0 else 260, report))
-        return report
-
-    for index in range(requests):
-        if index % 2 == 0:
-            conversation.append(rule_message(turn))
-            report.rules_stated.append(f"RULE-{turn}")
-        send(index)
-        if index % 2 == 0:
-            conversation.append({"role": "assistant", "content": None, "tool_calls": [_call(turn)]})
-            conversation.append(_result(turn, tool_chars, report))
-        else:
-            conversation.append(
-                {"role": "assistant", "content": f"Module {turn} checked; nothing to change."}
-            )
-            turn += 1
     return report
 
 

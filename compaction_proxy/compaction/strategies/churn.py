@@ -2,7 +2,8 @@
 
 Every change to the forwarded prefix costs the upstream's prompt cache and a new checkpoint, so
 a change must be worth it.  A strategy whose work saves fewer than ``StrategyContext.min_saving``
-tokens (the pipeline's ``min_saving`` share of the budget; 2 % by default in the configuration)
+tokens (the pipeline's ``min_saving`` share of the budget; 2 % in the configuration's default
+pipeline, none in an explicit one unless its block says so)
 is undone and reported as not changing anything, so a pipeline whose tool-result compaction
 would shave 7-30 tokens off every request leaves the prefix alone instead (see "What compaction
 keeps (pins, bounds, churn)" in docs/architecture.md).

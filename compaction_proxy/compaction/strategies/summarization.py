@@ -54,6 +54,14 @@ folded all the same (into the new one); a carried user message in the stretch st
 verbatim, and is shown to the summarizer with the messages around it.  The new summary is pinned
 for the rest of the run, so no later strategy drops it.
 
+Carried user messages count inside the event's target, so they never make summaries come more
+often than without them (:class:`.summary_selection.TargetStop`): when releasing the oldest of
+them alone reaches the target and the request already holds a summary (their turns were folded
+into it), they are released, oldest first, and no summary is paid for
+(:meth:`~.summary_selection.TargetStop.carried_instead`); when a summary is made and its fold
+still leaves the request over the target, the oldest of them are folded into it too
+(:meth:`~.summary_selection.TargetStop.with_carried`).
+
 The summary's size: at most ``summary_share`` (a quarter) of the budget, less the wrapper
 (:meth:`SummarizationStrategy.summary_bound`), sent as ``SummaryRequest.max_tokens``.  When the
 summary is over that bound, or it and what stays do not fit the budget, more is folded into it
@@ -89,14 +97,17 @@ Stopping at the target (turn and step shapes): a summary costs one call whatever
 the fold goes as far as ``retain_turns``/``retain_tokens`` allow and the next event is far away
 (a fold that only just reaches the target fires again a turn or two later).  When the estimated
 result of that fold -- everything kept plus one checkpoint -- still fires the strategy's target
-(:meth:`~.base.Strategy.effective_target`; the default pipeline's ``token_ratio: 0.5``), all but
-the newest turn (in an agent loop: step) is folded instead, so what is kept verbatim shrinks
-before a later strategy would drop it unsummarized; not for an ``always`` target, which no fold
-meets.  The checkpoint is estimated as the empty wrapper plus
+(:attr:`~.base.Strategy.target`, in force mode too; the default pipeline's ``token_ratio:
+0.5``), all but the newest turn (in an agent loop: step) is folded instead, so what is kept
+verbatim shrinks before a later strategy would drop it unsummarized; not for an ``always``
+target, which no fold meets.  The checkpoint is estimated as the empty wrapper plus
 :meth:`SummarizationStrategy.summary_estimate`: ``summary_ratio`` (0.2) of the folded tokens, at
 least ``summary_floor_tokens`` (64), at most ``summary_cap_tokens`` (2048) and the bound.  In
-force mode, or without a context (the bare :meth:`SummarizationStrategy.select`), the fold goes
-as far as the retention allows.
+force mode the fold is the one a normal run makes: the same target (a target left implicit is
+the trigger's, not the forced ``always``: :class:`.summary_selection.TargetStop`), so
+``force`` never folds less than the trigger would; a forced run that then makes no summary
+while groups are dropped says so in a warning (:mod:`..pipeline`).  Without a context (the bare
+:meth:`SummarizationStrategy.select`) the fold goes as far as the retention allows.
 The output is then under the target, so the trigger does not fire on it again (idempotence);
 the prefix stays stable because the checkpoint, not the cut, is reused on later requests.  The
 group shape keeps the Agent Framework's semantics (``target_count``) and ignores the target.
@@ -286,16 +297,16 @@ class SummarizationStrategy(Strategy):
     def select(self, draft: Draft, ctx: StrategyContext | None = None) -> list[Group]:
         """The groups to fold, oldest first (empty: nothing to summarize).
 
-        One pass over the groups; see the module docstring for the rules.  With ``ctx`` (and
-        not forced) the turn and step shapes stop at the target ("Stopping at the target");
-        without it they fold as far as the minimum retention allows.
+        One pass over the groups; see the module docstring for the rules.  With ``ctx`` the
+        turn and step shapes stop at the target ("Stopping at the target"; forced, as the
+        trigger would); without it they fold as far as the minimum retention allows.
         """
         groups = draft.groups
         view = draft.view
         non_system = [g for g in groups if g.kind is not GroupKind.SYSTEM and draft.is_kept(g)]
         if not non_system:
             return []
-        stop = None if ctx is None or ctx.force or self.by_groups else TargetStop(self, draft, ctx)
+        stop = None if ctx is None or self.by_groups else TargetStop(self, draft)
         if not self.by_groups:
             in_turn = self._select_in_turn(draft, non_system, stop)
             if in_turn is not None:
@@ -335,7 +346,8 @@ class SummarizationStrategy(Strategy):
                 self._fold_before(draft, non_system, candidates[position])
             ):
                 earliest = len(candidates) - 1
-            return self._fold_before(draft, non_system, candidates[earliest])
+            cut = candidates[earliest]
+            return stop.with_carried(self._fold_before(draft, non_system, cut), cut.first)
         return self._fold_before(draft, non_system, candidates[position])
 
     def _fold_before(self, draft: Draft, non_system: list[Group], cut: Group) -> list[Group]:
@@ -381,9 +393,12 @@ class SummarizationStrategy(Strategy):
         # As in the turn shape: the retained steps stay, unless they alone miss the target;
         # then all but the newest step are folded (above any minimum_preserved floor).
         retained = fold_steps_before(draft, non_system, kept[0].first)
-        if stop is not None and stop.reachable and not stop.reached(retained):
-            return fold_steps_before(draft, non_system, deepest.first)
-        return retained
+        if stop is None:
+            return retained
+        cut = kept[0].first
+        if stop.reachable and not stop.reached(retained):
+            cut = deepest.first
+        return stop.with_carried(fold_steps_before(draft, non_system, cut), cut)
 
     def _cut(self, draft: Draft, candidates: list[Group], non_system: list[Group]) -> int | None:
         """Position in ``candidates`` of the cut the minimum retention allows (the most folding
@@ -411,6 +426,26 @@ class SummarizationStrategy(Strategy):
                 position += 1
         return position
 
+    def _release_carried(self, draft: Draft, ctx: StrategyContext) -> StrategyOutcome | None:
+        """The event without a summary, when releasing the oldest carried user messages reaches
+        the target (:meth:`.summary_selection.TargetStop.carried_instead`); ``None``: a
+        summary it is."""
+        if self.by_groups:
+            return None
+        carried = TargetStop(self, draft).carried_instead()
+        if not carried:
+            return None
+        tokens = sum(draft.group_tokens(g) for g in carried)
+        for group in carried:
+            draft.drop(group, release=True)
+        return StrategyOutcome(
+            changed=True,
+            notes=(
+                f"released {len(carried)} carried user message(s), oldest first ({tokens} "
+                "tokens): the target holds without another summary",
+            ),
+        )
+
     def summary_estimate(self, folded_tokens: int, bound: int | None = None) -> int:
         """Estimated tokens of the summary text for a stretch of ``folded_tokens`` (without the
         wrapper): ``summary_ratio`` of the stretch, at least ``summary_floor_tokens``, at most
@@ -429,13 +464,20 @@ class SummarizationStrategy(Strategy):
 
     # ------------------------------------------------------------------ running
     def apply(self, draft: Draft, ctx: StrategyContext) -> StrategyOutcome:
-        """Synchronous stand-in: there is no summarizer to await, so nothing is folded."""
+        """Synchronous stand-in: there is no summarizer to await, so nothing is folded (carried
+        user messages are released as in :meth:`apply_async`)."""
+        released = self._release_carried(draft, ctx)
+        if released is not None:
+            return released
         folded = self.select(draft, ctx)
         if not folded:
             return _nothing()
         return _unavailable(folded)
 
     async def apply_async(self, draft: Draft, ctx: StrategyContext) -> StrategyOutcome:
+        released = self._release_carried(draft, ctx)
+        if released is not None:
+            return released
         folded = self.select(draft, ctx)
         if not folded:
             return _nothing()

@@ -172,8 +172,11 @@ class SummaryEvent:
                 shown,
             )
         in_turn = any(draft.view.in_newest_turn(g) for g in accepted)
+        # An earlier summary is folded into this one, and so is a carried user message the
+        # selection took in to reach the target (summary_selection.TargetStop.with_carried).
+        carried = sum(1 for g in accepted if g.kind is GroupKind.USER and draft.is_pinned(g))
         for group in accepted:
-            draft.drop(group, release=group.kind is GroupKind.SUMMARY)
+            draft.drop(group, release=draft.is_pinned(group))
         if in_turn:  # "progress so far": the task stays first
             draft.insert_after_task([message], paid_by=strategy.name)
         else:
@@ -186,6 +189,14 @@ class SummaryEvent:
                 f"{kind} {shown} message(s) in {folded_groups} group(s): "
                 f"{old_tokens} -> {new_tokens} tokens (at most {self.bound} allowed)",
                 *self.notes,
+                *(
+                    (
+                        f"{carried} carried user message(s) folded in too, oldest first: "
+                        "the event's target counts them",
+                    )
+                    if carried
+                    else ()
+                ),
             ),
         )
 

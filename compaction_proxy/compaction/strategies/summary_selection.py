@@ -14,7 +14,6 @@ from ..draft import Draft, GroupState
 from ..messages import Message
 from ..triggers import Always, Condition, Metrics
 from ..view import Group, GroupKind
-from .base import StrategyContext
 
 
 class Summarizing(Protocol):
@@ -29,7 +28,8 @@ class Summarizing(Protocol):
     @property
     def max_rounds(self) -> int: ...
 
-    def effective_target(self, ctx: StrategyContext) -> Condition: ...
+    @property
+    def target(self) -> Condition: ...
 
     def summary_message(self, text: str) -> Message: ...
 
@@ -52,12 +52,18 @@ class TargetStop:
     strategy's ``summary_estimate``) arrives.  The target is reached when it no longer fires on
     that projection.  ``overflow_messages`` is projected as "all of them", so
     an over-budget ``messages_to_refine`` target counts as not reached (fold further).
+
+    The target is the one a normal run has, in force mode too (``X-Compaction: force`` asks for
+    the event a normal run makes, not for a weaker one): a target left implicit is the
+    trigger's, not the ``always`` a forced strategy compacts towards, so a forced fold is the
+    one the trigger makes (and, on a request under the trigger, the one that reaches the target
+    from there).
     """
 
-    def __init__(self, strategy: Summarizing, draft: Draft, ctx: StrategyContext) -> None:
+    def __init__(self, strategy: Summarizing, draft: Draft) -> None:
         self.strategy = strategy
         self.draft = draft
-        self.target = strategy.effective_target(ctx)
+        self.target = strategy.target
         self.base = draft.metrics()
         self.overhead = draft.measure(strategy.summary_message("")).token_count
         self.bound = strategy.summary_bound(draft)
@@ -67,7 +73,11 @@ class TargetStop:
         self.reachable = not isinstance(self.target, Always)
         self.turn_live: dict[int, int] = {}
         for group in draft.groups:
-            if group.turn and draft.state(group) is not GroupState.DROPPED:
+            if (
+                group.turn
+                and draft.state(group) is not GroupState.DROPPED
+                and counts_as_turn(draft, group)
+            ):
                 self.turn_live[group.turn] = self.turn_live.get(group.turn, 0) + 1
 
     def reached(self, folded: Sequence[Group]) -> bool:
@@ -76,6 +86,61 @@ class TargetStop:
         for group in folded:
             tally.add(group)
         return tally.reached()
+
+    def with_carried(self, folded: Sequence[Group], cut: int) -> list[Group]:
+        """``folded``, and when that misses the target, the carried user messages before message
+        ``cut`` (pinned, compaction_proxy/compaction/carry.py), oldest first, until the fold
+        reaches it (all of them when it never does).
+
+        The carried messages count inside the event's target: when they cannot all stay, the
+        carry's share shrinks, oldest first, before the target is missed, so an event lands
+        where one without them would and events do not come closer together for them. The
+        summarizer sees them anyway (:func:`shown_indices`)."""
+        folded = list(folded)
+        if not folded or not self.reachable:
+            return folded
+        tally = Tally(self)
+        for group in folded:
+            tally.add(group)
+        if tally.reached():
+            return folded
+        draft = self.draft
+        taken: list[Group] = []
+        for group in draft.groups:
+            if group.first >= cut:
+                break
+            if is_carried(draft, group):
+                taken.append(group)
+                tally.add(group)
+                if tally.reached():
+                    break
+        return sorted([*folded, *taken], key=lambda g: g.index)
+
+    def carried_instead(self) -> list[Group]:
+        """The fewest carried user messages, oldest first, whose release alone reaches the
+        target, with no summary made (empty: none does, or the draft holds no summary yet, so
+        what they said is in no summary and only the carry keeps it).
+
+        Carried messages must not multiply summaries: a summary event whose call is needed only
+        because of them would come again a few requests later, each time they fill the room
+        again. Their turns were folded into the summary the draft holds (its summarizer was
+        shown them), so the verbatim copies go, oldest first, before a call is paid for."""
+        draft = self.draft
+        if not self.reachable or not any(
+            g.kind is GroupKind.SUMMARY and draft.is_kept(g) for g in draft.groups
+        ):
+            return []
+        tally = Tally(self, summary=False)
+        if tally.reached():
+            return []  # at the target already: nothing to release
+        taken: list[Group] = []
+        for group in draft.groups:
+            if is_carried(draft, group):
+                taken.append(group)
+                tally.add(group)
+                if tally.reached():
+                    return taken
+        return []
 
     def first_reaching(
         self,
@@ -141,10 +206,12 @@ class TargetStop:
 
 
 class Tally:
-    """What a growing fold takes away, summed as groups join it (see :class:`TargetStop`)."""
+    """What a growing fold takes away, summed as groups join it (see :class:`TargetStop`);
+    ``summary``: one checkpoint arrives in its place (False: the groups only leave)."""
 
-    def __init__(self, stop: TargetStop) -> None:
+    def __init__(self, stop: TargetStop, *, summary: bool = True) -> None:
         self.stop = stop
+        self.summary = summary
         self.tokens = 0
         self.messages = 0
         self.groups = 0
@@ -158,7 +225,7 @@ class Tally:
         self.groups += 1
         if group.kind is GroupKind.TOOL_CALL:
             self.tool_calls += 1
-        if group.turn:
+        if group.turn and counts_as_turn(self.stop.draft, group):
             seen = self.per_turn.get(group.turn, 0) + 1
             self.per_turn[group.turn] = seen
             # A turn is gone once every live group of it is folded (counted once, when the
@@ -169,13 +236,17 @@ class Tally:
     def reached(self) -> bool:
         stop = self.stop
         draft, base = stop.draft, stop.base
+        # No checkpoint arrives for a fold of nothing (or when only releasing groups).
+        summary = self.summary and self.groups > 0
         added = stop.overhead + stop.strategy.summary_estimate(self.tokens, stop.bound)
+        if not summary:
+            added = 0
         remaining = base.messages
         projected: Metrics = replace(
             base,
             tokens=draft.calibration.apply(draft.prompt_tokens - self.tokens + added),
-            messages=base.messages - self.messages + 1,
-            groups=base.groups - self.groups + 1,
+            messages=base.messages - self.messages + summary,
+            groups=base.groups - self.groups + summary,
             turns=base.turns - self.gone_turns,
             tool_call_groups=base.tool_call_groups - self.tool_calls,
             overflow_messages=lambda: remaining,
@@ -201,6 +272,23 @@ def foldable(draft: Draft, group: Group) -> bool:
     if draft.is_fixed(group):
         return False
     return not draft.is_pinned(group) or group.kind is GroupKind.SUMMARY
+
+
+def is_carried(draft: Draft, group: Group) -> bool:
+    """A user message carried verbatim beside the summaries (pinned for the run, not protected
+    by the invariants, still kept)."""
+    return (
+        group.kind is GroupKind.USER
+        and draft.is_pinned(group)
+        and not draft.is_fixed(group)
+        and draft.is_kept(group)
+    )
+
+
+def counts_as_turn(draft: Draft, group: Group) -> bool:
+    """Whether ``group`` keeps its turn alive: a carried user message does not (it is not a
+    turn, compaction_proxy/compaction/carry.py)."""
+    return not (group.kind is GroupKind.USER and draft.is_pinned(group))
 
 
 def is_turn_boundary(group: Group) -> bool:
