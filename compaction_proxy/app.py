@@ -54,6 +54,7 @@ from compaction_proxy.http import (
     ClientGone,
     Drain,
     Message,
+    Presented,
     ProxyError,
     Receive,
     Scope,
@@ -61,11 +62,11 @@ from compaction_proxy.http import (
     UnsafePath,
     access_line,
     error_body,
+    first_match,
     header,
-    key_matches,
     needs_normalizing,
     normalize,
-    presented_key,
+    presented_keys,
     retry_after_header,
     send_bytes,
     send_error,
@@ -96,8 +97,8 @@ _ID_PREFIX = os.urandom(11).hex()
 _ID_COUNTER = itertools.count(1)
 _REQUEST_ID = re.compile(rb"^[A-Za-z0-9._:\-]{1,128}$")
 _UNAUTHORIZED = (
-    "missing or invalid API key for this proxy: send 'Authorization: Bearer <key>' with one of "
-    "the keys in server.api_keys"
+    "missing or invalid API key for this proxy: send one of the keys in server.api_keys as "
+    "'Authorization: Bearer <key>' or 'x-api-key: <key>'"
 )
 _DASHBOARD_PAGE = "/dashboard"
 
@@ -185,23 +186,29 @@ class ProxyApp:
         return await passthrough(ctx, scope, receive, send)
 
     def _authenticate(self, ctx: RequestContext, scope: Scope) -> None:
+        """One rule for every `/v1` route: any credential header that holds a key of
+        `server.api_keys` lets the request in (compaction_proxy/http/_auth.py). The header that
+        held it names the caller's namespaces (`ctx.credential`), so a foreign key beside it
+        (a client's own `Authorization`) changes nothing."""
         if not self._api_keys:
             return
-        presented = presented_key(header(scope, b"authorization"), header(scope, b"x-api-key"))
-        matched = key_matches(presented, self._api_keys)
-        if not matched:
+        matched = first_match(presented_keys(scope["headers"]), self._api_keys)
+        if matched is None:
             raise ProxyError(401, _UNAUTHORIZED, "invalid_request_error", "invalid_api_key")
         ctx.authenticated = True
+        ctx.credential = matched.value.decode("latin-1")
 
     def _side_access(self, ctx: RequestContext, scope: Scope, path: str) -> Access:
         """The key check of every path outside /v1 (compaction_proxy/http/_auth.py). The dashboard
         page also takes `?key=`, so a browser can open it (the page then sends a header)."""
         if not self._api_keys and not self._metrics_keys:
             return Access.FULL
-        presented = presented_key(header(scope, b"authorization"), header(scope, b"x-api-key"))
-        if not presented and path == _DASHBOARD_PAGE:
+        presented = presented_keys(scope["headers"])
+        if path == _DASHBOARD_PAGE:
             query = scope.get("query_string", b"").decode("latin-1")
-            presented = dict(parse_qsl(query)).get("key", "").encode()
+            key = dict(parse_qsl(query)).get("key", "").encode()
+            if key:
+                presented.append(Presented(key, key))
         return side_access(path, presented, self._api_keys, self._metrics_keys)
 
     def _note_accepted(self, ctx: RequestContext, scope: Scope, outcome: RouteOutcome) -> None:
@@ -462,6 +469,7 @@ def build_edge(
         archive=archive,
         recall_desk=desk,
         drain=Drain(server.graceful_shutdown_seconds),
+        proxy_keys=tuple(k.get_secret_value() for k in server.api_keys),
     )
 
 

@@ -55,7 +55,7 @@ async def archive_entry(
         )
     if ID_PATTERN.fullmatch(recall_id) is None:
         raise _not_found(recall_id)
-    namespace = archive_namespace(credential(scope), tenant(scope))
+    namespace = archive_namespace(credential(ctx, scope), tenant(scope))
     try:
         with StoreBudget(ctx.state.settings.store.request_budget):
             found = await archive.fetch(namespace, [recall_id])
