@@ -43,7 +43,7 @@ from compaction_proxy.api import (
     preview,
     send_unauthorized_page,
 )
-from compaction_proxy.checkpoints import Archive, CheckpointStore, StoredValues, make_store
+from compaction_proxy.checkpoints import Archive, StoredValues, make_store
 from compaction_proxy.config import Settings, load_settings
 from compaction_proxy.config.preflight import validate_summarization_config
 from compaction_proxy.engine import Compactor, RecallDesk, build_flow, settle_collector
@@ -372,6 +372,8 @@ def _build_fastapi(state: AppState) -> FastAPI:
             await state.transport.aclose()
             await state.client.aclose()
             await state.store.close()
+            if state.archive is not None and state.archive.store is not state.store:
+                await state.archive.store.close()  # the memory backend's archive of its own
             state.compactor.close()
 
     app = FastAPI(
@@ -447,7 +449,7 @@ def build_edge(
         settings, StoredValues(store), lambda: proxy_client, catalog=compactor.catalog
     )
     flow = build_flow(settings, compactor, store, client, windows)
-    archive, desk = _recall(settings, compactor, store)
+    archive, desk = _recall(settings, compactor, flow.archive.archive)
     telemetry = Telemetry(settings, tokenizers=compactor.tokenizers)
     telemetry.watch_windows(windows)
     telemetry.watch_store(store)
@@ -474,17 +476,16 @@ def build_edge(
 
 
 def _recall(
-    settings: Settings, compactor: Compactor, store: CheckpointStore
+    settings: Settings, compactor: Compactor, archive: Archive | None
 ) -> tuple[Archive | None, RecallDesk | None]:
-    """The archive (over the checkpoints' store: same backend, breaker and time budget) and
-    the recall desk, when any compaction block enables recall; answers are counted with the
-    default encoding (the desk serves every model, and a page's size is a bound, not a
-    bill)."""
+    """The archive (the flow's, which writes it: the checkpoints' store, or the memory
+    backend's archive store, compaction_proxy/checkpoints/_factory.py) and the recall desk,
+    when any compaction block enables recall; answers are counted with the default encoding
+    (the desk serves every model, and a page's size is a bound, not a bill)."""
     blocks = [settings.compaction, *(m.compaction for m in settings.models.values())]
-    if not any(block is not None and block.recall.enabled for block in blocks):
+    if archive is None or not any(block is not None and block.recall.enabled for block in blocks):
         return None, None
     recall = settings.compaction.recall
-    archive = Archive(store, recall)
     encoding = settings.compaction.tokenizer.default_encoding
 
     def count(text: str) -> int:

@@ -42,7 +42,7 @@ from ._deadline import (
     store_deadline,
 )
 from ._decoded import pick_longest
-from ._factory import make_backend, make_store
+from ._factory import make_archive_store, make_backend, make_store
 from ._keys import (
     Message,
     chain,
@@ -90,6 +90,7 @@ __all__ = [
     "detached_budget",
     "index_ids",
     "leading_system_count",
+    "make_archive_store",
     "make_backend",
     "make_store",
     "merged_index",

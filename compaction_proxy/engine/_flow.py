@@ -177,7 +177,10 @@ class CompactionFlow:
         store: CheckpointStore | None,
         summarizer: HttpSummarizer | None,
         flights: SummaryFlights,
+        archive_store: CheckpointStore | None = None,
     ) -> None:
+        """``archive_store``: where the recall archive keeps its rows (default: ``store``;
+        the memory backend's own, compaction_proxy/checkpoints/_factory.py)."""
         self.settings = settings
         self.compactor = compactor
         self.store = store
@@ -188,7 +191,7 @@ class CompactionFlow:
         self.flights = flights
         recall = settings.compaction.recall
         self.archive = ConversationArchive(
-            Archive(store, recall) if store is not None else None,
+            Archive(archive_store or store, recall) if store is not None else None,
             lambda model: compactor.settings_for(model)[0],
             settings.store.request_budget,
         )
