@@ -453,6 +453,8 @@ def build_edge(
     telemetry = Telemetry(settings, tokenizers=compactor.tokenizers)
     telemetry.watch_windows(windows)
     telemetry.watch_store(store)
+    if archive is not None:
+        telemetry.watch_recall_key(archive.keys)
     if flow.summarizer is not None:
         telemetry.watch_withheld(flow.withheld)
         telemetry.watch_summarizer(flow.summarizer.stats)

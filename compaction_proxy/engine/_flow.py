@@ -34,6 +34,7 @@ from compaction_proxy.checkpoints import (
     Checkpoints,
     CheckpointStore,
     Lookup,
+    archive_namespace,
     leading_system_count,
     namespace_for,
     scope_of,
@@ -41,6 +42,7 @@ from compaction_proxy.checkpoints import (
 from compaction_proxy.compaction import (
     CompactionResult,
     Mode,
+    RecallIds,
     Summarizer,
     firing_point,
 )
@@ -137,6 +139,9 @@ class _Plan:
     key: str | None  # the conversation's, when summaries may be prepared for it
     probe: PreparedProbe | None
     ledger: TokenLedger | None = None  # counts known from the previous request (_known.py)
+    archive_namespace: str = ""  # the end user's (compaction_proxy/checkpoints/_archive.py)
+    recall: RecallIds | None = None  # the ids what the run removes is archived under
+    recall_problem: str | None = None  # recall is on, but its key could not be read
 
 
 @dataclass(slots=True)
@@ -269,6 +274,10 @@ class CompactionFlow:
             scope=scope,
             edits=request.edits.key if request.edits is not None else "",
         )
+        # The end user's archive and the keyed ids compaction names what it removes with
+        # (docs/recall.md): every field that separates checkpoints separates archives.
+        archived_in = archive_namespace(request.credential, request.tenant, data)
+        recall, recall_problem = await self.archive.ids(model, archived_in)
         known = request.known
         lookup = await self._lookup(namespace, data["messages"], known)
         effective = {**data, "messages": lookup.messages} if lookup.hit else data
@@ -283,6 +292,7 @@ class CompactionFlow:
             and summarizer is not None
             and mode is Mode.NORMAL
             and request.persist
+            and recall_problem is None
         ):
             key = conversation_key(lookup)
         probe = None
@@ -301,6 +311,9 @@ class CompactionFlow:
             key,
             probe,
             known.ledger(lookup) if known is not None else None,
+            archived_in,
+            recall,
+            recall_problem,
         )
 
     async def _compact(self, plan: _Plan, summarizer: Summarizer | None) -> CompactionResult:
@@ -313,6 +326,7 @@ class CompactionFlow:
             context_window=request.context_window,
             window_source=request.window_source,
             ledger=plan.ledger,
+            recall=plan.recall,
             **_edits_of(request),
         )
 
@@ -354,6 +368,8 @@ class CompactionFlow:
         """What to forward, what to say about it, and whether to save a checkpoint."""
         lookup, data = plan.lookup, plan.request.data
         warnings = [plan.store_error] if plan.store_error else []
+        if plan.recall_problem is not None and result.changed:
+            warnings.append(plan.recall_problem)
         fired = _summarization_fired(result)
         if plan.offline and self.summarizer is not None and fired:
             warnings.append(OFFLINE_NOTE)
@@ -368,7 +384,7 @@ class CompactionFlow:
             return FlowResult(None, result, "hit" if lookup.hit else "none", warnings)
         index = self._index(plan, result)
         request = plan.request
-        recall = self.archive.recallable(request.credential, request.tenant, index)
+        recall = self.archive.recallable(plan.archive_namespace, index)
         out = partial(
             FlowResult, result=result, warnings=warnings, prepared=prepared, recall=recall
         )
@@ -376,8 +392,10 @@ class CompactionFlow:
             if lookup.hit:
                 return out(lookup.messages, checkpoint="hit", request=data)
             return FlowResult(None, result, "none", warnings, prepared=prepared)
-        # Nothing is stored for a preview or a forced run, after a failed summary, or when
-        # the store just failed the lookup (it would fail the write too).
+        # Nothing is stored for a preview or a forced run, after a failed summary, when the
+        # store just failed the lookup (it would fail the write too), or when recall is on
+        # but its key could not be read (a checkpoint without marks would keep what this run
+        # removed out of the archive for good).
         if (
             not request.persist
             or plan.offline
@@ -385,6 +403,7 @@ class CompactionFlow:
             or result.report.failures
             or self.checkpoints is None
             or lookup.store_error
+            or plan.recall_problem is not None
         ):
             # The originals are kept all the same (not for a preview, nor when the store just
             # failed): the placeholders forwarded name them whether or not a checkpoint does.
@@ -401,7 +420,7 @@ class CompactionFlow:
         return self.archive.index(model, checkpoint, result.archived)
 
     async def _keep(self, plan: _Plan, archived: Archived) -> str | None:
-        return await self.archive.keep(plan.request.credential, plan.request.tenant, archived)
+        return await self.archive.keep(plan.archive_namespace, archived, plan.lookup.checkpoint)
 
     async def _save(
         self,
@@ -474,6 +493,7 @@ class CompactionFlow:
             summarizer=summarizer,
             context_window=request.context_window,
             anticipate=point - now.tokens,
+            recall=plan.recall,
             **_edits_of(request),
         )
         if made.report.failures:

@@ -20,7 +20,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from compaction_proxy import __version__
 
 if TYPE_CHECKING:
-    from compaction_proxy.checkpoints import StoreBreaker
+    from compaction_proxy.checkpoints import ArchiveKeys, StoreBreaker
     from compaction_proxy.compaction.tokenizer_provider import TokenizerProvider
     from compaction_proxy.engine import PreparedStats
     from compaction_proxy.upstream import WindowBook
@@ -30,6 +30,7 @@ __all__ = [
     "ContextWindows",
     "PreparedSummaries",
     "PrometheusMetrics",
+    "RecallKeyUnavailable",
     "StoreHealth",
     "TokenizerFallback",
     "WithheldSummaries",
@@ -361,6 +362,31 @@ class WithheldSummaries:
             "key of server.api_keys, no key an upstream accepted recently), "
             "preview_unauthenticated (a preview without a key of server.api_keys)",
             labels=["reason"],
+        )
+
+
+class RecallKeyUnavailable:
+    """``compaction_proxy_recall_key_unavailable_total``: requests compacted without recall
+    because the archive's key could not be read from the store, read from
+    :class:`~compaction_proxy.checkpoints.ArchiveKeys` at scrape time."""
+
+    def __init__(self, keys: ArchiveKeys) -> None:
+        self._keys = keys
+
+    def describe(self) -> Iterable[CounterMetricFamily]:
+        return [self._counter(0)]
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        yield self._counter(self._keys.unavailable)
+
+    @staticmethod
+    def _counter(value: int) -> CounterMetricFamily:
+        return CounterMetricFamily(
+            "compaction_proxy_recall_key_unavailable",
+            "Requests with recall on that ran without it because the archive's key (the secret "
+            "recall ids are made with, kept in the store) could not be read: nothing they "
+            "removed was archived or marked, and no checkpoint was stored",
+            value=value,
         )
 
 

@@ -30,6 +30,7 @@ from compaction_proxy.observability.prometheus import (
     ContextWindows,
     PreparedSummaries,
     PrometheusMetrics,
+    RecallKeyUnavailable,
     StoreHealth,
     TokenizerFallback,
     WithheldSummaries,
@@ -37,7 +38,7 @@ from compaction_proxy.observability.prometheus import (
 from compaction_proxy.observability.recall import RecallFigures, RecallTally
 
 if TYPE_CHECKING:
-    from compaction_proxy.checkpoints import StoreBreaker
+    from compaction_proxy.checkpoints import ArchiveKeys, StoreBreaker
     from compaction_proxy.compaction import CompactionReport
     from compaction_proxy.compaction.report import StrategyFailure
     from compaction_proxy.compaction.tokenizer_provider import TokenizerProvider
@@ -153,6 +154,11 @@ class Telemetry:
         """Expose the summaries withheld from callers not let in (called once, when the app is
         built)."""
         self.registry.register(WithheldSummaries(counts))
+
+    def watch_recall_key(self, keys: ArchiveKeys) -> None:
+        """Expose the requests that ran without recall for want of the archive's key (called
+        once, when the app is built with recall on)."""
+        self.registry.register(RecallKeyUnavailable(keys))
 
     def watch_summarizer(self, stats: SummarizerStats) -> None:
         """Time the summarizer's HTTP calls (called once, when the flow is built)."""
