@@ -419,8 +419,9 @@ def assert_no_leak(sent: Sent) -> None:
     it carried Alice's secret, and the answer does not know her value."""
     assert len(sent.received) >= 2, "the model did not recall"
     for text in sent.received:
-        assert "SECRET-ALICE" not in text
-    assert VALUE not in sent.answer
+        at = text.find("SECRET-ALICE")
+        assert at < 0, f"Bob's prompt carried: {text[max(0, at - 120) : at + 40]!r}"
+    assert VALUE not in sent.answer, f"Bob's answer: {sent.answer!r}"
 
 
 def assert_nothing_of_alices(sent: Sent, named: str) -> None:
