@@ -276,8 +276,11 @@ class CompactionFlow:
         )
         # The end user's archive and the keyed ids compaction names what it removes with
         # (docs/recall.md): every field that separates checkpoints separates archives.
-        archived_in = archive_namespace(request.credential, request.tenant, data)
-        recall, recall_problem = await self.archive.ids(model, archived_in)
+        archived_in = ""
+        recall, recall_problem = None, None
+        if self.archive.enabled(model):
+            archived_in = archive_namespace(request.credential, request.tenant, data)
+            recall, recall_problem = await self.archive.ids(model, archived_in)
         known = request.known
         lookup = await self._lookup(namespace, data["messages"], known)
         effective = {**data, "messages": lookup.messages} if lookup.hit else data
