@@ -1,4 +1,4 @@
-"""Does recall cost another tenant its checkpoint? The memory store, in process (issue 29).
+"""Does recall cost another tenant its checkpoint? The memory store, in process.
 
 Tenant A's agent conversation (30 large tool results) is compacted once: a checkpoint and its
 archived originals are stored. Then tenant B compacts fresh conversations of the same shape,

@@ -59,7 +59,7 @@ CONCURRENCY = 8
 """Store calls of one keep or fetch in flight at once: a summary that folds 300 messages
 writes 300 rows, which must not open 300 connections (Redis) or queue 300 threads (SQLite)."""
 NAMESPACE_VERSION = "archive2"
-"""archive2: the per-user fields joined the namespace and ids are keyed (issue 29). What an
+"""archive2: the per-user fields joined the namespace and ids are keyed. What an
 older version archived (``archive1``) is in no namespace this one reads: an id an older
 checkpoint names reads "no archived content", never another end user's row."""
 _BEARER = "bearer "
