@@ -32,13 +32,14 @@ from compaction_proxy.checkpoints import (
     merged_index,
 )
 from compaction_proxy.compaction import EncodingLoader, TokenizerProvider
-from compaction_proxy.compaction.archive import Archived, original_id, span_id
+from compaction_proxy.compaction.archive import Archived, RecallIds
 from compaction_proxy.compaction.settings import RecallSettings
 from compaction_proxy.engine import RecallDesk
 from compaction_proxy.wire.recall import RecallCall
 
 SETTINGS = RecallSettings(enabled=True)
 NS = archive_namespace("Bearer sk-bench", None)
+IDS = RecallIds(b"bench-archive-namespace-key")  # the key a namespace's ids are made with
 
 
 def tool_result(index: int) -> dict[str, Any]:
@@ -53,9 +54,9 @@ def tool_result(index: int) -> dict[str, Any]:
 
 
 def run_of(size: int) -> Archived:
-    originals = {original_id(m): m for m in (tool_result(i) for i in range(size))}
+    originals = {IDS.original(m): m for m in (tool_result(i) for i in range(size))}
     ids = tuple(originals)
-    span = span_id(ids, "summary")
+    span = IDS.span(ids, "summary")
     return Archived(originals, {span: ids}, (*ids, span))
 
 

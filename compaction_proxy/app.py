@@ -43,7 +43,7 @@ from compaction_proxy.api import (
     preview,
     send_unauthorized_page,
 )
-from compaction_proxy.checkpoints import Archive, CheckpointStore, StoredValues, make_store
+from compaction_proxy.checkpoints import Archive, StoredValues, make_store
 from compaction_proxy.config import Settings, load_settings
 from compaction_proxy.config.preflight import validate_summarization_config
 from compaction_proxy.engine import (
@@ -60,6 +60,7 @@ from compaction_proxy.http import (
     ClientGone,
     Drain,
     Message,
+    Presented,
     ProxyError,
     Receive,
     Scope,
@@ -67,11 +68,11 @@ from compaction_proxy.http import (
     UnsafePath,
     access_line,
     error_body,
+    first_match,
     header,
-    key_matches,
     needs_normalizing,
     normalize,
-    presented_key,
+    presented_keys,
     retry_after_header,
     send_bytes,
     send_error,
@@ -102,8 +103,8 @@ _ID_PREFIX = os.urandom(11).hex()
 _ID_COUNTER = itertools.count(1)
 _REQUEST_ID = re.compile(rb"^[A-Za-z0-9._:\-]{1,128}$")
 _UNAUTHORIZED = (
-    "missing or invalid API key for this proxy: send 'Authorization: Bearer <key>' with one of "
-    "the keys in server.api_keys"
+    "missing or invalid API key for this proxy: send one of the keys in server.api_keys as "
+    "'Authorization: Bearer <key>' or 'x-api-key: <key>'"
 )
 _DASHBOARD_PAGE = "/dashboard"
 
@@ -191,23 +192,29 @@ class ProxyApp:
         return await passthrough(ctx, scope, receive, send)
 
     def _authenticate(self, ctx: RequestContext, scope: Scope) -> None:
+        """One rule for every `/v1` route: any credential header that holds a key of
+        `server.api_keys` lets the request in (compaction_proxy/http/_auth.py). The header that
+        held it names the caller's namespaces (`ctx.credential`), so a foreign key beside it
+        (a client's own `Authorization`) changes nothing."""
         if not self._api_keys:
             return
-        presented = presented_key(header(scope, b"authorization"), header(scope, b"x-api-key"))
-        matched = key_matches(presented, self._api_keys)
-        if not matched:
+        matched = first_match(presented_keys(scope["headers"]), self._api_keys)
+        if matched is None:
             raise ProxyError(401, _UNAUTHORIZED, "invalid_request_error", "invalid_api_key")
         ctx.authenticated = True
+        ctx.credential = matched.value.decode("latin-1")
 
     def _side_access(self, ctx: RequestContext, scope: Scope, path: str) -> Access:
         """The key check of every path outside /v1 (compaction_proxy/http/_auth.py). The dashboard
         page also takes `?key=`, so a browser can open it (the page then sends a header)."""
         if not self._api_keys and not self._metrics_keys:
             return Access.FULL
-        presented = presented_key(header(scope, b"authorization"), header(scope, b"x-api-key"))
-        if not presented and path == _DASHBOARD_PAGE:
+        presented = presented_keys(scope["headers"])
+        if path == _DASHBOARD_PAGE:
             query = scope.get("query_string", b"").decode("latin-1")
-            presented = dict(parse_qsl(query)).get("key", "").encode()
+            key = dict(parse_qsl(query)).get("key", "").encode()
+            if key:
+                presented.append(Presented(key, key))
         return side_access(path, presented, self._api_keys, self._metrics_keys)
 
     def _note_accepted(self, ctx: RequestContext, scope: Scope, outcome: RouteOutcome) -> None:
@@ -371,6 +378,8 @@ def _build_fastapi(state: AppState) -> FastAPI:
             await state.transport.aclose()
             await state.client.aclose()
             await state.store.close()
+            if state.archive is not None and state.archive.store is not state.store:
+                await state.archive.store.close()  # the memory backend's archive of its own
             state.compactor.close()
 
     app = FastAPI(
@@ -446,7 +455,7 @@ def build_edge(
         settings, StoredValues(store), lambda: proxy_client, catalog=compactor.catalog
     )
     flow = build_flow(settings, compactor, store, client, windows)
-    archive, desk = _recall(settings, compactor, store, flow.degraded.recall)
+    archive, desk = _recall(settings, compactor, flow.archive.archive, flow.degraded.recall)
     telemetry = Telemetry(settings, tokenizers=compactor.tokenizers)
     telemetry.watch_windows(windows)
     telemetry.watch_store(store)
@@ -469,21 +478,21 @@ def build_edge(
         archive=archive,
         recall_desk=desk,
         drain=Drain(server.graceful_shutdown_seconds),
+        proxy_keys=tuple(k.get_secret_value() for k in server.api_keys),
     )
 
 
 def _recall(
-    settings: Settings, compactor: Compactor, store: CheckpointStore, health: DegradedPath
+    settings: Settings, compactor: Compactor, archive: Archive | None, health: DegradedPath
 ) -> tuple[Archive | None, RecallDesk | None]:
-    """The archive (over the checkpoints' store: same backend, breaker and time budget) and
-    the recall desk, when any compaction block enables recall; answers are counted with the
-    default encoding (the desk serves every model, and a page's size is a bound, not a
-    bill)."""
+    """The archive (the flow's, which writes it: the checkpoints' store, or the memory
+    backend's archive store, compaction_proxy/checkpoints/_factory.py) and the recall desk,
+    when any compaction block enables recall; answers are counted with the default encoding
+    (the desk serves every model, and a page's size is a bound, not a bill)."""
     blocks = [settings.compaction, *(m.compaction for m in settings.models.values())]
-    if not any(block is not None and block.recall.enabled for block in blocks):
+    if archive is None or not any(block is not None and block.recall.enabled for block in blocks):
         return None, None
     recall = settings.compaction.recall
-    archive = Archive(store, recall)
     encoding = settings.compaction.tokenizer.default_encoding
 
     def count(text: str) -> int:

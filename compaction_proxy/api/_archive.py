@@ -5,21 +5,25 @@ rq72amlvh4xx]``); with ``compaction.recall`` on, the originals behind them are k
 checkpoint store (compaction_proxy/checkpoints/_archive.py). This route reads one back as
 JSON: an original's message as the pipeline saw it, or a span's member ids.
 
-It is authenticated like every ``/v1`` path (``server.api_keys``, in the app) and
-tenant-checked: the archive read is the caller's own, the namespace its credential
-(``Authorization`` or ``x-api-key``, as the compacted routes read it) and its
-``X-Compaction-Tenant`` make. An id of another key or tenant is answered exactly like one that
-was never archived, a 404, so the route tells nobody what others have archived. A store that
-cannot answer is a 503; with recall off everywhere the route is a 404.
+It is authenticated like every ``/v1`` path (``server.api_keys``, in the app) and reads only
+the caller's own end user's archive: the namespace its credential (``Authorization`` or
+``x-api-key``, as the compacted routes read it), its ``X-Compaction-Tenant`` and the per-user
+fields it names as query parameters (``?user=...``, ``?safety_identifier=...``: the body fields
+of those names; a Messages request's ``metadata.user_id`` is ``user``) make, exactly as the
+requests that archived it made it. An id of another key, tenant or end user is answered
+exactly like one that was never archived, a 404, so the route tells nobody what others have
+archived. A store that cannot answer is a 503; with recall off everywhere the route is a 404.
 """
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import parse_qs
 
 import orjson
 
 from compaction_proxy.checkpoints import (
+    SCOPE_FIELDS,
     ArchivedOriginal,
     StoreBudget,
     StoreUnavailable,
@@ -55,7 +59,7 @@ async def archive_entry(
         )
     if ID_PATTERN.fullmatch(recall_id) is None:
         raise _not_found(recall_id)
-    namespace = archive_namespace(credential(scope), tenant(scope))
+    namespace = archive_namespace(credential(ctx, scope), tenant(scope), end_user(scope))
     try:
         with StoreBudget(ctx.state.settings.store.request_budget):
             found = await archive.fetch(namespace, [recall_id])
@@ -79,12 +83,21 @@ async def archive_entry(
     return RouteOutcome(None, 200)
 
 
+def end_user(scope: Scope) -> dict[str, str]:
+    """The per-user fields the query names (``user``, ``safety_identifier``; the first value
+    of each), as a request body would carry them."""
+    query = scope.get("query_string", b"").decode("latin-1")
+    found = parse_qs(query, keep_blank_values=True)
+    return {name: found[name][0] for name in SCOPE_FIELDS if name in found}
+
+
 def _not_found(recall_id: str) -> ProxyError:
     shown = recall_id if len(recall_id) <= _SHOWN_ID else recall_id[:_SHOWN_ID] + "…"
     return ProxyError(
         404,
-        f"no archived content for id {shown!r} (ids are per API key and X-Compaction-Tenant, "
-        "and expire after compaction.recall.ttl)",
+        f"no archived content for id {shown!r} (ids are per API key, X-Compaction-Tenant and "
+        "end user, named by the user and safety_identifier query parameters as the requests "
+        "named it; they expire after compaction.recall.ttl)",
         "invalid_request_error",
         "not_found",
     )

@@ -247,7 +247,7 @@ async def compact(
                 subject.data,
                 mode,
                 size_hint=len(subject.raw),
-                credential=credential(scope),
+                credential=credential(ctx, scope),
                 caller_key=None if ctx.authenticated else caller_key(scope, subject.wire.auth),
                 upstream_name=ctx.upstream or "",
                 # A forced compaction is a one-off: it must not become the sticky prefix.

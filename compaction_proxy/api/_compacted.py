@@ -92,7 +92,7 @@ async def _compact_and_send(call: _Call, mode: Mode) -> RouteOutcome:
     limits, applies = size_limits(state, scope), compacted_model(state)
     known: Known | None = None
     if memory.applies(wire, raw):
-        bucket = memory.bucket(credential(scope), tenant(scope), wire, raw)
+        bucket = memory.bucket(credential(ctx, scope), tenant(scope), wire, raw)
         parsed = await memory.parse(raw, wire, bucket, limits=limits, applies=applies)
         body, known = parsed.data, parsed.known
     else:

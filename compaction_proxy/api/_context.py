@@ -47,6 +47,9 @@ class AppState:
     archive: Archive | None = None
     recall_desk: RecallDesk | None = None
     shutting_down: bool = False
+    # The keys of `server.api_keys`, which no header sent upstream may carry
+    # (compaction_proxy/upstream/_headers.py).
+    proxy_keys: tuple[str, ...] = ()
     # Callers whose own key an upstream accepted recently (compaction_proxy/http/_admission.py).
     known_callers: KnownCallers = field(default_factory=KnownCallers)
     # The requests in flight, answered properly when a shutdown cuts them
@@ -71,6 +74,9 @@ class RequestContext:
     request_id: str
     started: float = field(default_factory=time.perf_counter)
     authenticated: bool = False
+    # The credential header's value that held a key of `server.api_keys` (app.py); it names the
+    # caller's checkpoints and archive in place of whatever other key the request carries.
+    credential: str | None = None
     model: str | None = None
     upstream: str | None = None
     status: int = 0

@@ -139,7 +139,7 @@ async def _compacted(
             _as_asked(state, view.chat, window.tokens),
             run_mode,
             size_hint=len(client.raw),
-            credential=credential(scope),
+            credential=credential(ctx, scope),
             caller_key=None,
             upstream_name=upstream.name,
             persist=False,  # a count changes nothing the next request finds

@@ -94,7 +94,11 @@ async def passthrough(
     wire = format_under(scope["path"])
     auth = wire.auth if wire is not None else BEARER
     headers = upstream_headers(
-        scope["headers"], upstream, strip_authorization=ctx.authenticated, auth=auth
+        scope["headers"],
+        upstream,
+        strip_authorization=ctx.authenticated,
+        auth=auth,
+        proxy_keys=ctx.state.proxy_keys,
     )
     content: bytes | AsyncIterator[bytes]
     streamed: StreamedBody | None = None

@@ -54,6 +54,7 @@ async def post_upstream(
                     upstream,
                     strip_authorization=ctx.authenticated,
                     auth=wire.auth,
+                    proxy_keys=ctx.state.proxy_keys,
                 ),
                 listed,
             ),

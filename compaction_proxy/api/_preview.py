@@ -137,7 +137,7 @@ async def _compact_and_answer(
                     data,
                     run_mode,
                     size_hint=size,
-                    credential=credential(scope),
+                    credential=credential(ctx, scope),
                     caller_key=None if ctx.authenticated else caller_key(scope, wire.auth),
                     upstream_name=upstream.name,
                     persist=False,

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
@@ -120,9 +119,6 @@ def prompt_tokens(held: HeldReply, wire: WireFormat) -> int | None:
     return probe.prompt_tokens()
 
 
-_MARKED = re.compile(rb"recall id ([rs][a-z2-7]{11})")
-
-
 def without_recall(data: dict[str, Any]) -> dict[str, Any]:
     """``data`` without the recall tool in its ``tools`` (or legacy ``functions``), whatever
     the format's form of a tool (``name`` or ``function.name``)."""
@@ -139,12 +135,6 @@ def _tool_name(tool: object) -> object:
         return None
     function = tool.get("function")
     return function.get("name") if isinstance(function, Mapping) else tool.get("name")
-
-
-def marked(body: bytes) -> frozenset[str]:
-    """The recall ids the forwarded request's marks name, in any format (the marks are plain
-    text inside its JSON strings)."""
-    return frozenset(m.decode("ascii") for m in _MARKED.findall(body))
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,7 +256,10 @@ class _Loop:
             stats.limited = True
             return [RecallAnswer(c.call_id, LIMIT_TEXT, True) for c in turn.calls], True
         if self.allowed is None:
-            self.allowed = frozenset(self.offer.recallable.index) | marked(self.sent_body)
+            # Only what this conversation's own index holds (and, in the desk, its spans'
+            # members): never an id because some text of the request names it, which a
+            # client's message or a tool result (prompt injection) can.
+            self.allowed = frozenset(self.offer.recallable.index)
         desk = self.ctx.state.recall_desk
         answers: list[RecallAnswer] = []
         # The answers of one round share one budget, and a round answers a few calls at most:

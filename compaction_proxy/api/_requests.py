@@ -123,9 +123,13 @@ async def effective_window(
     return Window(ctx.state.compactor.catalog.facts_for(model).context_window, "default")
 
 
-def credential(scope: Scope) -> str | None:
-    """Who is asking, for the checkpoint namespace: the key the client presented (to the
-    proxy or, passed through, to the upstream). Hashed before it is used anywhere."""
+def credential(ctx: RequestContext, scope: Scope) -> str | None:
+    """Who is asking, for the checkpoint namespace: the key the client presented to the proxy
+    (the header that held a key of `server.api_keys`), or, without proxy keys, the one it
+    passes to the upstream (`Authorization`, else `x-api-key`). Hashed before it is used
+    anywhere."""
+    if ctx.credential is not None:
+        return ctx.credential
     value = header(scope, b"authorization") or header(scope, b"x-api-key")
     return value.decode("latin-1") if value else None
 

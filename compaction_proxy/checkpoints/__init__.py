@@ -13,7 +13,8 @@ is found again (docs/architecture.md, "Checkpoints" and "The store contract").
 * ``_keyvalue``: small JSON values kept in the same store (:class:`StoredValues`), for the
   learned windows and the summaries shared across replicas;
 * ``_archive``: what compaction removed, kept in the same store under recall ids
-  (:class:`Archive`), and the conversation's index in its checkpoint's meta.
+  (:class:`Archive`), and the conversation's index in its checkpoint's meta; ``_archive_key``:
+  the server secret those ids are keyed with, kept in the same store (:class:`ArchiveKeys`).
 """
 
 from ._archive import (
@@ -23,9 +24,11 @@ from ._archive import (
     ArchivedSpan,
     ArchiveEntry,
     archive_namespace,
+    confined,
     index_ids,
     merged_index,
 )
+from ._archive_key import ArchiveKeys, unstored_ids
 from ._breaker import Readiness, StoreBreaker, StoreMarkedDown, StoreReadiness
 from ._contract import (
     FORMAT_VERSION,
@@ -42,8 +45,9 @@ from ._deadline import (
     store_deadline,
 )
 from ._decoded import pick_longest
-from ._factory import make_backend, make_store
+from ._factory import make_archive_store, make_backend, make_store
 from ._keys import (
+    SCOPE_FIELDS,
     Message,
     chain,
     could_have_checkpoint,
@@ -61,8 +65,10 @@ __all__ = [
     "FOLDED_TOKENS",
     "FORMAT_VERSION",
     "INDEX_META",
+    "SCOPE_FIELDS",
     "Archive",
     "ArchiveEntry",
+    "ArchiveKeys",
     "ArchivedOriginal",
     "ArchivedSpan",
     "Checkpoint",
@@ -86,10 +92,12 @@ __all__ = [
     "archive_namespace",
     "budget_left",
     "chain",
+    "confined",
     "could_have_checkpoint",
     "detached_budget",
     "index_ids",
     "leading_system_count",
+    "make_archive_store",
     "make_backend",
     "make_store",
     "merged_index",
@@ -97,4 +105,5 @@ __all__ = [
     "pick_longest",
     "scope_of",
     "store_deadline",
+    "unstored_ids",
 ]

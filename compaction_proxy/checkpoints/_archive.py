@@ -1,21 +1,26 @@
-"""Where archived originals live: rows in the checkpoint store, under the tenant's archive
-namespace, keyed by their recall id (docs/recall.md, "The archive").
+"""Where archived originals live: rows in the checkpoint store, under the end user's archive
+namespace, keyed by their recall id (docs/recall.md, "Where the originals live").
 
 With ``compaction.recall`` on, every message a compaction removed or rewrote is kept so the
 model (the ``compaction_recall`` tool) and a person (``GET /v1/compaction/archive/{id}``) can
-read it back. The archive is the checkpoint store itself, so it has its backends, its breaker,
-its time budget and its replicas' sharing for free:
+read it back. The archive is the checkpoint store itself (with the memory backend, a memory
+store of its own: compaction_proxy/checkpoints/_factory.py), so it has its backends, its
+breaker, its time budget and its replicas' sharing for free:
 
 * an original: ``Checkpoint(messages=(original,), meta={"kind": "original", "bytes": n})``
   (and ``"tool"``, the name of the call it answers, when this run archived the call too);
 * a span (what a summary or a collapsed group stands for): ``Checkpoint(messages=(),
   meta={"kind": "span", "members": [ids]})``;
-* the namespace is the tenant's (:func:`archive_namespace`: the caller's credential and the
-  ``X-Compaction-Tenant`` header), not a conversation's: an id is a digest of its original, so
-  two conversations of one tenant that archive the same message share its row. What keeps one
-  conversation from reading another's is the *index* in its checkpoint's meta
-  (:data:`INDEX_META`, :func:`merged_index`): the recall tool answers only the ids there, the
-  ids marked in the request, and their spans' members (``compaction_proxy/engine/_recall_desk.py``).
+* the namespace is the end user's (:func:`archive_namespace`: the caller's credential, the
+  ``X-Compaction-Tenant`` header and every per-user field that separates checkpoints,
+  ``SCOPE_FIELDS``), not a conversation's: two conversations of one end user that archive the
+  same message share its row. The ids are keyed per namespace (:class:`ArchiveKeys`,
+  compaction_proxy/checkpoints/_archive_key.py), so an id tells nothing of its content and
+  names nothing in another namespace. What keeps one conversation from reading another's is
+  the *index* in its checkpoint's meta (:data:`INDEX_META`, :func:`merged_index`): the recall
+  tool answers only the ids there and their spans' members
+  (``compaction_proxy/engine/_recall_desk.py``), and a span lists only ids the conversation
+  held (:func:`confined`), never one because some text named it.
 
 Rows live ``recall.ttl``. Writing is best-effort like every store write (a warning, never a
 failed request); reading raises :class:`StoreUnavailable` so the caller can say "archive not
@@ -32,13 +37,15 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from compaction_proxy.compaction.archive import ID_PATTERN, Archived
+from compaction_proxy.compaction.archive import ID_PATTERN, Archived, RecallIds
 from compaction_proxy.compaction.canonical import canonical_bytes, digest
 from compaction_proxy.compaction.message_text import call_names
 from compaction_proxy.compaction.settings import RecallSettings
 
+from ._archive_key import ArchiveKeys, Health
 from ._breaker import StoreMarkedDown
 from ._contract import Checkpoint, CheckpointStore, StoreUnavailable, check_messages
+from ._keys import SCOPE_FIELDS
 
 log = logging.getLogger("compaction_proxy.archive")
 
@@ -51,23 +58,37 @@ KIND_SPAN = "span"
 CONCURRENCY = 8
 """Store calls of one keep or fetch in flight at once: a summary that folds 300 messages
 writes 300 rows, which must not open 300 connections (Redis) or queue 300 threads (SQLite)."""
-NAMESPACE_VERSION = "archive1"
+NAMESPACE_VERSION = "archive2"
+"""archive2: the per-user fields joined the namespace and ids are keyed. What an
+older version archived (``archive1``) is in no namespace this one reads: an id an older
+checkpoint names reads "no archived content", never another end user's row."""
 _BEARER = "bearer "
 
 
-def archive_namespace(credential: str | None, tenant: str | None) -> str:
-    """The archive namespace of a caller: a digest of its credential (hashed, as the
-    checkpoints' namespace hashes it) and its ``X-Compaction-Tenant``.
+def archive_namespace(
+    credential: str | None, tenant: str | None, owner: Mapping[str, Any] | None = None
+) -> str:
+    """The archive namespace of an end user: a digest of the caller's credential (hashed, as
+    the checkpoints' namespace hashes it), its ``X-Compaction-Tenant`` and the per-user fields
+    of ``owner`` (:data:`SCOPE_FIELDS` of a chat-shaped body: ``user``, which a Messages
+    request's ``metadata.user_id`` becomes, and ``safety_identifier``; the archive route's
+    query parameters of those names). Every field that separates checkpoints separates
+    archives, so an app serving many end users under one key never hands one another's
+    originals.
 
     The credential is the key a request presented (``Authorization`` or ``x-api-key``); its
     ``Bearer`` scheme is left out, so the key an Anthropic client sends in ``x-api-key`` and
-    a person's ``Authorization: Bearer`` with the same key name the same archive.
+    a person's ``Authorization: Bearer`` with the same key name the same archive. A per-user
+    field that is absent, null or empty names no end user.
     """
     key = (credential or "").strip()
     if key[: len(_BEARER)].lower() == _BEARER:
         key = key[len(_BEARER) :].strip()
     hashed = digest((key or "anonymous").encode()).hex()
-    parts = [NAMESPACE_VERSION, hashed, tenant or ""]
+    fields = owner or {}
+    users = {name: fields.get(name) for name in SCOPE_FIELDS}
+    named = {name: value for name, value in users.items() if value is not None and value != ""}
+    parts = [NAMESPACE_VERSION, hashed, tenant or "", canonical_bytes(named).decode()]
     return digest("\x1f".join(parts).encode()).hex()
 
 
@@ -138,6 +159,26 @@ def merged_index(previous_meta: object, archived: Archived, max_bytes: int) -> l
     return [[recall_id, size] for recall_id, size in kept[start:]]
 
 
+def confined(archived: Archived, previous_meta: object) -> Archived:
+    """``archived`` with each span's members cut to the ids the conversation holds: the index
+    it started from (``previous_meta``, its checkpoint's meta or None) and what this run
+    archived. A member named only by some text (a client's message or a tool result ending
+    with a mark, which the core takes for an older summary or a stub) is dropped, so no span
+    reaches an id the conversation never held, whoever archived it."""
+    if not archived.spans:
+        return archived
+    held = set(index_ids(previous_meta))
+    held.update(archived.originals)
+    held.update(archived.spans)
+    spans = {
+        span: tuple(member for member in members if member in held)
+        for span, members in archived.spans.items()
+    }
+    if all(spans[span] == members for span, members in archived.spans.items()):
+        return archived
+    return Archived(archived.originals, spans, archived.order)
+
+
 # ------------------------------------------------------------------ what a fetch returns
 
 
@@ -194,11 +235,19 @@ class Archive:
         *,
         concurrency: int = CONCURRENCY,
         clock: Callable[[], float] = time.time,
+        health: Health | None = None,
     ) -> None:
+        """``health``: where a secret the store cannot give is reported (:class:`ArchiveKeys`)."""
         self.store = store
         self.settings = settings
         self.concurrency = max(1, concurrency)
         self.clock = clock
+        self.keys = ArchiveKeys(store, health=health)
+
+    async def recall_ids(self, namespace: str) -> RecallIds:
+        """The keyed ids of ``namespace`` (:class:`ArchiveKeys`); ``StoreUnavailable`` while
+        the store's secret cannot be read."""
+        return await self.keys.ids(namespace)
 
     @property
     def max_bytes(self) -> int:

@@ -22,6 +22,20 @@ def make_store(settings: StoreSettings) -> StoreBreaker:
     return StoreBreaker(make_backend(settings))
 
 
+def make_archive_store(settings: StoreSettings, store: CheckpointStore) -> CheckpointStore:
+    """Where the recall archive keeps its rows (compaction_proxy/checkpoints/_archive.py):
+    ``store`` itself for SQLite and Redis (rows expire by TTL, no count bound couples them to
+    the checkpoints), a memory store of its own for the memory backend, bounded by
+    ``store.archive_max_mb``: each compaction with recall on archives tens of rows, which in
+    the checkpoints' least-recently-used table (``store.max_entries``) would evict other
+    conversations' checkpoints."""
+    if settings.backend != "memory":
+        return store
+    # The entry bound only backs the byte bound (a row weighs 200 bytes at least).
+    entries = max(1, settings.archive_max_bytes // 200)
+    return StoreBreaker(MemoryStore(entries, max_bytes=settings.archive_max_bytes))
+
+
 def make_backend(settings: StoreSettings) -> CheckpointStore:
     """The bare backend for ``settings`` (no breaker); see :func:`make_store`."""
     if settings.backend == "memory":

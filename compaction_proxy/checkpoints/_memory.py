@@ -3,6 +3,10 @@
 Checkpoints are kept as their serialized bytes, like the other backends: a caller that mutates
 a returned checkpoint's dicts cannot change what the next request reads, and memory use is what
 the data costs, not Python object overhead.
+
+The bound is a number of entries (``store.max_entries``) and, optionally, their bytes: the
+recall archive gets a store of its own bounded by bytes (``store.archive_max_mb``,
+:func:`~._factory.make_archive_store`), so its many rows never evict a checkpoint.
 """
 
 from __future__ import annotations
@@ -16,21 +20,38 @@ from ._contract import Checkpoint, Foreign, log_foreign, ttl_at_least_one
 from ._decoded import pick_longest
 from ._leases import LeaseTable
 
+ENTRY_OVERHEAD = 200
+"""Bytes an entry costs besides its value (its key, the table's slot), for ``max_bytes``."""
+
 
 class MemoryStore:
-    """Least recently used entries go first once ``max_entries`` is reached."""
+    """Least recently used entries go first once ``max_entries`` is reached, or their bytes
+    pass ``max_bytes`` (None: no byte bound)."""
 
     name = "memory"
 
-    def __init__(self, max_entries: int = 10_000) -> None:
+    def __init__(self, max_entries: int = 10_000, max_bytes: int | None = None) -> None:
         self._entries: OrderedDict[tuple[str, str], tuple[float, bytes]] = OrderedDict()
         self._max_entries = max(1, max_entries)
+        self._max_bytes = None if max_bytes is None else max(1, max_bytes)
+        self._bytes = 0
         self._leases = LeaseTable()
         self.foreign_values = 0
         """Foreign values met by lookups (and deleted); see :mod:`._contract`."""
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    @property
+    def bytes(self) -> int:
+        """What the entries weigh against ``max_bytes``: their values and a fixed overhead
+        each."""
+        return self._bytes
+
+    def _remove(self, item: tuple[str, str]) -> None:
+        entry = self._entries.pop(item, None)
+        if entry is not None:
+            self._bytes -= _weight(item, entry[1])
 
     async def find_longest(
         self, namespace: str, keys: Sequence[str]
@@ -42,7 +63,7 @@ class MemoryStore:
             if entry is None:
                 continue
             if entry[0] <= now:
-                del self._entries[(namespace, key)]
+                self._remove((namespace, key))
                 continue
             found[key] = entry[1]
         picked = pick_longest(keys, found)
@@ -55,13 +76,21 @@ class MemoryStore:
 
     async def put(self, namespace: str, key: str, checkpoint: Checkpoint, ttl_seconds: int) -> None:
         expires = time.monotonic() + ttl_at_least_one(ttl_seconds)
-        self._entries[(namespace, key)] = (expires, checkpoint.to_bytes())
-        self._entries.move_to_end((namespace, key))
-        while len(self._entries) > self._max_entries:
-            self._entries.popitem(last=False)
+        item = (namespace, key)
+        value = checkpoint.to_bytes()
+        self._remove(item)
+        self._entries[item] = (expires, value)
+        self._bytes += _weight(item, value)
+        limit = self._max_bytes
+        # An entry heavier than the whole bound goes too: the bound holds, always.
+        while len(self._entries) > self._max_entries or (limit is not None and self._bytes > limit):
+            oldest = next(iter(self._entries))
+            self._remove(oldest)
 
     async def delete(self, namespace: str, key: str) -> bool:
-        return self._entries.pop((namespace, key), None) is not None
+        found = (namespace, key) in self._entries
+        self._remove((namespace, key))
+        return found
 
     def _drop_foreign(self, namespace: str, foreign: tuple[Foreign, ...]) -> None:
         self.foreign_values += len(foreign)
@@ -69,7 +98,7 @@ class MemoryStore:
         for item in foreign:
             entry = self._entries.get((namespace, item.key))
             if entry is not None and entry[1] == item.value:
-                del self._entries[(namespace, item.key)]
+                self._remove((namespace, item.key))
 
     async def ping(self) -> None:
         return None
@@ -81,3 +110,8 @@ class MemoryStore:
 
     async def close(self) -> None:
         self._entries.clear()
+        self._bytes = 0
+
+
+def _weight(item: tuple[str, str], value: bytes) -> int:
+    return len(value) + len(item[0]) + len(item[1]) + ENTRY_OVERHEAD

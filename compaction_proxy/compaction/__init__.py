@@ -22,6 +22,7 @@ The strategies themselves (to compose a pipeline in code, or write a new one) ar
 "Budget and tokens" in docs/architecture.md for how the pieces fit.
 """
 
+from .archive import RecallIds
 from .budget import (
     Calibration,
     FactsOverride,
@@ -66,6 +67,7 @@ __all__ = [
     "ModelFacts",
     "OutputLimit",
     "Pipeline",
+    "RecallIds",
     "RecallSettings",
     "StrategyReport",
     "SummarizationSettings",

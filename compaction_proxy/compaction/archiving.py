@@ -4,8 +4,9 @@ The :class:`~.draft.Draft` calls an :class:`ArchiveLog` at its decision points, 
 strategy (see "Recall marks" in docs/compaction.md):
 
 * an **edit** (a cleared or trimmed result, cleared call arguments; also the last resort's trim):
-  the message it replaces is an original, archived under :func:`~.archive.original_id`, unless
-  it is a *stub* already (its text ends with a mark naming an ``r…`` id, or it is an edit this
+  the message it replaces is an original, archived under its id
+  (:meth:`~.archive.RecallIds.original`, keyed by the request's namespace), unless it is a
+  *stub* already (its text ends with a mark naming an ``r…`` id, or it is an edit this
   run made), whose id is kept.  The new message is marked with that id;
 * a **drop** or a **replace** of a group: every member is archived (a stub archives nothing new:
   its id is listed instead).  A member that stands for several itself (its mark names an
@@ -15,8 +16,8 @@ strategy (see "Recall marks" in docs/compaction.md):
 * a **span**: a replacement message (a collapsed group) stands for its group's ids; a message
   inserted with ``paid_by`` (a summary) stands for every id dropped by the same strategy run
   before it (since the draft's last commit), in drop order.  Its id is
-  :func:`~.archive.span_id` of those ids and the message's own text (without the mark), so the
-  same fold of the same originals gets the same id on every request.
+  :meth:`~.archive.RecallIds.span` of those ids and the message's own text (without the mark),
+  so the same fold of the same originals gets the same id on every request.
 
 Nothing here is final until :meth:`ArchiveLog.result`: a strategy the churn rule undoes
 (:mod:`.strategies.churn`) puts the originals back into the output, so the result is computed
@@ -35,7 +36,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-from .archive import Archived, original_id, span_id
+from .archive import Archived, RecallIds
 from .marks import can_carry_mark, marked, message_mark, span_mark, strip_mark
 from .messages import Message, content_text
 
@@ -59,9 +60,11 @@ class _Span(NamedTuple):
 
 
 class ArchiveLog:
-    """The archive decisions of one run over ``inputs`` (the request's messages)."""
+    """The archive decisions of one run over ``inputs`` (the request's messages), naming what
+    it archives with ``ids`` (the archive namespace's keyed ids)."""
 
-    def __init__(self, inputs: Sequence[Message]) -> None:
+    def __init__(self, inputs: Sequence[Message], ids: RecallIds) -> None:
+        self._ids = ids
         self._positions = {id(m): float(i) for i, m in enumerate(inputs)}
         self._inputs = inputs  # keeps the objects the positions are keyed by alive
         self._seq = 0
@@ -96,7 +99,7 @@ class ArchiveLog:
 
     def edit_id(self, current: Message) -> str:
         """The id an edit of ``current`` names: its own stub id, or its id as an original."""
-        return self.stub_id(current) or original_id(current)
+        return self.stub_id(current) or self._ids.original(current)
 
     def members(self, messages: Iterable[Message]) -> list[str]:
         """The ids removing ``messages`` would list (nothing recorded)."""
@@ -110,7 +113,7 @@ class ArchiveLog:
             if made_span is not None:  # made by this run: its span says it all
                 out.append(made_span)
                 continue
-            out.append(original_id(message))
+            out.append(self._ids.original(message))
             if span is not None:  # an older span: what it covered stays reachable
                 out.append(span)
         return out
@@ -119,9 +122,8 @@ class ArchiveLog:
         """``message`` with the mark of the span of ``members`` (nothing recorded)."""
         return marked(message, span_mark(self._span_id(message, members)))
 
-    @staticmethod
-    def _span_id(message: Message, members: Sequence[str]) -> str:
-        return span_id(tuple(members), strip_mark(content_text(message)).rstrip())
+    def _span_id(self, message: Message, members: Sequence[str]) -> str:
+        return self._ids.span(tuple(members), strip_mark(content_text(message)).rstrip())
 
     # ------------------------------------------------------------------ recording
     def edited(self, current: Message, new: Message, recall_id: str) -> None:
@@ -149,7 +151,7 @@ class ArchiveLog:
             if made_span is not None:  # made by this run from what is archived: its span says
                 out.append(made_span)  # it all
                 continue
-            recall_id = original_id(message)
+            recall_id = self._ids.original(message)
             self._archive(message, recall_id, anchor)
             out.append(recall_id)
             if span is not None:

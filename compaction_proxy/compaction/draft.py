@@ -20,9 +20,9 @@ recorded in :attr:`paid`, so the pipeline can tell whether they reached the outp
 :meth:`savepoint` and :meth:`rollback` undo a committed strategy whose saving was too small to
 be worth a new prefix (see :mod:`.churn`).
 
-With ``recall`` (``compaction.recall``), the draft marks and archives at its decision points
-(:mod:`.draft_recall`), so no strategy has to; an edit recall refuses is not made (:meth:`edit`
-returns ``False``).
+With ``recall`` (``compaction.recall``: the namespace's :class:`~.archive.RecallIds`), the
+draft marks and archives at its decision points (:mod:`.draft_recall`), so no strategy has to;
+an edit recall refuses is not made (:meth:`edit` returns ``False``).
 
 :meth:`project` renders the output: original relative order, a replaced group's messages at the
 group's first position, inserted messages before their position.  :meth:`commit` re-bases the
@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from .archive import Archived
+from .archive import Archived, RecallIds
 from .budget import Budget, Calibration
 from .canonical import canonical_bytes
 from .changes import ChangeCounters, GroupState, Savepoint
@@ -77,7 +77,7 @@ class Draft:
         tools_tokens: int = 0,
         calibration: Calibration | None = None,
         summary_marker: SummaryMarker | None = DEFAULT_SUMMARY_MARKER,
-        recall: bool = False,
+        recall: RecallIds | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.budget = budget
@@ -91,7 +91,7 @@ class Draft:
         self._pins = Pins()
         self.paid: list[tuple[str, Message]] = []
         """(strategy name, message) for every message a strategy paid for (a summary)."""
-        self._recall = DraftRecall(view.messages) if recall else None
+        self._recall = DraftRecall(view.messages, recall) if recall is not None else None
         self._reset(view)
 
     # ------------------------------------------------------------------ state

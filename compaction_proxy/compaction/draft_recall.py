@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from .archive import Archived
+from .archive import Archived, RecallIds
 from .archiving import ArchiveLog
 from .marks import marked, original_mark
 from .messages import Message
@@ -24,10 +24,11 @@ __all__ = ["DraftRecall"]
 
 
 class DraftRecall:
-    """The recall side of one draft over ``inputs`` (the request's messages)."""
+    """The recall side of one draft over ``inputs`` (the request's messages), its ids made
+    with ``ids`` (the archive namespace's key)."""
 
-    def __init__(self, inputs: Sequence[Message]) -> None:
-        self._log = ArchiveLog(inputs)
+    def __init__(self, inputs: Sequence[Message], ids: RecallIds) -> None:
+        self._log = ArchiveLog(inputs, ids)
 
     def edit(
         self,

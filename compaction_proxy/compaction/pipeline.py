@@ -57,7 +57,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from .archive import Archived
+from .archive import Archived, RecallIds
 from .budget import Budget, Calibration, ModelCatalog, ModelFacts, OutputLimit, compute_budget
 from .carry import carry_user_messages, pin_summaries
 from .draft import Draft
@@ -207,7 +207,9 @@ class CompactionRequest:
     :data:`~.budget.DEFAULT_RESERVE_SHARE` and on. ``edits``, the request's own strategies, run
     before the pipeline (see the module docstring). ``recall`` (``compaction.recall.enabled``):
     archive what the run removes or rewrites and mark what stands for it
-    (:attr:`CompactionResult.archived`; "Recall marks" in docs/compaction.md).
+    (:attr:`CompactionResult.archived`; "Recall marks" in docs/compaction.md), naming each with
+    the archive namespace's keyed ids (:class:`~.archive.RecallIds`: the edge derives the key;
+    None: recall off).
     """
 
     messages: Sequence[Message]
@@ -226,7 +228,7 @@ class CompactionRequest:
     output_share: float = 1.0
     lower_output: bool = False
     edits: tuple[Strategy, ...] = ()
-    recall: bool = False
+    recall: RecallIds | None = None
 
 
 def request_budget(request: CompactionRequest, facts: ModelFacts) -> Budget:

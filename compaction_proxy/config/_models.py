@@ -201,6 +201,9 @@ class StoreSettings(Strict):
     url: str | None = None
     ttl: str | int = "7d"
     max_entries: int = Field(10_000, gt=0)
+    # Memory backend only: the recall archive's own bound, in MB of archived originals (a store
+    # of its own, so its rows never evict a checkpoint; least recently used out first).
+    archive_max_mb: float = Field(256.0, gt=0, le=1_048_576)
     # Seconds one request may spend inside store calls in all (lookups, locks, writes): a store
     # that hangs costs a request this much at most, then the breaker marks it down.
     request_budget: float = Field(2.0, gt=0, le=60)
@@ -214,6 +217,10 @@ class StoreSettings(Strict):
     @property
     def ttl_seconds(self) -> int:
         return parse_duration(self.ttl)
+
+    @property
+    def archive_max_bytes(self) -> int:
+        return int(self.archive_max_mb * 1024 * 1024)
 
 
 class WindowSettings(Strict):

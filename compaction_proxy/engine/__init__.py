@@ -25,7 +25,7 @@ from ._flow import CompactionFlow, FlowRequest, FlowResult
 from ._known import ConversationMemory, Known
 from ._offload import OFFLOAD_BYTES, settle_collector
 from ._prepare import PreparedStats
-from ._recall_desk import RecallDesk, Recalled, marked_ids
+from ._recall_desk import RecallDesk, Recalled
 from ._recallable import Recallable
 
 __all__ = [
@@ -43,6 +43,5 @@ __all__ = [
     "Recallable",
     "Recalled",
     "build_flow",
-    "marked_ids",
     "settle_collector",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import httpx
 
-from compaction_proxy.checkpoints import CheckpointStore, StoredValues
+from compaction_proxy.checkpoints import CheckpointStore, StoredValues, make_archive_store
 from compaction_proxy.compaction import ModelFacts
 from compaction_proxy.config import Settings
 from compaction_proxy.summarizer import HttpSummarizer, SummaryFlights, SummarySizing
@@ -57,4 +57,5 @@ def build_flow(
         result_ttl_seconds=min(settings.store.ttl_seconds, 86_400),
         total_timeout_seconds=settings.summarization.timeout,
     )
-    return CompactionFlow(settings, compactor, store, summarizer, flights)
+    archive_store = make_archive_store(settings.store, store) if store is not None else None
+    return CompactionFlow(settings, compactor, store, summarizer, flights, archive_store)

@@ -30,6 +30,7 @@ from compaction_proxy.compaction import (
     ModelCatalog,
     ModelFacts,
     Pipeline,
+    RecallIds,
     Summarizer,
     TokenizerProvider,
     build_pipeline,
@@ -185,6 +186,7 @@ class Compactor:
         edits: Sequence[Strategy] = (),
         edits_key: str = "",
         ledger: TokenLedger | None = None,
+        recall: RecallIds | None = None,
     ) -> CompactionResult:
         """Compact a validated chat body.
 
@@ -205,13 +207,12 @@ class Compactor:
 
         `edits`: the request's own strategies (a client's context edits its format translated,
         compaction_proxy/wire/format.py ``ContextEdits``), run before the pipeline;
-        `edits_key` names them (their quiet limit is remembered by it).
-
+        `edits_key` names them (their quiet limit is remembered by it); `recall`: see `_Edits`.
         `ledger`: the counts of the body's leading messages known from the conversation's
         previous request (compaction_proxy/engine/_known.py); the quiet check counts only the
         rest, and leaves every message's count in it for the next request.
         """
-        extra = _Edits(tuple(edits), edits_key, ledger)
+        extra = _Edits(tuple(edits), edits_key, ledger, recall)
         if size_hint < _INLINE_BYTES:
             return await self._run(
                 body, mode, summarizer, context_window, anticipate, window_source, extra
@@ -383,7 +384,7 @@ class Compactor:
             output_share=compaction.output_reserve_share,
             lower_output=compaction.lower_output_limit,
             edits=edits.strategies if edits is not None else (),
-            recall=compaction.recall.enabled,
+            recall=edits.recall if edits is not None and compaction.recall.enabled else None,
         )
 
     def calibrate(self, model: str, reported: int, counted: int) -> None:
@@ -439,10 +440,13 @@ class Compactor:
             self._fingerprints[(model, context_window)] = value
         return value
 
-    def run_sync(self, body: Mapping[str, Any], mode: Mode) -> CompactionResult:
+    def run_sync(
+        self, body: Mapping[str, Any], mode: Mode, recall: RecallIds | None = None
+    ) -> CompactionResult:
         """The same pipeline without a summarizer (the CLI, offline): summarization is skipped
-        and says so in the report; every other strategy runs as on the server."""
-        result = compact(self._request(body, mode))
+        and says so in the report; every other strategy runs as on the server (`recall`: as
+        in :meth:`run`)."""
+        result = compact(self._request(body, mode, edits=_Edits((), "", None, recall)))
         if self.debug:
             self._debug_log(body, result.report)
         return result
@@ -467,17 +471,25 @@ class Compactor:
 
 
 class _Edits:
-    """A request's own strategies and the key that names them (:meth:`Compactor.run`), and
-    its token ledger (carried with them to the quiet check, wherever it runs)."""
+    """A request's own strategies and the key that names them (:meth:`Compactor.run`), its
+    token ledger (carried with them to the quiet check, wherever it runs) and ``recall``: the
+    keyed ids of its archive namespace (compaction_proxy/checkpoints/_archive_key.py), which
+    name what the run archives when ``compaction.recall`` is on (None: nothing is archived or
+    marked: the key could not be read, or a caller without an archive)."""
 
-    __slots__ = ("key", "ledger", "strategies")
+    __slots__ = ("key", "ledger", "recall", "strategies")
 
     def __init__(
-        self, strategies: tuple[Strategy, ...], key: str, ledger: TokenLedger | None = None
+        self,
+        strategies: tuple[Strategy, ...],
+        key: str,
+        ledger: TokenLedger | None = None,
+        recall: RecallIds | None = None,
     ) -> None:
         self.strategies = strategies
         self.key = key
         self.ledger = ledger
+        self.recall = recall
 
 
 def _int_or_none(value: Any) -> int | None:

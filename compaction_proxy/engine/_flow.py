@@ -36,6 +36,7 @@ from compaction_proxy.checkpoints import (
     Checkpoints,
     CheckpointStore,
     Lookup,
+    archive_namespace,
     leading_system_count,
     namespace_for,
     scope_of,
@@ -43,6 +44,7 @@ from compaction_proxy.checkpoints import (
 from compaction_proxy.compaction import (
     CompactionResult,
     Mode,
+    RecallIds,
     Summarizer,
     firing_point,
 )
@@ -140,6 +142,9 @@ class _Plan:
     key: str | None  # the conversation's, when summaries may be prepared for it
     probe: PreparedProbe | None
     ledger: TokenLedger | None = None  # counts known from the previous request (_known.py)
+    archive_namespace: str = ""  # the end user's (compaction_proxy/checkpoints/_archive.py)
+    recall: RecallIds | None = None  # the ids what the run removes is archived under
+    recall_problem: str | None = None  # recall is on, but its key could not be read
 
 
 @dataclass(slots=True)
@@ -180,7 +185,10 @@ class CompactionFlow:
         store: CheckpointStore | None,
         summarizer: HttpSummarizer | None,
         flights: SummaryFlights,
+        archive_store: CheckpointStore | None = None,
     ) -> None:
+        """``archive_store``: where the recall archive keeps its rows (default: ``store``;
+        the memory backend's own, compaction_proxy/checkpoints/_factory.py)."""
         self.settings = settings
         self.compactor = compactor
         self.store = store
@@ -189,9 +197,14 @@ class CompactionFlow:
         )
         self.summarizer = summarizer
         self.flights = flights
+        # The store, the summarizer and recall as degraded paths: one log line when each
+        # starts failing and one when it recovers, counted between (the metrics read them).
+        self.degraded = DegradedPaths()
         recall = settings.compaction.recall
         self.archive = ConversationArchive(
-            Archive(store, recall) if store is not None else None,
+            Archive(archive_store or store, recall, health=self.degraded.recall)
+            if store is not None
+            else None,
             lambda model: compactor.settings_for(model)[0],
             settings.store.request_budget,
         )
@@ -199,9 +212,6 @@ class CompactionFlow:
         # Requests whose summary was withheld, by reason (compaction_proxy/http/_admission.py):
         # `compaction_proxy_summaries_withheld_total`.
         self.withheld: Counter[str] = Counter()
-        # The store and the summarizer as degraded paths: one log line when each starts
-        # failing and one when it recovers, counted between (the metrics read them).
-        self.degraded = DegradedPaths()
 
     def namespace(
         self,
@@ -272,6 +282,13 @@ class CompactionFlow:
             scope=scope,
             edits=request.edits.key if request.edits is not None else "",
         )
+        # The end user's archive and the keyed ids compaction names what it removes with
+        # (docs/recall.md): every field that separates checkpoints separates archives.
+        archived_in = ""
+        recall, recall_problem = None, None
+        if self.archive.enabled(model):
+            archived_in = archive_namespace(request.credential, request.tenant, data)
+            recall, recall_problem = await self.archive.ids(model, archived_in)
         known = request.known
         lookup = await self._lookup(namespace, data["messages"], known)
         effective = {**data, "messages": lookup.messages} if lookup.hit else data
@@ -286,6 +303,7 @@ class CompactionFlow:
             and summarizer is not None
             and mode is Mode.NORMAL
             and request.persist
+            and recall_problem is None
         ):
             key = conversation_key(lookup)
         probe = None
@@ -304,6 +322,9 @@ class CompactionFlow:
             key,
             probe,
             known.ledger(lookup) if known is not None else None,
+            archived_in,
+            recall,
+            recall_problem,
         )
 
     async def _compact(self, plan: _Plan, summarizer: Summarizer | None) -> CompactionResult:
@@ -316,6 +337,7 @@ class CompactionFlow:
             context_window=request.context_window,
             window_source=request.window_source,
             ledger=plan.ledger,
+            recall=plan.recall,
             **_edits_of(request),
         )
 
@@ -359,6 +381,8 @@ class CompactionFlow:
         warnings = [plan.store_error] if plan.store_error else []
         self.degraded.note_lookup(plan.store_error, plan.lookup.asked)
         self.degraded.note_summaries(result.report)
+        if plan.recall_problem is not None and result.changed:
+            warnings.append(plan.recall_problem)
         fired = _summarization_fired(result)
         if plan.offline and self.summarizer is not None and fired:
             warnings.append(OFFLINE_NOTE)
@@ -373,7 +397,7 @@ class CompactionFlow:
             return FlowResult(None, result, "hit" if lookup.hit else "none", warnings)
         index = self._index(plan, result)
         request = plan.request
-        recall = self.archive.recallable(request.credential, request.tenant, index)
+        recall = self.archive.recallable(plan.archive_namespace, index)
         out = partial(
             FlowResult, result=result, warnings=warnings, prepared=prepared, recall=recall
         )
@@ -381,15 +405,18 @@ class CompactionFlow:
             if lookup.hit:
                 return out(lookup.messages, checkpoint="hit", request=data)
             return FlowResult(None, result, "none", warnings, prepared=prepared)
-        # Nothing is stored for a preview or a forced run, or after a failed summary. When the
-        # store just failed the lookup the write fails too (at once: it is marked down), and
-        # the checkpoint is held in this process: what it holds was paid for.
+        # Nothing is stored for a preview or a forced run, after a failed summary, or when
+        # recall is on but its key could not be read (a checkpoint without marks would keep
+        # what this run removed out of the archive for good). When the store just failed the
+        # lookup the write fails too (at once: it is marked down), and the checkpoint is held
+        # in this process: what it holds was paid for.
         if (
             not request.persist
             or plan.offline
             or unsummarized
             or result.report.failures
             or self.checkpoints is None
+            or plan.recall_problem is not None
         ):
             # The originals are kept all the same (not for a preview, nor when the store just
             # failed): the placeholders forwarded name them whether or not a checkpoint does.
@@ -406,7 +433,7 @@ class CompactionFlow:
         return self.archive.index(model, checkpoint, result.archived)
 
     async def _keep(self, plan: _Plan, archived: Archived) -> str | None:
-        return await self.archive.keep(plan.request.credential, plan.request.tenant, archived)
+        return await self.archive.keep(plan.archive_namespace, archived, plan.lookup.checkpoint)
 
     async def _save(
         self,
@@ -483,6 +510,7 @@ class CompactionFlow:
             summarizer=summarizer,
             context_window=request.context_window,
             anticipate=point - now.tokens,
+            recall=plan.recall,
             **_edits_of(request),
         )
         self.degraded.note_summaries(made.report)

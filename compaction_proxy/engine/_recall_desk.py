@@ -2,16 +2,19 @@
 tool").
 
 The recall loop (``compaction_proxy/api/_recall.py``) hands each call the model made to
-:meth:`RecallDesk.answer` with the ids the request may recall (``allowed``: its checkpoint's
-index, which :func:`~compaction_proxy.checkpoints.merged_index` keeps, and the ids its
-forwarded messages mark, :func:`marked_ids`). The rules:
+:meth:`RecallDesk.answer` with the ids the request may recall (``allowed``: its conversation's
+index, which :func:`~compaction_proxy.checkpoints.merged_index` keeps in its checkpoint, with
+what this request archived; never an id because some text of the request names it). The
+rules:
 
 * the arguments are JSON: ``ids`` (recall ids, from the marks), ``query`` (keywords), ``page``
   (from 1); a malformed call gets an error answer that says what is wrong, never a failure;
 * an id is answered only when it is allowed or a member of an allowed span (spans expanded a
-  few levels deep, at most :data:`MAX_EXPANDED` ids): content reaches only the conversation
-  it came from, and an id of another conversation reads exactly like one that never existed,
-  ``no archived content for id X``;
+  few levels deep, at most :data:`MAX_EXPANDED` ids; a span lists only ids its conversation
+  held, :func:`~compaction_proxy.checkpoints.confined`), read in the end user's own archive
+  namespace: content reaches only the conversation it came from, and an id of another
+  conversation or end user reads exactly like one that never existed, ``no archived content
+  for id X``;
 * ``query`` ranks the allowed originals (:func:`~compaction_proxy.compaction.recall_text.search`)
   and shows the best of them;
 * the answer is paged to ``recall.max_tokens`` (or the loop's smaller limit);
@@ -23,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +41,7 @@ from compaction_proxy.checkpoints import (
 )
 from compaction_proxy.compaction.archive import ID_PATTERN
 from compaction_proxy.compaction.errors import CompactionProxyError
-from compaction_proxy.compaction.message_text import TEXT_PART_TYPES, call_names, riding_parts
+from compaction_proxy.compaction.message_text import call_names
 from compaction_proxy.compaction.recall_text import PageOutOfRange, page, render, search
 from compaction_proxy.compaction.settings import RecallSettings
 from compaction_proxy.wire.recall import RECALL_TOOL, RecallAnswer, RecallCall
@@ -59,7 +61,6 @@ MAX_EXPANDED = 5_000
 """Ids one answer reads at most (spans, their members, the originals a query searches)."""
 MAX_QUERY_RESULTS = 8
 """Originals a query answer shows, best first (then paged like any answer)."""
-_MARKED = re.compile(rf"recall id ({ID_PATTERN.pattern})")
 _SHOWN_ID = 40  # characters of an unknown id the answer repeats
 
 
@@ -125,35 +126,6 @@ def parse_arguments(text: str) -> RecallArguments:
             "give ids (the recall ids the placeholders and summaries name) or a query"
         )
     return RecallArguments(tuple(dict.fromkeys(ids)), query or None, number)
-
-
-def marked_ids(messages: Iterable[Mapping[str, Any]]) -> set[str]:
-    """The recall ids the texts of ``messages`` name (``recall id rX`` anywhere in a content
-    string, a text part or a text riding beside the content): what the forwarded request shows
-    the model it may ask for."""
-    found: set[str] = set()
-    for message in messages:
-        for text in _texts(message):
-            if "recall id " in text:
-                found.update(_MARKED.findall(text))
-    return found
-
-
-def _texts(message: Mapping[str, Any]) -> Iterable[str]:
-    content = message.get("content")
-    if isinstance(content, str):
-        yield content
-    elif isinstance(content, list):
-        for part in content:
-            if isinstance(part, Mapping) and part.get("type") in TEXT_PART_TYPES:
-                text = part.get("text")
-                if isinstance(text, str):
-                    yield text
-    for part in riding_parts(message):
-        if isinstance(part, Mapping) and part.get("type") in TEXT_PART_TYPES:
-            text = part.get("text")
-            if isinstance(text, str):
-                yield text
 
 
 class _Reader:

@@ -1,9 +1,11 @@
-"""A conversation's archive as the flow keeps it (docs/recall.md): which ids it may recall,
-and its originals written to the tenant's archive.
+"""A conversation's archive as the flow keeps it (docs/recall.md): the keyed ids its
+compaction names what it removes with, which ids it may recall, and its originals written to
+the end user's archive.
 
 The index travels in each checkpoint's meta (``INDEX_META``), so a request knows what its
 conversation may recall from the one lookup it makes anyway; the originals live in rows of the
-tenant's namespace (compaction_proxy/checkpoints/_archive.py).
+end user's namespace (compaction_proxy/checkpoints/_archive.py), named by ids keyed for that
+namespace (compaction_proxy/checkpoints/_archive_key.py).
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ from typing import Any
 from compaction_proxy.checkpoints import (
     Archive,
     Checkpoint,
-    archive_namespace,
+    StoreUnavailable,
+    confined,
     detached_budget,
     merged_index,
+    unstored_ids,
 )
-from compaction_proxy.compaction import CompactionSettings
+from compaction_proxy.compaction import CompactionSettings, RecallIds
 from compaction_proxy.compaction.archive import Archived
 
 Index = list[list[Any]]
@@ -28,13 +32,19 @@ Index = list[list[Any]]
 
 @dataclass(frozen=True, slots=True)
 class Recallable:
-    """What a request's conversation may recall: the tenant's archive ``namespace`` and the
+    """What a request's conversation may recall: the end user's archive ``namespace`` and the
     ids of its ``index`` (the checkpoint's, with what this request archived), oldest first.
-    The recall loop answers only these ids, the ids the forwarded messages mark, and their
-    spans' members (compaction_proxy/engine/_recall_desk.py)."""
+    The recall loop answers only these ids and their spans' members
+    (compaction_proxy/engine/_recall_desk.py), never an id because some text names it."""
 
     namespace: str
     index: tuple[str, ...]
+
+
+KEY_UNAVAILABLE = (
+    "recall: the archive's key could not be read (store unavailable): this request was "
+    "compacted without recall marks, nothing it removed was archived, no checkpoint was stored"
+)
 
 
 class ConversationArchive:
@@ -53,30 +63,50 @@ class ConversationArchive:
         # spend the budget the checkpoint write after it needs, nor be cut by the request's.
         self.budget = budget * (archive.concurrency if archive is not None else 1)
 
+    def enabled(self, model: str) -> bool:
+        """Whether ``model``'s compaction archives what it removes (``compaction.recall``)."""
+        return self.settings_for(model).recall.enabled
+
+    async def ids(self, model: str, namespace: str) -> tuple[RecallIds | None, str | None]:
+        """The keyed ids ``model``'s compaction names what it removes with in the archive
+        ``namespace``, and a warning when there are none though recall is on (the store's
+        secret could not be read: the request is compacted without recall, never with ids
+        anyone could compute). ``(None, None)``: recall is off. Without a store nothing is
+        kept: the ids are keyed by the namespace alone."""
+        if not self.enabled(model):
+            return None, None
+        if self.archive is None:
+            return unstored_ids(namespace), None
+        try:
+            return await self.archive.recall_ids(namespace), None
+        except StoreUnavailable:
+            return None, KEY_UNAVAILABLE
+
     def index(
         self, model: str, checkpoint: Checkpoint | None, archived: Archived | None
     ) -> Index | None:
         """The conversation's index after a run (the checkpoint's it started from, with what
         the run archived), or None: recall is off for ``model``."""
-        if self.archive is None or not self.settings_for(model).recall.enabled:
+        if self.archive is None or not self.enabled(model):
             return None
         previous = checkpoint.meta if checkpoint is not None else None
-        return merged_index(previous, archived or Archived(), self.archive.max_bytes)
+        held = confined(archived or Archived(), previous)
+        return merged_index(previous, held, self.archive.max_bytes)
 
     @staticmethod
-    def recallable(
-        credential: str | None, tenant: str | None, index: Index | None
-    ) -> Recallable | None:
+    def recallable(namespace: str, index: Index | None) -> Recallable | None:
         if not index:
             return None
-        ids = tuple(str(entry[0]) for entry in index)
-        return Recallable(archive_namespace(credential, tenant), ids)
+        return Recallable(namespace, tuple(str(entry[0]) for entry in index))
 
     async def keep(
-        self, credential: str | None, tenant: str | None, archived: Archived
+        self, namespace: str, archived: Archived, checkpoint: Checkpoint | None
     ) -> str | None:
-        """A run's originals, kept in the tenant's archive (a failure is a warning text)."""
+        """A run's originals, kept in the end user's archive ``namespace`` (a failure is a
+        warning text), its spans cut to what the conversation held (``checkpoint``: the one
+        the run started from)."""
         if self.archive is None or not archived:
             return None
+        previous = checkpoint.meta if checkpoint is not None else None
         with detached_budget(self.budget):
-            return await self.archive.keep(archive_namespace(credential, tenant), archived)
+            return await self.archive.keep(namespace, confined(archived, previous))

@@ -39,7 +39,15 @@ from ._asgi import (
     send_error,
     too_large,
 )
-from ._auth import Access, key_matches, presented_key, side_access
+from ._auth import (
+    CREDENTIAL_HEADERS,
+    Access,
+    Presented,
+    first_match,
+    key_matches,
+    presented_keys,
+    side_access,
+)
 from ._drain import (
     DEFAULT_GRACE_SECONDS,
     ArrivedAfterCut,
@@ -65,6 +73,7 @@ __all__ = [
     "ACCESS",
     "ALLOWED",
     "API_PREFIX",
+    "CREDENTIAL_HEADERS",
     "DECISIONS",
     "DEFAULT_GRACE_SECONDS",
     "KNOWN_TTL_SECONDS",
@@ -78,6 +87,7 @@ __all__ = [
     "JsonFormatter",
     "KnownCallers",
     "Message",
+    "Presented",
     "ProxyError",
     "Receive",
     "SafePath",
@@ -91,13 +101,14 @@ __all__ = [
     "content_length",
     "debug_enabled",
     "error_body",
+    "first_match",
     "header",
     "in_flight",
     "key_matches",
     "logging_config",
     "needs_normalizing",
     "normalize",
-    "presented_key",
+    "presented_keys",
     "read_body",
     "retry_after_header",
     "send_bytes",

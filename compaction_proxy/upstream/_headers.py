@@ -8,7 +8,7 @@ says a proxy must (hop-by-hop headers) or what would leak a credential.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 import httpx
 
@@ -48,12 +48,16 @@ def upstream_headers(
     *,
     strip_authorization: bool,
     auth: UpstreamAuth = BEARER,
+    proxy_keys: Collection[str] = (),
 ) -> list[tuple[str, str]]:
     """Client headers as they go upstream.
 
     `strip_authorization` is set when the client authenticated to the proxy itself: the proxy
-    key must not travel to the provider. `auth`: how the request's wire format sends an
-    upstream's own `api_key` (`Authorization: Bearer`, or e.g. `x-api-key`); every header the
+    key must not travel to the provider, in whichever header it came (`Authorization` and
+    `x-api-key` are dropped whole, and so is any other header whose value holds one of
+    `proxy_keys`, the keys of `server.api_keys`: Azure's `api-key`, a custom scheme).
+    `auth`: how the request's wire format sends an upstream's own `api_key`
+    (`Authorization: Bearer`, or e.g. `x-api-key`); every header the
     format's callers send a key in (`auth.caller_headers`: both `x-api-key` and
     `Authorization` on Anthropic's) is dropped then, so the upstream sees one key, the
     operator's. Everything else goes as sent (`anthropic-version`, `anthropic-beta`, ...).
@@ -75,7 +79,8 @@ def upstream_headers(
         drop = drop | {auth.header, *auth.caller_headers, *CALLER_KEY_HEADERS}
     if strip_authorization:
         drop = drop | {"x-api-key"}  # the proxy's own key, presented the other way
-    out = [(n, v) for n, v in decoded if n not in drop]
+    keys = [key for key in proxy_keys if key] if strip_authorization else []
+    out = [(n, v) for n, v in decoded if n not in drop and not any(key in v for key in keys)]
     if upstream.api_key is not None:
         out.append((auth.header, auth.value(upstream.api_key.get_secret_value())))
     return out

@@ -30,10 +30,14 @@ from compaction_proxy.checkpoints import (
     index_ids,
     merged_index,
 )
-from compaction_proxy.compaction.archive import Archived, original_id, span_id
+from compaction_proxy.compaction.archive import Archived, RecallIds
 from compaction_proxy.compaction.canonical import canonical_bytes
 from compaction_proxy.compaction.settings import RecallSettings
 from tests.checkpoints.conftest import StoreFactory
+
+IDS = RecallIds(b"test-archive-namespace-key")
+original_id = IDS.original
+span_id = IDS.span
 
 SETTINGS = RecallSettings(enabled=True)
 NS = archive_namespace("Bearer sk-alice", None)

@@ -36,7 +36,7 @@ from compaction_proxy.compaction import (
     build_view,
     compact_async,
 )
-from compaction_proxy.compaction.archive import ID_PATTERN, Archived, original_id, span_id
+from compaction_proxy.compaction.archive import ID_PATTERN, Archived, RecallIds
 from compaction_proxy.compaction.budget import Budget
 from compaction_proxy.compaction.draft import Draft
 from compaction_proxy.compaction.marks import (
@@ -74,6 +74,10 @@ from .test_compositions import DOTNET_PIPELINE_YAML
 from .test_properties import check_invariants_phase2, phase2_strategies, rich_conversations
 
 Message = Mapping[str, Any]
+IDS = RecallIds(b"test-archive-namespace-key")
+"""The ids of the namespace these runs archive in (the edge derives the key)."""
+original_id = IDS.original
+span_id = IDS.span
 TOK = CharacterEstimatorTokenizer()
 BIG = ModelFacts(context_window=1_000_000, max_output_tokens=0)
 CLEARED = "[Old tool result content cleared]"
@@ -99,7 +103,7 @@ def run(
         facts=facts,
         reserve_ratio=0,
         mode=mode,
-        recall=recall,
+        recall=IDS if recall else None,
     )
     return asyncio.run(compact_async(request, summarizer=summarizer))
 
@@ -118,7 +122,9 @@ def marks(messages: Sequence[Message]) -> list[str]:
 
 def draft_over(messages: list[Msg], *, recall: bool = True) -> Draft:
     view = build_view(messages, TOK)
-    return Draft(view, tokenizer=TOK, budget=Budget(1_000_000, 0, 0), recall=recall)
+    return Draft(
+        view, tokenizer=TOK, budget=Budget(1_000_000, 0, 0), recall=IDS if recall else None
+    )
 
 
 # ------------------------------------------------------------------ where a mark goes
@@ -450,7 +456,7 @@ def test_an_unchanged_request_archives_nothing() -> None:
     msgs = agent(2)
     result = run(msgs, ClearToolUsesStrategy(keep=5, trigger=Always()))
     assert not result.changed and result.archived is None
-    request = CompactionRequest(msgs, model="m", pipeline=Pipeline(()), tokenizer=TOK, recall=True)
+    request = CompactionRequest(msgs, model="m", pipeline=Pipeline(()), tokenizer=TOK, recall=IDS)
     quiet = unchanged_result(request, "estimator", Budget(1000, 0, 0), Calibration(), 10)
     assert quiet.archived is None
 
@@ -666,7 +672,7 @@ def messages_run_with_recall(
         tools=chat.get("tools"),
         max_completion_tokens=chat.get("max_completion_tokens"),
         reserve_ratio=0.0,
-        recall=True,
+        recall=IDS,
     )
     result = asyncio.run(compact_async(request, summarizer=FakeSummarizer()))
     lowered = messages_wire.lower(lifted, result.messages, body)
@@ -690,7 +696,7 @@ def responses_run_with_recall(
         tokenizer=TOK,
         facts=ModelFacts(context_window=window, max_output_tokens=64),
         reserve_ratio=0.0,
-        recall=True,
+        recall=IDS,
     )
     result = asyncio.run(compact_async(request))
     lowered = responses_wire.lower(lifted, result.messages)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from compaction_proxy.compaction.archive import original_id
+from compaction_proxy.compaction.archive import RecallIds
 from compaction_proxy.compaction.recall_text import (
     PageOutOfRange,
     message_text,
@@ -18,6 +18,9 @@ from compaction_proxy.compaction.recall_text import (
 )
 from compaction_proxy.compaction.tokens import CharacterEstimatorTokenizer
 from compaction_proxy.summarizer._transcript import render_message
+
+IDS = RecallIds(b"test-archive-namespace-key")
+original_id = IDS.original
 
 COUNT = CharacterEstimatorTokenizer().count_text
 

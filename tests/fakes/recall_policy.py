@@ -8,8 +8,10 @@ result on the next round. A fact counts only when the final answer contains it, 
 without recall (or with a recall that failed) loses it for real.
 
 Modifiers in the question: ``(by id)`` recalls by the marks' ids instead of a query;
-``(ids: a,b)`` recalls exactly those ids; ``(mixed)`` calls recall and the client's first tool
-in one turn; ``(forever)`` calls recall
+``(ids: a,b)`` recalls exactly those ids; ``(first id)`` / ``(last id)`` recall the first /
+last id the prompt's marks name (a model following what one message points at: a summary, or
+a tool result that says "see [recall id ...]"); ``(mixed)`` calls recall and the client's
+first tool in one turn; ``(forever)`` calls recall
 whatever it was told (the proxy's caps must end it); none of them applies when the request
 forbids tools (``tool_choice`` none).
 """
@@ -73,6 +75,12 @@ def decide(
     named = NAMED.search(question)
     if named is not None and recalled is None and can_recall:
         return CallRecall(orjson.dumps({"ids": named.group(1).split(",")}).decode())
+    pointed = "(first id)" in question or "(last id)" in question
+    if pointed and recalled is None and can_recall:
+        ids = _marks(visible)
+        if ids:
+            one = ids[0] if "(first id)" in question else ids[-1]
+            return CallRecall(orjson.dumps({"ids": [one]}).decode())
     if recalled is not None:
         for text in recalled:
             value = _value(key, text)

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from compaction_proxy.checkpoints import Archive, SqliteStore, archive_namespace
-from compaction_proxy.compaction.archive import Archived, original_id, span_id
+from compaction_proxy.compaction.archive import Archived
 from compaction_proxy.compaction.settings import RecallSettings
 from tests.support.servers import ProxyServer, UpstreamServer, proxy_config, upstream_entry
 
@@ -40,21 +40,25 @@ TENANT_RESULT = {"role": "tool", "tool_call_id": "c2", "content": "FACT-TENANT-O
 
 def _seed(db: Path) -> dict[str, str]:
     """Alice's archive (no tenant): a call and its result, and the span over them; and one
-    original under Alice's key with the tenant ``user-7``."""
-    ids = (original_id(CALL), original_id(RESULT))
-    span = span_id(ids, "summary")
+    original under Alice's key with the tenant ``user-7``. The ids are the proxy's own: keyed
+    by the store's secret (written here first, read by the proxy after) and the namespace."""
 
-    async def write() -> None:
+    async def write() -> dict[str, str]:
         store = SqliteStore(db)
         archive = Archive(store, RecallSettings(enabled=True))
+        alice = archive_namespace(f"Bearer {ALICE}", None)
+        made = await archive.recall_ids(alice)
+        ids = (made.original(CALL), made.original(RESULT))
+        span = made.span(ids, "summary")
         run = Archived(dict(zip(ids, (CALL, RESULT), strict=True)), {span: ids}, (*ids, span))
-        assert await archive.keep(archive_namespace(f"Bearer {ALICE}", None), run) is None
-        tenant_run = Archived({original_id(TENANT_RESULT): TENANT_RESULT})
-        assert await archive.keep(archive_namespace(ALICE, "user-7"), tenant_run) is None
+        assert await archive.keep(alice, run) is None
+        tenant = archive_namespace(ALICE, "user-7")
+        tenant_id = (await archive.recall_ids(tenant)).original(TENANT_RESULT)
+        assert await archive.keep(tenant, Archived({tenant_id: TENANT_RESULT})) is None
         await store.close()
+        return {"call": ids[0], "result": ids[1], "span": span, "tenant": tenant_id}
 
-    asyncio.run(write())
-    return {"call": ids[0], "result": ids[1], "span": span, "tenant": original_id(TENANT_RESULT)}
+    return asyncio.run(write())
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from compaction_proxy.config import ConfigError, Settings, preflight
-from compaction_proxy.http import Access, KnownCallers, side_access
+from compaction_proxy.http import Access, KnownCallers, Presented, side_access
 
 
 class Clock:
@@ -83,7 +83,8 @@ SCRAPE = [b"mk-scrape"]
 def test_side_access(
     path: str, presented: bytes, api: list[bytes], metrics: list[bytes], access: Access
 ) -> None:
-    assert side_access(path, presented, api, metrics) is access
+    keys = [Presented(presented, presented)] if presented else []
+    assert side_access(path, keys, api, metrics) is access
 
 
 KEYED = {"name": "openai", "base_url": "https://api.openai.com/v1", "api_key": "sk-op-SECRET"}

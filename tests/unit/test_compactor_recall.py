@@ -9,11 +9,13 @@ from typing import Any
 import pytest
 
 from compaction_proxy.compaction import Mode
-from compaction_proxy.compaction.archive import original_id
+from compaction_proxy.compaction.archive import RecallIds
 from compaction_proxy.compaction.marks import message_mark
 from compaction_proxy.config import Settings
 from compaction_proxy.engine import Compactor
 from tests.support.processes import tiktoken_cache_dir
+
+IDS = RecallIds(b"test-archive-namespace-key")
 
 
 @pytest.fixture(autouse=True)
@@ -81,7 +83,7 @@ def test_recall_follows_the_models_compaction_block(
     compactors: dict[bool, Compactor], top_level: bool, model: str, archives: bool
 ) -> None:
     body = agent_body(model)
-    result = compactors[top_level].run_sync(body, Mode.NORMAL)
+    result = compactors[top_level].run_sync(body, Mode.NORMAL, IDS)
     assert result.changed
     marked = [m for m in result.messages if message_mark(m) is not None]
     if not archives:
@@ -89,4 +91,4 @@ def test_recall_follows_the_models_compaction_block(
         return
     assert result.archived is not None and marked
     gone = [m for m in body["messages"] if not any(o is m for o in result.messages)]
-    assert {original_id(m) for m in gone} <= set(result.archived.originals)
+    assert {IDS.original(m) for m in gone} <= set(result.archived.originals)

@@ -18,13 +18,16 @@ from compaction_proxy.checkpoints import (
     StoreBreaker,
     archive_namespace,
 )
-from compaction_proxy.compaction.archive import Archived, original_id, span_id
+from compaction_proxy.compaction.archive import Archived, RecallIds
 from compaction_proxy.compaction.settings import RecallSettings
 from compaction_proxy.compaction.tokens import CharacterEstimatorTokenizer
-from compaction_proxy.engine import RecallDesk, marked_ids
+from compaction_proxy.engine import RecallDesk
 from compaction_proxy.engine._recall_desk import UNAVAILABLE
 from compaction_proxy.wire.recall import RecallCall
 
+IDS = RecallIds(b"test-archive-namespace-key")
+original_id = IDS.original
+span_id = IDS.span
 COUNT = CharacterEstimatorTokenizer().count_text
 SETTINGS = RecallSettings(enabled=True, max_tokens=400)
 NS = archive_namespace("Bearer sk-test", None)
@@ -284,34 +287,29 @@ async def test_a_store_that_is_down_answers_not_available(dead_port: int, kind: 
     await store.close()
 
 
-# ------------------------------------------------------------------ marked ids
+# ------------------------------------------------------------------ before the keyed ids
 
 
-def test_marked_ids_reads_every_text_the_model_sees() -> None:
-    messages: list[dict[str, Any]] = [
-        {"role": "user", "content": "please read requirements and settings first"},
-        {
-            "role": "tool",
-            "tool_call_id": "c1",
-            "content": "[Old tool result content cleared] [recall id rq72amlvh4xx]",
-        },
-        {
-            "role": "user",
-            "content": [
-                {
-                    "type": "text",
-                    "text": "<summary>…</summary>\n\n"
-                    "[Originals of what this summary covers: recall id sabcdefghij2]",
-                },
-                {"type": "image_url", "image_url": {"url": "https://x/recall id rimageimage2"}},
-            ],
-        },
-        {
-            "role": "tool",
-            "tool_call_id": "c2",
-            "content": "ok",
-            "blocks": [{"type": "text", "text": "see recall id rriding23456"}],
-        },
-    ]
-    # Words shaped like ids ("requirements") are not marks; an image URL is not text.
-    assert marked_ids(messages) == {"rq72amlvh4xx", "sabcdefghij2", "rriding23456"}
+async def test_what_an_older_version_archived_reads_as_never_archived(
+    archive: Archive, desk: RecallDesk
+) -> None:
+    """Rows archived before issue 29 (one namespace per key and tenant, ids an unkeyed digest)
+    stay in the store until their TTL, and a checkpoint made then still names their ids in its
+    index. Read now, they are no end user's: "no archived content", for the user whose
+    conversation it was as for any other."""
+    import base64
+    import hashlib
+
+    from compaction_proxy.compaction.canonical import canonical_bytes, digest
+
+    old = result("c1", "SECRET-ALICE-0 archived by the older version")
+    raw = hashlib.blake2b(canonical_bytes(old), digest_size=8, person=b"cp-recall").digest()
+    old_id = "r" + base64.b32encode(raw).decode().lower()[:11]
+    hashed = digest(b"sk-test").hex()
+    old_namespace = digest("\x1f".join(["archive1", hashed, ""]).encode()).hex()
+    assert await archive.keep(old_namespace, Archived({old_id: old})) is None
+    for user in ("alice", "bob", None):
+        namespace = archive_namespace("Bearer sk-test", None, {"user": user})
+        recalled = await desk.answer(namespace, frozenset({old_id}), ask(ids=[old_id]))
+        assert recalled.answer.text == f"no archived content for id {old_id}"
+        assert recalled.ids == 0

@@ -144,8 +144,9 @@ def test_the_round_cap_then_one_closing_round() -> None:
     script = Script([reply(recall=True), reply(recall=True), reply(recall=False)])
     outcome, stats, desk = run(script, reply(recall=True), RecallSettings(max_rounds=2))
     assert len(desk.calls) == 2
-    # Only the ids the conversation holds or its forwarded marks name are allowed.
-    assert desk.calls[0][1] == frozenset({"rzzzzzzzzzzz", "rabcdefghijk"})
+    # Only the ids the conversation's index holds: never one because the request's text
+    # names it (the client's message marks rabcdefghijk).
+    assert desk.calls[0][1] == frozenset({"rzzzzzzzzzzz"})
     assert [b.get("tool_choice") for b in script.posted] == [None, None, "none"]
     assert stats.rounds == 3 and stats.calls == 2 and stats.tokens == 14 and stats.limited
     assert outcome.prompt_tokens == 11  # the first round's prompt, which the proxy counted
