@@ -21,7 +21,8 @@ The modules:
 from ._build import build_flow
 from ._compactor import Compactor
 from ._degraded import DegradedPath, DegradedPaths
-from ._flow import CompactionFlow, FlowRequest, FlowResult
+from ._flow import CompactionFlow
+from ._flow_values import FlowRequest, FlowResult
 from ._known import ConversationMemory, Known
 from ._offload import OFFLOAD_BYTES, settle_collector
 from ._prepare import PreparedStats
