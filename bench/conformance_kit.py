@@ -183,10 +183,10 @@ def render(payload: dict[str, Any], args: argparse.Namespace, version: str, seco
                 f"{'met' if met else 'not met'} |"
             )
     lines += [
-        "## The issue's target",
+        "## The target",
         "",
         "The proxy's default preset (no summarizer) at or above the kit's best budget-compliant "
-        "baseline (issue 30 asks it at 20% and 30%):",
+        "baseline, asked at the 20% and 30% budgets:",
         "",
         "| budget | proxy:default | best kit baseline | |",
         "|---:|---:|---|---|",

@@ -19,7 +19,7 @@ replayed loop would fold from scratch on every step instead of updating its summ
 it returns is the proxy's idea of the request, not the bytes an upstream received.
 
 `--summarizer prose`: no model; the relay answers fixed prose that copies no exact string
-(develops the bench in seconds, and is the issue's worst case for a summary).
+(develops the bench in seconds, and is the worst case for a summary).
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ SUMMARY_TOKENS = 512
 SUMMARIZER_WINDOW = 3_072
 """The summarizer model's window as declared to the proxy (`models:`): what the proxy sizes
 its transcript chunks by. llama-server itself runs with model_server.CONTEXT (8,192); the
-model reads well only the first ~2k tokens of a prompt (issue 30: 26 of 33 strings kept at
-1.8k tokens, 8 at 3.7k), so the declared window is what makes the proxy fold in chunks it
+model reads well only the first ~2k tokens of a prompt (measured before this bench: its summary
+kept 26 of 33 must-keep strings of a 1.8k-token transcript, 8 at 3.7k), so the declared window is what makes the proxy fold in chunks it
 can read."""
 SEED = 30
 

@@ -34,7 +34,7 @@ PROSE = (
     "- Looked at the CI job logs and profiled a module.\n\n"
     "## Next Steps\n- Fix the failing code path and run the tests again."
 )
-"""The stub's answer: plausible prose that copies no exact string (the issue's experiment)."""
+"""The stub's answer: plausible prose that copies no exact string: the worst case for a summary."""
 
 
 @dataclass
