@@ -398,6 +398,32 @@ def report(
                 f"({max((c.output_tokens for c in fresh), default=0):,}) | "
                 f"{sum(c.seconds for c in fresh):.0f} | {outcome.seconds:.0f} |"
             )
+    lines += [
+        "",
+        "Each summarizer call the model answered (the run's cached answers left out): the "
+        "prompt and output tokens by the model's count, why it stopped, and of the must-keep "
+        "strings in its prompt (the chunk, and for an update the summary so far) how many its "
+        "answer copied.",
+        "",
+        "| variant | transcript | call | prompt tokens | output tokens | stop | seconds | "
+        "strings shown | copied |",
+        "|---|---|---:|---:|---:|---|---:|---:|---:|",
+    ]
+    for result in results:
+        for outcome in result.outcomes:
+            items = outcome.transcript.items
+            for number, c in enumerate(outcome.calls, 1):
+                if c.cached:
+                    continue
+                prompt = "\n".join(str(m.get("content") or "") for m in c.request["messages"])
+                shown = [i for i in items if i.text in prompt and i.kind != "rule"]
+                copied = [i for i in shown if i.text in c.answer]
+                lines.append(
+                    f"| {result.variant.name} | {outcome.transcript.name} | {number} | "
+                    f"{c.prompt_tokens:,} | {c.output_tokens:,} | {c.finish_reason} | "
+                    f"{c.seconds:.0f} | {len(shown)} | {len(copied)} "
+                    f"({pct(len(copied) / len(shown) if shown else None)}) |"
+                )
     lines += ["", "Steps where compaction fired (`X-Compaction-Checkpoint: new`):", ""]
     for result in results:
         for outcome in result.outcomes:

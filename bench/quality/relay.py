@@ -49,6 +49,7 @@ class Call:
     output_tokens: int
     cached: bool
     status: int
+    finish_reason: str
 
 
 @dataclass
@@ -148,6 +149,7 @@ class Relay:
                 output_tokens=int(usage.get("completion_tokens") or 0),
                 cached=cached,
                 status=status,
+                finish_reason=str(choices[0].get("finish_reason") or ""),
             )
         )
         return web.Response(status=status, body=answer_bytes, content_type="application/json")
