@@ -325,8 +325,8 @@ def report(
     for result in results:
         if result.unavailable:
             lines.append(
-                f"| {result.variant.name} | not available on this checkout: "
-                f"{result.unavailable} |" + " |" * (len(ITEM_TYPES) + 1)
+                f"| {result.variant.name} | not available on this checkout (below) |"
+                + " |" * (len(ITEM_TYPES) + 1)
             )
             continue
         folded, everything, summary, ratio = tallies(result)
@@ -449,6 +449,11 @@ def report(
     ]
     for result in results:
         lines.append(f"- `{result.variant.name}`: {result.variant.description}")
+        if result.unavailable:
+            lines.append(
+                f"  Not available on this checkout: the proxy's `check-config` refuses its "
+                f"overlay ({result.unavailable})."
+            )
     return "\n".join(lines) + "\n"
 
 
