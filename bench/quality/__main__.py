@@ -470,6 +470,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.variants:
         wanted = args.variants.split(",")
         chosen = [v for v in chosen if v.name in wanted]
+    elif args.quick:
+        chosen = [v for v in chosen if v.quick]
     corpus = [transcripts.build(seed, steps) for seed, steps in (QUICK if args.quick else FULL)]
     for t in corpus:
         problems = scoring.check_unique(t.items, t.messages)

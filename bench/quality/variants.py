@@ -1,7 +1,8 @@
 """The benchmark's variants: each a name and a config overlay (a YAML file in
 `bench/quality/variants/`), merged over the bench's base configuration.
 
-Adding a variant is adding a file: `order`, `description` and `overlay` (the keys to merge).
+Adding a variant is adding a file: `order`, `description` and `overlay` (the keys to merge),
+and `quick: false` to leave it out of `--quick` runs.
 Before a variant runs, the merged configuration goes through the proxy's own `check-config`;
 a key this checkout does not know (the ledger switch, before the ledger exists) makes the
 variant "not available on this checkout" in the report, with the proxy's own message, rather
@@ -31,6 +32,9 @@ class Variant:
     order: int
     description: str
     overlay: dict[str, Any]
+    quick: bool = True
+    """False: left out of `--quick` runs (a variant that costs model time but is not one of
+    the headline comparisons)."""
 
 
 def load(folder: Path = HERE) -> list[Variant]:
@@ -43,6 +47,7 @@ def load(folder: Path = HERE) -> list[Variant]:
                 order=int(data.get("order", 100)),
                 description=str(data.get("description", "")).strip(),
                 overlay=dict(data.get("overlay") or {}),
+                quick=bool(data.get("quick", True)),
             )
         )
     return sorted(variants, key=lambda v: (v.order, v.name))
