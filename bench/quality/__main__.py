@@ -46,23 +46,32 @@ from bench.quality.transcripts import ITEM_TYPES, Transcript
 from tests.support.processes import tiktoken_cache_dir
 from tests.support.servers import ProxyServer, UpstreamServer
 
-AGENT_MODEL = "bench-agent"
-WINDOW = 8_192
-"""The agent model's declared window: small, so a 70-step loop compacts twice."""
 AGENT_MAX_OUTPUT = 1_024
 SUMMARY_TOKENS = 512
 """`summarization.maxSummaryTokens`: the model writes 5-10 tokens a second here."""
 SUMMARIZER_WINDOW = 3_072
 """The summarizer model's window as declared to the proxy (`models:`): what the proxy sizes
 its transcript chunks by. llama-server itself runs with model_server.CONTEXT (8,192); the
-model reads well only the first ~2k tokens of a prompt (measured before this bench: its summary
-kept 26 of 33 must-keep strings of a 1.8k-token transcript, 8 at 3.7k), so the declared window is what makes the proxy fold in chunks it
-can read."""
+model reads well only the first ~2k tokens of a prompt (measured before this bench: its
+summary kept 26 of 33 must-keep strings of a 1.8k-token transcript, 8 at 3.7k), so the
+declared window is what makes the proxy fold in chunks it can read."""
 SEED = 30
 
-QUICK = [(SEED, 70)]
-"""One 70-step loop: two compaction events, three summarizer calls each (~6 summaries)."""
-FULL = [(SEED, 70), (SEED + 1, 110), (SEED + 2, 150)]
+QUICK = [(SEED, 70, 4_096)]
+"""One 70-step loop on a 4k window: a compaction event every ~10 steps, each folding ~2k
+tokens in one summarizer call (~6 summaries). One call per event keeps each summary inside
+`summarization.timeout`'s 600 s cap on this 2-core machine even while other jobs load it."""
+FULL = [(SEED, 70, 4_096), (SEED + 1, 110, 8_192), (SEED + 2, 150, 8_192)]
+"""Adds two longer loops on an 8k window, whose events fold ~5k tokens in three chunked
+calls: needs a quiet machine (a summary's calls share the 600 s cap)."""
+
+
+WINDOWS: dict[str, int] = {}
+"""Each transcript's window, by transcript name (filled in from QUICK or FULL)."""
+
+
+def agent_model(window: int) -> str:
+    return f"bench-agent-{window // 1024}k"
 
 
 @dataclass
@@ -112,7 +121,13 @@ def base_config(upstream: UpstreamServer, relay: Relay, work: Path) -> dict[str,
             },
         ],
         "models": {
-            AGENT_MODEL: {"context_window": WINDOW, "max_output_tokens": AGENT_MAX_OUTPUT},
+            **{
+                agent_model(window): {
+                    "context_window": window,
+                    "max_output_tokens": AGENT_MAX_OUTPUT,
+                }
+                for window in (4_096, 8_192, 16_384)
+            },
             model_server.SERVED_MODEL: {
                 "context_window": SUMMARIZER_WINDOW,
                 "max_output_tokens": SUMMARY_TOKENS,
@@ -137,6 +152,7 @@ def base_config(upstream: UpstreamServer, relay: Relay, work: Path) -> dict[str,
 def replay(
     proxy: ProxyServer, upstream: UpstreamServer, relay: Relay, transcript: Transcript
 ) -> Outcome:
+    window = WINDOWS[transcript.name]
     began = time.monotonic()
     first_call = len(relay.calls)
     steps: list[Step] = []
@@ -145,7 +161,7 @@ def replay(
     with httpx.Client(base_url=proxy.url, timeout=3_600.0, trust_env=False) as client:
         for index in range(transcript.steps + 1):
             body = {
-                "model": AGENT_MODEL,
+                "model": agent_model(window),
                 "messages": transcript.request_at(index),
                 "tools": transcripts.TOOLS,
             }
@@ -280,7 +296,8 @@ def report(
         ]
     lines += [
         "",
-        f"Proxy: agent model window {WINDOW:,} tokens (output reserve {AGENT_MAX_OUTPUT:,}); "
+        f"Proxy: the agent model's window as the transcripts table says (output reserve "
+        f"{AGENT_MAX_OUTPUT:,}); "
         f"summarizer window declared {SUMMARIZER_WINDOW:,} tokens, `maxSummaryTokens` "
         f"{SUMMARY_TOKENS}; `summarization.prepare: false` (no background summaries racing "
         "the replay), calibration off; SQLite checkpoints; each step a real "
@@ -289,16 +306,31 @@ def report(
         "",
         "Transcripts (single-task agent loops, seeded; must-keep strings per type):",
         "",
-        "| transcript | steps | messages | " + " | ".join(ITEM_TYPES) + " |",
-        "|---|---:|---:|" + "---:|" * len(ITEM_TYPES),
+        "| transcript | window | steps | messages | " + " | ".join(ITEM_TYPES) + " |",
+        "|---|---:|---:|---:|" + "---:|" * len(ITEM_TYPES),
     ]
     for t in corpus:
         kinds = t.by_kind()
         lines.append(
-            f"| {t.name} | {t.steps} | {len(t.messages)} | "
+            f"| {t.name} | {WINDOWS[t.name]:,} | {t.steps} | {len(t.messages)} | "
             + " | ".join(str(len(kinds[k])) for k in ITEM_TYPES)
             + " |"
         )
+    failures = [
+        (result.variant.name, step.warnings)
+        for result in results
+        for outcome in result.outcomes
+        for step in outcome.steps
+        if "summarization failed" in step.warnings
+    ]
+    if failures:
+        names = ", ".join(sorted({name for name, _ in failures}))
+        lines += [
+            "",
+            f"**{len(failures)} request(s) had no summary** ({names}; first: "
+            f"{failures[0][1].split(';')[0]}): where the summarizer failed, those variants' "
+            "figures are the fallback's, not the model's (the steps are listed below).",
+        ]
     header = "| variant | " + " | ".join(ITEM_TYPES) + " | all | forwarded tokens |"
     rule = "|---|" + "---:|" * (len(ITEM_TYPES) + 2)
     lines += [
@@ -406,8 +438,8 @@ def report(
         "answer copied.",
         "",
         "| variant | transcript | call | prompt tokens | output tokens | stop | seconds | "
-        "strings shown | copied |",
-        "|---|---|---:|---:|---:|---|---:|---:|---:|",
+        "prompt / output tokens per s | strings shown | copied |",
+        "|---|---|---:|---:|---:|---|---:|---:|---:|---:|",
     ]
     for result in results:
         for outcome in result.outcomes:
@@ -421,7 +453,8 @@ def report(
                 lines.append(
                     f"| {result.variant.name} | {outcome.transcript.name} | {number} | "
                     f"{c.prompt_tokens:,} | {c.output_tokens:,} | {c.finish_reason} | "
-                    f"{c.seconds:.0f} | {len(shown)} | {len(copied)} "
+                    f"{c.seconds:.0f} | {c.prompt_per_second:.1f} / {c.output_per_second:.1f} | "
+                    f"{len(shown)} | {len(copied)} "
                     f"({pct(len(copied) / len(shown) if shown else None)}) |"
                 )
     lines += ["", "Steps where compaction fired (`X-Compaction-Checkpoint: new`):", ""]
@@ -447,6 +480,13 @@ def report(
         "## Variants",
         "",
     ]
+    answers = [
+        (result.variant.name, outcome.transcript.name, n, c)
+        for result in results
+        for outcome in result.outcomes
+        for n, c in enumerate(outcome.calls, 1)
+        if not c.cached and c.answer
+    ]
     for result in results:
         lines.append(f"- `{result.variant.name}`: {result.variant.description}")
         if result.unavailable:
@@ -454,12 +494,28 @@ def report(
                 f"  Not available on this checkout: the proxy's `check-config` refuses its "
                 f"overlay ({result.unavailable})."
             )
+    if answers:
+        lines += ["", "## The model's answers", ""]
+        for variant, name, n, c in answers:
+            lines += [
+                f"<details><summary>{variant} / {name}, call {n} ({c.output_tokens} tokens, "
+                f"{c.finish_reason})</summary>",
+                "",
+                "~~~text",
+                c.answer,
+                "~~~",
+                "",
+                "</details>",
+                "",
+            ]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.quality", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="one 70-step loop (~6 summaries)")
+    parser.add_argument(
+        "--quick", action="store_true", help="one 70-step loop on a 4k window (~6 summaries)"
+    )
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--variants", default=None, help="comma-separated variant names")
     parser.add_argument("--summarizer", choices=("model", "prose"), default="model")
@@ -472,7 +528,10 @@ def main(argv: list[str] | None = None) -> int:
         chosen = [v for v in chosen if v.name in wanted]
     elif args.quick:
         chosen = [v for v in chosen if v.quick]
-    corpus = [transcripts.build(seed, steps) for seed, steps in (QUICK if args.quick else FULL)]
+    corpus = []
+    for seed, steps, window in QUICK if args.quick else FULL:
+        corpus.append(transcripts.build(seed, steps))
+        WINDOWS[corpus[-1].name] = window
     for t in corpus:
         problems = scoring.check_unique(t.items, t.messages)
         if problems:

@@ -50,6 +50,9 @@ class Call:
     cached: bool
     status: int
     finish_reason: str
+    prompt_per_second: float
+    output_per_second: float
+    """llama-server's own `timings` (0 from the stub or a cached answer)."""
 
 
 @dataclass
@@ -99,17 +102,23 @@ class Relay:
         self._session = aiohttp.ClientSession(timeout=timeout)
 
     def stop(self) -> None:
+        """Stops serving; a forward still waiting on the model (a call the proxy gave up on)
+        is cancelled, not waited for."""
         loop = self._loop
         if loop is None:
             return
 
         async def close() -> None:
+            for task in asyncio.all_tasks():
+                if task is not asyncio.current_task():
+                    task.cancel()
             if self._session is not None:
                 await self._session.close()
             if self._runner is not None:
                 await self._runner.cleanup()
 
-        asyncio.run_coroutine_threadsafe(close(), loop).result(30)
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(close(), loop).result(30)
         loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
             self._thread.join(30)
@@ -138,6 +147,7 @@ class Relay:
         with contextlib.suppress(orjson.JSONDecodeError):
             answer = orjson.loads(answer_bytes)
         usage = answer.get("usage") or {}
+        timings = answer.get("timings") or {}
         choices = answer.get("choices") or [{}]
         self.calls.append(
             Call(
@@ -150,6 +160,10 @@ class Relay:
                 cached=cached,
                 status=status,
                 finish_reason=str(choices[0].get("finish_reason") or ""),
+                prompt_per_second=0.0 if cached else float(timings.get("prompt_per_second") or 0),
+                output_per_second=0.0
+                if cached
+                else float(timings.get("predicted_per_second") or 0),
             )
         )
         return web.Response(status=status, body=answer_bytes, content_type="application/json")
