@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import re
 import statistics
 import sys
 import tempfile
@@ -47,8 +48,11 @@ from tests.support.processes import tiktoken_cache_dir
 from tests.support.servers import ProxyServer, UpstreamServer
 
 AGENT_MAX_OUTPUT = 1_024
-SUMMARY_TOKENS = 512
-"""`summarization.maxSummaryTokens`: the model writes 5-10 tokens a second here."""
+SUMMARIZER_MAX_OUTPUT = 1_024
+"""The summarizer model's output limit as declared (`models:`); `maxSummaryTokens` is left
+unset, so the proxy's own rule applies: this, at most a quarter of the agent's budget (768
+tokens on the 4k window), and the model is told the limit when the budget's quarter is the
+smaller (it writes 5-10 tokens a second on 2 idle cores)."""
 SUMMARIZER_WINDOW = 3_072
 """The summarizer model's window as declared to the proxy (`models:`): what the proxy sizes
 its transcript chunks by. llama-server itself runs with model_server.CONTEXT (8,192); the
@@ -56,6 +60,7 @@ model reads well only the first ~2k tokens of a prompt (measured before this ben
 summary kept 26 of 33 must-keep strings of a 1.8k-token transcript, 8 at 3.7k), so the
 declared window is what makes the proxy fold in chunks it can read."""
 SEED = 30
+BACKOFF = re.compile(r"summarization failed \(backoff\).*?retrying in (\d+)s")
 
 QUICK = [(SEED, 70, 4_096)]
 """One 70-step loop on a 4k window: a compaction event every ~10 steps, each folding ~2k
@@ -93,6 +98,8 @@ class Outcome:
     steps: list[Step]
     calls: list[Call]
     seconds: float
+    waited: int = 0
+    """Seconds the replay waited out the proxy's summarizer back-off."""
 
     @property
     def last(self) -> Step:
@@ -130,7 +137,7 @@ def base_config(upstream: UpstreamServer, relay: Relay, work: Path) -> dict[str,
             },
             model_server.SERVED_MODEL: {
                 "context_window": SUMMARIZER_WINDOW,
-                "max_output_tokens": SUMMARY_TOKENS,
+                "max_output_tokens": SUMMARIZER_MAX_OUTPUT,
             },
         },
         "store": {"backend": "sqlite", "path": str(work / "checkpoints.db")},
@@ -138,7 +145,6 @@ def base_config(upstream: UpstreamServer, relay: Relay, work: Path) -> dict[str,
             "provider": "summarizer",
             "model": model_server.SERVED_MODEL,
             "parameters": {"temperature": 0},
-            "maxSummaryTokens": SUMMARY_TOKENS,
             "timeout": 600.0,
             # Background summaries would race the replay (and each other) for the one
             # llama-server slot: what is folded must not depend on timing.
@@ -157,6 +163,7 @@ def replay(
     first_call = len(relay.calls)
     steps: list[Step] = []
     forwarded: list[dict[str, Any]] = []
+    waited = 0
     upstream.clear()
     with httpx.Client(base_url=proxy.url, timeout=3_600.0, trust_env=False) as client:
         for index in range(transcript.steps + 1):
@@ -183,6 +190,10 @@ def replay(
                     tokens_after=int(headers.get("x-compaction-tokens-after", "0")),
                 )
             )
+            backoff = BACKOFF.search(steps[-1].warnings)
+            if backoff and index < transcript.steps:
+                waited += int(backoff.group(1)) + 1
+                time.sleep(int(backoff.group(1)) + 1)
             recorded = upstream.take("/v1/chat/completions")
             if recorded:
                 forwarded = recorded[-1].json()["messages"]
@@ -194,7 +205,9 @@ def replay(
                     file=sys.stderr,
                     flush=True,
                 )
-    return Outcome(transcript, forwarded, steps, relay.calls[first_call:], time.monotonic() - began)
+    return Outcome(
+        transcript, forwarded, steps, relay.calls[first_call:], time.monotonic() - began, waited
+    )
 
 
 def run_variant(
@@ -298,11 +311,13 @@ def report(
         "",
         f"Proxy: the agent model's window as the transcripts table says (output reserve "
         f"{AGENT_MAX_OUTPUT:,}); "
-        f"summarizer window declared {SUMMARIZER_WINDOW:,} tokens, `maxSummaryTokens` "
-        f"{SUMMARY_TOKENS}; `summarization.prepare: false` (no background summaries racing "
-        "the replay), calibration off; SQLite checkpoints; each step a real "
-        "`POST /v1/chat/completions` through the proxy, the forwarded body read from the "
-        "fake upstream.",
+        f"summarizer window declared {SUMMARIZER_WINDOW:,} tokens and its output limit "
+        f"{SUMMARIZER_MAX_OUTPUT:,} (`maxSummaryTokens` unset: the proxy's own limit); "
+        "`summarization.prepare: false` (no background summaries racing the replay), "
+        "calibration off; SQLite checkpoints; each step a real `POST /v1/chat/completions` "
+        "through the proxy, the forwarded body read from the fake upstream. After a step "
+        "whose summary failed, the replay waits out the proxy's back-off before the next step "
+        "(a real agent's steps take that long), so the next event tries the summarizer again.",
         "",
         "Transcripts (single-task agent loops, seeded; must-keep strings per type):",
         "",
@@ -413,7 +428,8 @@ def report(
         "## Compaction events and summarizer calls",
         "",
         "| variant | transcript | events (checkpoint new) | summarizer calls | from the run's "
-        "cache | prompt tokens (max) | output tokens (max) | model seconds | wall seconds |",
+        "cache | prompt tokens (max) | output tokens (max) | model seconds | wall seconds "
+        "(waiting out back-offs) |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for result in results:
@@ -428,7 +444,8 @@ def report(
                 f"({max((c.prompt_tokens for c in fresh), default=0):,}) | "
                 f"{sum(c.output_tokens for c in fresh):,} "
                 f"({max((c.output_tokens for c in fresh), default=0):,}) | "
-                f"{sum(c.seconds for c in fresh):.0f} | {outcome.seconds:.0f} |"
+                f"{sum(c.seconds for c in fresh):.0f} | {outcome.seconds:.0f} "
+                f"({outcome.waited}) |"
             )
     lines += [
         "",
