@@ -60,6 +60,9 @@ model reads well only the first ~2k tokens of a prompt (measured before this ben
 summary kept 26 of 33 must-keep strings of a 1.8k-token transcript, 8 at 3.7k), so the
 declared window is what makes the proxy fold in chunks it can read."""
 SEED = 30
+PREVIOUS = re.compile(r"<previous-checkpoint>\n(.*?)\n</previous-checkpoint>", re.DOTALL)
+CONVERSATION = re.compile(r"<conversation>\n(.*?)\n</conversation>", re.DOTALL)
+"""The parts of a transcript-form summary call (compaction_proxy/summarizer/_prompts.py)."""
 BACKOFF = re.compile(r"summarization failed \(backoff\).*?retrying in (\d+)s")
 
 QUICK = [(SEED, 70, 4_096)]
@@ -450,13 +453,14 @@ def report(
     lines += [
         "",
         "Each summarizer call the model answered (the run's cached answers left out): the "
-        "prompt and output tokens by the model's count, why it stopped, and of the must-keep "
-        "strings in its prompt (the chunk, and for an update the summary so far) how many its "
-        "answer copied.",
+        "prompt and output tokens by the model's count, why it stopped, the must-keep strings "
+        "of the new stretch it was shown (`<conversation>`, not the previous checkpoint) and "
+        "how many of those its answer copied, and whether the answer is the previous "
+        "checkpoint unchanged (an update that added nothing).",
         "",
         "| variant | transcript | call | prompt tokens | output tokens | stop | seconds | "
-        "prompt / output tokens per s | strings shown | copied |",
-        "|---|---|---:|---:|---:|---|---:|---:|---:|---:|",
+        "prompt / output tokens per s | new strings shown | copied | = previous checkpoint |",
+        "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---|",
     ]
     for result in results:
         for outcome in result.outcomes:
@@ -465,14 +469,19 @@ def report(
                 if c.cached:
                     continue
                 prompt = "\n".join(str(m.get("content") or "") for m in c.request["messages"])
-                shown = [i for i in items if i.text in prompt and i.kind != "rule"]
+                previous = PREVIOUS.search(prompt)
+                stretch = CONVERSATION.search(prompt)
+                new = stretch.group(1) if stretch else prompt
+                shown = [i for i in items if i.text in new and i.kind != "rule"]
                 copied = [i for i in shown if i.text in c.answer]
+                same = bool(previous) and previous.group(1).strip() == c.answer.strip()
                 lines.append(
                     f"| {result.variant.name} | {outcome.transcript.name} | {number} | "
                     f"{c.prompt_tokens:,} | {c.output_tokens:,} | {c.finish_reason} | "
                     f"{c.seconds:.0f} | {c.prompt_per_second:.1f} / {c.output_per_second:.1f} | "
                     f"{len(shown)} | {len(copied)} "
-                    f"({pct(len(copied) / len(shown) if shown else None)}) |"
+                    f"({pct(len(copied) / len(shown) if shown else None)}) | "
+                    f"{'yes' if same else 'no' if previous else '(first)'} |"
                 )
     lines += ["", "Steps where compaction fired (`X-Compaction-Checkpoint: new`):", ""]
     for result in results:
