@@ -123,6 +123,12 @@ class SummaryCheck:
         """One section's count (``None``: the span had nothing of it)."""
         return next((s for s in self.sections if s.section == name), None)
 
+    def figure(self) -> str:
+        """``kept/total (section kept/total, ...)``: ``X-Compaction-Summary-Kept`` and the
+        command line's report."""
+        parts = ", ".join(f"{s.section} {s.kept}/{s.total}" for s in self.sections)
+        return f"{self.kept}/{self.total} ({parts})" if parts else "0/0"
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (the preview's report)."""
         return {
