@@ -152,7 +152,8 @@ async def test_a_request_that_writes_no_summary_says_nothing_of_one(proxy: Proxy
     assert data["summarizer"]["kept"]["summaries"] == 0
 
 
-def _report(*checks: SummaryCheck) -> CompactionReport:
+def checked_report(*checks: SummaryCheck) -> CompactionReport:
+    """A report whose one summarization step wrote summaries with ``checks``."""
     step = StrategyReport("summarization", True, True, 900, 300, summary_checks=checks)
     return CompactionReport(
         model=MODEL,
@@ -174,9 +175,9 @@ def _report(*checks: SummaryCheck) -> CompactionReport:
 def test_two_summaries_of_one_run_are_added_up_in_the_header_and_the_cli_report() -> None:
     first = SummaryCheck((SectionCount("files", 2, 5), SectionCount("rules", 1, 1)))
     second = SummaryCheck((SectionCount("errors", 0, 3), SectionCount("files", 1, 1)))
-    report = _report(first, second)
+    report = checked_report(first, second)
     headers = dict(report_headers(CompactionResult([], True, report), Mode.NORMAL))
     assert headers[b"x-compaction-summary-kept"] == b"4/10 (files 3/6, errors 0/3, rules 1/1)"
     assert "summaries kept   4/10 (files 3/6, errors 0/3, rules 1/1)" in render(report)
-    none = dict(report_headers(CompactionResult([], True, _report()), Mode.NORMAL))
+    none = dict(report_headers(CompactionResult([], True, checked_report()), Mode.NORMAL))
     assert b"x-compaction-summary-kept" not in none
