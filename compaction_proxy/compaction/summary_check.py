@@ -139,6 +139,26 @@ class SummaryCheck:
         }
 
 
+def check_from_dict(raw: object) -> SummaryCheck | None:
+    """The check :meth:`SummaryCheck.to_dict` wrote (a prepared checkpoint's meta carries it to
+    the request that forwards its summary); ``None`` for anything else."""
+    if not isinstance(raw, dict):
+        return None
+    sections, contradictions = raw.get("sections"), raw.get("contradictions", [])
+    if not isinstance(sections, dict) or not isinstance(contradictions, list):
+        return None
+    counts = []
+    for name, count in sections.items():
+        kept = count.get("kept") if isinstance(count, dict) else None
+        total = count.get("total") if isinstance(count, dict) else None
+        if not (isinstance(kept, int) and isinstance(total, int) and 0 <= kept <= total):
+            return None
+        counts.append(SectionCount(str(name), kept, total))
+    if not all(isinstance(rule, str) for rule in contradictions):
+        return None
+    return SummaryCheck(tuple(counts), tuple(contradictions))
+
+
 def check_summary(
     summary: str, strings: Sequence[tuple[str, str]], rules: Sequence[str]
 ) -> SummaryCheck:

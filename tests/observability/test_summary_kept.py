@@ -10,7 +10,7 @@ the ledger's place), loaded as a plug-in the way an operator's own strategy is.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,29 +74,41 @@ class Proxy:
 
 
 @pytest.fixture
-async def proxy() -> AsyncIterator[Proxy]:
-    settings = Settings(
-        upstreams=[{"name": "up", "base_url": UPSTREAM}],
-        models={MODEL: {"context_window": 4000, "max_output_tokens": 500}},
-        summarization={"enabled": True, "prepare": False},
-        store={"backend": "memory"},
-        compaction={"plugins": [REFERENCE], "pipeline": [{"strategy": NAME}]},
-    )
-    mock = respx.MockRouter(assert_all_called=False)
-    mock.post(f"{UPSTREAM}/chat/completions").mock(side_effect=answer)
-    app = in_process(settings, httpx.AsyncClient(transport=_RespxTransport(mock)))
-    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://p")
-    yield Proxy(app, client)
-    await client.aclose()
-    await app.state.client.aclose()
-    await app.state.store.close()
-    app.state.compactor.close()
+async def make() -> AsyncIterator[Callable[..., Proxy]]:
+    built: list[Proxy] = []
+
+    def build(**summarization: Any) -> Proxy:
+        settings = Settings(
+            upstreams=[{"name": "up", "base_url": UPSTREAM}],
+            models={MODEL: {"context_window": 4000, "max_output_tokens": 500}},
+            summarization={"enabled": True, "prepare": False, **summarization},
+            store={"backend": "memory"},
+            compaction={"plugins": [REFERENCE], "pipeline": [{"strategy": NAME}]},
+        )
+        mock = respx.MockRouter(assert_all_called=False)
+        mock.post(f"{UPSTREAM}/chat/completions").mock(side_effect=answer)
+        app = in_process(settings, httpx.AsyncClient(transport=_RespxTransport(mock)))
+        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://p")
+        built.append(Proxy(app, client))
+        return built[-1]
+
+    yield build
+    for proxy in built:
+        await proxy.client.aclose()
+        await proxy.app.state.client.aclose()
+        await proxy.app.state.store.close()
+        proxy.app.state.compactor.close()
 
 
-def conversation() -> list[dict[str, Any]]:
+@pytest.fixture
+def proxy(make: Callable[..., Proxy]) -> Proxy:
+    return make()
+
+
+def conversation(turns: int = 10) -> list[dict[str, Any]]:
     """Over the budget: ten turns of work on src/parser.py, then the newest question."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": "You are terse."}]
-    for i in range(10):
+    for i in range(turns):
         messages.append({"role": "user", "content": f"step {i}: {RULE} " + "x " * 300})
         messages.append({"role": "assistant", "content": f"ran pytest -q on src/parser.py ({i})"})
     messages.append({"role": "user", "content": "what next?"})
@@ -137,6 +149,31 @@ async def test_a_checked_summary_shows_in_the_headers_metrics_and_dashboard(prox
     again = await proxy.chat(conversation())
     assert again.headers["x-compaction-checkpoint"] == "hit"
     assert "x-compaction-summary-kept" not in again.headers
+    metrics = parse_metrics((await proxy.client.get("/metrics")).text)
+    assert value(metrics, STRINGS, section="files", outcome="kept") == 1
+    assert value(metrics, CONTRADICTIONS) == 1
+
+
+async def test_a_summary_prepared_in_the_background_is_reported_when_it_is_forwarded(
+    make: Callable[..., Proxy],
+) -> None:
+    proxy = make(prepare={"token_ratio": 0.7})
+    messages = conversation(8)
+    early = await proxy.chat(messages)  # past the prepare threshold, under the trigger
+    assert early.headers["x-compaction-prepared"] == "pending"
+    assert early.headers["x-compaction-strategies"] == "none"
+    assert "x-compaction-summary-kept" not in early.headers
+    messages += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "y " * 700}]
+    response = await proxy.chat(messages)  # the trigger: the prepared summary is used
+    assert response.headers["x-compaction-prepared"] == "ready"
+    assert response.headers["x-compaction-checkpoint"] == "new"
+    assert response.headers["x-compaction-strategies"] == "summarization"
+    assert response.headers["x-compaction-summary-kept"] == (
+        "1/4 (files 1/2, commands 0/1, rules 0/1)"
+    )
+    assert f'summary may contradict a rule: "{RULE}"' in (
+        response.headers.get_list("x-compaction-warning")
+    )
     metrics = parse_metrics((await proxy.client.get("/metrics")).text)
     assert value(metrics, STRINGS, section="files", outcome="kept") == 1
     assert value(metrics, CONTRADICTIONS) == 1
