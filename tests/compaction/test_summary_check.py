@@ -23,6 +23,7 @@ from compaction_proxy.compaction.summary_check import (
     RULES_SECTION,
     SectionCount,
     SummaryCheck,
+    check_from_dict,
     check_summary,
     merge_checks,
 )
@@ -186,6 +187,23 @@ def test_merged_checks_add_per_section_and_list_each_contradiction_once() -> Non
     assert merged.contradictions == ("Never X y.",)
     assert merge_checks([]) == SummaryCheck()
     assert merged.to_dict()["sections"]["files"] == {"kept": 3, "total": 4}
+
+
+def test_a_check_reads_back_from_its_dict_and_nothing_else_reads_as_one() -> None:
+    check = check_summary("Force-pushed a.py to main.", STRINGS[:2], ["Never force-push."])
+    assert check_from_dict(check.to_dict()) == check
+    assert check_from_dict(SummaryCheck().to_dict()) == SummaryCheck()
+    bad_values = [
+        None,
+        [],
+        {"sections": []},
+        {"sections": {"files": {"kept": 3, "total": 2}}},
+        {"sections": {"files": {"kept": "1", "total": 2}}},
+        {"sections": {}, "contradictions": [1]},
+        {"sections": {}, "contradictions": "Never"},
+    ]
+    for bad in bad_values:
+        assert check_from_dict(bad) is None, bad
 
 
 _TEXT = st.text(alphabet=st.sampled_from("ab .;\nnever not Don't x/y.py"), max_size=60)
