@@ -193,7 +193,7 @@ def test_a_check_reads_back_from_its_dict_and_nothing_else_reads_as_one() -> Non
     check = check_summary("Force-pushed a.py to main.", STRINGS[:2], ["Never force-push."])
     assert check_from_dict(check.to_dict()) == check
     assert check_from_dict(SummaryCheck().to_dict()) == SummaryCheck()
-    bad_values = [
+    bad_values: list[object] = [
         None,
         [],
         {"sections": []},
