@@ -226,6 +226,10 @@ def test_the_check_is_deterministic_and_bounded(
     assert check.total <= len(strings) + len(rules)
     assert set(check.contradictions) <= set(rules)
     assert 0 <= check.kept <= check.total
+    # a summary that copies everything keeps everything
+    everything = "\n".join([*(text for _, text in strings), *rules])
+    copied = check_summary(everything, strings, rules)
+    assert copied.kept == copied.total == check.total
 
 
 # ------------------------------------------------------------------ recorded on the report
