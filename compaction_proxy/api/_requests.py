@@ -82,6 +82,9 @@ def report_headers(result: CompactionResult, mode: Mode) -> list[tuple[bytes, by
         # The output limit forwarded (a dry run's: the one that would be); the warning below
         # says what was asked and why.
         headers.append((b"x-compaction-output-limit", str(limit.forwarded).encode()))
+    kept = report.summary_kept
+    if kept is not None:  # what the summaries this run wrote kept on their own
+        headers.append((b"x-compaction-summary-kept", header_safe(kept.figure())))
     for warning in report.warnings:
         headers.append((b"x-compaction-warning", header_safe(warning)))
     return headers

@@ -401,9 +401,9 @@ def _warnings(run: _Run) -> list[str]:
     draft, limit = run.draft, run.budget.limit
     warnings: list[str] = []
     ran = tuple(r for r in (*run.reports, run.fallback, run.last_resort) if r is not None)
-    for strategy_report in ran:
+    steps = [r for top in ran for r in top.walk()]  # a nested strategy's warnings count too
+    for strategy_report in steps:
         warnings.extend(strategy_report.warnings)
-    steps = [r for top in ran for r in top.walk()]
     warnings.extend(failure_warnings(steps))
     warnings.extend(f"{f.strategy}: {f.message}" for f in run.unforwarded)
     if run.request.mode is Mode.FORCE:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from .budget import OutputLimit
+from .summary_check import SummaryCheck, merge_checks
 
 
 class StrategyFailure(NamedTuple):
@@ -47,6 +48,9 @@ class StrategyReport:
     children: tuple[StrategyReport, ...] = field(default=())
     failed: str | None = None
     failure_message: str | None = None
+    summary_checks: tuple[SummaryCheck, ...] = ()
+    """One check per summary this strategy wrote (:mod:`.summary_check`, recorded with
+    :func:`~.strategies.summary_record.with_summary_check`)."""
 
     def walk(self) -> Iterator[StrategyReport]:
         """This report and its nested children's, in execution order (depth first)."""
@@ -74,6 +78,8 @@ class StrategyReport:
         if self.failed:
             out["failed"] = self.failed
             out["failure_message"] = self.failure_message or ""
+        if self.summary_checks:
+            out["summary_checks"] = [check.to_dict() for check in self.summary_checks]
         if self.children:
             out["children"] = [child.to_dict() for child in self.children]
         return out
@@ -127,6 +133,22 @@ class CompactionReport:
             r.name for r in self.walk() if r.changed and not r.children and r.name not in lost
         )
 
+    @property
+    def summary_checks(self) -> tuple[SummaryCheck, ...]:
+        """One check per summary this run wrote, in run order, nested strategies' included
+        (what each summary kept of its folded span on its own; :mod:`.summary_check`).
+
+        Read from the strategy reports, so a report restated for a checkpoint hit (which wrote
+        no summary) has none, and a summary is counted on the request that wrote it."""
+        return tuple(check for r in self.walk() for check in r.summary_checks)
+
+    @property
+    def summary_kept(self) -> SummaryCheck | None:
+        """:attr:`summary_checks` merged into one (the header's and the metric's figures);
+        ``None`` when this run wrote no checked summary."""
+        checks = self.summary_checks
+        return merge_checks(checks) if checks else None
+
     def walk(self) -> Iterator[StrategyReport]:
         """Every strategy report, nested ones included, then the fallback's and the last
         resort's, in run order."""
@@ -175,4 +197,5 @@ class CompactionReport:
             "warnings": list(self.warnings),
             "failures": [f._asdict() for f in self.failures],
             "unforwarded": [f._asdict() for f in self.unforwarded],
+            "summary_checks": [check.to_dict() for check in self.summary_checks],
         }

@@ -33,10 +33,15 @@ from compaction_proxy.compaction import (
     StrategyReport,
     Tokenizer,
 )
+from compaction_proxy.compaction.strategies.summary_record import contradiction_warning
+from compaction_proxy.compaction.summary_check import SummaryCheck, check_from_dict
 
 from ._compactor import Compactor
 
 __all__ = ["CHECKPOINT_STEP", "as_sent", "checkpoint_meta"]
+
+SUMMARY_CHECKS_META = "summary_checks"
+"""Meta key: what the summaries the run that made a checkpoint wrote kept on their own."""
 
 CHECKPOINT_STEP = "checkpoint"
 """The step's name in reports, ``X-Compaction-Strategies`` and the strategy metrics."""
@@ -112,7 +117,10 @@ def _folded(
 def as_prepared(report: CompactionReport, used: Lookup) -> CompactionReport:
     """The event that used a prepared checkpoint, told as what it is: a ``prepared`` step
     (from the client's count to the prepared view's) whose children name the strategies that
-    made it in the background, so ``X-Compaction-Strategies`` reads e.g. ``summarization``."""
+    made it in the background, so ``X-Compaction-Strategies`` reads e.g. ``summarization``; the
+    checks of the summaries it made (its meta's :data:`SUMMARY_CHECKS_META`) on the first of
+    them and their contradictions in the warnings, so a prepared summary's check is reported,
+    once, by the request that forwards it."""
     if not report.strategies or report.strategies[0].name != CHECKPOINT_STEP:
         return report
     first, *rest = report.strategies
@@ -123,9 +131,21 @@ def as_prepared(report: CompactionReport, used: Lookup) -> CompactionReport:
         StrategyReport(name, True, True, first.tokens_after, first.tokens_after)
         for name in names or [CHECKPOINT_STEP]
     )
+    checks = prepared_checks(meta)
+    if checks and children:  # the summary reaches the model now: its check is reported here
+        children = (replace(children[0], summary_checks=checks), *children[1:])
+    warnings = tuple(contradiction_warning(rule) for c in checks for rule in c.contradictions)
     note = "prepared in the background before the trigger fired; the request did not wait"
     step = replace(first, name="prepared", children=children, notes=(*first.notes, note))
-    return replace(report, strategies=(step, *rest))
+    return replace(report, strategies=(step, *rest), warnings=(*report.warnings, *warnings))
+
+
+def prepared_checks(meta: Mapping[str, Any]) -> tuple[SummaryCheck, ...]:
+    """The checks of the summaries a checkpoint's run wrote (:data:`SUMMARY_CHECKS_META`);
+    what does not read as one is left out."""
+    raw = meta.get(SUMMARY_CHECKS_META)
+    found = (check_from_dict(item) for item in raw) if isinstance(raw, list) else ()
+    return tuple(check for check in found if check is not None)
 
 
 def saved_meta(
@@ -141,6 +161,8 @@ def saved_meta(
         "tokens_after": report.tokens_after,
         **checkpoint_meta(report),
     }
+    if report.summary_checks:  # reported by the request that forwards a prepared one
+        meta[SUMMARY_CHECKS_META] = [check.to_dict() for check in report.summary_checks]
     if index:
         meta[INDEX_META] = index
     return meta

@@ -205,6 +205,9 @@ class _Totals:
     summarizer_cached_tokens: int = 0
     summarizer_prefix_calls: int = 0
     summarizer_http_calls: int = 0
+    summaries_checked: int = 0
+    summary_sections: dict[str, list[int]] = field(default_factory=dict)  # section: [kept, total]
+    summary_contradictions: int = 0
     recall: _RecallTotals = field(default_factory=_RecallTotals)
 
 
@@ -315,6 +318,19 @@ class Dashboard:
             if outcome != "ok":
                 totals.summarizer_failures += 1
 
+    def count_summary_check(
+        self, sections: Iterable[tuple[str, int, int]], contradictions: int
+    ) -> None:
+        """One stored summary's check: (section, kept, total) of what it kept of its span on
+        its own, and the rules it may contradict."""
+        totals = self._totals
+        totals.summaries_checked += 1
+        totals.summary_contradictions += contradictions
+        for section, kept, total in sections:
+            kept_total = totals.summary_sections.setdefault(section, [0, 0])
+            kept_total[0] += kept
+            kept_total[1] += total
+
     def count_summarizer_call(self, form: str, cached_tokens: int) -> None:
         """One summarizer HTTP call: its form (``prefix`` or ``transcript``) and the prompt
         tokens the upstream served from its cache."""
@@ -417,6 +433,7 @@ class Dashboard:
                 "prefix_calls": totals.summarizer_prefix_calls,
                 "cached_tokens": totals.summarizer_cached_tokens,
                 "recent_failures": list(reversed(self._failures)),
+                "kept": _kept_json(totals),
             },
             "recall": totals.recall.to_json(),
             "models": models,
@@ -424,3 +441,15 @@ class Dashboard:
             "overflows": dict(self._overflows),
             "recent": [row.to_json() for row in reversed(self._recent)],
         }
+
+
+def _kept_json(totals: _Totals) -> dict[str, Any]:
+    """The summaries checked and what they kept on their own ("summaries kept")."""
+    sections = totals.summary_sections
+    return {
+        "summaries": totals.summaries_checked,
+        "kept": sum(kept for kept, _ in sections.values()),
+        "total": sum(total for _, total in sections.values()),
+        "sections": {name: {"kept": k, "total": t} for name, (k, t) in sections.items()},
+        "contradictions": totals.summary_contradictions,
+    }

@@ -201,6 +201,20 @@ class PrometheusMetrics:
             buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600),
             registry=r,
         )
+        self.summary_strings = Counter(
+            "compaction_proxy_summary_strings",
+            "The folded spans' exact strings and rules each stored summary was checked "
+            "against, by section (files, commands, errors, urls, identifiers, numbers, open, "
+            "statements, rules; other) and outcome: kept (in the summary on its own) or missing",
+            ["section", "outcome"],
+            registry=r,
+        )
+        self.summary_contradictions = Counter(
+            "compaction_proxy_summary_contradictions",
+            "Rules (a never, do not, must not, no) a stored summary may contradict: their key "
+            "words in one of its sentences without a negation",
+            registry=r,
+        )
         self.summarizer_latency = Histogram(
             "compaction_proxy_summarizer_latency_seconds",
             "Duration of one summarizer HTTP call",

@@ -34,6 +34,9 @@ def render(report: CompactionReport, view: ConversationView | None = None) -> st
     if report.last_resort is not None:
         steps.append(report.last_resort)
     lines += _strategies(steps, indent="  ")
+    kept = report.summary_kept
+    if kept is not None:  # the exact strings and rules the summaries kept on their own
+        lines += ["", f"summaries kept   {kept.figure()}"]
     if report.warnings:
         lines += ["", "warnings:", *(f"  - {w}" for w in report.warnings)]
     return "\n".join(lines)

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from compaction_proxy.compaction.summary_check import SECTIONS
 from compaction_proxy.observability.dashboard import Dashboard, RecentRow
 from compaction_proxy.observability.labels import ROUTE_OTHER, LabelCap, api_of, route_of
 from compaction_proxy.observability.outcomes import final_outcomes
@@ -202,6 +203,7 @@ class Telemetry:
         if api is not None:
             if report is not None:
                 tokens = self._observe_report(ctx, report, api, model)
+                self._observe_summary_checks(report)
             recall, archived = self._observe_recall(ctx, api)
         dry_run = report is not None and report.mode in _DRY_RUNS
         row = RecentRow(
@@ -293,6 +295,24 @@ class Telemetry:
             ratio = ctx.upstream_prompt_tokens / after
             self._child(m.calibration, model or "unknown").observe(ratio)
         return _Tokens(before, after, strategies, usd_saved, self.prices.usd(ctx.model, before))
+
+    def _observe_summary_checks(self, report: CompactionReport) -> None:
+        """What each summary this request's compaction wrote kept of its span on its own
+        (``section`` bounded: the ledger's sections, else ``other``)."""
+        m = self.metrics
+        for check in report.summary_checks:
+            sections = [
+                (s.section if s.section in SECTIONS else "other", s.kept, s.total)
+                for s in check.sections
+            ]
+            for section, kept, total in sections:
+                if kept:
+                    self._child(m.summary_strings, section, "kept").inc(kept)
+                if total > kept:
+                    self._child(m.summary_strings, section, "missing").inc(total - kept)
+            if check.contradictions:
+                m.summary_contradictions.inc(len(check.contradictions))
+            self.dashboard.count_summary_check(sections, len(check.contradictions))
 
     def _observe_recall(self, ctx: FinishedRequest, api: str) -> tuple[RecallTally | None, int]:
         """The recall families of one compacted request: (its figures frozen for the

@@ -24,9 +24,11 @@ import orjson
 import pytest
 from playwright import sync_api
 
+from compaction_proxy.compaction.summary_check import SectionCount, SummaryCheck
 from compaction_proxy.config import Settings
 from compaction_proxy.observability.telemetry import Telemetry
-from tests.observability.recall_requests import feed
+from tests.observability.recall_requests import Request, feed
+from tests.observability.test_summary_kept import checked_report
 from tests.observability.traffic import Traffic, agent_conversation
 from tests.support import programs
 from tests.support.servers import ProxyServer, UpstreamServer, proxy_config, upstream_entry
@@ -159,6 +161,39 @@ def recall_page(browser: Any, traffic: tuple[ProxyServer, Traffic]) -> Iterator[
         yield _open(context, proxy)
     finally:
         context.close()
+
+
+@pytest.fixture(scope="module")
+def kept_page(browser: Any, traffic: tuple[ProxyServer, Traffic]) -> Iterator[Any]:
+    """The page showing two checked summaries' figures, recorded by a real telemetry."""
+    proxy, _ = traffic
+    telemetry = Telemetry(Settings())
+    first = SummaryCheck((SectionCount("files", 2, 5), SectionCount("rules", 1, 1)))
+    second = SummaryCheck(
+        (SectionCount("files", 1, 1), SectionCount("errors", 0, 3)), ("Never push to main.",)
+    )
+    feed(telemetry, (Request(report=checked_report(first)), Request(report=checked_report(second))))
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+
+    def data(route: Any) -> None:
+        body = orjson.dumps(telemetry.snapshot())
+        route.fulfill(status=200, content_type="application/json", body=body)
+
+    context.route("**/dashboard/data", data)
+    try:
+        yield _open(context, proxy)
+    finally:
+        context.close()
+
+
+def test_the_summarizer_card_shows_what_the_summaries_kept(kept_page: Any, page: Any) -> None:
+    kept = kept_page.locator("#summary-kept")
+    assert kept.locator(".big").text_content() == "40%"  # 4 of 10
+    assert "summaries kept: 4 of 10 strings and rules, 2 summaries" in kept.text_content()
+    chips = kept.locator(".chip").all_text_contents()
+    assert chips == ["files 3/6", "rules 1/1", "errors 0/3", "contradictions 1"]
+    # No summary was checked in the real traffic (no ledger items): no figure.
+    assert page.locator("#summary-kept").count() == 0
 
 
 def test_the_page_shows_the_traffic_numbers(

@@ -38,6 +38,7 @@ from ..triggers import Always, Condition, Metrics, OverBudget, count_demands
 if TYPE_CHECKING:
     from ..draft import Draft
     from ..report import StrategyReport
+    from ..summary_check import SummaryCheck
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +82,9 @@ class StrategyOutcome:
     """Why the strategy could not do its work (a :class:`~..summarizer.SummaryError` reason);
     a failed strategy changed nothing and the pipeline moves on to the next one."""
     failure_message: str | None = None
+    summary_checks: tuple[SummaryCheck, ...] = ()
+    """The checks of the summaries this run wrote (:mod:`.summary_record`), copied onto the
+    strategy's report."""
 
 
 class Conditions(TypedDict, total=False):

@@ -95,6 +95,7 @@ async def run_strategy_async(
         children=outcome.children,
         failed=outcome.failed,
         failure_message=outcome.failure_message,
+        summary_checks=outcome.summary_checks,
     )
 
 

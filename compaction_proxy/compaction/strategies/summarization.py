@@ -132,6 +132,7 @@ from .params import BuildContext, StrategyParams
 from .summary_event import SUMMARY_OPEN as SUMMARY_OPEN  # re-exported with the two below
 from .summary_event import SummaryEvent, wrap_summary
 from .summary_event import unwrap_summary as unwrap_summary
+from .summary_record import NO_ITEMS, CheckItems
 from .summary_selection import (
     TURN_ANCHORS,
     TargetStop,
@@ -461,6 +462,12 @@ class SummarizationStrategy(Strategy):
         overhead = draft.measure(self.summary_message("")).token_count
         share = math.floor(draft.budget.limit * self.summary_share) - overhead
         return max(self.summary_floor_tokens, share)
+
+    def check_items(self, draft: Draft, folded: Sequence[Group]) -> CheckItems:
+        """The exact strings and rules of ``folded`` its summary is checked against before it
+        is stored (:mod:`.summary_record`, "Summaries checked" in docs/compaction.md); none
+        here: the ledger's items of the span are what belongs here."""
+        return NO_ITEMS
 
     # ------------------------------------------------------------------ running
     def apply(self, draft: Draft, ctx: StrategyContext) -> StrategyOutcome:

@@ -16,6 +16,7 @@ from ..summarizer import Summarizer, SummaryError, SummaryRequest
 from ..view import SUMMARY_PREFIX, SUMMARY_SUFFIX, Group, GroupKind
 from ._tools import newest_non_system
 from .base import StrategyContext, StrategyOutcome
+from .summary_record import record_summary_check
 from .summary_selection import Summarizing, foldable, shown_indices
 
 _ERROR_DETAIL_CHARS = 200
@@ -171,6 +172,8 @@ class SummaryEvent:
                 f"({old_tokens} tokens)",
                 shown,
             )
+        # Checked before it is stored: what the summary kept of the span on its own.
+        items = strategy.check_items(draft, accepted)
         in_turn = any(draft.view.in_newest_turn(g) for g in accepted)
         # An earlier summary is folded into this one, and so is a carried user message the
         # selection took in to reach the target (summary_selection.TargetStop.with_carried).
@@ -183,7 +186,7 @@ class SummaryEvent:
             draft.insert_after_system([message], paid_by=strategy.name)
         kind = "updated the summary with" if self.previous else "summarized"
         folded_groups = sum(1 for g in accepted if g.kind is not GroupKind.SUMMARY)
-        return StrategyOutcome(
+        outcome = StrategyOutcome(
             changed=True,
             notes=(
                 f"{kind} {shown} message(s) in {folded_groups} group(s): "
@@ -199,6 +202,7 @@ class SummaryEvent:
                 ),
             ),
         )
+        return record_summary_check(outcome, text, items)
 
 
 async def _answer(summarizer: Summarizer, request: SummaryRequest) -> str | _Refused:

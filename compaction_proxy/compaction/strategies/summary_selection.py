@@ -14,6 +14,7 @@ from ..draft import Draft, GroupState
 from ..messages import Message
 from ..triggers import Always, Condition, Metrics
 from ..view import Group, GroupKind
+from .summary_record import CheckItems
 
 
 class Summarizing(Protocol):
@@ -36,6 +37,8 @@ class Summarizing(Protocol):
     def summary_bound(self, draft: Draft) -> int: ...
 
     def summary_estimate(self, folded_tokens: int, bound: int | None = None) -> int: ...
+
+    def check_items(self, draft: Draft, folded: Sequence[Group]) -> CheckItems: ...
 
 
 TURN_ANCHORS = frozenset({GroupKind.USER})
