@@ -1,0 +1,173 @@
+"""The ledger's items and how they merge across folds (see "The ledger" in docs/compaction.md).
+
+An item is one exact string the compacted part of a conversation held (a rule the user stated,
+a path, a command and its verdict...), in one of the fixed :class:`Section` s.  Its *key* is a
+function of its section and text alone (:func:`item_key`), so a ledger parsed back from the
+forwarded text merges exactly as the one that wrote it: the same key is the same item (kept
+once), and a newer text under the same key supersedes the older (a number whose "what" is the
+same, ``X = v`` for the same ``X``, a command run again, a rule restated with other values).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
+__all__ = ["ARTIFACTS", "Item", "Ledger", "Section", "item_key"]
+
+
+class Section(StrEnum):
+    """The ledger's sections, in the order they are rendered."""
+
+    RULES = "Rules"
+    STATEMENTS = "Statements"
+    FILES = "Files"
+    COMMANDS = "Commands"
+    ERRORS = "Errors"
+    URLS = "URLs"
+    IDENTIFIERS = "Identifiers"
+    NUMBERS = "Numbers"
+    OPEN = "Open work"
+
+
+ARTIFACTS = frozenset(Section) - {Section.RULES, Section.STATEMENTS}
+"""What the share bound drops first (then statements; rules never by the bound)."""
+
+COMMAND_ARROW = " -> "
+"""Between a command and its verdict in a Commands item."""
+
+_VALUE = re.compile(r"[-+$€£]?\d[\w.,:/-]*")
+_ASSIGN = re.compile(r"^`?([A-Za-z_][\w.\-/]*)`?\s*(?:=|:=|\bis\b|\bset to\b|\bnow\b)\s*\S")
+_SPACE = re.compile(r"\s+")
+_OPEN_MARKER = re.compile(
+    r"^\s*(?:[-*]\s*)?(?:todo|next steps?|next|still need to|remaining|done|fixed|completed|"
+    r"finished)\b[:\s-]*",
+    re.IGNORECASE,
+)
+
+
+def _masked(text: str) -> str:
+    """``text`` with its values (every token that holds a digit: numbers, dates, amounts,
+    versions) masked, lower-case: what a restated rule or a re-measured number has in common
+    with the older one.  Names are not masked: "use `black`" and "use `ruff`" are two rules."""
+    return _SPACE.sub(" ", _VALUE.sub("#", text)).strip().lower()
+
+
+def item_key(section: Section, text: str) -> str:
+    """The normalised key items of ``section`` are deduplicated and superseded by."""
+    if section is Section.COMMANDS:
+        return _SPACE.sub(" ", text.partition(COMMAND_ARROW)[0]).strip()
+    if section is Section.IDENTIFIERS:
+        found = _ASSIGN.match(text)
+        return "=" + found.group(1) if found else text
+    if section is Section.OPEN:
+        text = _OPEN_MARKER.sub("", text)
+    if section in (Section.NUMBERS, Section.RULES, Section.STATEMENTS, Section.OPEN):
+        masked = _masked(text)
+        return masked if masked.strip("# ") else text
+    if section is Section.FILES:
+        return text.rsplit(" (", 1)[0] if text.endswith(")") else text
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One exact string: its section, its text (one line), the recall id of the original it
+    came from (when recall is on), and its key (:func:`item_key`)."""
+
+    section: Section
+    text: str
+    recall: str | None = None
+
+    @property
+    def key(self) -> str:
+        return item_key(self.section, self.text)
+
+
+@dataclass(slots=True)
+class _Entry:
+    item: Item
+    order: int
+    refs: int
+
+
+LedgerState = tuple[tuple[tuple[Section, str], Item, int, int], ...]
+"""A ledger as values (for a draft's savepoint): per entry its key, item, order and refs."""
+
+
+class Ledger:
+    """The items of one conversation's ledger, merged as folds add to it.
+
+    ``add`` dedupes by (section, key), supersedes an older text under the same key (the item
+    moves to the newest position: it was just seen), and counts references (an item seen again
+    is referenced once more: least-referenced items go first under the share bound).
+    """
+
+    __slots__ = ("_entries", "_next")
+
+    def __init__(self, items: tuple[Item, ...] = ()) -> None:
+        self._entries: dict[tuple[Section, str], _Entry] = {}
+        self._next = 0
+        for item in items:
+            self.add(item)
+
+    def add(self, item: Item) -> bool:
+        """Merge ``item``; returns whether the rendered ledger changed."""
+        key = (item.section, item.key)
+        entry = self._entries.get(key)
+        if entry is None:
+            self._entries[key] = _Entry(item, self._next, 1)
+            self._next += 1
+            return True
+        entry.refs += 1
+        if entry.item.text == item.text:
+            return False
+        recall = item.recall or entry.item.recall
+        entry.item = Item(item.section, item.text, recall)
+        entry.order = self._next
+        self._next += 1
+        return True
+
+    def done(self, key: str) -> bool:
+        """Remove the open-work item of ``key`` (it got done); returns whether there was one."""
+        return self._entries.pop((Section.OPEN, key), None) is not None
+
+    def remove(self, item: Item) -> None:
+        """Leave ``item`` out (the share bound, a release)."""
+        self._entries.pop((item.section, item.key), None)
+
+    def items(self) -> list[Item]:
+        """The items in rendering order: by section, oldest first within one."""
+        ranked = sorted(
+            self._entries.values(),
+            key=lambda e: (list(Section).index(e.item.section), e.order),
+        )
+        return [e.item for e in ranked]
+
+    def release_order(self, *, rules: bool = False) -> list[Item]:
+        """The items the share bound (or a release) leaves out first: artifacts, then
+        statements, each least-referenced and oldest first; rules only with ``rules``."""
+        tiers = (ARTIFACTS, frozenset({Section.STATEMENTS}))
+        if rules:
+            tiers = (*tiers, frozenset({Section.RULES}))
+        out: list[Item] = []
+        for tier in tiers:
+            chosen = [e for e in self._entries.values() if e.item.section in tier]
+            chosen.sort(key=lambda e: (e.refs, e.order))
+            out.extend(e.item for e in chosen)
+        return out
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def state(self) -> LedgerState:
+        return tuple((k, e.item, e.order, e.refs) for k, e in self._entries.items())
+
+    @classmethod
+    def from_state(cls, state: LedgerState) -> Ledger:
+        ledger = cls()
+        for key, item, order, refs in state:
+            ledger._entries[key] = _Entry(item, order, refs)
+            ledger._next = max(ledger._next, order + 1)
+        return ledger
