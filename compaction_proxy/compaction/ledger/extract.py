@@ -31,6 +31,19 @@ _USER_UNITS = 40
 """At most this many rules and statements from one user message."""
 
 
+MADE_MARKS = ("[Tool results: ", "[soft-trimmed: ", "[Old tool result content cleared]")
+"""What the proxy's own stand-ins hold (a collapsed group, strategies/tool_result_compaction.py;
+a trimmed result, strategies/context_pruning.py and last_resort.py; a cleared one): the original
+each stands for was read when it was made, so a stand-in folded later is not read again (its
+older values would supersede newer ones)."""
+
+
+def made_by_proxy(message: Message) -> bool:
+    """True for one of the proxy's stand-ins (:data:`MADE_MARKS`, or a recall mark)."""
+    text = content_text(message)
+    return strip_mark(text) != text or any(mark in text for mark in MADE_MARKS)
+
+
 def bounded(text: str) -> str:
     """The part of ``text`` extraction reads: all of it, or both ends of a long one."""
     if len(text) <= 2 * p.SCAN_CHARS:
@@ -153,6 +166,8 @@ def extract(members: Sequence[Message], recall_of: RecallOf) -> tuple[list[Item]
         if role_of(message) in ("tool", "function") and isinstance(call_id, str):
             results[call_id] = (bounded(strip_mark(content_text(message))), recall_of(message))
     for message in members:
+        if made_by_proxy(message):
+            continue
         role = role_of(message)
         recall = recall_of(message)
         text = bounded(strip_mark(content_text(message)))
@@ -167,7 +182,24 @@ def extract(members: Sequence[Message], recall_of: RecallOf) -> tuple[list[Item]
         items.extend(_call_items(message, results, recall))
         items.extend(text_items(text, recall))
         closed.extend(done_keys(text))
-    return items, closed
+    return _without_repeats(items), closed
+
+
+_ATOMS = frozenset({Section.FILES, Section.URLS, Section.IDENTIFIERS})
+_LINES = frozenset({Section.COMMANDS, Section.ERRORS, Section.OPEN, Section.NUMBERS})
+
+
+def _without_repeats(items: list[Item]) -> list[Item]:
+    """``items`` less a path, URL or identifier a command, error, number or open-work line of
+    the same group already holds verbatim (the line carries it, with its context)."""
+    lines = [i.text for i in items if i.section in _LINES]
+    if not lines:
+        return items
+    return [
+        i
+        for i in items
+        if i.section not in _ATOMS or not any(item_key(i.section, i.text) in line for line in lines)
+    ]
 
 
 def _call_items(

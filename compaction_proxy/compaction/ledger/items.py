@@ -37,7 +37,7 @@ ARTIFACTS = frozenset(Section) - {Section.RULES, Section.STATEMENTS}
 COMMAND_ARROW = " -> "
 """Between a command and its verdict in a Commands item."""
 
-_VALUE = re.compile(r"[-+$€£]?\d[\w.,:/-]*")
+_VALUE = re.compile(r"(?<![\w.])[-+$€£]?\d[\w.,:/-]*")
 _ASSIGN = re.compile(r"^`?([A-Za-z_][\w.\-/]*)`?\s*(?:=|:=|\bis\b|\bset to\b|\bnow\b)\s*\S")
 _SPACE = re.compile(r"\s+")
 _OPEN_MARKER = re.compile(
@@ -148,7 +148,7 @@ class Ledger:
     def release_order(self, *, rules: bool = False) -> list[Item]:
         """The items the share bound (or a release) leaves out first: artifacts, then
         statements, each least-referenced and oldest first; rules only with ``rules``."""
-        tiers = (ARTIFACTS, frozenset({Section.STATEMENTS}))
+        tiers: tuple[frozenset[Section], ...] = (ARTIFACTS, frozenset({Section.STATEMENTS}))
         if rules:
             tiers = (*tiers, frozenset({Section.RULES}))
         out: list[Item] = []
