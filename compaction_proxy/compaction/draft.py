@@ -320,7 +320,8 @@ class Draft:
         ``release``: the group may be pinned (a summary folded into a new one).
         """
         target = self._require_editable(_index(group), "drop", release=release)
-        self._fold(target)
+        if self.ledger is not None and target.kind is not GroupKind.SUMMARY:
+            self.ledger.fold(self._current(target))  # what it held, before it goes
         if self._recall is not None:
             self._recall.drop(self._current(target))
         self._totals.remove(target, self._pinned)
@@ -339,7 +340,8 @@ class Draft:
             self.drop(group)
             return
         target = self._require_editable(_index(group), "replace")
-        self._fold(target)
+        if self.ledger is not None:
+            self.ledger.fold(self._current(target))
         if self._recall is not None:
             messages = self._recall.replace(self._current(target), messages)
         stats = [self.measure(m) for m in messages]
@@ -475,22 +477,20 @@ class Draft:
         self._mark(structural=False)
         return True
 
-    def _fold(self, group: Group) -> None:  # to the ledger, before it goes (not a summary)
-        if self.ledger is not None and group.kind is not GroupKind.SUMMARY:
-            self.ledger.fold(self._current(group))
-
     def rewrite_ledger(self, index: int, message: Message) -> None:
-        """Put ``message`` in place of the ledger message ``index`` (:mod:`.ledger.placement`)."""
-        if self._view.groups[self._view.group_of[index]].kind is not GroupKind.LEDGER:
+        """Put ``message`` in place of the ledger message ``index`` (:mod:`.ledger_run`)."""
+        group = self._view.groups[self._view.group_of[index]]
+        if group.kind is not GroupKind.LEDGER:
             raise ProtectedGroupError(f"message {index} is not the ledger")
-        self._apply_edit(self._view.groups[self._view.group_of[index]], index, message)
+        if self._recall is not None:  # the old block stays recallable (superseded values)
+            self._recall.drop([self.message(index)])
+        self._apply_edit(group, index, message)
         self._mark(structural=False)
 
     def preview_paid(self, message: Message, groups: Sequence[Group]) -> Message:
         """``message`` as :meth:`insert` with ``paid_by`` would record it once ``groups`` are
-        dropped (in that order, by the same strategy run): with recall on, marked with the span
-        of what they hold; the message itself otherwise.  For a summary measured before the
-        fold is made."""
+        dropped (by the same strategy run): with recall on, marked with the span of what they
+        hold (a summary measured before the fold is made)."""
         if self._recall is None:
             return message
         return self._recall.preview_paid(message, (m for g in groups for m in self._current(g)))

@@ -4,7 +4,8 @@ otherwise (see :mod:`.pipeline` and "The ledger" in docs/compaction.md).
 Still over budget after the strategies and the fallback: the carried user messages go (oldest
 first); then the ledger's artifacts and statements; then the last resort trims the largest tool
 results; then the summaries (each one that goes is reported as not forwarded); then the
-ledger's rules, the last thing that goes.
+ledger's pinned items (the statements the user flagged, then the rules), the last thing that
+goes.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ async def release_pins(
         released = await run_strategy_async(FallbackTruncation(), draft, StrategyContext())
         out.fallback = _merged(out.fallback, released, "carried user messages released")
     if fallback and draft.ledger is not None and draft.over_budget():
-        draft.ledger.release(draft.over_budget, rules=False)
+        draft.ledger.release(draft.over_budget, pinned=False)
     trim = OversizedResultTrim()
     if trim.should_run(draft, StrategyContext()):
         out.last_resort = await run_strategy_async(trim, draft, StrategyContext())
@@ -56,7 +57,7 @@ async def release_pins(
             out.fallback = _merged(out.fallback, released, "summaries released")
             out.unforwarded = _gone(draft, summaries)
     if fallback and draft.ledger is not None and draft.over_budget():
-        draft.ledger.release(draft.over_budget, rules=True)
+        draft.ledger.release(draft.over_budget, pinned=True)
     return out
 
 

@@ -13,6 +13,7 @@ read at each end, :data:`~.patterns.PER_KIND` items per kind).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -141,9 +142,17 @@ def text_items(text: str, recall: str | None) -> list[Item]:
         for m in pattern.finditer(text)
     )
     take(Section.IDENTIFIERS, (*ids, *(f"`{m.group(1)}`" for m in p.BACKTICK.finditer(text))))
-    take(Section.NUMBERS, (_line(m.group(0)) for m in p.NUMBER.finditer(text)))
+    take(Section.NUMBERS, (_measured(text, m) for m in p.NUMBER.finditer(text)))
     take(Section.OPEN, (_line(line) for line in lines if p.OPEN_LINE.match(line)))
     return found
+
+
+def _measured(text: str, number: re.Match[str]) -> str:
+    """``number`` with the words before it that say what it measures (on its line)."""
+    start = number.start()
+    before = text[max(0, start - 48) : start].rpartition("\n")[2]
+    what = p.WHAT.search(before)
+    return _line((what.group(0) if what else "") + number.group(0))
 
 
 def done_keys(text: str) -> list[str]:

@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
+from .patterns import LABEL, LOG_LEVELS
+
 __all__ = ["ARTIFACTS", "Item", "Ledger", "Section", "item_key"]
 
 
@@ -31,8 +33,10 @@ class Section(StrEnum):
     OPEN = "Open work"
 
 
+_RANK = {section: rank for rank, section in enumerate(Section)}
+
 ARTIFACTS = frozenset(Section) - {Section.RULES, Section.STATEMENTS}
-"""What the share bound drops first (then statements; rules never by the bound)."""
+"""What the share bound drops first (then statements; pinned items never by the bound)."""
 
 COMMAND_ARROW = " -> "
 """Between a command and its verdict in a Commands item."""
@@ -84,6 +88,21 @@ class Item:
     def key(self) -> str:
         return item_key(self.section, self.text)
 
+    @property
+    def pinned(self) -> bool:
+        """A rule, or a statement the user flagged with a label (``FACT: ...``): the user's
+        own words, which the share neither counts nor drops (they go last, with the rules)."""
+        return self.section is Section.RULES or (
+            self.section is Section.STATEMENTS and flagged(self.text)
+        )
+
+
+def flagged(text: str) -> bool:
+    """True for a line that starts with an upper-case label the user flags it with (not a log
+    level: a pasted ``INFO: ...`` line is not the user's)."""
+    found = LABEL.match(text)
+    return found is not None and found.group(1) not in LOG_LEVELS
+
 
 @dataclass(slots=True)
 class _Entry:
@@ -112,26 +131,28 @@ class Ledger:
         for item in items:
             self.add(item)
 
-    def add(self, item: Item) -> bool:
-        """Merge ``item``; returns whether the rendered ledger changed."""
+    def add(self, item: Item) -> tuple[bool, Item | None]:
+        """Merge ``item``; returns whether the rendered ledger changed, and the item it
+        superseded (if any)."""
         key = (item.section, item.key)
         entry = self._entries.get(key)
         if entry is None:
             self._entries[key] = _Entry(item, self._next, 1)
             self._next += 1
-            return True
+            return True, None
         entry.refs += 1
         if entry.item.text == item.text:
-            return False
-        recall = item.recall or entry.item.recall
-        entry.item = Item(item.section, item.text, recall)
+            return False, None
+        old = entry.item
+        entry.item = Item(item.section, item.text, item.recall or old.recall)
         entry.order = self._next
         self._next += 1
-        return True
+        return True, old
 
-    def done(self, key: str) -> bool:
-        """Remove the open-work item of ``key`` (it got done); returns whether there was one."""
-        return self._entries.pop((Section.OPEN, key), None) is not None
+    def done(self, key: str) -> Item | None:
+        """Remove the open-work item of ``key`` (it got done); returns it, if there was one."""
+        entry = self._entries.pop((Section.OPEN, key), None)
+        return entry.item if entry is not None else None
 
     def remove(self, item: Item) -> None:
         """Leave ``item`` out (the share bound, a release)."""
@@ -139,21 +160,30 @@ class Ledger:
 
     def items(self) -> list[Item]:
         """The items in rendering order: by section, oldest first within one."""
-        ranked = sorted(
-            self._entries.values(),
-            key=lambda e: (list(Section).index(e.item.section), e.order),
-        )
+        ranked = sorted(self._entries.values(), key=lambda e: (_RANK[e.item.section], e.order))
         return [e.item for e in ranked]
 
-    def release_order(self, *, rules: bool = False) -> list[Item]:
+    def entries(self) -> list[Item]:
+        """The items in no particular order (cheaper than :meth:`items`)."""
+        return [e.item for e in self._entries.values()]
+
+    def release_order(self, *, pinned: bool = False) -> list[Item]:
         """The items the share bound (or a release) leaves out first: artifacts, then
-        statements, each least-referenced and oldest first; rules only with ``rules``."""
-        tiers: tuple[frozenset[Section], ...] = (ARTIFACTS, frozenset({Section.STATEMENTS}))
-        if rules:
-            tiers = (*tiers, frozenset({Section.RULES}))
+        statements, each least-referenced and oldest first; with ``pinned`` then the flagged
+        statements, then the rules (:attr:`Item.pinned`)."""
+        tiers: list[tuple[frozenset[Section], bool]] = [
+            (ARTIFACTS, False),
+            (frozenset({Section.STATEMENTS}), False),
+        ]
+        if pinned:
+            tiers += [(frozenset({Section.STATEMENTS}), True), (frozenset({Section.RULES}), True)]
         out: list[Item] = []
-        for tier in tiers:
-            chosen = [e for e in self._entries.values() if e.item.section in tier]
+        for sections, tier_pinned in tiers:
+            chosen = [
+                e
+                for e in self._entries.values()
+                if e.item.section in sections and e.item.pinned is tier_pinned
+            ]
             chosen.sort(key=lambda e: (e.refs, e.order))
             out.extend(e.item for e in chosen)
         return out

@@ -49,12 +49,15 @@ VERSION = re.compile(r"(?<![\w.])v?\d+\.\d+(?:\.\d+)+(?:[-+][\w.]+)?\b|(?<![\w.]
 TICKET = re.compile(r"\b[A-Z][A-Z0-9]{1,9}-\d{1,7}\b")
 BACKTICK = re.compile(r"`([^`\n]{1,80})`")
 NUMBER = re.compile(
-    r"((?:[A-Za-z][\w/()-]*[ :=]+){1,3})(-?\d+(?:[.,]\d+)?)\s?"
-    r"(ms|µs|us|ns|s|sec|secs|seconds|min|minutes|h|hours|KiB|MiB|GiB|TiB|KB|MB|GB|TB|kB|"
+    r"(?<![\w.])-?\d+(?:[.,]\d+)?\s?"
+    r"(?:ms|µs|us|ns|s|sec|secs|seconds|min|minutes|h|hours|KiB|MiB|GiB|TiB|KB|MB|GB|TB|kB|"
     r"bytes|B|%|percent|tokens|req/s|rps|qps|ops/s|it/s|MB/s|GB/s|x|MHz|GHz|files|tests|"
-    r"lines|rows|items|requests|errors|warnings|retries|workers|cores|threads|USD|EUR|\$)"
+    r"lines|rows|items|requests|errors|warnings|retries|workers|cores|threads|USD|EUR)"
     r"(?![\w/])"
 )
+"""A number with its unit; what it measures is read before it (:data:`WHAT`)."""
+WHAT = re.compile(r"(?:[A-Za-z][\w/()-]*[ :=]+){1,3}$")
+"""Up to three words right before a number: what it measures (matched on a short slice)."""
 DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
 MONEY = re.compile(r"[$€£]\d[\d,.]*")
 SHELL_PROMPT = re.compile(r"^\s*\$ (\S.*)$")
@@ -66,16 +69,22 @@ DONE_LINE = re.compile(
     r"^\s*(?:[-*]\s*)?(?:DONE|Done|Fixed|Completed|Finished)\b[:\s-]+(\S.*)$",
 )
 LABEL = re.compile(r"^\s*(?:[-*]\s*)?([A-Z][A-Z0-9]*(?:[ _/-][A-Z0-9]+){0,3}):\s+\S")
+LOG_LEVELS = frozenset({"INFO", "DEBUG", "TRACE", "WARN", "ERROR", "FATAL", "NOTICE", "LOG", "OK"})
+"""Labels a log line starts with: not a line the user flagged."""
 RULE_LABEL = re.compile(
     r"RULE|CONSTRAINT|REQUIREMENT|REQUIRED|IMPORTANT|POLICY|NOTE|WARNING|MUST|NEVER|ALWAYS|"
     r"DO NOT|DON'T|FORBIDDEN|LIMIT|RESTRICTION|SECURITY|SAFETY|CRITICAL"
 )
 RULE_WORDS = re.compile(
-    r"\b(?:never|always|must|mustn't|do not|don't|does not|only|make sure|ensure|required?|"
+    r"\b(?:never|always|must|mustn't|do not|don't|make sure|ensure|required?|"
     r"forbidden|prohibited|not allowed|under no circumstances|should not|shouldn't|"
-    r"avoid|no more than|at most|at least)\b",
+    r"avoid|no more than|at most)\b"
+    r"|^only\b|\bonly (?:use|run|call|edit|change|touch|modify|write|read|answer|respond|reply|"
+    r"return|do|work|commit|push|deploy|install)\b",
     re.IGNORECASE,
 )
+"""Words with the force of a rule.  "only" counts where it commands (a unit that starts with
+it, "only use ..."), not where it describes ("the TTL is only a backstop")."""
 PREFERENCE = re.compile(
     r"\b(?:I prefer|I'd prefer|I want|I'd like|I would like|please always|please use|"
     r"answer in|respond in|reply in|write in|use (?:only )?\w+ (?:style|format|units?))\b",

@@ -32,8 +32,7 @@ LEDGER_CLOSE = "</ledger>"
 """The exact end of the ledger message."""
 
 LEDGER_HEADER = (
-    "Exact strings from the compacted part of this conversation, kept verbatim; a summary may "
-    "omit them. Rules are the user's own words."
+    "Kept verbatim from the compacted part of this conversation (a summary may omit it):"
 )
 
 _SECTIONS = {f"{section.value}:": section for section in Section}

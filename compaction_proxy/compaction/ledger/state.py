@@ -10,8 +10,10 @@ target a strategy checks while it folds, and a rollback of the draft restores th
 (:meth:`snapshot`, :meth:`restore`).
 
 Bounded by ``share`` of the budget: past it, items are left out, artifacts first, then
-statements, least-referenced and oldest first; rules never by the share (only the pipeline's
-last release, :meth:`release`).  What is left out is counted (:attr:`left_out`); its original
+statements, least-referenced and oldest first.  Pinned items (the rules, and the statements
+the user flagged with a label such as ``FACT:``: :attr:`~.items.Item.pinned`) are the user's
+own words: the share neither counts nor drops them (only the pipeline's last release does,
+:meth:`release`).  What is left out is counted (:attr:`left_out`); its original
 was folded like the rest, so with recall on it is in the archive.
 """
 
@@ -57,6 +59,8 @@ class DraftLedger:
         self._base = existing[1] if existing is not None else 0
         self._costs: dict[str, int] = {}
         self._header = self._count_message(render([]))
+        self._all, self._loose = _Tally(), _Tally()
+        self._recount()
         self.changed = False
         self.left_out = 0
         self.released = 0
@@ -71,19 +75,36 @@ class DraftLedger:
             cost = self._costs[line] = self._tokenizer.count_text(line) + 1
         return cost
 
-    def tokens(self) -> int:
-        """The block's tokens as rendered now (header + one count per line; 0 when empty)."""
-        items = self._ledger.items()
-        if not items:
-            return 0
-        total = self._header
-        section: Section | None = None
-        for item in items:
-            if item.section is not section:
-                section = item.section
-                total += self._cost(f"{section.value}:")
-            total += self._cost(render_line(item))
-        return total
+    def tokens(self, *, pinned: bool = True) -> int:
+        """The block's tokens as rendered now (header + one count per line; 0 when empty);
+        without ``pinned``: the part the share bounds (the pinned items' lines left out).
+        Kept as running sums (:class:`_Tally`), so a strategy's target check costs O(1)."""
+        return self._all.tokens(self._header) if pinned else self._loose.tokens(self._header)
+
+    def _count(self, item: Item, sign: int) -> None:
+        """Count ``item`` in (``sign`` 1) or out (-1) of the running sums."""
+        cost = self._cost(render_line(item))
+        heading = self._cost(f"{item.section.value}:")
+        self._all.count(item.section, cost, heading, sign)
+        if not item.pinned:
+            self._loose.count(item.section, cost, heading, sign)
+
+    def _recount(self) -> None:
+        self._all, self._loose = _Tally(), _Tally()
+        for item in self._ledger.entries():
+            self._count(item, 1)
+
+    def _add(self, item: Item) -> bool:
+        changed, old = self._ledger.add(item)
+        if old is not None:
+            self._count(old, -1)
+        if changed:
+            self._count(item, 1)
+        return changed
+
+    def _remove(self, item: Item) -> None:
+        self._ledger.remove(item)
+        self._count(item, -1)
 
     def extra_tokens(self) -> int:
         """What the block adds to the prompt beyond the ledger message already in it."""
@@ -95,34 +116,36 @@ class DraftLedger:
         items, closed = extract(members, self._recall_of)
         changed = False
         for item in items:
-            changed = self._ledger.add(item) or changed
+            changed = self._add(item) or changed
         for key in closed:
-            changed = self._ledger.done(key) or changed
+            gone = self._ledger.done(key)
+            if gone is not None:
+                self._count(gone, -1)
+                changed = True
         if changed:
             self.changed = True
             self._bound()
 
     def _bound(self) -> None:
-        """Leave items out while the block is over its share (rules stay)."""
-        if self.tokens() <= self.limit:
+        """Leave items out while the artifacts and statements are over the share (the pinned
+        ones, rules and flagged statements, are neither left out by the share nor counted)."""
+        if self.tokens(pinned=False) <= self.limit:
             return
         for item in self._ledger.release_order():
-            self._ledger.remove(item)
+            self._remove(item)
             self.left_out += 1
-            if self.tokens() <= self.limit:
+            if self.tokens(pinned=False) <= self.limit:
                 return
 
-    def release(self, over: Callable[[], bool], *, rules: bool) -> int:
-        """Leave items out (artifacts, statements, with ``rules`` then rules) while ``over()``
-        holds: the pipeline's release when the budget cannot be met otherwise; returns how
-        many went."""
+    def release(self, over: Callable[[], bool], *, pinned: bool) -> int:
+        """Leave items out (artifacts, statements; with ``pinned`` then the flagged statements
+        and the rules) while ``over()`` holds: the pipeline's release when the budget cannot be
+        met otherwise; returns how many went."""
         gone = 0
-        for item in self._ledger.release_order(rules=rules):
+        for item in self._ledger.release_order(pinned=pinned):
             if not over():
                 break
-            if not rules and item.section is Section.RULES:
-                break
-            self._ledger.remove(item)
+            self._remove(item)
             self.changed = True
             gone += 1
         self.released += gone
@@ -155,6 +178,32 @@ class DraftLedger:
     def restore(self, snapshot: LedgerSnapshot) -> None:
         state, self.changed, self.left_out, self.released = snapshot
         self._ledger = Ledger.from_state(state)
+        self._recount()
+
+
+class _Tally:
+    """Running sums of a set of item lines: their tokens, and per section how many (a section
+    heading is counted while it has one)."""
+
+    __slots__ = ("headings", "lines", "per_section")
+
+    def __init__(self) -> None:
+        self.lines = 0
+        self.headings = 0
+        self.per_section: dict[Section, int] = {}
+
+    def count(self, section: Section, cost: int, heading: int, sign: int) -> None:
+        self.lines += sign * cost
+        before = self.per_section.get(section, 0)
+        after = before + sign
+        self.per_section[section] = after
+        if before == 0 and after > 0:
+            self.headings += heading
+        elif before > 0 and after == 0:
+            self.headings -= heading
+
+    def tokens(self, header: int) -> int:
+        return header + self.headings + self.lines if self.lines else 0
 
 
 def _no_recall(message: Message) -> str | None:

@@ -10,11 +10,11 @@ pipeline its ``share`` (:func:`~..factory.build_pipeline`).  Only a top-level en
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Unpack
 
 from pydantic import Field
 
-from .base import Strategy, StrategyContext, StrategyOutcome
+from .base import Conditions, Strategy, StrategyContext, StrategyOutcome
 from .params import StrategyParams
 
 if TYPE_CHECKING:
@@ -36,8 +36,8 @@ class LedgerStep(Strategy):
 
     name = "ledger"
 
-    def __init__(self, *, share: float | None = None, **conditions: object) -> None:
-        super().__init__()
+    def __init__(self, *, share: float | None = None, **conditions: Unpack[Conditions]) -> None:
+        super().__init__(**conditions)
         self.share = share
 
     def should_run(self, draft: Draft, ctx: StrategyContext) -> bool:
