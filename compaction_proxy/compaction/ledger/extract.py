@@ -195,12 +195,12 @@ def extract(members: Sequence[Message], recall_of: RecallOf) -> tuple[list[Item]
 
 
 _ATOMS = frozenset({Section.FILES, Section.URLS, Section.IDENTIFIERS})
-_LINES = frozenset({Section.COMMANDS, Section.ERRORS, Section.OPEN, Section.NUMBERS})
+_LINES = frozenset({Section.COMMANDS, Section.ERRORS, Section.NUMBERS})
 
 
 def _without_repeats(items: list[Item]) -> list[Item]:
-    """``items`` less a path, URL or identifier a command, error, number or open-work line of
-    the same group already holds verbatim (the line carries it, with its context)."""
+    """``items`` less a path, URL or identifier a command, error or number line of the same
+    group already holds verbatim (the line carries it, with its context)."""
     lines = [i.text for i in items if i.section in _LINES]
     if not lines:
         return items
