@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -28,7 +29,7 @@ from compaction_proxy.compaction.ledger import is_ledger
 
 from .summarizer_fakes import FakeSummarizer
 
-Msg = dict[str, Any]
+Msg = Mapping[str, Any]
 TOK = CharacterEstimatorTokenizer()
 PROSE = (
     "Goal: get the test suite green. Progress: investigated several failures, edited the "
