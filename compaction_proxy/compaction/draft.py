@@ -482,8 +482,6 @@ class Draft:
         group = self._view.groups[self._view.group_of[index]]
         if group.kind is not GroupKind.LEDGER:
             raise ProtectedGroupError(f"message {index} is not the ledger")
-        if self._recall is not None:  # the old block stays recallable (superseded values)
-            self._recall.drop([self.message(index)])
         self._apply_edit(group, index, message)
         self._mark(structural=False)
 

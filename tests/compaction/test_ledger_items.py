@@ -127,6 +127,15 @@ def test_git_log_curl_ls_compiler_and_a_benchmark_leave_their_exact_strings() ->
     assert "throughput 1830 req/s" in got[Section.NUMBERS]
 
 
+def test_a_setting_given_a_value_is_kept_with_it_and_superseded_by_name() -> None:
+    ledger = DraftLedger(TOK, share=0.5, budget=100_000)
+    ledger.fold([result("x", "export DATABASE_URL=postgres://db:5432/app\nKEY-7 = VALUE-k3x9")])
+    ledger.fold([result("y", "KEY-7 = VALUE-zz99")])
+    texts = [i.text for i in ledger.items()]
+    assert "DATABASE_URL=postgres://db:5432/app" in texts
+    assert "KEY-7 = VALUE-zz99" in texts and "KEY-7 = VALUE-k3x9" not in texts
+
+
 def test_tool_arguments_give_paths_and_a_call_without_result_is_open_work() -> None:
     got = items_of(call("c1", "edit_file", path="src/app/db.py", content="..."))
     assert got[Section.FILES] == ["src/app/db.py (edit_file)"]

@@ -138,7 +138,7 @@ def text_items(text: str, recall: str | None) -> list[Item]:
     take(Section.FILES, (m.group(0) for m in p.PATH.finditer(text) if "://" not in m.group(0)))
     ids = (
         m.group(0)
-        for pattern in (p.UUID, p.HASH, p.VERSION, p.TICKET)
+        for pattern in (p.ASSIGNMENT, p.UUID, p.HASH, p.VERSION, p.TICKET)
         for m in pattern.finditer(text)
     )
     take(Section.IDENTIFIERS, (*ids, *(f"`{m.group(1)}`" for m in p.BACKTICK.finditer(text))))

@@ -47,6 +47,9 @@ UUID = re.compile(
 )
 VERSION = re.compile(r"(?<![\w.])v?\d+\.\d+(?:\.\d+)+(?:[-+][\w.]+)?\b|(?<![\w.])v\d+\.\d+\b")
 TICKET = re.compile(r"\b[A-Z][A-Z0-9]{1,9}-\d{1,7}\b")
+ASSIGNMENT = re.compile(r"(?<![\w-])[A-Z][A-Z0-9_]*(?:-\d+)? ?= ?[^\s,;'\"`]+")
+"""A constant, a setting or an id given a value (``DATABASE_URL=postgres://...``,
+``KEY-7 = VALUE-k3x9``): the name upper-case, so code's ``x = y`` is not taken."""
 BACKTICK = re.compile(r"`([^`\n]{1,80})`")
 NUMBER = re.compile(
     r"(?<![\w.])-?\d+(?:[.,]\d+)?\s?"
