@@ -291,3 +291,22 @@ def test_render_and_parse_are_inverse_and_deterministic(raw: list[Any]) -> None:
 def test_a_clients_pasted_tag_is_not_a_ledger() -> None:
     assert not is_ledger("<ledger>\nmy own notes\n</ledger>")
     assert parse("<ledger>\nmy own notes\n</ledger>") == []
+
+
+def test_span_strings_gives_a_summary_check_its_exact_strings_and_rules() -> None:
+    from compaction_proxy.compaction.ledger.span import span_strings
+
+    span = [
+        {"role": "user", "content": "Never push to main. FACT: the db is Postgres 15."},
+        call("c1", "edit_file", path="src/app/db.py"),
+        result("c1", "ok"),
+        call("c2", "bash", command="pytest -q"),
+        result("c2", PYTEST),
+    ]
+    items, rules = span_strings(span)
+    assert rules == ["Never push to main."]
+    assert ("Statements", "FACT: the db is Postgres 15.") in items
+    assert ("Files", "src/app/db.py") in items
+    assert ("Commands", "pytest -q") in items  # without its verdict
+    assert ("Errors", "FAILED tests/test_db.py::test_update - KeyError: 'id'") in items
+    assert len(items) == len(set(items))
