@@ -1,7 +1,6 @@
 """A single-task agent loop whose summarizer writes prose and copies no exact string: how many
 of the folded steps' paths, commands, exit codes, error lines and numbers are still in the
-request forwarded at the end, with the ledger on and off (issue 30; docs/compaction.md, "The
-ledger").
+request forwarded at the end, with the ledger on and off (docs/compaction.md, "The ledger").
 
     python -m bench.ledger_loop [--steps 120] [--window 16000]
 

@@ -270,9 +270,7 @@ def _group(
     msgs: tuple[Message, ...], last_user: int | None, summary_marker: SummaryMarker | None
 ) -> _Grouping:
     """Assign every message to its group (a tool call with its results) in one pass."""
-    # The loop below inlines role_of, has_tool_calls, tool_call_ids, legacy_function_name and
-    # SummaryMarker.matches (same rules; see messages.py): it runs over every message twice
-    # per request, so helper calls and ABC isinstance checks dominated it.
+    # role_of, has_tool_calls, tool_call_ids, SummaryMarker.matches... inlined: a hot loop.
     marker_prefix: str | None = None
     marker_roles: frozenset[str] = frozenset()
     generic_marker: SummaryMarker | None = None
@@ -282,8 +280,7 @@ def _group(
             marker_roles = summary_marker.roles
         else:
             generic_marker = summary_marker
-
-    ledger_roles = summary_marker.roles if summary_marker is not None else _LEDGER_ROLES
+    ledger_roles = marker_roles or _LEDGER_ROLES  # a ledger's roles: the summaries'
     members: list[list[int]] = []
     kinds: list[GroupKind] = []
     turns: list[int | None] = []
@@ -302,12 +299,8 @@ def _group(
         if type(role) is not str and not isinstance(role, str):
             role = ""
         if role in ledger_roles and index != last_user and is_ledger(message.get("content")):
-            group_of[index] = len(members)
-            members.append([index])
-            kinds.append(GroupKind.LEDGER)
-            turns.append(None)
-            continue
-        if index != last_user and (
+            kind, group_turn = GroupKind.LEDGER, None
+        elif index != last_user and (
             (
                 marker_prefix is not None
                 and role in marker_roles
