@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -236,3 +237,43 @@ def test_rules_stay_verbatim_over_100_turns(window: int) -> None:
     forwarded = json.dumps(messages)
     assert summarizer.calls
     assert [r for r in said if r not in forwarded] == []
+
+
+def test_over_budget_the_ledger_releases_its_artifacts_before_its_rules() -> None:
+    """A ledger that came with the request, big with artifacts, and a newest step that leaves
+    it no room: its artifacts go (reported), its rules stay."""
+    from compaction_proxy.compaction.ledger import Item, Section, render
+
+    items = [Item(Section.RULES, rule) for rule in RULES] + [
+        Item(Section.FILES, f"src/app/module_{n}.py") for n in range(300)
+    ]
+    ledger = {"role": "user", "content": render(items)}
+    messages = [*task(), ledger, *step(0)]
+    result = run(messages, default(), 1_500)
+    [kept] = ledgers(result.messages)
+    assert all(rule in kept["content"] for rule in RULES)
+    assert "src/app/module_0.py" not in kept["content"]
+    assert any(
+        "released: the budget could not be met otherwise" in w for w in result.report.warnings
+    )
+    assert result.report.tokens_after <= result.report.budget
+
+
+def test_with_recall_on_each_item_names_the_original_it_came_from() -> None:
+    from compaction_proxy.compaction.archive import RecallIds
+
+    messages = task() + [m for n in range(40) for m in step(n)]
+    request = CompactionRequest(
+        messages,
+        model="m",
+        pipeline=default(),
+        tokenizer=TOK,
+        facts=ModelFacts(6_000, 0),
+        reserve_ratio=0,
+        recall=RecallIds(b"ledger-test"),
+    )
+    result = asyncio.run(compact_async(request))
+    [ledger] = ledgers(result.messages)
+    ids = set(re.findall(r"\[recall id (r[a-z2-7]{11})\]", str(ledger["content"])))
+    assert ids and result.archived is not None
+    assert ids <= set(result.archived.originals)
