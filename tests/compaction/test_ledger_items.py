@@ -212,10 +212,14 @@ def test_dedupe_supersede_and_reference_counts() -> None:
     ledger.add(Item(Section.RULES, "Never spend more than $700."))  # restated: the newer
     ledger.add(Item(Section.RULES, "Always use `black`."))
     ledger.add(Item(Section.RULES, "Always use `ruff`."))  # another name: another rule
+    ledger.add(Item(Section.RULES, "Keep RULE-45 as it is."))
+    ledger.add(Item(Section.RULES, "Keep RULE-46 as it is."))  # a name with digits: another
     assert [i.text for i in ledger.items()] == [
         "Never spend more than $700.",
         "Always use `black`.",
         "Always use `ruff`.",
+        "Keep RULE-45 as it is.",
+        "Keep RULE-46 as it is.",
         "pytest -q -> 3 passed",
         "version = 1.2.4",
         "p50 latency 39.0 ms",

@@ -41,7 +41,7 @@ ARTIFACTS = frozenset(Section) - {Section.RULES, Section.STATEMENTS}
 COMMAND_ARROW = " -> "
 """Between a command and its verdict in a Commands item."""
 
-_VALUE = re.compile(r"(?<![\w.])[-+$€£]?\d[\w.,:/-]*")
+_VALUE = re.compile(r"(?<![\w./-])[-+$€£]?\d[\w.,:/-]*")
 _ASSIGN = re.compile(r"^`?([A-Za-z_][\w.\-/]*)`?\s*(?:=|:=|\bis\b|\bset to\b|\bnow\b)\s*\S")
 _SPACE = re.compile(r"\s+")
 _OPEN_MARKER = re.compile(
@@ -52,9 +52,11 @@ _OPEN_MARKER = re.compile(
 
 
 def _masked(text: str) -> str:
-    """``text`` with its values (every token that holds a digit: numbers, dates, amounts,
-    versions) masked, lower-case: what a restated rule or a re-measured number has in common
-    with the older one.  Names are not masked: "use `black`" and "use `ruff`" are two rules."""
+    """``text`` with its values (a token that starts with a digit where a word starts:
+    numbers, dates, amounts, versions) masked, lower-case: what a restated rule or a
+    re-measured number has in common with the older one.  Names are not masked, digits and
+    all: "use `black`" and "use `ruff`", ``RULE-45`` and ``RULE-46``, ``keep-1.csv`` and
+    ``keep-2.csv`` are two rules each."""
     return _SPACE.sub(" ", _VALUE.sub("#", text)).strip().lower()
 
 

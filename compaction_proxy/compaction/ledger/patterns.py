@@ -82,6 +82,7 @@ RULE_WORDS = re.compile(
     r"\b(?:never|always|must|mustn't|do not|don't|make sure|ensure|required?|"
     r"forbidden|prohibited|not allowed|under no circumstances|should not|shouldn't|"
     r"avoid|no more than|at most)\b"
+    r"|\bkeep\b[^.;]{0,60}\b(?:as it is|as is|unchanged|intact)\b"
     r"|^only\b|\bonly (?:use|run|call|edit|change|touch|modify|write|read|answer|respond|reply|"
     r"return|do|work|commit|push|deploy|install)\b",
     re.IGNORECASE,
