@@ -30,8 +30,8 @@ def register_builtin_strategies(registry: StrategyRegistry) -> StrategyRegistry:
     registry.register("summarization", SummarizationParams, SummarizationStrategy)
     registry.register("sliding_window", SlidingWindowParams, SlidingWindowStrategy)
     registry.register("truncation", TruncationParams, TruncationStrategy)
-    registry.register("pipeline", PipelineParams, PipelineStrategy)
     registry.register("ledger", LedgerParams, LedgerStep)
+    registry.register("pipeline", PipelineParams, PipelineStrategy)
     return registry
 
 
