@@ -259,6 +259,9 @@ def build_view(
     )
 
 
+NO_TURN: int | None = None
+"""The turn of a group outside the turns (the system prompt, the ledger)."""
+
 _LEDGER_ROLES = frozenset({"user", "assistant"})
 """Roles a ledger message may have without a summary marker (with one: the marker's)."""
 
@@ -299,7 +302,7 @@ def _group(
         if type(role) is not str and not isinstance(role, str):
             role = ""
         if role in ledger_roles and index != last_user and is_ledger(message.get("content")):
-            kind, group_turn = GroupKind.LEDGER, None
+            kind, group_turn = GroupKind.LEDGER, NO_TURN
         elif index != last_user and (
             (
                 marker_prefix is not None
@@ -309,8 +312,7 @@ def _group(
             )
             or (generic_marker is not None and generic_marker.matches(message))
         ):
-            kind: GroupKind = summary_kind
-            group_turn: int | None = turn
+            kind, group_turn = summary_kind, turn
         elif role in SYSTEM_ROLES:
             kind, group_turn = system_kind, None
         elif role == "user":
