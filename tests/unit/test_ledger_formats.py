@@ -258,3 +258,22 @@ async def test_an_agent_framework_pipeline_without_the_entry_has_no_ledger(app: 
     client, upstream = app(pipeline=[*pipeline, {"strategy": "ledger"}])
     assert (await client.post("/v1/chat/completions", json=chat_body(STEPS))).status_code == 200
     assert len(ledger_texts(upstream.bodies[-1])) == 1
+
+
+def test_a_models_own_compaction_block_sets_its_ledger() -> None:
+    from compaction_proxy.engine import Compactor
+
+    compactor = Compactor(
+        Settings.model_validate(
+            {
+                "upstreams": [{"name": "u", "base_url": UPSTREAM}],
+                "models": {"small-*": {"compaction": {"ledger": {"share": 0.1}}}},
+                "compaction": {"ledger": {"enabled": False}},
+            }
+        )
+    )
+    try:
+        assert compactor.settings_for("small-1")[1].ledger_share == 0.1
+        assert compactor.settings_for("big-1")[1].ledger_share is None
+    finally:
+        compactor.close()
