@@ -47,13 +47,22 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "default": (
         "the default pipeline without a summarizer (`summarization.enabled: false`: pruning, "
         "tool-result collapse, truncation; the user messages of folded turns carried within "
-        "15% of the budget)",
+        "15% of the budget; the ledger: the folded turns' rules and labelled statements kept "
+        "verbatim, its other items within 25% of the budget)",
         {},
+    ),
+    "no-ledger": (
+        "the default pipeline with `compaction.ledger.enabled: false`: what the ledger adds",
+        {"ledger": {"enabled": False}},
     ),
     "truncation": (
         "truncation only (past 80% of the budget, oldest groups dropped until 50% holds; the "
-        "carried user messages as in every pipeline)",
+        "carried user messages as in every pipeline; an explicit pipeline, so no ledger)",
         {"pipeline": [TRUNCATION]},
+    ),
+    "truncation-ledger": (
+        "truncation only, with `compaction.ledger.enabled: true`",
+        {"pipeline": [TRUNCATION], "ledger": {"enabled": True}},
     ),
     "carry-0.5": (
         "the default pipeline with `compaction.carry_user_messages: 0.5` (the most it takes): "

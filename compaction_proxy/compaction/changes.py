@@ -68,3 +68,5 @@ class Savepoint:
     changed: bool
     pins: tuple[tuple[int, Message], ...]
     paid: int
+    ledger: object = None
+    """The ledger's state (:meth:`~.ledger.state.DraftLedger.snapshot`), when the run keeps one."""

@@ -7,29 +7,22 @@ synthetic messages inserted before a position (a summary right after the system 
 Totals (tokens, messages, groups, live turns, tool-call groups) are kept incrementally
 (:mod:`.draft_totals`), so a strategy can re-check its target after every step in O(1).
 
-The draft enforces the invariants strategies must not break: system groups, the newest user message
-and the newest step (see "Groups and invariants" in docs/architecture.md) are protected and any
-attempt to touch them raises :class:`ProtectedGroupError`; decisions are per whole group, so a tool
-call is never separated from its results (invariant 3).
+The draft enforces the invariants: system groups, the proxy's ledger, the newest user message and
+the newest step ("Groups and invariants" in docs/architecture.md) are protected (touching them
+raises :class:`ProtectedGroupError`); decisions are per whole group (invariant 3).
 
 *Pinned* groups (a summary, the user messages carried beside it) are protected the same way for
-the rest of a run, by the run's own rule (:mod:`.draft_pins`); strategies skip them
-(:meth:`removable`, :meth:`is_protected`).  Messages a strategy paid for (a summary) are
-recorded in :attr:`paid`, so the pipeline can tell whether they reached the output.
-
-:meth:`savepoint` and :meth:`rollback` undo a committed strategy whose saving was too small to
-be worth a new prefix (see :mod:`.churn`).
-
-With ``recall`` (``compaction.recall``: the namespace's :class:`~.archive.RecallIds`), the
-draft marks and archives at its decision points (:mod:`.draft_recall`), so no strategy has to;
-an edit recall refuses is not made (:meth:`edit` returns ``False``).
+the rest of a run (:mod:`.draft_pins`); strategies skip them.  Messages a strategy paid for (a
+summary) are recorded in :attr:`paid`.  :meth:`savepoint` and :meth:`rollback` undo a
+committed strategy whose saving was too small (:mod:`.churn`).  With ``recall``, the draft
+marks and archives at its decision points (:mod:`.draft_recall`); an edit recall refuses is not
+made (:meth:`edit` returns ``False``).  With a :attr:`ledger`, it hands the ledger what each
+decision folds (:mod:`.ledger.state`), and counts the ledger's growth in :attr:`prompt_tokens`.
 
 :meth:`project` renders the output: original relative order, a replaced group's messages at the
 group's first position, inserted messages before their position.  :meth:`commit` re-bases the
-draft on its own projection (re-grouping it, reusing every known count) so the next strategy
-sees the compacted conversation as an ordinary view.  The re-grouping is lazy: it happens on
-the first use of anything that depends on the groups, so a commit after the last strategy
-that acts (whose projection is simply the output) never pays for it.
+draft on its own projection (re-grouping it lazily, on the first use of anything that depends on
+the groups, reusing every known count) so the next strategy sees an ordinary view.
 """
 
 from __future__ import annotations
@@ -44,6 +37,7 @@ from .draft_pins import Pins
 from .draft_recall import DraftRecall
 from .draft_totals import Totals
 from .errors import CompactionProxyError
+from .ledger.state import DraftLedger
 from .messages import Message, has_tool_calls, role_of
 from .projection import edited_view, grouping_key, project
 from .tokens import Tokenizer
@@ -92,6 +86,7 @@ class Draft:
         self.paid: list[tuple[str, Message]] = []
         """(strategy name, message) for every message a strategy paid for (a summary)."""
         self._recall = DraftRecall(view.messages, recall) if recall is not None else None
+        self.ledger: DraftLedger | None = None
         self._reset(view)
 
     # ------------------------------------------------------------------ state
@@ -253,11 +248,14 @@ class Draft:
     @property
     def prompt_tokens(self) -> int:
         """Raw prompt tokens: messages + tools schema + reply priming."""
-        return self._totals.message_tokens + self.tools_tokens + self.tokenizer.reply_priming
+        ledger = self.ledger.extra_tokens() if self.ledger is not None else 0
+        return (
+            self._totals.message_tokens + self.tools_tokens + self.tokenizer.reply_priming + ledger
+        )
 
     @property
     def message_count(self) -> int:
-        """Messages the projection would contain."""
+        """Messages the projection would contain (a ledger not yet placed aside)."""
         return self._totals.message_count
 
     def metrics(self) -> Metrics:
@@ -322,6 +320,8 @@ class Draft:
         ``release``: the group may be pinned (a summary folded into a new one).
         """
         target = self._require_editable(_index(group), "drop", release=release)
+        if self.ledger is not None and target.kind is not GroupKind.SUMMARY:
+            self.ledger.fold(self._current(target))  # what it held, before it goes
         if self._recall is not None:
             self._recall.drop(self._current(target))
         self._totals.remove(target, self._pinned)
@@ -340,6 +340,8 @@ class Draft:
             self.drop(group)
             return
         target = self._require_editable(_index(group), "replace")
+        if self.ledger is not None:
+            self.ledger.fold(self._current(target))
         if self._recall is not None:
             messages = self._recall.replace(self._current(target), messages)
         stats = [self.measure(m) for m in messages]
@@ -367,6 +369,8 @@ class Draft:
         if planned is None:
             return False
         message, stats = planned
+        if self.ledger is not None:
+            self.ledger.fold([self.message(index)])
         self._apply_edit(group, index, message, stats)
         self._mark(
             structural=grouping_key(message, self.summary_marker)
@@ -444,23 +448,17 @@ class Draft:
         )
 
     def insert_after_task(self, messages: Sequence[Message], *, paid_by: str | None = None) -> None:
-        """Insert right after the newest user message: "progress so far" in an agent loop.
-
-        The task stays first, then the summary of the steps already taken, then the recent
-        steps (see "Agent loops" in docs/architecture.md).
-        """
+        """Insert right after the newest user message: "progress so far" in an agent loop (the
+        task stays first; see "Agent loops" in docs/architecture.md)."""
         self.insert(
             min(self.view.tail_start + 1, self.view.insert_limit), messages, paid_by=paid_by
         )
 
     def trim_newest(self, index: int, message: Message) -> bool:
-        """Replace a tool result of a protected group: the last resort of the pipeline.
-
-        Only for a result too large to fit even when everything else is gone (a 200k-token
-        log in the newest step).  User and system text is never cut, so anything but a
-        ``tool``/``function`` message is refused.  Marked and archived as :meth:`edit` is;
-        returns whether the trim was made.
-        """
+        """Replace a tool result of a protected group: the pipeline's last resort, for a result
+        too large to fit even when everything else is gone.  User and system text is never
+        cut (anything but a ``tool``/``function`` message is refused).  Marked and archived
+        as :meth:`edit` is; returns whether the trim was made."""
         if self._pending is not None:
             self._materialize()
         if role_of(self._view.messages[index]) not in ("tool", "function"):
@@ -473,15 +471,24 @@ class Draft:
         planned = self._planned_edit(index, message)
         if planned is None:
             return False
+        if self.ledger is not None:
+            self.ledger.fold([self.message(index)])
         self._apply_edit(group, index, *planned)
         self._mark(structural=False)
         return True
 
+    def rewrite_ledger(self, index: int, message: Message) -> None:
+        """Put ``message`` in place of the ledger message ``index`` (:mod:`.ledger_run`)."""
+        group = self._view.groups[self._view.group_of[index]]
+        if group.kind is not GroupKind.LEDGER:
+            raise ProtectedGroupError(f"message {index} is not the ledger")
+        self._apply_edit(group, index, message)
+        self._mark(structural=False)
+
     def preview_paid(self, message: Message, groups: Sequence[Group]) -> Message:
         """``message`` as :meth:`insert` with ``paid_by`` would record it once ``groups`` are
-        dropped (in that order, by the same strategy run): with recall on, marked with the span
-        of what they hold; the message itself otherwise.  For a summary measured before the
-        fold is made."""
+        dropped (by the same strategy run): with recall on, marked with the span of what they
+        hold (a summary measured before the fold is made)."""
         if self._recall is None:
             return message
         return self._recall.preview_paid(message, (m for g in groups for m in self._current(g)))
@@ -490,6 +497,10 @@ class Draft:
     def recall(self) -> bool:
         """Whether this run archives what it removes and marks what stands for it."""
         return self._recall is not None
+
+    def recall_id(self, message: Message) -> str | None:
+        """The recall id that finds ``message`` (a stub's own, an original's; recall off: None)."""
+        return self._recall.id_of(message) if self._recall is not None else None
 
     def archived(self) -> Archived | None:
         """What the run archived, from what its output lacks (``None``: recall off, or nothing
@@ -562,6 +573,7 @@ class Draft:
             changed=self._changed,
             pins=self._pins.items(),
             paid=len(self.paid),
+            ledger=self.ledger.snapshot() if self.ledger is not None else None,
         )
 
     def rollback(self, point: Savepoint) -> None:
@@ -569,6 +581,8 @@ class Draft:
         decisions included."""
         self._pins = Pins(point.pins)
         del self.paid[point.paid :]
+        if self.ledger is not None and point.ledger is not None:
+            self.ledger.restore(point.ledger)  # type: ignore[arg-type]
         if self._recall is not None:
             self._recall.settle()
         self._counters = point.counters

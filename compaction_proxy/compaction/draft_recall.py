@@ -53,6 +53,10 @@ class DraftRecall:
             self._log.edited(current, new, recall_id)
         return new, stats
 
+    def id_of(self, message: Message) -> str:
+        """The id recall finds ``message`` under once it is folded (a stub: the original's)."""
+        return self._log.edit_id(message)
+
     def drop(self, members: Sequence[Message]) -> None:
         """A group of ``members`` (their current forms) was dropped: archive them; the next
         paid message's span takes in their ids."""

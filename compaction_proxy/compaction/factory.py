@@ -8,7 +8,8 @@ fallback (``fallback_truncation``) and last resort follow.  It is read in the Ag
 terms, so it gets neither of the proxy's two additions, carried user messages
 (``carry_user_messages``) and the minimum saving (``min_saving``), unless the block writes them
 (:meth:`~.settings.CompactionSettings.carry_share`): a ported pipeline behaves as the Agent
-Framework's.  The default pipeline below has both.
+Framework's.  The default pipeline below has both, and the ledger (``compaction.ledger``): an
+explicit pipeline has it only when the block enables it or names ``- strategy: ledger``.
 
 With no ``compaction.pipeline`` configured, the pipeline is derived from the ``summarization``
 block (a pasted LibreChat block too).  It is a token-budget composition whose budget is its
@@ -43,6 +44,7 @@ from typing import Any
 from .pipeline import Pipeline
 from .settings import CompactionSettings, SummarizationSettings
 from .strategies.base import Strategy
+from .strategies.ledger_step import LedgerStep
 from .strategies.params import StrategyParams
 from .strategies.registry import STRATEGIES, StrategyRegistry
 from .strategies.scaled_collapse import ScaledToolResultCompaction
@@ -111,7 +113,9 @@ def build_pipeline(
     registry = registry if registry is not None else STRATEGIES
     if compaction.pipeline is not None:
         # A plain pipeline unless early_stop makes it a token-budget composition.
-        strategies = tuple(registry.build(entry) for entry in compaction.pipeline)
+        built = tuple(registry.build(entry) for entry in compaction.pipeline)
+        steps = [s for s in built if isinstance(s, LedgerStep)]
+        strategies = tuple(s for s in built if not isinstance(s, LedgerStep))
         early_stop = bool(compaction.early_stop)
         return Pipeline(
             strategies,
@@ -121,6 +125,7 @@ def build_pipeline(
             hysteresis=early_stop and bool(compaction.hysteresis),
             carry_user_share=compaction.carry_share(),
             min_saving=compaction.saving_share(),
+            ledger_share=compaction.ledger_share(bool(steps), steps[0].share if steps else None),
         )
     entries = default_pipeline_entries(summarization or SummarizationSettings(), registry)
     strategies = tuple(_scaled(registry.build(e)) for e in entries)
@@ -133,4 +138,5 @@ def build_pipeline(
         hysteresis=early_stop and compaction.hysteresis is not False,
         carry_user_share=compaction.carry_share(),
         min_saving=compaction.saving_share(),
+        ledger_share=compaction.ledger_share(),
     )

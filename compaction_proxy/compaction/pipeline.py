@@ -62,7 +62,10 @@ from .budget import Budget, Calibration, ModelCatalog, ModelFacts, OutputLimit, 
 from .carry import carry_user_messages, pin_summaries
 from .draft import Draft
 from .forced import forced_without_summary
+from .ledger.state import DraftLedger
+from .ledger_run import ledger_role, ledger_warnings, place_ledger, start_ledger
 from .messages import Message
+from .release import release_pins
 from .report import CompactionReport, StrategyFailure, StrategyReport
 from .strategies.base import Strategy, StrategyContext
 from .strategies.composite import (
@@ -73,12 +76,11 @@ from .strategies.composite import (
     run_to_completion,
     skipped_report,
 )
-from .strategies.last_resort import OversizedResultTrim
 from .summarizer import Summarizer
 from .tokenizer_provider import TokenizerProvider
 from .tokens import Tokenizer
 from .triggers import Condition, Metrics, OverBudget, firing_tokens
-from .view import DEFAULT_SUMMARY_MARKER, GroupKind, SummaryMarker, build_view
+from .view import DEFAULT_SUMMARY_MARKER, SummaryMarker, build_view
 
 
 class Mode(StrEnum):
@@ -159,6 +161,9 @@ class Pipeline:
     hysteresis: bool = False
     carry_user_share: float = 0.0
     min_saving: float = 0.0
+    ledger_share: float | None = None
+    """The ledger's share of the budget (:mod:`.ledger_run`); ``None``: no ledger (the core's
+    default; the configuration's default pipeline has one)."""
 
     def marker(self) -> SummaryMarker:
         """The summary marker this pipeline uses (see ``summary_marker``)."""
@@ -293,6 +298,7 @@ class _Run:
     fallback: StrategyReport | None = None
     last_resort: StrategyReport | None = None
     unforwarded: list[StrategyFailure] = field(default_factory=list)
+    ledger: DraftLedger | None = None
 
 
 def _start(request: CompactionRequest, summarizer: Summarizer | None) -> _Run:
@@ -338,6 +344,8 @@ def _start(request: CompactionRequest, summarizer: Summarizer | None) -> _Run:
     )
     pin_summaries(draft)
     carry_user_messages(draft, pipeline.carry_user_share)
+    if pipeline.ledger_share is not None:
+        start_ledger(draft, pipeline.ledger_share, ledger_role(pipeline.strategies))
     return run
 
 
@@ -376,23 +384,11 @@ async def _run_pipeline(run: _Run) -> None:
 
 
 async def _release_pins(run: _Run) -> None:
-    """Step 4: still over budget, the carried user messages go, then the last resort's trim,
-    then the summaries (each one that goes is reported as not forwarded)."""
-    fallback, draft = run.request.pipeline.fallback, run.draft
-    if fallback and draft.over_budget() and draft.unpin(GroupKind.USER):
-        released = await run_strategy_async(FallbackTruncation(), draft, StrategyContext())
-        run.fallback = _merged(run.fallback, released, "carried user messages released")
-    trim = OversizedResultTrim()
-    if trim.should_run(draft, StrategyContext()):
-        run.last_resort = await run_strategy_async(trim, draft, StrategyContext())
-    if fallback and draft.over_budget():
-        summaries = [
-            (draft.message(g.first), g.token_count) for g in draft.unpin(GroupKind.SUMMARY)
-        ]
-        if summaries:
-            released = await run_strategy_async(FallbackTruncation(), draft, StrategyContext())
-            run.fallback = _merged(run.fallback, released, "summaries released")
-            run.unforwarded = _gone(draft, summaries)
+    """Step 4 (:mod:`.release`), then the ledger placed in the output (:mod:`.ledger_run`)."""
+    released = await release_pins(run.draft, run.request.pipeline.fallback, run.fallback)
+    run.fallback, run.last_resort = released.fallback, released.last_resort
+    run.unforwarded = released.unforwarded
+    run.ledger = place_ledger(run.draft)
 
 
 def _warnings(run: _Run) -> list[str]:
@@ -406,6 +402,7 @@ def _warnings(run: _Run) -> list[str]:
         warnings.extend(strategy_report.warnings)
     warnings.extend(failure_warnings(steps))
     warnings.extend(f"{f.strategy}: {f.message}" for f in run.unforwarded)
+    warnings.extend(ledger_warnings(run.ledger, run.request.pipeline.ledger_share or 0.0))
     if run.request.mode is Mode.FORCE:
         warnings.extend(forced_without_summary(steps, draft))
     if draft.over_budget():
@@ -528,38 +525,6 @@ def output_note(limit: OutputLimit | None, budget: Budget, prompt: int) -> str |
         f"the prompt ({prompt} tokens) and the output limit ({limit.asked}) exceed {window}; "
         "an upstream that counts both may refuse it (lower_output_limit is off)"
     )
-
-
-def _merged(first: StrategyReport | None, then: StrategyReport, note: str) -> StrategyReport:
-    """One fallback report for the fallback and the run after a release of pins."""
-    then = replace(then, notes=(note, *then.notes))
-    if first is None:
-        return then
-    return replace(
-        first,
-        fired=True,
-        changed=first.changed or then.changed,
-        tokens_after=then.tokens_after,
-        groups_affected=first.groups_affected + then.groups_affected,
-        messages_affected=first.messages_affected + then.messages_affected,
-        notes=(*first.notes, *then.notes),
-        warnings=(*first.warnings, *then.warnings),
-    )
-
-
-def _gone(draft: Draft, summaries: Sequence[tuple[Message, int]]) -> list[StrategyFailure]:
-    """The released summaries the fallback dropped: paid for and not forwarded."""
-    present = {id(m) for m in draft.project()}
-    return [
-        StrategyFailure(
-            "summarization",
-            "discarded",
-            f"a summary of {tokens} tokens was made and not forwarded: the system messages, "
-            "the newest user message and the newest step leave no room for it",
-        )
-        for message, tokens in summaries
-        if id(message) not in present
-    ]
 
 
 def firing_point(pipeline: Pipeline, metrics: Metrics) -> int | None:

@@ -36,6 +36,7 @@ from .budget import DEFAULT_RESERVE_SHARE
 from .carry import DEFAULT_CARRY_SHARE
 from .fields import CamelModel, StrictModel, TargetField, TriggerField, error_at, parse_duration
 from .strategies.context_pruning import ContextPruningSettings
+from .strategies.ledger_step import DEFAULT_LEDGER_SHARE
 from .strategies.registry import PluginError, StrategyEntry, registry_for
 from .strategies.summarization import Placement, RetainRecentSettings
 from .triggers import Condition, TokenRatio, parse_condition
@@ -195,6 +196,20 @@ class RecallSettings(StrictModel):
         return int(self.max_archive_mb * 1024 * 1024)
 
 
+class LedgerSettings(StrictModel):
+    """``compaction.ledger``: the exact strings of what compaction folds, kept beside the
+    summary (compaction_proxy/compaction/ledger/; "The ledger" in docs/compaction.md).
+
+    ``enabled``: ``None`` (the default) means on in the default pipeline (and LibreChat's
+    block, which is the default pipeline) and off in an explicit ``compaction.pipeline`` unless
+    it names ``- strategy: ledger``; ``true``/``false`` decide for either.  ``share``: the most
+    of the budget the block may take (rules are never left out by it; they go last, when the
+    budget cannot be met otherwise)."""
+
+    enabled: bool | None = None
+    share: float = Field(default=DEFAULT_LEDGER_SHARE, gt=0, le=0.9)
+
+
 class CompactionSettings(StrictModel):
     """The ``compaction:`` block.
 
@@ -249,6 +264,9 @@ class CompactionSettings(StrictModel):
     tokenizer: TokenizerSettings = TokenizerSettings()
     # Our addition: removed content archived, and a recall tool the proxy answers (docs/recall.md).
     recall: RecallSettings = RecallSettings()
+    # Our addition: what compaction folds leaves its exact strings (paths, commands, errors,
+    # numbers, the user's rules) in one ledger message (docs/compaction.md, "The ledger").
+    ledger: LedgerSettings = LedgerSettings()
 
     def carry_share(self) -> float:
         """``carry_user_messages`` as the pipeline applies it: as written, else the default
@@ -257,6 +275,17 @@ class CompactionSettings(StrictModel):
         if self.carry_user_messages is not None:
             return self.carry_user_messages
         return DEFAULT_CARRY_SHARE if self.pipeline is None else 0.0
+
+    def ledger_share(self, named: bool = False, step_share: float | None = None) -> float | None:
+        """The ledger's share as the pipeline applies it (``None``: no ledger): ``enabled``
+        as written; else on for the default pipeline and for an explicit one that names
+        ``- strategy: ledger`` (``named``; ``step_share``: its own ``share``, else this
+        block's).  A ported Agent Framework pipeline without the entry has none."""
+        if self.ledger.enabled is False:
+            return None
+        if self.ledger.enabled or self.pipeline is None or named:
+            return step_share if step_share is not None else self.ledger.share
+        return None
 
     def saving_share(self) -> float:
         """``min_saving`` as the pipeline applies it: as written, else the default pipeline's

@@ -21,6 +21,10 @@ Grouping rules (see "Groups and invariants" in docs/architecture.md):
   forms an ``assistant_text`` group of its own), so it shares its neighbour's fate.
 * A message the proxy inserted as a checkpoint (recognised by :class:`SummaryMarker`) is a
   ``summary`` group.
+* The proxy's ledger message (its exact wrapper, :func:`~.ledger.render.is_ledger`, in a role
+  the summary marker allows, never the newest user message) is a ``ledger`` group, turn
+  ``None``: fixed like a system group for every strategy (see "The ledger" in
+  docs/compaction.md).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from .canonical import canonical_bytes
+from .ledger.render import is_ledger
 from .marks import strip_mark
 from .messages import (
     SYSTEM_ROLES,
@@ -50,6 +55,7 @@ class GroupKind(StrEnum):
     ASSISTANT_TEXT = "assistant_text"
     TOOL_CALL = "tool_call"
     SUMMARY = "summary"
+    LEDGER = "ledger"
 
 
 SUMMARY_PREFIX = "<summary>"
@@ -186,7 +192,7 @@ class ConversationView:
         System groups (invariant 1), the newest user message and the newest step (invariant
         4).  Older steps of the newest turn are not protected (see the class docstring).
         """
-        return group.kind is GroupKind.SYSTEM or group.index in self.protected
+        return group.kind in _FIXED or group.index in self.protected
 
     @property
     def insert_limit(self) -> int:
@@ -211,6 +217,10 @@ class ConversationView:
             if self.groups[group_index].kind is not GroupKind.SYSTEM:
                 return index
         return len(self.messages)
+
+
+_FIXED = frozenset({GroupKind.SYSTEM, GroupKind.LEDGER})
+"""Kinds no strategy touches: the system prompt and the proxy's ledger."""
 
 
 def build_view(
@@ -249,6 +259,12 @@ def build_view(
     )
 
 
+NO_TURN: int | None = None
+"""The turn of a group outside the turns (the system prompt, the ledger)."""
+
+_LEDGER_ROLES = frozenset({"user", "assistant"})
+"""Roles a ledger message may have without a summary marker (with one: the marker's)."""
+
 _Grouping = tuple[list[list[int]], list[GroupKind], list[int | None], list[int], int]
 """Per group its member indices, kind and turn; per message its group; the turn count."""
 
@@ -257,9 +273,7 @@ def _group(
     msgs: tuple[Message, ...], last_user: int | None, summary_marker: SummaryMarker | None
 ) -> _Grouping:
     """Assign every message to its group (a tool call with its results) in one pass."""
-    # The loop below inlines role_of, has_tool_calls, tool_call_ids, legacy_function_name and
-    # SummaryMarker.matches (same rules; see messages.py): it runs over every message twice
-    # per request, so helper calls and ABC isinstance checks dominated it.
+    # role_of, has_tool_calls, tool_call_ids, SummaryMarker.matches... inlined: a hot loop.
     marker_prefix: str | None = None
     marker_roles: frozenset[str] = frozenset()
     generic_marker: SummaryMarker | None = None
@@ -269,7 +283,7 @@ def _group(
             marker_roles = summary_marker.roles
         else:
             generic_marker = summary_marker
-
+    ledger_roles = marker_roles or _LEDGER_ROLES  # a ledger's roles: the summaries'
     members: list[list[int]] = []
     kinds: list[GroupKind] = []
     turns: list[int | None] = []
@@ -287,7 +301,9 @@ def _group(
         role = message.get("role")
         if type(role) is not str and not isinstance(role, str):
             role = ""
-        if index != last_user and (
+        if role in ledger_roles and index != last_user and is_ledger(message.get("content")):
+            kind, group_turn = GroupKind.LEDGER, NO_TURN
+        elif index != last_user and (
             (
                 marker_prefix is not None
                 and role in marker_roles
@@ -296,8 +312,7 @@ def _group(
             )
             or (generic_marker is not None and generic_marker.matches(message))
         ):
-            kind: GroupKind = summary_kind
-            group_turn: int | None = turn
+            kind, group_turn = summary_kind, turn
         elif role in SYSTEM_ROLES:
             kind, group_turn = system_kind, None
         elif role == "user":
@@ -348,13 +363,13 @@ def _protected(
     step: int | None = None
     for index in range(len(msgs) - 1, -1, -1):
         group = groups[group_of[index]]
-        if group.kind is GroupKind.SYSTEM:
+        if group.kind in _FIXED:
             continue
         if group.index not in chosen:
             step = group.index
             chosen.add(step)
         break
-    return frozenset(g for g in chosen if groups[g].kind is not GroupKind.SYSTEM), step
+    return frozenset(g for g in chosen if groups[g].kind not in _FIXED), step
 
 
 def _new_group(
@@ -412,7 +427,11 @@ def _last_user_index(msgs: tuple[Message, ...], marker: SummaryMarker | None = N
     """
     for index in range(len(msgs) - 1, -1, -1):
         message = msgs[index]
-        if message.get("role") == "user" and (marker is None or not marker.is_ours(message)):
+        if (
+            message.get("role") == "user"
+            and (marker is None or not marker.is_ours(message))
+            and not is_ledger(message.get("content"))
+        ):
             return index
     return None
 
@@ -436,6 +455,6 @@ def _tail_start(last_user: int | None, groups: tuple[Group, ...], size: int) -> 
     if last_user is not None:
         return last_user
     for group in reversed(groups):
-        if group.kind is not GroupKind.SYSTEM:
+        if group.kind not in _FIXED:
             return group.first
     return size

@@ -39,6 +39,7 @@ from compaction_proxy.compaction import (
 from compaction_proxy.compaction.archive import ID_PATTERN, Archived, RecallIds
 from compaction_proxy.compaction.budget import Budget
 from compaction_proxy.compaction.draft import Draft
+from compaction_proxy.compaction.ledger import is_ledger
 from compaction_proxy.compaction.marks import (
     marked,
     message_mark,
@@ -561,8 +562,8 @@ def check_archive(inputs: Sequence[Message], result: CompactionResult) -> None:
         return
     known = set(archived.order) if archived is not None else set()
     for message in inputs:
-        if id(message) in present:
-            continue
+        if id(message) in present or is_ledger(message.get("content")):
+            continue  # (a ledger rewritten: what it held was archived when it was folded)
         stub = message_mark(message)
         if stub is not None and stub.startswith("r"):  # edited again, or dropped
             assert stub in known or stub in named, stub

@@ -26,6 +26,7 @@ from compaction_proxy.compaction import (
     Pipeline,
     compact,
 )
+from compaction_proxy.compaction.ledger import is_ledger
 from compaction_proxy.compaction.strategies import (
     SlidingWindowStrategy,
     Strategy,
@@ -475,6 +476,10 @@ def check_invariants_phase2(
     by_id = {m["x-id"]: i for i, m in enumerate(msgs)}
     positions: list[int] = []
     for message in out:
+        if "x-id" not in message and is_ledger(message.get("content")):  # the ledger
+            # in the summary placement's role (user unless a pipeline places them elsewhere)
+            assert set(message) == {"role", "content"}
+            continue
         if "x-id" not in message:  # a synthetic [Tool results: ...] summary
             assert set(message) == {"role", "content"} and message["role"] == "assistant"
             assert message["content"].startswith("[Tool results: ")

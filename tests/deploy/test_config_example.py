@@ -332,12 +332,13 @@ def test_the_written_out_default_pipeline_is_the_default() -> None:
     )
     # and the default pipeline's own additions, which an explicit pipeline has only when written
     assert (
-        (built.carry_user_share, built.min_saving)
+        (built.carry_user_share, built.min_saving, built.ledger_share)
         == (
             default.carry_user_share,
             default.min_saving,
+            default.ledger_share,
         )
-        == (0.15, 0.02)
+        == (0.15, 0.02, 0.25)
     )
     assert DEFAULT_TRIGGER_RATIO == 0.8 and DEFAULT_TARGET_RATIO == 0.5  # "80% ... towards 50%"
 

@@ -75,6 +75,9 @@ def proxy(
         upstream_entry(fake.url + "/v1", name="local"),
         store={"backend": "sqlite", "path": str(db)},
         models={MODEL: {"context_window": WINDOW}, NATIVE: {"context_window": WINDOW}},
+        # The edits as the proxy applies them, alone: the ledger the default pipeline keeps
+        # beside them is tested in tests/unit/test_ledger_formats.py (Messages too).
+        compaction={"ledger": {"enabled": False}},
     )
     server: ProxyServer = module_proxy_factory(config)
     return server

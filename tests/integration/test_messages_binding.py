@@ -137,7 +137,12 @@ def ask(
         "extra_headers": {"anthropic-beta": betas},
     }
     raw = client.sdk.messages.with_raw_response.create(**kwargs)
-    [forwarded] = [r for r in fake.take() if r.path == MESSAGES]
+    # (a summarizer call may come first: the proxy's checkpoint, not the client's request)
+    [forwarded] = [
+        r
+        for r in fake.take()
+        if r.path == MESSAGES and "You are writing a checkpoint" not in str(r.json().get("system"))
+    ]
     return Step(client.sent[-1], forwarded, raw.headers, raw.http_response.json())
 
 

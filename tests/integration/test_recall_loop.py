@@ -36,7 +36,12 @@ def loop_config(upstream: UpstreamServer, store: dict[str, Any], **recall: Any) 
             "retainRecent": {"turns": 2},
             "timeout": 10,
         },
-        compaction={"recall": {"enabled": True, "max_rounds": 2, **recall}},
+        # What recall alone brings back: the ledger (on in the default pipeline) would keep the
+        # planted facts in view (tests/compaction/test_ledger_pipeline.py).
+        compaction={
+            "ledger": {"enabled": False},
+            "recall": {"enabled": True, "max_rounds": 2, **recall},
+        },
     )
 
 

@@ -78,7 +78,12 @@ def config(fake: MessagesUpstreamServer, db: Path, recall: bool) -> dict[str, An
             "retainRecent": {"turns": 2},
             "timeout": 10,
         },
-        compaction={"recall": {"enabled": recall, "max_rounds": MAX_ROUNDS, "max_tokens": 1_500}},
+        # What recall alone brings back: the ledger (on in the default pipeline) would keep the
+        # planted facts in view (tests/compaction/test_ledger_pipeline.py).
+        compaction={
+            "ledger": {"enabled": False},
+            "recall": {"enabled": recall, "max_rounds": MAX_ROUNDS, "max_tokens": 1_500},
+        },
     )
 
 

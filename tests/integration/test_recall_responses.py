@@ -78,8 +78,11 @@ def config(upstream: ResponsesUpstreamServer, db: Path, recall: bool) -> dict[st
             "retainRecent": {"turns": 2},
             "timeout": 10,
         },
+        # What recall alone brings back: the ledger (on in the default pipeline) would keep the
+        # planted facts in view (tests/compaction/test_ledger_pipeline.py).
         compaction={
-            "recall": {"enabled": recall, "max_rounds": MAX_ROUNDS, "max_tokens": MAX_TOKENS}
+            "ledger": {"enabled": False},
+            "recall": {"enabled": recall, "max_rounds": MAX_ROUNDS, "max_tokens": MAX_TOKENS},
         },
     )
 

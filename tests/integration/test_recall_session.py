@@ -46,7 +46,12 @@ def session_config(upstream: UpstreamServer, db: Path, recall: bool) -> dict[str
             "retainRecent": {"turns": 2},
             "timeout": 10,
         },
-        compaction={"recall": {"enabled": recall, "max_rounds": 3, "max_tokens": 2_000}},
+        # What recall alone brings back: the ledger (on in the default pipeline) would keep the
+        # planted facts in view (tests/compaction/test_ledger_pipeline.py).
+        compaction={
+            "ledger": {"enabled": False},
+            "recall": {"enabled": recall, "max_rounds": 3, "max_tokens": 2_000},
+        },
     )
 
 

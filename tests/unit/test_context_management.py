@@ -50,6 +50,9 @@ def compactor() -> Iterator[Compactor]:
                 "upstreams": [{"name": "up", "base_url": "http://up.test/v1"}],
                 "models": {MODEL: {"context_window": 200_000}},
                 "summarization": {"enabled": False},
+                # What the edits translate to, alone: the ledger the default pipeline keeps
+                # beside them is tested in tests/unit/test_ledger_formats.py (Messages too).
+                "compaction": {"ledger": {"enabled": False}},
             }
         )
     )

@@ -25,6 +25,7 @@ import respx
 
 from compaction_proxy.app import ProxyApp
 from compaction_proxy.checkpoints import MemoryStore, StoreBreaker
+from compaction_proxy.compaction.ledger import is_ledger
 from compaction_proxy.config import Settings
 from tests.support.processes import tiktoken_cache_dir
 from tests.unit.test_app import _RespxTransport, in_process
@@ -133,7 +134,7 @@ def marked_ids(body: dict[str, Any]) -> list[str]:
     found: list[str] = []
     for message in body["messages"]:
         content = message.get("content")
-        if isinstance(content, str) and MARK in content:
+        if isinstance(content, str) and MARK in content and not is_ledger(content):
             found.append(content.rsplit(MARK, 1)[1].rstrip("]").strip())
     return found
 

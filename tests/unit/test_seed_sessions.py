@@ -57,8 +57,11 @@ async def test_carried_user_messages_never_multiply_summaries_at_8k() -> None:
     than with `carry_user_messages: 0`. Before the carry counted inside the event's target, the
     carried messages left each event over it and events came every few requests: 19 calls
     against 8."""
-    carried = await librechat_session(WINDOW_8K, 130)
-    plain = await librechat_session(WINDOW_8K, 130, {"carry_user_messages": 0})
+    # The carry alone (the ledger keeps the folded turns' rules too, at a cost in summaries:
+    # test_the_ledger_forwards_every_rule_at_8k below).
+    off = {"ledger": {"enabled": False}}
+    carried = await librechat_session(WINDOW_8K, 130, off)
+    plain = await librechat_session(WINDOW_8K, 130, {**off, "carry_user_messages": 0})
     assert plain.summarizer_calls > 0, "the session never summarized: it proves nothing"
     assert carried.summarizer_calls <= plain.summarizer_calls, (
         carried.summarizer_calls,
@@ -69,6 +72,18 @@ async def test_carried_user_messages_never_multiply_summaries_at_8k() -> None:
         assert all(step.prompt_tokens < WINDOW_8K for step in report.steps)
     # the carry still does its work: more of the users' rules reach the last request
     assert carried.rules_carried() > plain.rules_carried()
+
+
+async def test_the_ledger_forwards_every_rule_at_8k() -> None:
+    """The same 65 turns with the default configuration, the ledger on: every rule a user
+    stated reaches the last request verbatim (carried, or pinned in the ledger), where the
+    carry alone forwards about a quarter. The price: the pinned rules count inside every
+    summary event's target, so at 8k the summarizer is called about twice as often."""
+    report = await librechat_session(WINDOW_8K, 130)
+    assert report.summarizer_calls > 0
+    assert report.rules_carried() == 1.0
+    assert report.false_summary_reports() == []
+    assert all(step.prompt_tokens < WINDOW_8K for step in report.steps)
 
 
 async def test_the_users_rules_still_reach_the_last_request_at_32k() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from .clear_tool_uses import ClearToolUsesParams, ClearToolUsesStrategy
 from .composite import PipelineParams, PipelineStrategy
 from .context_pruning import ContextPruningParams, ContextPruningStrategy
+from .ledger_step import LedgerParams, LedgerStep
 from .registry import STRATEGIES, StrategyRegistry
 from .selective_tool_calls import SelectiveToolCallsParams, SelectiveToolCallsStrategy
 from .sliding_window import SlidingWindowParams, SlidingWindowStrategy
@@ -29,6 +30,7 @@ def register_builtin_strategies(registry: StrategyRegistry) -> StrategyRegistry:
     registry.register("summarization", SummarizationParams, SummarizationStrategy)
     registry.register("sliding_window", SlidingWindowParams, SlidingWindowStrategy)
     registry.register("truncation", TruncationParams, TruncationStrategy)
+    registry.register("ledger", LedgerParams, LedgerStep)
     registry.register("pipeline", PipelineParams, PipelineStrategy)
     return registry
 

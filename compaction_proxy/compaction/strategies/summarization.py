@@ -123,6 +123,7 @@ from pydantic import Field, model_validator
 
 from ..draft import Draft
 from ..fields import CamelModel
+from ..ledger.span import span_strings
 from ..messages import Message
 from ..triggers import Condition
 from ..view import CHECKPOINT_NOTE as CHECKPOINT_NOTE  # re-exported: the wrapper's closing note
@@ -465,9 +466,16 @@ class SummarizationStrategy(Strategy):
 
     def check_items(self, draft: Draft, folded: Sequence[Group]) -> CheckItems:
         """The exact strings and rules of ``folded`` its summary is checked against before it
-        is stored (:mod:`.summary_record`, "Summaries checked" in docs/compaction.md); none
-        here: the ledger's items of the span are what belongs here."""
-        return NO_ITEMS
+        is stored (:mod:`.summary_record`, "Summaries checked" in docs/compaction.md): what the
+        ledger takes from the span (earlier summaries apart: they were checked when written)."""
+        messages = [
+            draft.message(index)
+            for group in folded
+            if group.kind is not GroupKind.SUMMARY
+            for index in group.members
+        ]
+        strings, rules = span_strings(messages)
+        return CheckItems(strings, rules) if strings or rules else NO_ITEMS
 
     # ------------------------------------------------------------------ running
     def apply(self, draft: Draft, ctx: StrategyContext) -> StrategyOutcome:

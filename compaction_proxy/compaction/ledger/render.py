@@ -1,0 +1,85 @@
+"""The ledger message's text: rendered compactly and stably, and parsed back.
+
+::
+
+    <ledger>
+    Exact strings from the compacted part of this conversation, kept verbatim; ...
+    Rules:
+    - Never push to main.
+    Files:
+    - src/app/db.py (edit_file) [recall id r…]
+    </ledger>
+
+Sections in a fixed order, items oldest first, one line each, nothing that changes unless an
+item does (no counts, no timestamps), so a run that adds nothing forwards the same bytes.
+:func:`parse` gives back the items :func:`render` wrote (``render(parse(t)) == t``): the next
+fold merges into the ledger from the forwarded text, and a checkpoint, which stores messages,
+carries it as it is.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from ..marks import original_mark
+from .items import Item, Section
+
+LEDGER_PREFIX = "<ledger>"
+"""The exact opening of the ledger message (the view recognises it, :mod:`..view`)."""
+
+LEDGER_CLOSE = "</ledger>"
+"""The exact end of the ledger message."""
+
+LEDGER_HEADER = (
+    "Kept verbatim from the compacted part of this conversation (a summary may omit it):"
+)
+
+_SECTIONS = {f"{section.value}:": section for section in Section}
+_RECALL = re.compile(r"^(.*) \[recall id (r[a-z2-7]{11})\]$")
+
+
+def render_line(item: Item) -> str:
+    """One item's line (without its newline)."""
+    return f"- {item.text}{original_mark(item.recall) if item.recall else ''}"
+
+
+def render(items: Sequence[Item]) -> str:
+    """The ledger message's text for ``items`` (in their order, grouped by section)."""
+    lines = [LEDGER_PREFIX, LEDGER_HEADER]
+    current: Section | None = None
+    for item in items:
+        if item.section is not current:
+            current = item.section
+            lines.append(f"{current.value}:")
+        lines.append(render_line(item))
+    lines.append(LEDGER_CLOSE)
+    return "\n".join(lines)
+
+
+def is_ledger(text: object) -> bool:
+    """True for a text in the ledger's exact wrapper (opening tag, header, closing tag)."""
+    return (
+        isinstance(text, str)
+        and text.startswith(f"{LEDGER_PREFIX}\n{LEDGER_HEADER}\n")
+        and text.endswith(f"\n{LEDGER_CLOSE}")
+    )
+
+
+def parse(text: str) -> list[Item]:
+    """The items of a ledger text :func:`render` wrote (lines it did not write are skipped)."""
+    if not is_ledger(text):
+        return []
+    body = text[len(LEDGER_PREFIX) + len(LEDGER_HEADER) + 2 : -len(LEDGER_CLOSE) - 1]
+    items: list[Item] = []
+    section: Section | None = None
+    for line in body.split("\n"):
+        if line in _SECTIONS:
+            section = _SECTIONS[line]
+        elif section is not None and line.startswith("- "):
+            found = _RECALL.match(line[2:])
+            if found is not None:
+                items.append(Item(section, found.group(1), found.group(2)))
+            else:
+                items.append(Item(section, line[2:]))
+    return items

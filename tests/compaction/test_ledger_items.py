@@ -1,0 +1,316 @@
+"""The ledger's extraction, merge and text (compaction_proxy/compaction/ledger/): what a folded
+group leaves, exactly, from realistic tool output and user messages; how items merge across
+folds; the block's text rendered stably and parsed back into the same items."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compaction_proxy.compaction import CharacterEstimatorTokenizer
+from compaction_proxy.compaction.ledger import Item, Section, is_ledger, parse, render
+from compaction_proxy.compaction.ledger.extract import bounded, extract
+from compaction_proxy.compaction.ledger.items import Ledger
+from compaction_proxy.compaction.ledger.patterns import PER_KIND, SCAN_CHARS
+from compaction_proxy.compaction.ledger.state import DraftLedger
+
+Msg = dict[str, Any]
+TOK = CharacterEstimatorTokenizer()
+
+PYTEST = """============================= test session starts ==============================
+collected 15 items
+
+tests/test_db.py ...F.......F...                                         [100%]
+=================================== FAILURES ===================================
+E       AssertionError: expected 5 rows, got 4
+FAILED tests/test_db.py::test_insert - AssertionError: expected 5 rows, got 4
+FAILED tests/test_db.py::test_update - KeyError: 'id'
+========================= 2 failed, 13 passed in 1.42s ========================="""
+TRACEBACK = """Traceback (most recent call last):
+  File "/srv/app/src/app/server.py", line 88, in handle
+    conn = pool.acquire(timeout=30)
+  File "/srv/app/src/app/pool.py", line 41, in acquire
+    raise TimeoutError("pool exhausted after 30 s")
+TimeoutError: pool exhausted after 30 s"""
+GIT_LOG = """commit 9fceb02d0ae598e95dc970b74767f19372d61af8
+Author: Dana <dana@example.com>
+Date:   Mon Dec 7 10:12:01 2026 +0000
+
+    Bump version to v2.4.1 and fix PROJ-1432"""
+CURL = """$ curl -s https://api.example.com/v2/status
+{"status": "degraded", "region": "eu-west-1"}
+curl: (28) Operation timed out after 5001 milliseconds"""
+LS = """total 24
+drwxr-xr-x  4 dev dev 4096 Dec  7 10:00 .
+-rw-r--r--  1 dev dev  812 Dec  7 09:58 pyproject.toml
+-rw-r--r--  1 dev dev 2301 Dec  7 09:59 src/app/config.yaml"""
+COMPILER = """src/net/conn.c:142:17: error: use of undeclared identifier 'sockfd'
+    if (connect(sockfd, addr, len) < 0) {
+                ^
+1 error generated.
+make: *** [Makefile:12: build/conn.o] Error 1"""
+BENCH = """Running 30s test @ http://127.0.0.1:8080/
+  p50 latency 41.2 ms
+  p99 latency 187.5 ms
+  RSS 512 MiB
+  throughput 1830 req/s
+  coverage 87 %"""
+
+
+def call(call_id: str, name: str, **arguments: Any) -> Msg:
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments)},
+            }
+        ],
+    }
+
+
+def result(call_id: str, text: str) -> Msg:
+    return {"role": "tool", "tool_call_id": call_id, "content": text}
+
+
+def items_of(*members: Msg) -> dict[Section, list[str]]:
+    found, _ = extract(list(members), lambda m: None)
+    out: dict[Section, list[str]] = {}
+    for item in found:
+        out.setdefault(item.section, []).append(item.text)
+    return out
+
+
+def test_a_pytest_run_leaves_its_command_verdict_and_failures() -> None:
+    got = items_of(call("c1", "bash", command="pytest -q tests/test_db.py"), result("c1", PYTEST))
+    verdict = "========================= 2 failed, 13 passed in 1.42s ========================="
+    assert got[Section.COMMANDS] == [f"pytest -q tests/test_db.py -> {verdict}"]
+    assert (
+        "FAILED tests/test_db.py::test_insert - AssertionError: expected 5 rows, got 4"
+        in (got[Section.ERRORS])
+    )
+    assert "E       AssertionError: expected 5 rows, got 4" in got[Section.ERRORS]
+
+
+def test_a_traceback_leaves_its_final_exception_and_the_files() -> None:
+    got = items_of(call("c1", "bash", command="python -m app"), result("c1", TRACEBACK))
+    assert got[Section.COMMANDS] == ["python -m app -> TimeoutError: pool exhausted after 30 s"]
+    assert "TimeoutError: pool exhausted after 30 s" in got[Section.ERRORS]
+    assert {"/srv/app/src/app/server.py", "/srv/app/src/app/pool.py"} <= set(got[Section.FILES])
+
+
+def test_git_log_curl_ls_compiler_and_a_benchmark_leave_their_exact_strings() -> None:
+    got = items_of(call("c1", "bash", command="git log -1"), result("c1", GIT_LOG))
+    assert {"9fceb02d0ae598e95dc970b74767f19372d61af8", "v2.4.1", "PROJ-1432"} <= set(
+        got[Section.IDENTIFIERS]
+    )
+    got = items_of({"role": "assistant", "content": CURL})
+    assert got[Section.COMMANDS] == ["curl -s https://api.example.com/v2/status"]  # its URL too
+    got = items_of({"role": "assistant", "content": "The docs: https://docs.example.com/a?b=1."})
+    assert got[Section.URLS] == ["https://docs.example.com/a?b=1"]
+    got = items_of(call("c1", "bash", command="ls -la"), result("c1", LS))
+    assert {"pyproject.toml", "src/app/config.yaml"} <= set(got[Section.FILES])
+    got = items_of(call("c1", "bash", command="make"), result("c1", COMPILER))
+    assert (
+        "src/net/conn.c:142:17: error: use of undeclared identifier 'sockfd'"
+        in (got[Section.ERRORS])
+    )
+    got = items_of(call("c1", "bash", command="./bench.sh"), result("c1", BENCH))
+    assert {"p50 latency 41.2 ms", "p99 latency 187.5 ms", "RSS 512 MiB", "coverage 87 %"} <= set(
+        got[Section.NUMBERS]
+    )
+    assert "throughput 1830 req/s" in got[Section.NUMBERS]
+
+
+def test_a_setting_given_a_value_is_kept_with_it_and_superseded_by_name() -> None:
+    ledger = DraftLedger(TOK, share=0.5, budget=100_000)
+    ledger.fold([result("x", "export DATABASE_URL=postgres://db:5432/app\nKEY-7 = VALUE-k3x9")])
+    ledger.fold([result("y", "KEY-7 = VALUE-zz99")])
+    texts = [i.text for i in ledger.items()]
+    assert "DATABASE_URL=postgres://db:5432/app" in texts
+    assert "KEY-7 = VALUE-zz99" in texts and "KEY-7 = VALUE-k3x9" not in texts
+
+
+def test_tool_arguments_give_paths_and_a_call_without_result_is_open_work() -> None:
+    got = items_of(call("c1", "edit_file", path="src/app/db.py", content="..."))
+    assert got[Section.FILES] == ["src/app/db.py (edit_file)"]
+    assert got[Section.OPEN] == [
+        'edit_file {"content": "...", "path": "src/app/db.py"} (no result yet)'
+    ]
+
+
+def test_the_assistant_todo_lines_are_open_work_and_a_done_line_closes_one() -> None:
+    ledger = DraftLedger(TOK, share=0.5, budget=100_000)
+    ledger.fold([{"role": "assistant", "content": "Next step: migrate the users table\nok"}])
+    assert [i.text for i in ledger.items()] == ["Next step: migrate the users table"]
+    ledger.fold([{"role": "assistant", "content": "Done: migrate the users table"}])
+    assert ledger.items() == []
+
+
+def test_a_users_rules_and_statements_are_kept_verbatim() -> None:
+    text = (
+        "Please fix the login bug. Never push to main. Only use Python 3.11.\n"
+        "HARD CONSTRAINT: Budget cap is $700 total.\n"
+        "FACT: The staging URL is https://staging.example.com/v2.\n"
+        "1. Keep the public API stable\n2. Add a test for every fix\n"
+        "I prefer short answers. The weather is nice today."
+    )
+    got = items_of({"role": "user", "content": text})
+    assert got[Section.RULES] == [
+        "Never push to main.",
+        "Only use Python 3.11.",
+        "HARD CONSTRAINT: Budget cap is $700 total.",
+        "1. Keep the public API stable",
+        "2. Add a test for every fix",
+    ]
+    assert got[Section.STATEMENTS] == [
+        "FACT: The staging URL is https://staging.example.com/v2.",
+        "I prefer short answers.",
+    ]
+
+
+def test_a_describing_only_is_not_a_rule() -> None:
+    got = items_of({"role": "user", "content": "The TTL is only a backstop."})
+    assert Section.RULES not in got
+
+
+def test_a_huge_tool_result_is_read_at_both_ends_and_bounded_per_kind() -> None:
+    lines = [f"FAILED tests/t{n}.py::case - ValueError: v{n}" for n in range(40_000)]
+    huge = "\n".join(lines)  # ~1.6 MiB
+    assert len(huge) > 1_000_000
+    assert len(bounded(huge)) <= 2 * SCAN_CHARS + 1
+    got = items_of(call("c1", "bash", command="pytest"), result("c1", huge))
+    assert len(got[Section.ERRORS]) == PER_KIND
+    assert got[Section.COMMANDS] == ["pytest -> FAILED tests/t39999.py::case - ValueError: v39999"]
+
+
+def test_the_proxys_own_stand_ins_are_not_read_again() -> None:
+    collapsed = {"role": "assistant", "content": "[Tool results: bash: p50 latency 40 ms]"}
+    assert items_of(collapsed) == {}
+
+
+# ------------------------------------------------------------------ merge
+
+
+def test_dedupe_supersede_and_reference_counts() -> None:
+    ledger = Ledger()
+    assert ledger.add(Item(Section.NUMBERS, "p50 latency 41.2 ms")) == (True, None)
+    assert ledger.add(Item(Section.NUMBERS, "p50 latency 41.2 ms")) == (False, None)
+    changed, old = ledger.add(Item(Section.NUMBERS, "p50 latency 39.0 ms"))
+    assert changed and old == Item(Section.NUMBERS, "p50 latency 41.2 ms")
+    ledger.add(Item(Section.NUMBERS, "p99 latency 90 ms"))  # another "what": both kept
+    ledger.add(Item(Section.COMMANDS, "pytest -q -> 1 failed"))
+    ledger.add(Item(Section.COMMANDS, "pytest -q -> 3 passed"))  # run again: newer verdict
+    ledger.add(Item(Section.IDENTIFIERS, "version = 1.2.3"))
+    ledger.add(Item(Section.IDENTIFIERS, "version = 1.2.4"))
+    ledger.add(Item(Section.RULES, "Never spend more than $300."))
+    ledger.add(Item(Section.RULES, "Never spend more than $700."))  # restated: the newer
+    ledger.add(Item(Section.RULES, "Always use `black`."))
+    ledger.add(Item(Section.RULES, "Always use `ruff`."))  # another name: another rule
+    ledger.add(Item(Section.RULES, "Keep RULE-45 as it is."))
+    ledger.add(Item(Section.RULES, "Keep RULE-46 as it is."))  # a name with digits: another
+    assert [i.text for i in ledger.items()] == [
+        "Never spend more than $700.",
+        "Always use `black`.",
+        "Always use `ruff`.",
+        "Keep RULE-45 as it is.",
+        "Keep RULE-46 as it is.",
+        "pytest -q -> 3 passed",
+        "version = 1.2.4",
+        "p50 latency 39.0 ms",
+        "p99 latency 90 ms",
+    ]
+
+
+def test_the_share_leaves_out_artifacts_then_statements_least_referenced_first() -> None:
+    ledger = DraftLedger(TOK, share=0.01, budget=12_000)  # 120 tokens for what is not pinned
+    user = {"role": "user", "content": "FACT: the db is Postgres 15.\nI prefer tabs over spaces."}
+    ledger.fold([user])
+    ledger.fold([call("c1", "bash", command="make"), result("c1", COMPILER)])
+    ledger.fold([call("c2", "bash", command="./bench.sh"), result("c2", BENCH)])
+    ledger.fold([{"role": "assistant", "content": "The build log is in build/out.log"}])
+    ledger.fold([{"role": "assistant", "content": "Again: build/out.log"}])  # referenced twice
+    kept = {i.text for i in ledger.items()}
+    assert "FACT: the db is Postgres 15." in kept  # flagged by the user: pinned
+    assert ledger.left_out > 0 and ledger.tokens(pinned=False) <= ledger.limit
+    assert "build/out.log" in kept  # referenced twice: outlives the other artifacts
+    assert "I prefer tabs over spaces." in kept  # statements go after every artifact
+    assert "make -> make: *** [Makefile:12: build/conn.o] Error 1" not in kept
+
+
+def test_release_leaves_rules_for_last() -> None:
+    ledger = DraftLedger(TOK, share=0.9, budget=100_000)
+    ledger.fold([{"role": "user", "content": "Never push to main.\nFACT: db is Postgres 15."}])
+    ledger.fold([call("c1", "bash", command="make"), result("c1", COMPILER)])
+    assert {Section.ERRORS, Section.COMMANDS} <= {i.section for i in ledger.items()}
+
+    def over() -> bool:
+        return ledger.tokens() > 0
+
+    ledger.release(over, pinned=False)  # without pinned: the rule and the fact stay
+    assert [i.text for i in ledger.items()] == ["Never push to main.", "FACT: db is Postgres 15."]
+    ledger.release(over, pinned=True)
+    assert ledger.items() == []
+
+
+def test_a_rollback_restores_the_ledger() -> None:
+    ledger = DraftLedger(TOK, share=0.5, budget=100_000)
+    ledger.fold([{"role": "user", "content": "Never push to main."}])
+    point = ledger.snapshot()
+    tokens = ledger.tokens()
+    ledger.fold([call("c1", "bash", command="make"), result("c1", COMPILER)])
+    assert ledger.tokens() > tokens
+    ledger.restore(point)
+    assert ledger.tokens() == tokens and len(ledger.items()) == 1
+
+
+# ------------------------------------------------------------------ text
+
+sections = st.sampled_from(list(Section))
+texts = (
+    st.text(st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp")), min_size=1, max_size=60)
+    .map(str.strip)
+    .filter(bool)
+)
+recalls = st.none() | st.from_regex(r"r[a-z2-7]{11}", fullmatch=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(sections, texts, recalls), max_size=30))
+def test_render_and_parse_are_inverse_and_deterministic(raw: list[Any]) -> None:
+    items = Ledger(tuple(Item(s, t, r) for s, t, r in raw)).items()
+    text = render(items)
+    assert is_ledger(text)
+    assert text.startswith("<ledger>\n") and text.endswith("\n</ledger>")
+    assert parse(text) == items
+    assert render(parse(text)) == text
+    assert render(Ledger(tuple(Item(s, t, r) for s, t, r in raw)).items()) == text
+
+
+def test_a_clients_pasted_tag_is_not_a_ledger() -> None:
+    assert not is_ledger("<ledger>\nmy own notes\n</ledger>")
+    assert parse("<ledger>\nmy own notes\n</ledger>") == []
+
+
+def test_span_strings_gives_a_summary_check_its_exact_strings_and_rules() -> None:
+    from compaction_proxy.compaction.ledger.span import span_strings
+
+    span = [
+        {"role": "user", "content": "Never push to main. FACT: the db is Postgres 15."},
+        call("c1", "edit_file", path="src/app/db.py"),
+        result("c1", "ok"),
+        call("c2", "bash", command="pytest -q"),
+        result("c2", PYTEST),
+    ]
+    items, rules = span_strings(span)
+    assert rules == ["Never push to main."]
+    assert ("Statements", "FACT: the db is Postgres 15.") in items
+    assert ("Files", "src/app/db.py") in items
+    assert ("Commands", "pytest -q") in items  # without its verdict
+    assert ("Errors", "FAILED tests/test_db.py::test_update - KeyError: 'id'") in items
+    assert len(items) == len(set(items))
