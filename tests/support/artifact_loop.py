@@ -1,10 +1,10 @@
 """A single-task agent loop whose tool results hold the exact strings an agent needs later.
 
 Used by `tests/integration/test_ledger_loop.py` and `bench/session.py --prose`. Each step is
-one bash or file tool call and its result, in one of four realistic shapes (a pytest run, a
-compiler error, a script's traceback, a benchmark), and every step's strings are its own:
-a file path, the command, an error line, a verdict line (pytest's summary, make's error line)
-and a measured number with its unit, none of which appears in any other step. The task
+one bash call and its result, in one of four realistic shapes (a pytest run, a compiler error,
+a script's traceback, a benchmark), and every step's strings are its own: a file path, the
+command, an error line, a measured number with its unit and, for a pytest run, its verdict
+line; none of them appears in any other step. The task
 message states the user's rules. With a summarizer that writes prose (the fake upstream's
 ``summarizer: prose``), what survives folding is what compaction itself carried.
 """
@@ -109,29 +109,30 @@ def make_step(index: int, filler_lines: int = 24) -> ArtifactStep:
         path = f"tests/{module}/test_{module}_{n}.py"
         command = f"python -m pytest {path} -q -x"
         error = f"AssertionError: expected checksum 0x{_hex(index, 1)} got 0x{_hex(index, 2)}"
-        verdict = f"{1 + index % 3} failed, {20 + index} passed in {2 + index % 5}.{n[1:]}s"
+        verdict = f"{1 + index % 3} failed, {20 + index} passed"
         number = f"{value} MiB"
         result = (
             f"{NOISE}collected {21 + index + index % 3} items\n\n{path} ....F\n{filler}"
             f"_____ test_{module}_roundtrip_{n} _____\n{path}:{40 + index % 50}: in "
             f"test_{module}_roundtrip_{n}\n    assert decode(encode(record)) == record\n"
             f"E   {error}\nFAILED {path}::test_{module}_roundtrip_{n} - {error}\n"
-            f"peak RSS of test_{module}_roundtrip_{n}: {number}\n{verdict}\nexit code 1\n"
+            f"peak RSS of test_{module}_roundtrip_{n}: {number}\n"
+            f"{verdict} in {2 + index % 5}.{n[1:]}s\nexit code 1\n"
         )
         strings = {"path": path, "command": command, "verdict": verdict}
-    elif shape == 1:
+    elif shape == 1:  # make's "Error 1" line is no verdict the ledger promises: not counted
         path = f"src/native/{module}_{n}.c"
         command = f"make -j2 build/{module}_{n}.o"
         error = f"error: '{module}_table_{n}' undeclared (first use in this function)"
-        verdict = f"make: *** [Makefile:{80 + index}: build/{module}_{n}.o] Error 1"
         number = f"{value} s"
         result = (
             f"gcc -O2 -Wall -c {path} -o build/{module}_{n}.o\n{filler}"
             f"{path}: In function '{module}_checksum_{n}':\n"
-            f"{path}:{40 + index % 60}:17: {error}\ncompilation terminated.\n{verdict}\n"
+            f"{path}:{40 + index % 60}:17: {error}\ncompilation terminated.\n"
+            f"make: *** [Makefile:{80 + index}: build/{module}_{n}.o] Error 1\n"
             f"build/{module}_{n}.o compile time {number}\nexit code 2\n"
         )
-        strings = {"path": path, "command": command, "verdict": verdict}
+        strings = {"path": path, "command": command}
     elif shape == 2:
         path = f"/srv/app/src/{module}/pipeline_{n}.py"
         command = f"python scripts/replay_{module}.py --batch {n} --limit {500 + index}"
