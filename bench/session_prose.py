@@ -69,7 +69,8 @@ def loop_run(steps: int, ledger: bool) -> ArtifactLoop:
     work = Path(tempfile.mkdtemp(prefix="session-prose-"))
     upstream, proxy = _servers(work, WINDOW, MODEL, ledger)
     try:
-        return run_artifact_loop(proxy.openai_client(), upstream, model=MODEL, steps=steps)
+        with proxy.openai_client() as client:
+            return run_artifact_loop(client, upstream, model=MODEL, steps=steps)
     finally:
         proxy.stop()
         upstream.stop()
@@ -80,7 +81,8 @@ def rules_run(label: str, ledger: bool) -> RuleSession:
     model = f"rules-{label}"
     upstream, proxy = _servers(work, RULE_WINDOWS[label], model, ledger)
     try:
-        return run_rule_turns(proxy.openai_client(), upstream, model=model, turns=RULE_TURNS)
+        with proxy.openai_client() as client:
+            return run_rule_turns(client, upstream, model=model, turns=RULE_TURNS)
     finally:
         proxy.stop()
         upstream.stop()

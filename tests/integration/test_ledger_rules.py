@@ -56,7 +56,8 @@ def session(
     rules_upstream.control(summarizer="prose", model_context_windows={model: window})
     db = tmp_path_factory.mktemp(f"rules-{request.param}") / "checkpoints.db"
     proxy = module_proxy_factory(rules_config(rules_upstream, db, model, window))
-    return window, run_rule_turns(proxy.openai_client(), rules_upstream, model=model, turns=TURNS)
+    with proxy.openai_client() as client:
+        return window, run_rule_turns(client, rules_upstream, model=model, turns=TURNS)
 
 
 def test_every_turn_succeeds_under_the_window_and_old_turns_are_folded(
