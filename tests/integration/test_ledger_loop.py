@@ -15,6 +15,7 @@ byte-identical to the previous request's: the upstream's prompt cache keeps serv
 from __future__ import annotations
 
 import itertools
+import re
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,12 @@ NEWEST_KEPT = 5
 LEDGER_FLOOR = WINDOW // 20
 """Tokens the ledger holds at least before its bound drops anything (a twentieth of the window,
 well under any share of the budget: a ledger that drops while nearly empty is no bound)."""
+DROPPED = (
+    re.compile(r"(?:dropped|left out|omitted)\W{0,3}(\d+)", re.I),
+    re.compile(r"(\d+)\s+(?:\w+\s+){0,2}(?:dropped|left out|omitted)", re.I),
+)
+"""How a report states that its bound left items out: "dropped=12", "omitted: 12", then
+"12 older items left out"."""
 PROBES = 8
 """Missing strings asked for through the recall tool (spread from the oldest to the newest)."""
 
@@ -120,6 +127,17 @@ def _older_first(loop: ArtifactLoop) -> list[str]:
     return breaches
 
 
+def _reported_drops(loop: ArtifactLoop, ledger: dict[str, Any]) -> int:
+    """The most items the last response's `X-Compaction-*` headers or the ledger's own text say
+    were left out (0: none said)."""
+    texts = [*loop.last.headers.values(), str(ledger.get("content"))]
+    for pattern in DROPPED:
+        found = [int(n) for text in texts for n in pattern.findall(text)]
+        if found:
+            return max(found)
+    return 0
+
+
 def _probe(proxy: ProxyServer, upstream: UpstreamServer, loop: ArtifactLoop, wanted: str) -> str:
     """Asks the scripted model for ``wanted`` after the loop's last request; it looks in its
     prompt and else recalls by a query of the string (tests/fakes/upstream.py ``FIND:``)."""
@@ -151,6 +169,11 @@ def test_the_exact_strings_of_folded_steps_are_still_forwarded(
     assert len(ledgers) == 1, f"{len(ledgers)} <ledger> messages forwarded; {figure}"
     size = TOKENIZER.count_messages(ledgers)
     assert size >= LEDGER_FLOOR, f"the ledger drops strings at {size} tokens; {figure}"
+    reported = _reported_drops(loop, ledgers[0])
+    assert reported > 0, (
+        "strings are missing but neither the X-Compaction-* headers nor the ledger say how many "
+        f"items its bound left out (e.g. dropped=N, N items left out); {figure}"
+    )
     newest = loop.folded()[-NEWEST_KEPT:]
     lost_new = [s.strings[k] for s, k in loop.missing() if s in newest]
     assert not lost_new, f"strings of the newest folded steps missing: {lost_new[:5]}; {figure}"
