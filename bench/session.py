@@ -45,6 +45,9 @@ on the proxy process, as tests/reliability does) against a working one: summariz
 15 requests of one conversation on a 4,096-token window, compaction events and checkpoint hits.
 
     python -m bench.session --full-disk [--requests 15]
+
+`--prose`: the exact strings and rules kept with a summarizer that writes prose, ledger on and
+off (bench/session_prose.py): `python -m bench.session --prose [--requests 120]`
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.session_prose import prose_report
 from compaction_proxy.compaction import EncodingLoader, TokenizerProvider
 from tests.reliability.limits import PipedProxy
 from tests.support.agent_loop import run_loop
@@ -501,7 +505,7 @@ def full_disk_report(args: argparse.Namespace) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=sorted(SHAPES), default="turns")
-    parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--requests", type=int, default=None, help="300; --prose: 120")
     parser.add_argument("--tool-output-chars", type=int, default=300, help="turns mode only")
     parser.add_argument("--turn-every", type=int, default=4, help="turns mode only")
     parser.add_argument("--no-summarizer", action="store_true")
@@ -510,40 +514,23 @@ def main() -> None:
     parser.add_argument("--summarizer-delay-ms", type=int, default=2_000)
     parser.add_argument("--matrix", action="store_true", help="what compaction keeps")
     parser.add_argument("--windows", default="8k,32k,128k", help="matrix only")
-    parser.add_argument(
-        "--learned-window", action="store_true", help="a 4k window learned from a refusal"
-    )
+    parser.add_argument("--learned-window", action="store_true", help="a learned 4k window")
     parser.add_argument("--token-scale", type=float, default=1.63, help="learned-window only")
     parser.add_argument("--full-disk", action="store_true", help="the store's disk full")
+    parser.add_argument("--prose", action="store_true", help="prose summaries, ledger on/off")
     args = parser.parse_args()
-    if args.full_disk:
-        text = full_disk_report(args)
-        print(text)
-        if args.out:
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(text, encoding="utf-8")
-        return
-    if args.learned_window:
-        text = learned_report(args)
-        print(text)
-        if args.out:
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(text, encoding="utf-8")
-        return
-    if args.matrix:
-        text = matrix_report(args)
-        print(text)
-        if args.out:
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(text, encoding="utf-8")
-        return
-    if args.latency:
-        text = latency_report(args)
-        print(text)
-        if args.out:
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(text, encoding="utf-8")
-        return
+    args.requests = args.requests or (120 if args.prose else 300)
+    special = (
+        (args.prose, prose_report),
+        (args.full_disk, full_disk_report),
+        (args.learned_window, learned_report),
+        (args.matrix, matrix_report),
+        (args.latency, latency_report),
+    )
+    for chosen, report in special:
+        if chosen:
+            _emit(report(args), args.out)
+            return
     shape = SHAPES[args.mode]
     figures = run(args, shape, Path(tempfile.mkdtemp(prefix="session-bench-")))
 
@@ -603,11 +590,14 @@ def main() -> None:
         f"| requests extending the previous forwarded request unchanged | "
         f"{sum(stable)} of {len(stable)} ({sum(stable) / max(1, len(stable)):.1%}) |",
     ]
-    text = "\n".join(lines) + "\n"
+    _emit("\n".join(lines) + "\n", args.out)
+
+
+def _emit(text: str, out: Path | None) -> None:
     print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text, encoding="utf-8")
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,11 @@ Per-request behaviour is steered by request headers, which pass through the prox
 - ``X-Fake-Body: html`` answers with an HTML page instead of JSON (status ``X-Fake-Status``,
   default 200), as a misconfigured gateway or a captive portal would.
 
+``summarizer`` (``POST /_control``) picks how summarizer calls are answered: ``ok`` (the FACT
+listing of :func:`summarizer_responder`), ``prose`` (:data:`PROSE_SUMMARY`: plausible prose that
+copies no exact string it was shown, as a real model's summary often does), or a failure
+(``error``, ``hang``, ``empty``, ``oversized``).
+
 ``summarizer_hold`` (``POST /_control``) holds every summarizer call until it is set false
 again, so a test can tell whether a request waited for one without timing it.
 
@@ -328,6 +333,20 @@ def summarizer_responder(request: ChatRequest) -> ChatReply | None:
     return ChatReply(content=summary)
 
 
+PROSE_SUMMARY = (
+    "## Goal\nGet the service's build and test suite back to green and keep the user's "
+    "conventions while doing it.\n\n"
+    "## Progress\n- Read through several modules and ran the tests; a number of them fail.\n"
+    "- Looked at a few scripts and benchmark runs; some were slower than hoped.\n"
+    "- Tried a couple of fixes; one build step still breaks.\n\n"
+    "## Next Steps\n- Fix the remaining failures and run everything again.\n"
+    "- Check the slow paths once the tests pass."
+)
+"""The ``prose`` summarizer's answer: a summary as a model writes one when it keeps the gist and
+none of the exact strings (no path, command, number, error line or identifier): the worst case
+for what a summary carries."""
+
+
 def recall_responder(request: ChatRequest) -> ChatReply | None:
     """The scripted model's recall (tests/fakes/recall_policy.py) in chat completions' form."""
     messages = request.messages
@@ -383,8 +402,44 @@ def recall_responder(request: ChatRequest) -> ChatReply | None:
     return ChatReply(content=None, tool_calls=calls, finish_reason="tool_calls")
 
 
+FIND = re.compile(r"^FIND: (.+)$", re.S)
+"""A user message ``FIND: <exact string>``: the scripted model looks for the string in its prompt
+and, when it is not there and ``compaction_recall`` is offered, recalls it by a query of the
+string itself; it answers ``IN PROMPT``, ``RECALLED`` or ``NOT FOUND`` (then the string)."""
+
+
+def find_responder(request: ChatRequest) -> ChatReply | None:
+    """The ``FIND:`` probe (see :data:`FIND`): is an exact string still reachable by the model?"""
+    messages = request.messages
+    last_user = next(
+        (i for i in range(len(messages) - 1, -1, -1) if _role(messages[i]) == "user"), None
+    )
+    asked = None if last_user is None else FIND.match(message_text(messages[last_user]))
+    if asked is None or last_user is None:
+        return None
+    wanted = asked.group(1)
+    later = messages[last_user + 1 :]
+    recalled = [message_text(m) for m in later if _role(m) == "tool"]
+    if later:
+        verdict = "RECALLED" if any(wanted in text for text in recalled) else "NOT FOUND"
+        return ChatReply(content=f"{verdict}: {wanted}")
+    if any(wanted in message_text(m) for m in messages[:last_user]):
+        return ChatReply(content=f"IN PROMPT: {wanted}")
+    tools = request.body.get("tools")
+    names = [t.get("function", {}).get("name") for t in tools or () if isinstance(t, dict)]
+    if RECALL_TOOL not in names:
+        return ChatReply(content=f"NOT FOUND: {wanted}")
+    call = {
+        "id": f"call_find{len(messages)}",
+        "type": "function",
+        "function": {"name": RECALL_TOOL, "arguments": orjson.dumps({"query": wanted}).decode()},
+    }
+    return ChatReply(content=None, tool_calls=[call], finish_reason="tool_calls")
+
+
 DEFAULT_RESPONDERS: tuple[Responder, ...] = (
     summarizer_responder,
+    find_responder,
     recall_responder,
     tool_call_responder,
     echo_responder,
@@ -404,7 +459,7 @@ class Settings:
     chunk_delay_ms: float = 0.0
     record: bool = True
     models: list[str] = field(default_factory=lambda: list(DEFAULT_MODELS))
-    # How the summarizer persona answers: ok | error (500) | hang | empty | oversized.
+    # How the summarizer persona answers: ok | prose | error (500) | hang | empty | oversized.
     summarizer: str = "ok"
     summarizer_delay_ms: float = 0.0
     # While true, summarizer calls wait at a gate until it is set false again (a test's way to
@@ -1166,7 +1221,10 @@ def create_app(
 
 
 def _summarizer_failure(fake: FakeUpstream, request: Request, mode: str) -> Any:
-    """A response (500, hang) or a bad reply (empty, oversized) for a summarizer call."""
+    """A response (500, hang) or a bad reply (empty, oversized) for a summarizer call, or the
+    ``prose`` summary."""
+    if mode == "prose":
+        return ChatReply(content=PROSE_SUMMARY)
     if mode == "error":
         return error_response(500, "The server had an error.", "server_error", None)
     if mode == "hang":
