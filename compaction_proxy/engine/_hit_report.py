@@ -41,6 +41,9 @@ from ._compactor import Compactor
 __all__ = ["CHECKPOINT_STEP", "as_sent", "checkpoint_meta"]
 
 SUMMARY_CHECKS_META = "summary_checks"
+PREPARED_WARNINGS_META = "warnings"
+"""A prepared run's warnings (what its ledger left out, a summary's contradiction...): said by
+the request that forwards it, since no response carried the background run's."""
 """Meta key: what the summaries the run that made a checkpoint wrote kept on their own."""
 
 CHECKPOINT_STEP = "checkpoint"
@@ -119,8 +122,8 @@ def as_prepared(report: CompactionReport, used: Lookup) -> CompactionReport:
     (from the client's count to the prepared view's) whose children name the strategies that
     made it in the background, so ``X-Compaction-Strategies`` reads e.g. ``summarization``; the
     checks of the summaries it made (its meta's :data:`SUMMARY_CHECKS_META`) on the first of
-    them and their contradictions in the warnings, so a prepared summary's check is reported,
-    once, by the request that forwards it."""
+    them, and the run's warnings (:data:`PREPARED_WARNINGS_META`), so what a prepared run
+    checked and left out is reported, once, by the request that forwards it."""
     if not report.strategies or report.strategies[0].name != CHECKPOINT_STEP:
         return report
     first, *rest = report.strategies
@@ -134,7 +137,11 @@ def as_prepared(report: CompactionReport, used: Lookup) -> CompactionReport:
     checks = prepared_checks(meta)
     if checks and children:  # the summary reaches the model now: its check is reported here
         children = (replace(children[0], summary_checks=checks), *children[1:])
-    warnings = tuple(contradiction_warning(rule) for c in checks for rule in c.contradictions)
+    said = meta.get(PREPARED_WARNINGS_META)
+    if isinstance(said, list):
+        warnings = tuple(w for w in said if isinstance(w, str))
+    else:  # stored before the warnings were
+        warnings = tuple(contradiction_warning(r) for c in checks for r in c.contradictions)
     note = "prepared in the background before the trigger fired; the request did not wait"
     step = replace(first, name="prepared", children=children, notes=(*first.notes, note))
     return replace(report, strategies=(step, *rest), warnings=(*report.warnings, *warnings))
@@ -163,6 +170,8 @@ def saved_meta(
     }
     if report.summary_checks:  # reported by the request that forwards a prepared one
         meta[SUMMARY_CHECKS_META] = [check.to_dict() for check in report.summary_checks]
+    if report.warnings:  # likewise
+        meta[PREPARED_WARNINGS_META] = list(report.warnings)
     if index:
         meta[INDEX_META] = index
     return meta

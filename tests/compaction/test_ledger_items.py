@@ -309,8 +309,8 @@ def test_span_strings_gives_a_summary_check_its_exact_strings_and_rules() -> Non
     ]
     items, rules = span_strings(span)
     assert rules == ["Never push to main."]
-    assert ("Statements", "FACT: the db is Postgres 15.") in items
-    assert ("Files", "src/app/db.py") in items
-    assert ("Commands", "pytest -q") in items  # without its verdict
-    assert ("Errors", "FAILED tests/test_db.py::test_update - KeyError: 'id'") in items
+    assert ("statements", "FACT: the db is Postgres 15.") in items
+    assert ("files", "src/app/db.py") in items
+    assert ("commands", "pytest -q") in items  # without its verdict
+    assert ("errors", "FAILED tests/test_db.py::test_update - KeyError: 'id'") in items
     assert len(items) == len(set(items))

@@ -310,10 +310,16 @@ async def test_a_nested_summary_is_checked_and_its_warning_reported_too() -> Non
 
 async def test_no_check_without_items_or_when_the_summary_is_not_stored() -> None:
     plain = await run_async(
-        SummarizationStrategy(trigger=Always()), _conversation(), FakeSummarizer("the gist")
+        _Checked(CheckItems(), trigger=Always()), _conversation(), FakeSummarizer("the gist")
     )
     assert plain.changed and plain.report.summary_checks == ()
     assert plain.report.summary_kept is None
+    # the built-in strategy checks its span's ledger strings (here a path and a rule)
+    builtin = await run_async(
+        SummarizationStrategy(trigger=Always()), _conversation(), FakeSummarizer("the gist")
+    )
+    (check,) = builtin.report.summary_checks
+    assert counts(check) == {"files": (0, 1), "rules": (0, 1)}
     # a summary that is not shorter than its span is not stored, so not checked
     strategy = _Checked(ITEMS, trigger=Always())
     long = await run_async(

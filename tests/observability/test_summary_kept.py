@@ -11,8 +11,9 @@ the ledger's place), loaded as a plug-in the way an operator's own strategy is.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from types import SimpleNamespace
+from typing import Any, cast
 
 import httpx
 import orjson
@@ -21,10 +22,12 @@ import respx
 
 from compaction_proxy.api._requests import report_headers
 from compaction_proxy.app import ProxyApp
+from compaction_proxy.checkpoints import Lookup
 from compaction_proxy.compaction import CompactionResult, Mode
 from compaction_proxy.compaction.report import CompactionReport, StrategyReport
 from compaction_proxy.compaction.summary_check import SectionCount, SummaryCheck
 from compaction_proxy.config import Settings
+from compaction_proxy.engine._hit_report import CHECKPOINT_STEP, as_prepared, saved_meta
 from compaction_proxy.observability.report_text import render
 from tests.observability.traffic import parse_metrics, value
 from tests.support.agent_session import is_summarizer_text
@@ -218,3 +221,25 @@ def test_two_summaries_of_one_run_are_added_up_in_the_header_and_the_cli_report(
     assert "summaries kept   4/10 (files 3/6, errors 0/3, rules 1/1)" in render(report)
     none = dict(report_headers(CompactionResult([], True, checked_report()), Mode.NORMAL))
     assert b"x-compaction-summary-kept" not in none
+
+
+def test_a_prepared_runs_warnings_are_said_by_the_request_that_forwards_it() -> None:
+    """What a background run left out (the ledger's share) reached no response: its warnings
+    ride in the checkpoint's meta and the request that forwards it says them."""
+    check = SummaryCheck((SectionCount("files", 1, 2),), ("Never push to main.",))
+    left_out = "ledger: 12 item(s) left out to keep it within 0.25 of the budget"
+    prepared = replace(
+        checked_report(check),
+        warnings=(left_out, 'summary may contradict a rule: "Never push to main."'),
+    )
+    meta = saved_meta(CompactionResult([], True, prepared), MODEL, None)
+    hit = replace(
+        checked_report(),
+        strategies=(StrategyReport(CHECKPOINT_STEP, True, True, 900, 300),),
+    )
+    used = cast(Lookup, SimpleNamespace(checkpoint=SimpleNamespace(meta=meta)))
+    told = as_prepared(hit, used)
+    assert told.warnings == prepared.warnings  # each once, the contradiction not doubled
+    assert told.summary_checks == (check,)
+    headers = report_headers(CompactionResult([], True, told), Mode.NORMAL)
+    assert (b"x-compaction-warning", left_out.encode()) in headers

@@ -52,7 +52,7 @@ def turn_rules(turn: int) -> tuple[str, list[str]]:
     form = (turn // RULE_EVERY) % 7
     if form == 4:
         items = [
-            f"Keep answers under {200 + turn} words.",
+            f"Keep answers about {module}_{n} under {200 + turn} words.",
             f"Only touch files in src/{module}_{n}/.",
         ]
         return "Requirements for this part:\n1. " + items[0] + "\n2. " + items[1], items
