@@ -97,6 +97,18 @@ def test_a_pytest_run_leaves_its_command_verdict_and_failures() -> None:
     assert "E       AssertionError: expected 5 rows, got 4" in got[Section.ERRORS]
 
 
+def test_a_test_verdict_and_an_exit_status_are_both_kept_and_rates_and_colon_failures_read() -> (
+    None
+):
+    output = f"{PYTEST}\nexit code 1\nFAILED: p99 latency over the 250 ms budget in run f43aa69"
+    output += "\ningest rate 238.06 records/s"
+    got = items_of(call("c1", "bash", command="pytest -q"), result("c1", output))
+    verdict = "========================= 2 failed, 13 passed in 1.42s ========================="
+    assert got[Section.COMMANDS] == [f"pytest -q -> {verdict}; exit code 1"]
+    assert "FAILED: p99 latency over the 250 ms budget in run f43aa69" in got[Section.ERRORS]
+    assert any("238.06 records/s" in n for n in got[Section.NUMBERS])
+
+
 def test_a_traceback_leaves_its_final_exception_and_the_files() -> None:
     got = items_of(call("c1", "bash", command="python -m app"), result("c1", TRACEBACK))
     assert got[Section.COMMANDS] == ["python -m app -> TimeoutError: pool exhausted after 30 s"]

@@ -158,12 +158,6 @@ def _spread(items: list[tuple[ArtifactStep, str]], count: int) -> list[tuple[Art
     return [items[round(i * (len(items) - 1) / (count - 1))] for i in range(count)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open target: at 16k the ledger's share holds about a fifth of the 600 strings, and "
-    "the newest folded steps' pytest verdicts, 'FAILED:' lines and rates such as records/s are "
-    "not extracted yet; strict, so it fails the suite the day it passes",
-)
 def test_the_exact_strings_of_folded_steps_are_still_forwarded(
     loop: ArtifactLoop, loop_proxy: ProxyServer, prose_upstream: UpstreamServer
 ) -> None:

@@ -104,13 +104,19 @@ def _strings(value: object) -> list[str]:
 
 
 def verdict(text: str) -> str | None:
-    """The line that says how a command ended: an exit status or a test/build verdict (the
-    last one), else the last error line."""
+    """The lines that say how a command ended: the last test/build verdict and the last exit
+    status, both when the output has both ("2 failed, 156 passed in 3.4s; exit code 1"),
+    else the last error line."""
     lines = text.splitlines()
+    said: dict[bool, str] = {}  # is an exit status -> its line
     for line in reversed(lines[-200:]):
         found = p.VERDICT.search(line)
         if found is not None:
-            return _line(line)
+            said.setdefault(p.EXIT_STATUS.match(found.group(0)) is not None, _line(line))
+            if len(said) == 2:
+                break
+    if said:
+        return "; ".join(said[k] for k in (False, True) if k in said)
     for line in reversed(lines[-200:]):
         if p.ERROR_LINE.match(line):
             return _line(line)
@@ -122,13 +128,13 @@ def text_items(text: str, recall: str | None) -> list[Item]:
     found: list[Item] = []
 
     def take(section: Section, values: Iterable[str]) -> None:
-        seen: set[str] = set()
-        for value in values:
-            if value not in seen:
-                seen.add(value)
-                found.append(Item(section, value, recall))
-                if len(seen) >= p.PER_KIND:
-                    return
+        # Over PER_KIND of a kind, the first and the last ones: an output's head says what
+        # ran, its tail how it ended (a benchmark's results, a test run's verdict).
+        distinct = list(dict.fromkeys(values))
+        if len(distinct) > p.PER_KIND:
+            head = p.PER_KIND // 2
+            distinct = distinct[:head] + distinct[head - p.PER_KIND :]
+        found.extend(Item(section, value, recall) for value in distinct)
 
     lines = text.splitlines()
     take(Section.ERRORS, (_line(line) for line in lines if p.ERROR_LINE.match(line)))

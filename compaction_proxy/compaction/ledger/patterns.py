@@ -25,7 +25,7 @@ PER_KIND = 6
 ERROR_LINE = re.compile(
     r"^\s*(?:[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b(?::.*)?$|"
     r"(?:error|fatal|panic|FATAL|ERROR|Error)(?:\[[\w-]+\])?:\s.*$|"
-    r"(?:FAILED|FAIL:|FAIL)\s.*$|"
+    r"(?:FAILED|FAIL):?\s.*$|"
     r"[\w./-]+:\d+(?::\d+)?:\s*(?:error|fatal error)\b.*$|"
     r"E\s{2,}\S.*$)"
 )
@@ -35,6 +35,8 @@ VERDICT = re.compile(
     r"build (?:succeeded|failed|successful)|BUILD (?:SUCCESS|FAILURE)|"
     r"all tests passed|tests? (?:passed|failed)|no tests ran[^\n]{0,40})"
 )
+EXIT_STATUS = re.compile(r"(?i:exit|returned|return code)")
+"""Of a :data:`VERDICT` match: an exit status (kept beside a test or build verdict)."""
 URL = re.compile(r"\bhttps?://[^\s<>()\[\]{}'\"`]+[^\s<>()\[\]{}'\"`.,;:!?]")
 PATH = re.compile(
     r"(?<![\w/.:-])(?:~/|\.{1,2}/|/)?(?:[\w@.+-]+/)+[\w@+-][\w@.+-]*\.[A-Za-z0-9]{1,10}\b"
@@ -47,7 +49,7 @@ UUID = re.compile(
 )
 VERSION = re.compile(r"(?<![\w.])v?\d+\.\d+(?:\.\d+)+(?:[-+][\w.]+)?\b|(?<![\w.])v\d+\.\d+\b")
 TICKET = re.compile(r"\b[A-Z][A-Z0-9]{1,9}-\d{1,7}\b")
-ASSIGNMENT = re.compile(r"(?<![\w-])[A-Z][A-Z0-9_]*(?:-\d+)? ?= ?[^\s,;'\"`]+")
+ASSIGNMENT = re.compile(r"(?<![\w-])[A-Z][A-Z0-9_]*(?:-\d+)? ?= ?[^\s,;'\"`=]+")
 """A constant, a setting or an id given a value (``DATABASE_URL=postgres://...``,
 ``KEY-7 = VALUE-k3x9``): the name upper-case, so code's ``x = y`` is not taken."""
 BACKTICK = re.compile(r"`([^`\n]{1,80})`")
@@ -55,7 +57,8 @@ NUMBER = re.compile(
     r"(?<![\w.])-?\d+(?:[.,]\d+)?\s?"
     r"(?:ms|µs|us|ns|s|sec|secs|seconds|min|minutes|h|hours|KiB|MiB|GiB|TiB|KB|MB|GB|TB|kB|"
     r"bytes|B|%|percent|tokens|req/s|rps|qps|ops/s|it/s|MB/s|GB/s|x|MHz|GHz|files|tests|"
-    r"lines|rows|items|requests|errors|warnings|retries|workers|cores|threads|USD|EUR)"
+    r"lines|rows|items|requests|errors|warnings|retries|workers|cores|threads|USD|EUR|"
+    r"[A-Za-z]{1,12}/(?:s|sec|min|h))"
     r"(?![\w/])"
 )
 """A number with its unit; what it measures is read before it (:data:`WHAT`)."""
