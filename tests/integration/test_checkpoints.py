@@ -117,7 +117,12 @@ def test_every_request_of_a_long_agent_session_succeeds_under_budget(
         assert step.prompt_tokens < WINDOW, step.index
         assert_valid_pairing(step.forwarded)
         assert step.forwarded[0]["role"] == "system"
-        assert step.warning is None, (step.index, step.warning)
+        # The one warning a long session may carry: how many items the ledger's share left out.
+        # (Several warnings arrive joined in one value: anything else breaks either end.)
+        said = step.warning
+        assert said is None or (
+            said.startswith("ledger: ") and said.endswith("recall finds them)")
+        ), (step.index, said)
 
 
 def test_summarizer_calls_equal_compaction_events_not_requests(session: SessionReport) -> None:
