@@ -326,3 +326,12 @@ def test_span_strings_gives_a_summary_check_its_exact_strings_and_rules() -> Non
     assert ("commands", "pytest -q") in items  # without its verdict
     assert ("errors", "FAILED tests/test_db.py::test_update - KeyError: 'id'") in items
     assert len(items) == len(set(items))
+
+
+def test_a_pasted_log_is_not_the_users_rules() -> None:
+    log = "\n".join(f"WARNING: deprecated call {n} in module_{n}.py" for n in range(300))
+    got = items_of({"role": "user", "content": f"Never push to main.\n{log}"})
+    assert "Never push to main." in got[Section.RULES]
+    assert not any(r.startswith("WARNING:") for r in got.get(Section.RULES, []))
+    flagged = [i for i in got.values() for _ in i]
+    assert len(flagged) <= 64  # the first and the last of a paste, never all of it

@@ -19,6 +19,10 @@ ITEM_CHARS = 240
 UNIT_CHARS = 600
 """A rule or statement longer than this is cut (with an ellipsis) rather than dropped."""
 
+USER_UNITS = 64
+"""At most this many rules and statements from one user message (the first half and the last
+half of them): a user states a handful; hundreds are a pasted log, not the user's rules."""
+
 PER_KIND = 6
 """At most this many items of one kind from one message."""
 
@@ -75,7 +79,10 @@ DONE_LINE = re.compile(
     r"^\s*(?:[-*]\s*)?(?:DONE|Done|Fixed|Completed|Finished)\b[:\s-]+(\S.*)$",
 )
 LABEL = re.compile(r"^\s*(?:[-*]\s*)?([A-Z][A-Z0-9]*(?:[ _/-][A-Z0-9]+){0,3}):\s+\S")
-LOG_LEVELS = frozenset({"INFO", "DEBUG", "TRACE", "WARN", "ERROR", "FATAL", "NOTICE", "LOG", "OK"})
+LOG_LEVELS = frozenset(
+    {"INFO", "DEBUG", "TRACE", "WARN", "WARNING", "ERROR", "FATAL", "CRITICAL", "NOTICE"}
+    | {"LOG", "OK"}
+)
 """Labels a log line starts with: not a line the user flagged."""
 RULE_LABEL = re.compile(
     r"RULE|CONSTRAINT|REQUIREMENT|REQUIRED|IMPORTANT|POLICY|NOTE|WARNING|MUST|NEVER|ALWAYS|"

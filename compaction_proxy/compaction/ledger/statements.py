@@ -58,7 +58,7 @@ def _has_value(unit: str) -> bool:
 def classify(unit: str, numbered: bool) -> Section | None:
     """The section ``unit`` belongs in (rules, statements) or ``None`` (left to the summary)."""
     label = p.LABEL.match(unit)
-    if label is not None:
+    if label is not None and label.group(1) not in p.LOG_LEVELS:  # a pasted log line is no label
         return Section.RULES if p.RULE_LABEL.search(label.group(1)) else Section.STATEMENTS
     if numbered or p.RULE_WORDS.search(unit):
         return Section.RULES
@@ -74,4 +74,7 @@ def user_items(text: str, recall: str | None) -> list[Item]:
         section = classify(unit, numbered)
         if section is not None:
             found.append(Item(section, _cut(unit), recall))
+    if len(found) > p.USER_UNITS:
+        half = p.USER_UNITS // 2
+        found = found[:half] + found[-half:]
     return found
