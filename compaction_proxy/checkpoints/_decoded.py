@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ._contract import Checkpoint, Foreign, ForeignValue
@@ -97,3 +97,26 @@ def pick_longest(keys: Sequence[str], found: Mapping[str, object]) -> Picked:
             if all(item.key != key for item in foreign):  # a chain may repeat a key
                 foreign.append(Foreign(key, data, exc.reason))
     return Picked(None, tuple(foreign))
+
+
+def live_payloads(
+    entries: Mapping[tuple[str, str], tuple[float, bytes]],
+    namespace: str,
+    keys: Sequence[str],
+    now: float,
+    expire: Callable[[tuple[str, str]], None],
+) -> dict[str, bytes]:
+    """Of an in-process table of ``(namespace, key) -> (expires, bytes)``, the payloads of
+    ``keys`` still alive at ``now`` (what :func:`pick_longest` reads); ``expire`` is called
+    with each expired entry met on the way.  The memory store and the held checkpoints share
+    it."""
+    found: dict[str, bytes] = {}
+    for key in keys:
+        entry = entries.get((namespace, key))
+        if entry is None:
+            continue
+        if entry[0] <= now:
+            expire((namespace, key))
+            continue
+        found[key] = entry[1]
+    return found

@@ -21,7 +21,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 from ._contract import Checkpoint, ttl_at_least_one
-from ._decoded import pick_longest
+from ._decoded import live_payloads, pick_longest
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 """Stored bytes held at most (a 500k-token session's checkpoint is about 2 MB)."""
@@ -65,16 +65,7 @@ class HeldCheckpoints:
         """The longest held checkpoint among ``keys`` (1-based count, as the stores answer)."""
         if namespace not in self._namespaces:
             return None  # the usual case, and the hot path's: nothing held for it
-        now = self._clock()
-        found: dict[str, bytes] = {}
-        for key in keys:
-            entry = self._entries.get((namespace, key))
-            if entry is None:
-                continue
-            if entry[0] <= now:
-                self._drop((namespace, key))
-                continue
-            found[key] = entry[1]
+        found = live_payloads(self._entries, namespace, keys, self._clock(), self._drop)
         picked = pick_longest(keys, found)
         for foreign in picked.foreign:  # never ours to hold; gone
             self._drop((namespace, foreign.key))

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 
 from ._contract import Checkpoint, Foreign, log_foreign, ttl_at_least_one
-from ._decoded import pick_longest
+from ._decoded import live_payloads, pick_longest
 from ._leases import LeaseTable
 
 ENTRY_OVERHEAD = 200
@@ -56,16 +56,7 @@ class MemoryStore:
     async def find_longest(
         self, namespace: str, keys: Sequence[str]
     ) -> tuple[int, Checkpoint] | None:
-        now = time.monotonic()
-        found: dict[str, bytes] = {}
-        for key in keys:
-            entry = self._entries.get((namespace, key))
-            if entry is None:
-                continue
-            if entry[0] <= now:
-                self._remove((namespace, key))
-                continue
-            found[key] = entry[1]
+        found = live_payloads(self._entries, namespace, keys, time.monotonic(), self._remove)
         picked = pick_longest(keys, found)
         if picked.foreign:
             self._drop_foreign(namespace, picked.foreign)
