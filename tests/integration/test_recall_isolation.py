@@ -78,6 +78,23 @@ class Format:
     answer: Callable[[dict[str, Any]], str]  # the reply's text
 
 
+def _steps(
+    outputs: list[str],
+    question: str,
+    after: tuple[str, ...],
+    step: Callable[[int, str], None],
+    ask: Callable[[str], None],
+) -> None:
+    """The tool steps of ``outputs``, then the user's ``question`` (if any), then the steps of
+    ``after``: the one order every format's body is built in."""
+    for index, output in enumerate(outputs):
+        step(index, output)
+    if question:
+        ask(question)
+    for index, output in enumerate(after, start=len(outputs)):
+        step(index, output)
+
+
 def _chat_body(
     owner: str, outputs: list[str], question: str, after: tuple[str, ...] = ()
 ) -> dict[str, Any]:
@@ -98,12 +115,13 @@ def _chat_body(
         )
         messages.append({"role": "tool", "tool_call_id": call_id, "content": output})
 
-    for index, output in enumerate(outputs):
-        step(index, output)
-    if question:
-        messages.append({"role": "user", "content": question})
-    for index, output in enumerate(after, start=len(outputs)):
-        step(index, output)
+    _steps(
+        outputs,
+        question,
+        after,
+        step,
+        lambda text: messages.append({"role": "user", "content": text}),
+    )
     tools = [
         {
             "type": "function",
@@ -137,12 +155,9 @@ def _responses_body(
         )
         items.append({"type": "function_call_output", "call_id": call_id, "output": output})
 
-    for index, output in enumerate(outputs):
-        step(index, output)
-    if question:
-        items.append({"role": "user", "content": question})
-    for index, output in enumerate(after, start=len(outputs)):
-        step(index, output)
+    _steps(
+        outputs, question, after, step, lambda text: items.append({"role": "user", "content": text})
+    )
     tools = [
         {
             "type": "function",
@@ -174,12 +189,13 @@ def _messages_body(
         result = {"type": "tool_result", "tool_use_id": use_id, "content": output}
         messages.append({"role": "user", "content": [result]})
 
-    for index, output in enumerate(outputs):
-        step(index, output)
-    if question:
-        messages.append({"role": "user", "content": [{"type": "text", "text": question}]})
-    for index, output in enumerate(after, start=len(outputs)):
-        step(index, output)
+    _steps(
+        outputs,
+        question,
+        after,
+        step,
+        lambda text: messages.append({"role": "user", "content": [{"type": "text", "text": text}]}),
+    )
     tools = [
         {
             "name": "Read",
