@@ -333,5 +333,5 @@ def test_a_pasted_log_is_not_the_users_rules() -> None:
     got = items_of({"role": "user", "content": f"Never push to main.\n{log}"})
     assert "Never push to main." in got[Section.RULES]
     assert not any(r.startswith("WARNING:") for r in got.get(Section.RULES, []))
-    flagged = [i for i in got.values() for _ in i]
-    assert len(flagged) <= 64  # the first and the last of a paste, never all of it
+    taken = sum(len(texts) for texts in got.values())
+    assert 0 < taken <= 64  # the first and the last of a paste, never all of it

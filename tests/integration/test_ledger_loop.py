@@ -33,7 +33,7 @@ from tests.support.artifact_loop import (
     run_artifact_loop,
 )
 from tests.support.processes import tiktoken_cache_dir
-from tests.support.servers import ProxyServer, UpstreamServer, proxy_config, upstream_entry
+from tests.support.servers import ProxyServer, UpstreamServer, session_config
 
 TOKENIZER = TokenizerProvider(EncodingLoader(directories=[tiktoken_cache_dir()])).get("o200k_base")
 
@@ -57,18 +57,8 @@ PROBES = 8
 
 
 def loop_config(upstream: UpstreamServer, db: Path) -> dict[str, Any]:
-    return proxy_config(
-        upstream_entry(upstream),
-        models={MODEL: {"context_window": WINDOW, "max_output_tokens": 1_000}},
-        store={"backend": "sqlite", "path": str(db)},
-        summarization={
-            "enabled": True,
-            "maxSummaryTokens": 600,
-            "retainRecent": {"turns": 2},
-            "timeout": 10,
-        },
-        compaction={"recall": {"enabled": True, "max_rounds": 2}},
-    )
+    recall = {"recall": {"enabled": True, "max_rounds": 2}}
+    return session_config(upstream, db, MODEL, WINDOW, compaction=recall)
 
 
 @pytest.fixture(scope="module")

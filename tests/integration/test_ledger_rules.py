@@ -18,24 +18,14 @@ import pytest
 
 from tests.support.agent_session import assert_valid_pairing
 from tests.support.rule_turns import RuleSession, run_rule_turns
-from tests.support.servers import UpstreamServer, proxy_config, upstream_entry
+from tests.support.servers import UpstreamServer, session_config
 
 TURNS = 100
 WINDOWS = {"8k": 8_192, "32k": 32_768}
 
 
 def rules_config(upstream: UpstreamServer, db: Path, model: str, window: int) -> dict[str, Any]:
-    return proxy_config(
-        upstream_entry(upstream),
-        models={model: {"context_window": window, "max_output_tokens": 1_000}},
-        store={"backend": "sqlite", "path": str(db)},
-        summarization={
-            "enabled": True,
-            "maxSummaryTokens": 600,
-            "retainRecent": {"turns": 2},
-            "timeout": 10,
-        },
-    )
+    return session_config(upstream, db, model, window)
 
 
 @pytest.fixture(scope="module")

@@ -184,6 +184,26 @@ def proxy_config(
     return {"server": server, "upstreams": list(upstreams), **extra}
 
 
+def session_config(
+    upstream: UpstreamServer, db: Path, model: str, window: int, **extra: Any
+) -> dict[str, Any]:
+    """The long-session tests' proxy: one fake upstream, ``model`` with ``window`` declared,
+    SQLite checkpoints at ``db``, the summarizer on (600-token summaries, two turns kept, a
+    10 s timeout); ``extra`` sections (e.g. ``compaction``) added."""
+    return proxy_config(
+        upstream_entry(upstream),
+        models={model: {"context_window": window, "max_output_tokens": 1_000}},
+        store={"backend": "sqlite", "path": str(db)},
+        summarization={
+            "enabled": True,
+            "maxSummaryTokens": 600,
+            "retainRecent": {"turns": 2},
+            "timeout": 10,
+        },
+        **extra,
+    )
+
+
 def write_config(path: Path, config: Mapping[str, Any] | str) -> Path:
     """Writes a config dict as YAML (or a string verbatim, for interpolation tests)."""
     text = config if isinstance(config, str) else yaml.safe_dump(dict(config), sort_keys=False)
