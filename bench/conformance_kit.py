@@ -48,7 +48,7 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
         "the default pipeline without a summarizer (`summarization.enabled: false`: pruning, "
         "tool-result collapse, truncation; the user messages of folded turns carried within "
         "15% of the budget; the ledger: the folded turns' rules and labelled statements kept "
-        "verbatim, its other items within 25% of the budget)",
+        "verbatim, its other items within half the budget)",
         {},
     ),
     "no-ledger": (
@@ -142,7 +142,7 @@ def render(payload: dict[str, Any], args: argparse.Namespace, version: str, seco
         "",
         "The proxy's presets (no summarizer in any), each reached through "
         "`POST /v1/compaction/preview` at the largest window of a ladder "
-        f"({payload['windows'][0]}-{payload['windows'][-1]} tokens, steps of 8%) whose output "
+        f"({payload['windows'][0]}-{payload['windows'][-1]} tokens, steps of 2%) whose output "
         "fits the cap (bench/conformance_kit_runner.py):",
         "",
     ]

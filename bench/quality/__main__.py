@@ -136,7 +136,7 @@ def base_config(upstream: UpstreamServer, relay: Relay, work: Path) -> dict[str,
                     "context_window": window,
                     "max_output_tokens": AGENT_MAX_OUTPUT,
                 }
-                for window in (4_096, 8_192, 16_384)
+                for window in sorted({4_096, 8_192, 16_384, *WINDOWS.values()})
             },
             model_server.SERVED_MODEL: {
                 "context_window": SUMMARIZER_WINDOW,
@@ -274,6 +274,35 @@ def tallies(result: VariantResult) -> tuple[Tally, Tally, Tally, float]:
         if last.tokens_before:
             ratios.append(last.tokens_after / last.tokens_before)
     return folded, everything, summary, statistics.mean(ratios) if ratios else 1.0
+
+
+LEFT_OUT_SHOWN = 3
+"""How many of a type's left-out strings the report shows per variant."""
+
+
+def left_out(computed: dict[str, tuple[Tally, Tally, Tally, float]]) -> list[str]:
+    """A few must-keep strings of the folded part each variant did not forward, per type:
+    what to look at first when a figure is low."""
+    lines = [
+        "",
+        "## What each variant left out",
+        "",
+        f"Of the folded part's must-keep strings not forwarded, the first {LEFT_OUT_SHOWN} "
+        "per type (in transcript order).",
+        "",
+    ]
+    for name, (folded, _, _, _) in computed.items():
+        if not folded.missing:
+            lines.append(f"- {name}: nothing")
+            continue
+        lines.append(f"- {name}:")
+        for kind in ITEM_TYPES:
+            missing = [i.text for i in folded.missing if i.kind == kind]
+            if missing:
+                shown = ", ".join(f"`{t}`" for t in missing[:LEFT_OUT_SHOWN])
+                more = f" and {len(missing) - LEFT_OUT_SHOWN} more" if len(missing) > 3 else ""
+                lines.append(f"  - {kind} ({len(missing)}): {shown}{more}")
+    return lines
 
 
 def report(
@@ -426,6 +455,7 @@ def report(
             + " | ".join(cell(summary, k) for k in ITEM_TYPES)
             + f" | {cell(summary, None)} |"
         )
+    lines += left_out(computed)
     lines += [
         "",
         "## Compaction events and summarizer calls",
@@ -545,6 +575,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--variants", default=None, help="comma-separated variant names")
     parser.add_argument("--summarizer", choices=("model", "prose"), default="model")
+    parser.add_argument(
+        "--window", type=int, default=None, help="every transcript's window, in place of its own"
+    )
     args = parser.parse_args(argv)
     began = time.monotonic()
     speed = loop_seconds()
@@ -557,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
     corpus = []
     for seed, steps, window in QUICK if args.quick else FULL:
         corpus.append(transcripts.build(seed, steps))
-        WINDOWS[corpus[-1].name] = window
+        WINDOWS[corpus[-1].name] = args.window or window
     for t in corpus:
         problems = scoring.check_unique(t.items, t.messages)
         if problems:

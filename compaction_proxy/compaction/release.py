@@ -5,7 +5,8 @@ Still over budget after the strategies and the fallback: the carried user messag
 first); then the ledger's artifacts and statements; then the last resort trims the largest tool
 results; then the summaries (each one that goes is reported as not forwarded); then the
 ledger's pinned items (the statements the user flagged, then the rules), the last thing that
-goes.
+goes.  Then the ledger's released items that fit in what the release left are put back (the
+most valued first): an item goes whole, so the last one to go often freed more than needed.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ async def release_pins(
             out.unforwarded = _gone(draft, summaries)
     if fallback and draft.ledger is not None and draft.over_budget():
         draft.ledger.release(draft.over_budget, pinned=True)
+    if draft.ledger is not None and draft.ledger.released:
+        draft.ledger.refill(draft.over_budget)
     return out
 
 

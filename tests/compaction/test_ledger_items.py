@@ -88,8 +88,10 @@ def items_of(*members: Msg) -> dict[Section, list[str]]:
 
 def test_a_pytest_run_leaves_its_command_verdict_and_failures() -> None:
     got = items_of(call("c1", "bash", command="pytest -q tests/test_db.py"), result("c1", PYTEST))
-    verdict = "========================= 2 failed, 13 passed in 1.42s ========================="
-    assert got[Section.COMMANDS] == [f"pytest -q tests/test_db.py -> {verdict}"]
+    # The verdict's words, without the ruler pytest draws around them; its duration is not
+    # repeated as a number of its own.
+    assert got[Section.COMMANDS] == ["pytest -q tests/test_db.py -> 2 failed, 13 passed in 1.42s"]
+    assert not any("1.42s" in n for n in got.get(Section.NUMBERS, []))
     assert (
         "FAILED tests/test_db.py::test_insert - AssertionError: expected 5 rows, got 4"
         in (got[Section.ERRORS])
@@ -103,8 +105,7 @@ def test_a_test_verdict_and_an_exit_status_are_both_kept_and_rates_and_colon_fai
     output = f"{PYTEST}\nexit code 1\nFAILED: p99 latency over the 250 ms budget in run f43aa69"
     output += "\ningest rate 238.06 records/s"
     got = items_of(call("c1", "bash", command="pytest -q"), result("c1", output))
-    verdict = "========================= 2 failed, 13 passed in 1.42s ========================="
-    assert got[Section.COMMANDS] == [f"pytest -q -> {verdict}; exit code 1"]
+    assert got[Section.COMMANDS] == ["pytest -q -> 2 failed, 13 passed in 1.42s; exit code 1"]
     assert "FAILED: p99 latency over the 250 ms budget in run f43aa69" in got[Section.ERRORS]
     assert any("238.06 records/s" in n for n in got[Section.NUMBERS])
 
@@ -154,6 +155,19 @@ def test_tool_arguments_give_paths_and_a_call_without_result_is_open_work() -> N
     assert got[Section.OPEN] == [
         'edit_file {"content": "...", "path": "src/app/db.py"} (no result yet)'
     ]
+
+
+def test_a_fetched_urls_argument_is_kept_and_a_bare_file_name_beside_its_path_is_not() -> None:
+    fetch = call("c1", "fetch_url", url="https://ci.example.com/billing/jobs/251181")
+    assert items_of(fetch, result("c1", "Job log: 3 failed"))[Section.URLS] == [
+        "https://ci.example.com/billing/jobs/251181"
+    ]
+    read = call("c2", "read_file", path="src/app/models_t9ab.py")
+    read["content"] = "Let me read src/app/models_t9ab.py."
+    got = items_of(read, result("c2", "# models_t9ab.py: the schema\nsee docs/models_t9ab.py"))
+    # One item for the path the call read (the call's, which names the tool), the bare name
+    # dropped, another folder's file of the same name kept.
+    assert got[Section.FILES] == ["src/app/models_t9ab.py (read_file)", "docs/models_t9ab.py"]
 
 
 def test_the_assistant_todo_lines_are_open_work_and_a_done_line_closes_one() -> None:
@@ -213,9 +227,9 @@ def test_dedupe_supersede_and_reference_counts() -> None:
     ledger = Ledger()
     assert ledger.add(Item(Section.NUMBERS, "p50 latency 41.2 ms")) == (True, None)
     assert ledger.add(Item(Section.NUMBERS, "p50 latency 41.2 ms")) == (False, None)
-    changed, old = ledger.add(Item(Section.NUMBERS, "p50 latency 39.0 ms"))
-    assert changed and old == Item(Section.NUMBERS, "p50 latency 41.2 ms")
-    ledger.add(Item(Section.NUMBERS, "p99 latency 90 ms"))  # another "what": both kept
+    # Measured again: a before and an after, both kept (the same label may be another subject).
+    assert ledger.add(Item(Section.NUMBERS, "p50 latency 39.0 ms")) == (True, None)
+    ledger.add(Item(Section.NUMBERS, "p99 latency 90 ms"))
     ledger.add(Item(Section.COMMANDS, "pytest -q -> 1 failed"))
     ledger.add(Item(Section.COMMANDS, "pytest -q -> 3 passed"))  # run again: newer verdict
     ledger.add(Item(Section.IDENTIFIERS, "version = 1.2.3"))
@@ -234,6 +248,7 @@ def test_dedupe_supersede_and_reference_counts() -> None:
         "Keep RULE-46 as it is.",
         "pytest -q -> 3 passed",
         "version = 1.2.4",
+        "p50 latency 41.2 ms",
         "p50 latency 39.0 ms",
         "p99 latency 90 ms",
     ]
@@ -270,6 +285,24 @@ def test_release_leaves_rules_for_last() -> None:
     assert ledger.items() == []
 
 
+def test_released_items_that_still_fit_are_put_back_in_their_place() -> None:
+    ledger = DraftLedger(TOK, share=0.9, budget=100_000)
+    long_rule = "Never touch the files under vendor/ " + "or anything it generates " * 8
+    ledger.fold([{"role": "user", "content": f"Always run ruff.\n{long_rule}\nNever push."}])
+    everything = [i.text for i in ledger.items()]
+    limit = ledger.tokens() - 10  # short of room for the long rule; enough for a short one
+
+    def over() -> bool:
+        return ledger.tokens() > limit
+
+    # The release goes oldest first: the short rule, then the long one, which frees enough.
+    assert ledger.release(over, pinned=True) == 2
+    assert [i.text for i in ledger.items()] == ["Never push."]
+    assert ledger.refill(over) == 1  # the short one fits in what the long one left
+    assert [i.text for i in ledger.items()] == ["Always run ruff.", "Never push."]
+    assert everything[0] == "Always run ruff." and not over() and ledger.released == 1
+
+
 def test_a_rollback_restores_the_ledger() -> None:
     ledger = DraftLedger(TOK, share=0.5, budget=100_000)
     ledger.fold([{"role": "user", "content": "Never push to main."}])
@@ -302,6 +335,15 @@ def test_render_and_parse_are_inverse_and_deterministic(raw: list[Any]) -> None:
     assert parse(text) == items
     assert render(parse(text)) == text
     assert render(Ledger(tuple(Item(s, t, r) for s, t, r in raw)).items()) == text
+
+
+def test_a_ledger_an_earlier_version_wrote_is_still_parsed() -> None:
+    earlier = (
+        "<ledger>\nKept verbatim from the compacted part of this conversation (a summary may "
+        "omit it):\nRules:\n- Never push to main.\n</ledger>"
+    )
+    assert is_ledger(earlier)
+    assert parse(earlier) == [Item(Section.RULES, "Never push to main.")]
 
 
 def test_a_clients_pasted_tag_is_not_a_ledger() -> None:

@@ -104,9 +104,10 @@ def ledgers(messages: list[Msg]) -> list[Msg]:
     return [m for m in messages if is_ledger(m.get("content"))]
 
 
-def default(**summarization: Any) -> Pipeline:
+def default(share: float | None = None, **summarization: Any) -> Pipeline:
+    compaction = CompactionSettings.model_validate({"ledger": {"share": share}} if share else {})
     return build_pipeline(
-        CompactionSettings(), SummarizationSettings(**(summarization or {"enabled": False}))
+        compaction, SummarizationSettings(**(summarization or {"enabled": False}))
     )
 
 
@@ -136,10 +137,13 @@ def test_a_run_that_folds_nothing_forwards_the_ledger_as_it_came() -> None:
     assert ledgers(again.messages)[0] is ledger
 
 
-def test_the_ledger_follows_the_summary_and_holds_what_the_prose_left_out() -> None:
+@pytest.mark.parametrize("share", [None, 0.25])
+def test_the_ledger_follows_the_summary_and_holds_what_the_prose_left_out(
+    share: float | None,
+) -> None:
     messages = task() + [m for n in range(40) for m in step(n)]
     summarizer = FakeSummarizer(PROSE)
-    result = run(messages, default(enabled=True), 6_000, summarizer)
+    result = run(messages, default(share, enabled=True), 6_000, summarizer)
     assert summarizer.calls
     summary = next(
         i for i, m in enumerate(result.messages) if str(m["content"]).startswith("<summary>")
@@ -149,7 +153,11 @@ def test_the_ledger_follows_the_summary_and_holds_what_the_prose_left_out() -> N
     kept = {id(m) for m in result.messages}
     folded = [n for n in range(40) if id(messages[3 + 2 * n]) not in kept]
     assert "pytest" not in PROSE and len(folded) > 20
-    # the newest folded step's strings are there; older ones went by the share, reported
+    if share is None:  # the default share (half the budget) holds every folded step's strings
+        assert all(s in ledger["content"] for n in folded for s in must_keep(n))
+        assert not any("item(s) left out" in w for w in result.report.warnings)
+        return
+    # at a quarter: the newest folded step's strings are there; older ones went, reported
     assert all(s in ledger["content"] for s in must_keep(folded[-1]))
     assert any("item(s) left out" in w for w in result.report.warnings)
 

@@ -112,7 +112,7 @@ def verdict(text: str) -> str | None:
     for line in reversed(lines[-200:]):
         found = p.VERDICT.search(line)
         if found is not None:
-            said.setdefault(p.EXIT_STATUS.match(found.group(0)) is not None, _line(line))
+            said.setdefault(p.EXIT_STATUS.match(found.group(0)) is not None, _line(_bare(line)))
             if len(said) == 2:
                 break
     if said:
@@ -121,6 +121,15 @@ def verdict(text: str) -> str | None:
         if p.ERROR_LINE.match(line):
             return _line(line)
     return None
+
+
+_RULER = re.compile(r"^[\s=*#-]{3,}|[\s=*#-]{3,}$")
+
+
+def _bare(line: str) -> str:
+    """``line`` without the ruler a test runner draws around its verdict
+    (``===== 2 failed, 13 passed in 1.42s =====``): the words are the verdict."""
+    return _RULER.sub("", line) or line
 
 
 def text_items(text: str, recall: str | None) -> list[Item]:
@@ -202,26 +211,41 @@ def extract(members: Sequence[Message], recall_of: RecallOf) -> tuple[list[Item]
 
 _ATOMS = frozenset({Section.FILES, Section.URLS, Section.IDENTIFIERS})
 _LINES = frozenset({Section.COMMANDS, Section.ERRORS, Section.NUMBERS})
+_SAYING = frozenset({Section.COMMANDS, Section.ERRORS})
+"""The lines a number of the same group may already be part of (a verdict's duration)."""
 
 
 def _without_repeats(items: list[Item]) -> list[Item]:
     """``items`` less a path, URL or identifier a command, error or number line of the same
-    group already holds verbatim (the line carries it, with its context)."""
+    group already holds verbatim (the line carries it, with its context), less a number a
+    command's verdict or an error line already holds, less a path said
+    again (the first, a call's ``path (tool)``, is kept), and less a file name another path of
+    the group ends with (``db.py`` beside ``src/app/db.py``)."""
     lines = [i.text for i in items if i.section in _LINES]
-    if not lines:
-        return items
-    return [
-        i
-        for i in items
-        if i.section not in _ATOMS or not any(item_key(i.section, i.text) in line for line in lines)
-    ]
+    said = [i.text for i in items if i.section in _SAYING]
+    paths = {i.key for i in items if i.section is Section.FILES}
+    tails = {path.rsplit("/", 1)[1] for path in paths if "/" in path}
+    seen: set[str] = set()
+    kept = []
+    for i in items:
+        if i.section in _ATOMS and any(i.key in line for line in lines):
+            continue
+        if i.section is Section.NUMBERS and any(i.text in line for line in said):
+            continue
+        if i.section is Section.FILES:
+            if i.key in seen or ("/" not in i.key and i.key in tails):
+                continue
+            seen.add(i.key)
+        kept.append(i)
+    return kept
 
 
 def _call_items(
     message: Message, results: Mapping[str, tuple[str, str | None]], recall: str | None
 ) -> list[Item]:
     """Paths and commands of the calls ``message`` makes, each command with the verdict of its
-    result; a call without a result as open work."""
+    result, and the URLs of their other arguments (a page fetched); a call without a result as
+    open work."""
     items: list[Item] = []
     for call_id, name, arguments in _calls(message):
         result = results.get(call_id) if call_id is not None else None
@@ -233,6 +257,14 @@ def _call_items(
                 said = verdict(result[0]) if result is not None else None
                 text = _line(command) + (COMMAND_ARROW + said if said else "")
                 items.append(Item(Section.COMMANDS, _line(text), recall))
+        others = (
+            value
+            for key, value in arguments.items()
+            if key not in _PATH_KEYS and key not in _COMMAND_KEYS and isinstance(value, str)
+        )
+        urls = (m.group(0) for value in others for m in p.URL.finditer(value[: p.SCAN_CHARS]))
+        for url in list(dict.fromkeys(urls))[: p.PER_KIND]:
+            items.append(Item(Section.URLS, url, recall))
         if call_id is not None and result is None:
             summary = _line(json.dumps(arguments, sort_keys=True, ensure_ascii=False))
             items.append(Item(Section.OPEN, f"{name} {summary} (no result yet)", recall))

@@ -4,8 +4,10 @@ An item is one exact string the compacted part of a conversation held (a rule th
 a path, a command and its verdict...), in one of the fixed :class:`Section` s.  Its *key* is a
 function of its section and text alone (:func:`item_key`), so a ledger parsed back from the
 forwarded text merges exactly as the one that wrote it: the same key is the same item (kept
-once), and a newer text under the same key supersedes the older (a number whose "what" is the
-same, ``X = v`` for the same ``X``, a command run again, a rule restated with other values).
+once), and a newer text under the same key supersedes the older (``X = v`` for the same ``X``,
+a command run again, a rule restated with other values).  A number is its own key: the same
+label may measure another subject (one module's p99, then another's), and a value measured
+again is a before and an after the agent compares, so both are kept (the share bounds them).
 """
 
 from __future__ import annotations
@@ -69,7 +71,9 @@ def item_key(section: Section, text: str) -> str:
         return "=" + found.group(1) if found else text
     if section is Section.OPEN:
         text = _OPEN_MARKER.sub("", text)
-    if section in (Section.NUMBERS, Section.RULES, Section.STATEMENTS, Section.OPEN):
+    if section is Section.NUMBERS:
+        return _SPACE.sub(" ", text).strip()
+    if section in (Section.RULES, Section.STATEMENTS, Section.OPEN):
         masked = _masked(text)
         return masked if masked.strip("# ") else text
     if section is Section.FILES:
@@ -156,9 +160,15 @@ class Ledger:
         entry = self._entries.pop((Section.OPEN, key), None)
         return entry.item if entry is not None else None
 
-    def remove(self, item: Item) -> None:
-        """Leave ``item`` out (the share bound, a release)."""
-        self._entries.pop((item.section, item.key), None)
+    def remove(self, item: Item) -> tuple[int, int] | None:
+        """Leave ``item`` out (the share bound, a release); returns its place (order, refs),
+        so :meth:`put_back` can restore it where it was."""
+        entry = self._entries.pop((item.section, item.key), None)
+        return (entry.order, entry.refs) if entry is not None else None
+
+    def put_back(self, item: Item, place: tuple[int, int]) -> None:
+        """Restore an item :meth:`remove` left out, at its old ``place``."""
+        self._entries[(item.section, item.key)] = _Entry(item, *place)
 
     def items(self) -> list[Item]:
         """The items in rendering order: by section, oldest first within one."""

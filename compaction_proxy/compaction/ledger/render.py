@@ -3,7 +3,7 @@
 ::
 
     <ledger>
-    Exact strings from the compacted part of this conversation, kept verbatim; ...
+    Verbatim from the compacted turns:
     Rules:
     - Never push to main.
     Files:
@@ -31,9 +31,15 @@ LEDGER_PREFIX = "<ledger>"
 LEDGER_CLOSE = "</ledger>"
 """The exact end of the ledger message."""
 
-LEDGER_HEADER = (
-    "Kept verbatim from the compacted part of this conversation (a summary may omit it):"
+LEDGER_HEADER = "Verbatim from the compacted turns:"
+"""The line under the opening tag: tells the model what the block is, in few tokens (the
+block is on every request of a long session)."""
+
+_EARLIER_HEADERS = (
+    "Kept verbatim from the compacted part of this conversation (a summary may omit it):",
 )
+"""Headers earlier versions wrote: a ledger a client sends back with one is still the proxy's
+(parsed, merged, and rewritten with :data:`LEDGER_HEADER` only when an item changes)."""
 
 _SECTIONS = {f"{section.value}:": section for section in Section}
 _RECALL = re.compile(r"^(.*) \[recall id (r[a-z2-7]{11})\]$")
@@ -57,20 +63,27 @@ def render(items: Sequence[Item]) -> str:
     return "\n".join(lines)
 
 
+def _header(text: str) -> str | None:
+    """The header ``text`` opens with, when it is in the ledger's exact wrapper."""
+    if not text.endswith(f"\n{LEDGER_CLOSE}"):
+        return None
+    for header in (LEDGER_HEADER, *_EARLIER_HEADERS):
+        if text.startswith(f"{LEDGER_PREFIX}\n{header}\n"):
+            return header
+    return None
+
+
 def is_ledger(text: object) -> bool:
     """True for a text in the ledger's exact wrapper (opening tag, header, closing tag)."""
-    return (
-        isinstance(text, str)
-        and text.startswith(f"{LEDGER_PREFIX}\n{LEDGER_HEADER}\n")
-        and text.endswith(f"\n{LEDGER_CLOSE}")
-    )
+    return isinstance(text, str) and _header(text) is not None
 
 
 def parse(text: str) -> list[Item]:
     """The items of a ledger text :func:`render` wrote (lines it did not write are skipped)."""
-    if not is_ledger(text):
+    header = _header(text)
+    if header is None:
         return []
-    body = text[len(LEDGER_PREFIX) + len(LEDGER_HEADER) + 2 : -len(LEDGER_CLOSE) - 1]
+    body = text[len(LEDGER_PREFIX) + len(header) + 2 : -len(LEDGER_CLOSE) - 1]
     items: list[Item] = []
     section: Section | None = None
     for line in body.split("\n"):

@@ -64,6 +64,7 @@ class DraftLedger:
         self.changed = False
         self.left_out = 0
         self.released = 0
+        self._gone: list[tuple[Item, tuple[int, int]]] = []
 
     # ------------------------------------------------------------------ tokens
     def _count_message(self, text: str) -> int:
@@ -102,9 +103,10 @@ class DraftLedger:
             self._count(item, 1)
         return changed
 
-    def _remove(self, item: Item) -> None:
-        self._ledger.remove(item)
+    def _remove(self, item: Item) -> tuple[int, int] | None:
+        place = self._ledger.remove(item)
         self._count(item, -1)
+        return place
 
     def extra_tokens(self) -> int:
         """What the block adds to the prompt beyond the ledger message already in it."""
@@ -145,11 +147,32 @@ class DraftLedger:
         for item in self._ledger.release_order(pinned=pinned):
             if not over():
                 break
-            self._remove(item)
+            place = self._remove(item)
+            if place is not None:
+                self._gone.append((item, place))
             self.changed = True
             gone += 1
         self.released += gone
         return gone
+
+    def refill(self, over: Callable[[], bool]) -> int:
+        """Put back the released items that fit after all (``over()`` false with one back),
+        the last released, the most valued, first: a release goes one item at a time, so the
+        last one often freed more than was needed, and a smaller item still fits in what it
+        left.  Each comes back at its old place; returns how many came back."""
+        back, kept = 0, []
+        for item, place in reversed(self._gone):
+            self._ledger.put_back(item, place)
+            self._count(item, 1)
+            if over():
+                self._ledger.remove(item)
+                self._count(item, -1)
+                kept.append((item, place))
+            else:
+                back += 1
+        self._gone = kept[::-1]
+        self.released -= back
+        return back
 
     # ------------------------------------------------------------------ output
     def items(self) -> list[Item]:
@@ -177,6 +200,7 @@ class DraftLedger:
 
     def restore(self, snapshot: LedgerSnapshot) -> None:
         state, self.changed, self.left_out, self.released = snapshot
+        self._gone = []
         self._ledger = Ledger.from_state(state)
         self._recount()
 
