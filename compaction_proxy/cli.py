@@ -38,8 +38,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="compaction-proxy",
         description=(
-            "OpenAI-compatible proxy that compacts chat-completions and Responses requests in "
-            "flight."
+            "OpenAI-compatible proxy that compacts chat-completions, Responses and Anthropic "
+            "Messages requests in flight."
         ),
     )
     parser.add_argument("--version", action="version", version=f"compaction-proxy {__version__}")
@@ -50,8 +50,8 @@ def _parser() -> argparse.ArgumentParser:
 
     comp = sub.add_parser(
         "compact",
-        help="compact a chat-completions or Responses request from a JSON file and print the "
-        "report",
+        help="compact a chat-completions, Responses or Messages request from a JSON file and "
+        "print the report",
     )
     comp.add_argument(
         "file", help="a chat-completions, Responses or Messages body, or a bare list of messages"
@@ -153,8 +153,8 @@ def _compact(args: argparse.Namespace) -> int:
         wire is DEFAULT_FORMAT and not isinstance(body.get("messages"), list)
     ):
         print(
-            f"compaction-proxy: {args.file} must hold a chat-completions body or a list of "
-            "messages",
+            f"compaction-proxy: {args.file} must hold a chat-completions, Responses or Messages "
+            "body, or a list of messages",
             file=sys.stderr,
         )
         return 2

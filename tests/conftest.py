@@ -7,8 +7,8 @@ Fixture map (see tests/support/servers.py for the handle types):
   after the test; use this one in tests so they never see each other's requests.
 - ``upstream_factory`` (function): ``start(context_window=None) -> UpstreamServer``, extra fake
   upstreams stopped after the test (routing tests need two).
-- ``proxy`` (session): ``python -m proxy serve`` with one upstream named ``fake`` -> the shared
-  upstream, default settings (:class:`ProxyServer`).
+- ``proxy`` (session): ``python -m compaction_proxy serve`` with one upstream named ``fake`` ->
+  the shared upstream, default settings (:class:`ProxyServer`).
 - ``proxy_factory`` (function): ``start(config: dict | str, *, via_env=False, env=None)
   -> ProxyServer`` for special configs; stopped after the test.
 - ``module_proxy_factory`` (module): the same, proxies shared by a module's tests (build

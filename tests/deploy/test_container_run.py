@@ -57,9 +57,9 @@ def _argv(instruction: Instruction) -> list[str]:
 
 
 def _entry_argv(df: Dockerfile) -> list[str]:
-    """ENTRYPOINT + CMD, the console script run as `python -m proxy` from this checkout (the
-    same `compaction_proxy.cli:main`; test_dockerfile checks the script name against
-    pyproject.toml)."""
+    """ENTRYPOINT + CMD, the console script run as `python -m compaction_proxy` from this
+    checkout (the same `compaction_proxy.cli:main`; test_dockerfile checks the script name
+    against pyproject.toml)."""
     argv = _argv(df.final.all("ENTRYPOINT")[-1]) + _argv(df.final.all("CMD")[-1])
     assert argv[0] == "compaction-proxy"
     return [sys.executable, "-m", "compaction_proxy", *argv[1:]]

@@ -212,7 +212,8 @@ def write_config(path: Path, config: Mapping[str, Any] | str) -> Path:
 
 
 class ProxyServer(ServerProcess):
-    """``python -m proxy serve`` as a child process, ready once ``/healthz`` answers 200."""
+    """``python -m compaction_proxy serve`` as a child process, ready once ``/healthz``
+    answers 200."""
 
     def __init__(
         self,

@@ -23,7 +23,7 @@ The settings load the plug-ins before they validate the pipeline, so its entries
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -143,11 +143,6 @@ class StrategyRegistry:
         except Exception as exc:  # a plug-in's own error, worded for the config's author
             raise PluginError(f"{reference} failed: {type(exc).__name__}: {exc}") from exc
         self._plugins.add(reference)
-
-    def load_plugins(self, references: Iterable[str]) -> None:
-        """:meth:`load_plugin` for each, in order."""
-        for reference in references:
-            self.load_plugin(reference)
 
 
 def _resolve(reference: object) -> Callable[[StrategyRegistry], Any]:
