@@ -42,7 +42,7 @@ RUN python -m venv /opt/venv \
 # 2. The project itself: build its wheel from pyproject.toml (hatchling; README.md is the
 #    wheel's readme), install that wheel.
 COPY README.md ./
-COPY compaction_proxy ./compaction_proxy
+COPY proxy ./proxy
 RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
  && /opt/venv/bin/pip install /wheels/compaction_proxy-*.whl \
  && /opt/venv/bin/compaction-proxy --version

@@ -9,12 +9,12 @@ import tomllib
 
 from tests.deploy.files import REPO_ROOT
 
-PACKAGE = REPO_ROOT / "compaction_proxy"
+PACKAGE = REPO_ROOT / "proxy" / "compaction_proxy"
 ARCHITECTURE = (REPO_ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
 CONTRACTS = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"][
     "importlinter"
 ]["contracts"]
-_TOP_LEVEL = re.compile(r"`compaction_proxy/(\w+)(?:/|\.py)`")
+_TOP_LEVEL = re.compile(r"`proxy/compaction_proxy/(\w+)(?:/|\.py)`")
 
 
 def doc_rows() -> list[tuple[str, set[str]]]:
@@ -62,7 +62,7 @@ def test_the_top_level_is_a_table_of_contents() -> None:
 
 def test_the_transport_is_plumbing_in_the_table_and_the_contracts() -> None:
     plumbing = next(line for line in ARCHITECTURE.splitlines() if line.startswith("| plumbing |"))
-    assert "`compaction_proxy/upstream/_transport.py`" in plumbing
+    assert "`proxy/compaction_proxy/upstream/_transport.py`" in plumbing
     held = [
         c for c in CONTRACTS if c.get("source_modules") == ["compaction_proxy.upstream._transport"]
     ]

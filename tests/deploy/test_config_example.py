@@ -338,7 +338,7 @@ def test_the_written_out_default_pipeline_is_the_default() -> None:
             default.min_saving,
             default.ledger_share,
         )
-        == (0.15, 0.02, 0.25)
+        == (0.15, 0.02, 0.5)
     )
     assert DEFAULT_TRIGGER_RATIO == 0.8 and DEFAULT_TARGET_RATIO == 0.5  # "80% ... towards 50%"
 

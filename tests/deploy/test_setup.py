@@ -75,8 +75,8 @@ def test_ci_installs_the_dev_extra_and_runs_the_linters_first() -> None:
     install = next(i for i, ln in enumerate(lines) if "pip install -e '.[test,dev]'" in ln)
     tests = lines.index(_readme_commands()[1])
     for linter in (
-        ".venv/bin/ruff check compaction_proxy tests bench",
-        ".venv/bin/ruff format --check compaction_proxy tests bench",
+        ".venv/bin/ruff check proxy tests bench",
+        ".venv/bin/ruff format --check proxy tests bench",
         ".venv/bin/mypy",
         ".venv/bin/lint-imports",
     ):

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from tests.deploy.files import REPO_ROOT
 
-PACKAGE = REPO_ROOT / "compaction_proxy"
+PACKAGE = REPO_ROOT / "proxy" / "compaction_proxy"
 MAX_FUNCTION_LINES = 80
 MAX_FILE_LINES = 600
 
