@@ -29,14 +29,13 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import pytest
+# The oracle is in the test extra: a missing install fails here, never skips.
+import agent_framework as af
+import agent_framework._compaction as afc
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-af = pytest.importorskip("agent_framework")
-afc = pytest.importorskip("agent_framework._compaction")
-
-from compaction_proxy.compaction import (  # noqa: E402
+from compaction_proxy.compaction import (
     CharacterEstimatorTokenizer,
     CompactionRequest,
     CompactionSettings,
@@ -47,7 +46,7 @@ from compaction_proxy.compaction import (  # noqa: E402
     build_view,
     compact,
 )
-from compaction_proxy.compaction.strategies import (  # noqa: E402
+from compaction_proxy.compaction.strategies import (
     PipelineStrategy,
     SelectiveToolCallsStrategy,
     SlidingWindowStrategy,
@@ -55,10 +54,10 @@ from compaction_proxy.compaction.strategies import (  # noqa: E402
     ToolResultCompactionStrategy,
     TruncationStrategy,
 )
-from compaction_proxy.compaction.strategies.tool_result_compaction import (  # noqa: E402
+from compaction_proxy.compaction.strategies.tool_result_compaction import (
     MIDDLE_MARKER,
 )
-from tests.support.trust_session import LIBRECHAT_BLOCK  # noqa: E402
+from tests.support.trust_session import LIBRECHAT_BLOCK
 
 Msg = dict[str, Any]
 

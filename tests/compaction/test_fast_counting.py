@@ -19,6 +19,7 @@ from compaction_proxy.compaction import TiktokenTokenizer
 from compaction_proxy.compaction.canonical import canonical_bytes
 from compaction_proxy.compaction.fast_bpe import SELF_CHECK, exact_counter
 from compaction_proxy.compaction.prompt_bound import message_bound, prompt_bound
+from tests.support.optional import require_or_skip
 
 from .helpers import a, call, s, tool, u
 
@@ -81,7 +82,7 @@ TEXT = st.one_of(
 
 @pytest.fixture(scope="module")
 def counters(o200k: TiktokenTokenizer, cl100k: TiktokenTokenizer) -> list[tuple[Any, Any]]:
-    pytest.importorskip("bpe_openai", reason="bpe-openai is an optional accelerator")
+    require_or_skip("bpe-openai", "bpe_openai")  # an optional accelerator
     pairs = []
     for tokenizer in (o200k, cl100k):
         counter = exact_counter(tokenizer.encoding)

@@ -9,6 +9,7 @@ import pytest
 
 import compaction_proxy.compaction.tokenizer_provider as provider_module
 from compaction_proxy.compaction import EncodingLoader, TiktokenTokenizer, TokenizerProvider
+from tests.support.optional import require_or_skip
 
 TEXTS = (
     "hello world",
@@ -33,7 +34,7 @@ def _exact(provider: TokenizerProvider, encoding: str) -> TiktokenTokenizer:
 
 @pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
 def test_installed_bpe_openai_counts_for_the_provider(fresh_counters: None, encoding: str) -> None:
-    pytest.importorskip("bpe_openai", reason="bpe-openai is the optional `fast` extra")
+    require_or_skip("bpe-openai", "bpe_openai")  # the optional `fast` extra
     loader = EncodingLoader()
     tokenizer = _exact(TokenizerProvider(loader), encoding)
     assert tokenizer.counter is not None

@@ -27,10 +27,8 @@ from tests.observability.traffic import parse_metrics
 from tests.support.messages_upstream import MESSAGES, MessagesUpstreamServer, anthropic_client
 from tests.support.servers import ProxyServer, proxy_config, upstream_entry
 
-pytestmark = pytest.mark.skipif(
-    format_for_path("POST", MESSAGES) is None,
-    reason="the Messages format (compaction_proxy/wire/messages) is not registered here",
-)
+# The Messages format serves /v1/messages: without it these tests fail, never skip.
+assert format_for_path("POST", MESSAGES) is not None, "no wire format serves /v1/messages"
 
 MODEL = "claude-sonnet-4-5"
 KEYED = "claude-opus-4-5"  # routed to the same fake, through an upstream with its own key

@@ -27,10 +27,8 @@ from tests.support.messages_bodies import BASH, claude_code_request, claude_code
 from tests.support.messages_upstream import MESSAGES, MessagesUpstreamServer
 from tests.support.servers import ProxyServer, proxy_config, upstream_entry
 
-pytestmark = pytest.mark.skipif(
-    format_for_path("POST", MESSAGES) is None,
-    reason="the Messages wire format is not in the registry (it serves /v1/messages)",
-)
+# The Messages format serves /v1/messages: without it these tests fail, never skip.
+assert format_for_path("POST", MESSAGES) is not None, "no wire format serves /v1/messages"
 
 MODEL = "claude-sonnet-4-5"
 WINDOW = 16_000

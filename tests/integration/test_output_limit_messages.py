@@ -18,11 +18,6 @@ import pytest
 from tests.support.messages_upstream import MESSAGES, MessagesUpstreamServer, anthropic_client
 from tests.support.servers import ProxyServer, proxy_config, upstream_entry
 
-pytest.importorskip(
-    "compaction_proxy.wire.messages",
-    reason="the Messages wire format is not on this branch yet (it lands with issue 21's merge)",
-)
-
 WINDOW = 32_768
 ASKED = 32_000
 MODEL = "local-claude-32k"
