@@ -248,7 +248,8 @@ async def test_failure_reasons(
     assert "openai" in str(error)
     if response.status_code != 200:
         assert f"HTTP {response.status_code}" in str(error)
-    assert summarizer.stats.count(reason) == 1
+    # A summary past its own limit is asked for once more, told the limit: two calls counted.
+    assert summarizer.stats.count(reason) == (2 if reason == "oversized" else 1)
 
 
 async def test_timeout_from_the_transport(
@@ -415,3 +416,37 @@ async def test_the_budget_bounds_the_summary_below_max_summary_tokens(
     body, _ = sent(route)
     assert body["max_completion_tokens"] == 4096
     assert body["messages"][0]["content"] == CHECKPOINT_PROMPT
+
+
+async def test_a_summary_cut_at_its_own_limit_is_asked_once_more_told_the_limit(
+    mock: respx.MockRouter, client: httpx.AsyncClient
+) -> None:
+    """A small model writes on until cut at the summarizer's own limit, which it was never
+    told: the summary is asked for once more with the limit stated, not given up."""
+    route = mock.post(f"{OPENAI}/chat/completions").mock(
+        side_effect=[completion("## Goal\n" + "more " * 50, finish="length"), completion()]
+    )
+    summarizer = HttpSummarizer(summ(maxSummaryTokens=100), upstreams(), client)
+    text = await summarizer.summarize(SummaryRequest(STRETCH, None, "gpt-4o"))
+    assert text == "## Goal\nFix the bug." and len(route.calls) == 2
+    first, _ = sent(route, 0)
+    second, _ = sent(route, 1)
+    assert first["messages"][0]["content"] == CHECKPOINT_PROMPT  # not told at first
+    assert "must fit in 100 tokens (the last answer ran past" in second["messages"][0]["content"]
+
+
+async def test_a_summary_told_its_limit_and_cut_is_not_asked_again(
+    mock: respx.MockRouter, client: httpx.AsyncClient
+) -> None:
+    route = mock.post(f"{OPENAI}/chat/completions").mock(
+        return_value=completion("x", finish="length")
+    )
+    summarizer = HttpSummarizer(summ(maxSummaryTokens=4096), upstreams(), client)
+    with pytest.raises(SummaryError) as caught:  # the budget bound it: told from the start
+        await summarizer.summarize(SummaryRequest(STRETCH, None, "gpt-4o", max_tokens=1_400))
+    assert caught.value.reason == "oversized" and len(route.calls) == 1
+    unbound = HttpSummarizer(summ(maxSummaryTokens=100), upstreams(), client)
+    with pytest.raises(SummaryError) as again:  # told on the second call, cut again: given up
+        await unbound.summarize(SummaryRequest(STRETCH, None, "gpt-4o"))
+    assert again.value.reason == "oversized" and "cut again when told the limit" in str(again.value)
+    assert len(route.calls) == 3

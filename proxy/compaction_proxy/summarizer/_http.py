@@ -15,7 +15,9 @@ make the pipeline move on, never become a checkpoint:
 * ``empty``: no text, or only whitespace (reasoning models sometimes answer only in reasoning);
 * ``oversized``: the completion is over the limit (``usage.completion_tokens`` without
   reasoning tokens, or our own count when usage is absent) or was cut (``finish_reason:
-  length``): a truncated checkpoint silently loses its last sections;
+  length``): a truncated checkpoint silently loses its last sections. A summary cut at the
+  summarizer's own limit, which the model was not told, is asked for once more with the limit
+  stated (a small model may write on until cut); cut again, it fails;
 * ``overflow``: the upstream refused the call as too long for its window, and its smaller
   retry too (calls are sized by the model's calibration and window, :mod:`._sizing`).
 
@@ -352,8 +354,33 @@ class HttpSummarizer:
         call, auth, refusals = self._form(upstream)
         target = _Target(upstream, model, limit, tokenizer.count_text, call, auth, refusals)
         try:
+            return await self._sized(request, target, window, tokenizer, note)
+        except SummaryCut:
+            if note:  # it was told the limit and still ran past it
+                raise
+            # Cut at its own limit without having been told it (a small model that writes on
+            # and on): once more, told the limit, rather than no summary at all.
+            log.info("summary cut at %d tokens; asking once more, told the limit", limit)
+        try:
+            return await self._sized(request, target, window, tokenizer, cut_note(limit))
+        except SummaryCut as again:
+            raise SummaryError(
+                "oversized", f"{again.message}; cut again when told the limit"
+            ) from again
+
+    async def _sized(
+        self,
+        request: SummaryRequest,
+        target: _Target,
+        window: SummarizerWindow,
+        tokenizer: Tokenizer,
+        note: str,
+    ) -> str:
+        """One summary, sized by ``window``; refused as too long, once more smaller."""
+        try:
             return await self._summarize(request, target, window, tokenizer, note)
         except SummaryOverflow as refused:
+            upstream, model = target.upstream, target.model
             smaller = await learn_from(refused, window, self._sizing, upstream.name, model)
         try:
             # Once more, smaller: the transcript form, cut into chunks that fit what the
@@ -506,6 +533,18 @@ class HttpSummarizer:
         return _read_completion(response.content, call, where, model, limit, target.count, usage)
 
 
+class SummaryCut(SummaryError):
+    """The summary ran past its limit (``oversized``): cut, or over by its usage."""
+
+
+def cut_note(limit: int) -> str:
+    """What the summarizer is told when asked again after running past its own limit."""
+    return (
+        f"\n\nThe checkpoint must fit in {limit} tokens (the last answer ran past that and was "
+        "cut): keep every section short and drop what matters least first."
+    )
+
+
 def length_note(limit: int) -> str:
     """What the summarizer is told when the budget bounds the checkpoint below its own limit."""
     return (
@@ -575,14 +614,14 @@ def _read_completion(
     if not text:
         raise SummaryError("empty", f"{where} ({model}) returned an empty summary")
     if reply.cut:
-        raise SummaryError(
+        raise SummaryCut(
             "oversized", f"{where} ({model}): the summary was cut at the limit of {limit} tokens"
         )
     used = reply.completion_tokens
     if used is None:
         used = count(text)
     if used > limit:
-        raise SummaryError(
+        raise SummaryCut(
             "oversized",
             f"{where} ({model}): the summary has {used} tokens, over the limit of {limit}",
         )
