@@ -24,6 +24,7 @@ from compaction_proxy.summarizer import (
     HttpSummarizer,
     SummaryCallRecord,
 )
+from compaction_proxy.summarizer._http import own_limit_note
 from compaction_proxy.wire import CallerKey
 
 OPENAI = "https://api.openai.test/v1"
@@ -94,7 +95,8 @@ async def test_request_shape(mock: respx.MockRouter, client: httpx.AsyncClient) 
     assert body["max_completion_tokens"] == 512 and "max_tokens" not in body
     assert body["temperature"] == 0.2 and body["top_p"] == 0.9
     assert [m["role"] for m in body["messages"]] == ["system", "user"]
-    assert body["messages"][0]["content"] == CHECKPOINT_PROMPT
+    # Our prompt, and the limit stated (a small model writes on until cut otherwise).
+    assert body["messages"][0]["content"] == CHECKPOINT_PROMPT + own_limit_note(512)
     user = body["messages"][1]["content"]
     assert user.startswith("<conversation>\n[user]\nPlease fix the bug in src/app.py")
     assert "hidden thoughts" not in user
@@ -109,7 +111,7 @@ async def test_update_request_carries_the_previous_summary(
     summarizer = HttpSummarizer(summ(), upstreams(), client)
     await summarizer.summarize(SummaryRequest(STRETCH, "## Goal\nOld goal", "gpt-4o"))
     body, headers = sent(route)
-    assert body["messages"][0]["content"] == UPDATE_PROMPT
+    assert body["messages"][0]["content"].startswith(UPDATE_PROMPT)
     assert (
         "<previous-checkpoint>\n## Goal\nOld goal\n</previous-checkpoint>"
         in (body["messages"][1]["content"])
@@ -248,8 +250,7 @@ async def test_failure_reasons(
     assert "openai" in str(error)
     if response.status_code != 200:
         assert f"HTTP {response.status_code}" in str(error)
-    # A summary past its own limit is asked for once more, told the limit: two calls counted.
-    assert summarizer.stats.count(reason) == (2 if reason == "oversized" else 1)
+    assert summarizer.stats.count(reason) == 1  # our prompt stated the limit: not asked again
 
 
 async def test_timeout_from_the_transport(
@@ -342,7 +343,9 @@ async def test_long_stretch_is_folded_in_chunks(
     calls = len(route.calls)
     assert calls > 2 and result == f"summary {calls}"
     systems = [sent(route, n)[0]["messages"][0]["content"] for n in range(calls)]
-    assert systems == [CHECKPOINT_PROMPT] + [UPDATE_PROMPT] * (calls - 1)
+    prompts = [s.partition("\n\nThe checkpoint must fit in ")[0] for s in systems]
+    assert prompts == [CHECKPOINT_PROMPT] + [UPDATE_PROMPT] * (calls - 1)
+    assert all("\n\nThe checkpoint must fit in " in s for s in systems)  # the limit, stated
     second_user = sent(route, 1)[0]["messages"][1]["content"]
     assert "<previous-checkpoint>\nsummary 1\n</previous-checkpoint>" in second_user
     for n in range(calls):
@@ -414,24 +417,28 @@ async def test_the_budget_bounds_the_summary_below_max_summary_tokens(
     assert "must fit in 1400 tokens" in body["messages"][0]["content"]
     await summarizer.summarize(SummaryRequest(STRETCH, None, "gpt-4o", max_tokens=9_000))
     body, _ = sent(route)
-    assert body["max_completion_tokens"] == 4096
-    assert body["messages"][0]["content"] == CHECKPOINT_PROMPT
+    assert body["max_completion_tokens"] == 4096  # the larger bound changes nothing
+    assert body["messages"][0]["content"] == CHECKPOINT_PROMPT + own_limit_note(4096)
+    custom = HttpSummarizer(summ(maxSummaryTokens=4096, prompt="Summarize."), upstreams(), client)
+    await custom.summarize(SummaryRequest(STRETCH, None, "gpt-4o", max_tokens=9_000))
+    body, _ = sent(route)
+    assert body["messages"][0]["content"] == "Summarize."  # a configured prompt, as written
 
 
 async def test_a_summary_cut_at_its_own_limit_is_asked_once_more_told_the_limit(
     mock: respx.MockRouter, client: httpx.AsyncClient
 ) -> None:
-    """A small model writes on until cut at the summarizer's own limit, which it was never
-    told: the summary is asked for once more with the limit stated, not given up."""
+    """A small model writes on until cut at the summarizer's own limit, which a configured
+    prompt does not state: the summary is asked for once more with the limit stated."""
     route = mock.post(f"{OPENAI}/chat/completions").mock(
         side_effect=[completion("## Goal\n" + "more " * 50, finish="length"), completion()]
     )
-    summarizer = HttpSummarizer(summ(maxSummaryTokens=100), upstreams(), client)
+    summarizer = HttpSummarizer(summ(maxSummaryTokens=100, prompt="Sum up."), upstreams(), client)
     text = await summarizer.summarize(SummaryRequest(STRETCH, None, "gpt-4o"))
     assert text == "## Goal\nFix the bug." and len(route.calls) == 2
     first, _ = sent(route, 0)
     second, _ = sent(route, 1)
-    assert first["messages"][0]["content"] == CHECKPOINT_PROMPT  # not told at first
+    assert first["messages"][0]["content"] == "Sum up."  # as configured: not told at first
     assert "must fit in 100 tokens (the last answer ran past" in second["messages"][0]["content"]
 
 
@@ -445,8 +452,12 @@ async def test_a_summary_told_its_limit_and_cut_is_not_asked_again(
     with pytest.raises(SummaryError) as caught:  # the budget bound it: told from the start
         await summarizer.summarize(SummaryRequest(STRETCH, None, "gpt-4o", max_tokens=1_400))
     assert caught.value.reason == "oversized" and len(route.calls) == 1
-    unbound = HttpSummarizer(summ(maxSummaryTokens=100), upstreams(), client)
+    ours = HttpSummarizer(summ(maxSummaryTokens=100), upstreams(), client)
+    with pytest.raises(SummaryError) as told:  # our prompt states the limit: not asked again
+        await ours.summarize(SummaryRequest(STRETCH, None, "gpt-4o"))
+    assert told.value.reason == "oversized" and len(route.calls) == 2
+    unbound = HttpSummarizer(summ(maxSummaryTokens=100, prompt="Sum up."), upstreams(), client)
     with pytest.raises(SummaryError) as again:  # told on the second call, cut again: given up
         await unbound.summarize(SummaryRequest(STRETCH, None, "gpt-4o"))
     assert again.value.reason == "oversized" and "cut again when told the limit" in str(again.value)
-    assert len(route.calls) == 3
+    assert len(route.calls) == 4

@@ -343,11 +343,15 @@ class HttpSummarizer:
                 DEFAULT_MAX_SUMMARY_TOKENS, facts.max_output_tokens or DEFAULT_MAX_SUMMARY_TOKENS
             )
         # The budget the summary must fit bounds it too (the core's `max_tokens`): the model is
-        # told, so it writes a shorter checkpoint rather than being cut at the limit.
+        # told, so it writes a shorter checkpoint rather than being cut at the limit. Our own
+        # prompts state the limit in any case (a small model writes on until cut); a prompt the
+        # configuration wrote is sent as written unless the budget bounds it.
         note = ""
         if request.max_tokens is not None and 0 < request.max_tokens < limit:
             limit = request.max_tokens
             note = length_note(limit)
+        elif self.prompts.ours:
+            note = own_limit_note(limit)
         tokenizer = self._tokenizer_for(model)
         # Sized in the summarizer model's own tokens: our count times its calibration.
         window = SummarizerWindow(facts.context_window, limit, ratio=self._sizing.ratio(model))
@@ -358,8 +362,8 @@ class HttpSummarizer:
         except SummaryCut:
             if note:  # it was told the limit and still ran past it
                 raise
-            # Cut at its own limit without having been told it (a small model that writes on
-            # and on): once more, told the limit, rather than no summary at all.
+            # Cut at its own limit under a configured prompt, which states none (a small model
+            # writes on until cut): once more, told the limit, rather than no summary at all.
             log.info("summary cut at %d tokens; asking once more, told the limit", limit)
         try:
             return await self._sized(request, target, window, tokenizer, cut_note(limit))
@@ -543,6 +547,11 @@ def cut_note(limit: int) -> str:
         f"\n\nThe checkpoint must fit in {limit} tokens (the last answer ran past that and was "
         "cut): keep every section short and drop what matters least first."
     )
+
+
+def own_limit_note(limit: int) -> str:
+    """What our own prompts add when only the summarizer's output limit bounds the checkpoint."""
+    return f"\n\nThe checkpoint must fit in {limit} tokens: keep every section short."
 
 
 def length_note(limit: int) -> str:

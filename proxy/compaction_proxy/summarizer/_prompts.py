@@ -105,6 +105,11 @@ class PromptSet:
     update: str
     version: str
 
+    @property
+    def ours(self) -> bool:
+        """True when neither prompt was configured: ours, which the proxy may add to."""
+        return self.checkpoint == CHECKPOINT_PROMPT and self.update == UPDATE_PROMPT
+
     @classmethod
     def from_config(cls, prompt: str | None = None, update_prompt: str | None = None) -> PromptSet:
         """Our defaults, with the configured ``prompt``/``updatePrompt`` replacing them.
