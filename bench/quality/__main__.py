@@ -48,11 +48,12 @@ from tests.support.processes import tiktoken_cache_dir
 from tests.support.servers import ProxyServer, UpstreamServer
 
 AGENT_MAX_OUTPUT = 1_024
-SUMMARIZER_MAX_OUTPUT = 1_024
+SUMMARIZER_MAX_OUTPUT = 768
 """The summarizer model's output limit as declared (`models:`); `maxSummaryTokens` is left
-unset, so the proxy's own rule applies: this, at most a quarter of the agent's budget (768
-tokens on the 4k window), and the model is told the limit when the budget's quarter is the
-smaller (it writes 5-10 tokens a second on 2 idle cores)."""
+unset, so the proxy's own rule applies: this, at most a quarter of the agent's budget, and the
+proxy's prompt states the limit. 768: told 768, the model wrote ~520-token summaries on the 4k
+window; declared 1,024 on a 6k window, its first summary ran past 1,024 tokens and was cut, and
+at 5-10 tokens a second on 2 cores a summary's chunked calls must fit the 600 s cap."""
 SUMMARIZER_WINDOW = 3_072
 """The summarizer model's window as declared to the proxy (`models:`): what the proxy sizes
 its transcript chunks by. llama-server itself runs with model_server.CONTEXT (8,192); the
