@@ -15,7 +15,7 @@ import pytest
 
 from compaction_proxy.api import Finished
 from compaction_proxy.api._usage import UsageProbe
-from compaction_proxy.compaction.messages import last_user_text
+from compaction_proxy.compaction.chat_messages import last_user_text
 from compaction_proxy.compaction.report import CompactionReport, StrategyFailure, StrategyReport
 from compaction_proxy.compaction.settings import SummarizationSettings
 from compaction_proxy.compaction.summarizer import SummaryError, SummaryRequest

@@ -37,8 +37,8 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from .archive import Archived, RecallIds
+from .chat_messages import Message, content_text
 from .marks import can_carry_mark, marked, message_mark, span_mark, strip_mark
-from .messages import Message, content_text
 
 __all__ = ["ArchiveLog"]
 

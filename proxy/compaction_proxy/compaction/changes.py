@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from .messages import Message
+from .chat_messages import Message
 from .view import ConversationView, MessageStats
 
 

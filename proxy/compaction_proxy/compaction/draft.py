@@ -33,12 +33,12 @@ from .archive import Archived, RecallIds
 from .budget import Budget, Calibration
 from .canonical import canonical_bytes
 from .changes import ChangeCounters, GroupState, Savepoint
+from .chat_messages import Message, has_tool_calls, role_of
 from .draft_pins import Pins
 from .draft_recall import DraftRecall
 from .draft_totals import Totals
 from .errors import CompactionProxyError
 from .ledger.state import DraftLedger
-from .messages import Message, has_tool_calls, role_of
 from .projection import edited_view, grouping_key, project
 from .tokens import Tokenizer
 from .triggers import Metrics

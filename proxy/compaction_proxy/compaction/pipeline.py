@@ -60,11 +60,11 @@ from typing import Any
 from .archive import Archived, RecallIds
 from .budget import Budget, Calibration, ModelCatalog, ModelFacts, OutputLimit, compute_budget
 from .carry import carry_user_messages, pin_summaries
+from .chat_messages import Message
 from .draft import Draft
 from .forced import forced_without_summary
 from .ledger.state import DraftLedger
 from .ledger_run import ledger_role, ledger_warnings, place_ledger, start_ledger
-from .messages import Message
 from .release import release_pins
 from .report import CompactionReport, StrategyFailure, StrategyReport
 from .strategies.base import Strategy, StrategyContext

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from .chat_messages import Message
 from .draft import Draft
-from .messages import Message
 from .report import StrategyFailure, StrategyReport
 from .strategies.base import StrategyContext
 from .strategies.composite import FallbackTruncation, run_strategy_async

@@ -17,8 +17,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from ..chat_messages import Message, content_text, role_of
 from ..marks import strip_mark
-from ..messages import Message, content_text, role_of
 from . import patterns as p
 from .items import COMMAND_ARROW, Item, Section, item_key
 from .statements import user_items

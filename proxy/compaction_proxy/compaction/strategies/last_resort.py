@@ -19,8 +19,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..chat_messages import Message
 from ..draft import Draft
-from ..messages import Message
 from ..view import GroupKind
 from ._tools import all_text, answered_results, text_part_like
 from .base import Strategy, StrategyContext, StrategyOutcome

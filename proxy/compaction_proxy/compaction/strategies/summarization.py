@@ -121,10 +121,10 @@ from typing import Any, Literal, get_args
 
 from pydantic import Field, model_validator
 
+from ..chat_messages import Message
 from ..draft import Draft
 from ..fields import CamelModel
 from ..ledger.span import span_strings
-from ..messages import Message
 from ..triggers import Condition
 from ..view import CHECKPOINT_NOTE as CHECKPOINT_NOTE  # re-exported: the wrapper's closing note
 from ..view import Group, GroupKind

@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+from ..chat_messages import Message
 from ..draft import Draft
 from ..marks import strip_mark
-from ..messages import Message
 from ..summarizer import Summarizer, SummaryError, SummaryRequest
 from ..view import SUMMARY_PREFIX, SUMMARY_SUFFIX, Group, GroupKind
 from ._tools import newest_non_system

@@ -10,8 +10,8 @@ from dataclasses import replace
 from itertools import pairwise
 from typing import Protocol
 
+from ..chat_messages import Message
 from ..draft import Draft, GroupState
-from ..messages import Message
 from ..triggers import Always, Condition, Metrics
 from ..view import Group, GroupKind
 from .summary_record import CheckItems

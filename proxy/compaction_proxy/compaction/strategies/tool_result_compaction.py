@@ -79,8 +79,8 @@ from typing import NamedTuple
 
 from pydantic import Field
 
+from ..chat_messages import Message, content_text, role_of
 from ..draft import Draft
-from ..messages import Message, content_text, role_of
 from ..triggers import Condition
 from ..view import Group
 from ._tools import answered_results
