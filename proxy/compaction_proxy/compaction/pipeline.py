@@ -76,7 +76,7 @@ from .strategies.composite import (
     run_to_completion,
     skipped_report,
 )
-from .summarizer import Summarizer
+from .summarizer_contract import Summarizer
 from .tokenizer_provider import TokenizerProvider
 from .tokens import Tokenizer
 from .triggers import Condition, Metrics, OverBudget, firing_tokens

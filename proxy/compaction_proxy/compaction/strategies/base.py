@@ -32,7 +32,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, TypedDict
 
-from ..summarizer import Summarizer
+from ..summarizer_contract import Summarizer
 from ..triggers import Always, Condition, Metrics, OverBudget, count_demands
 
 if TYPE_CHECKING:
@@ -79,8 +79,9 @@ class StrategyOutcome:
     warnings: tuple[str, ...] = ()
     children: tuple[StrategyReport, ...] = field(default=())
     failed: str | None = None
-    """Why the strategy could not do its work (a :class:`~..summarizer.SummaryError` reason);
-    a failed strategy changed nothing and the pipeline moves on to the next one."""
+    """Why the strategy could not do its work (a
+    :class:`~..summarizer_contract.SummaryError` reason); a failed strategy changed nothing and
+    the pipeline moves on to the next one."""
     failure_message: str | None = None
     summary_checks: tuple[SummaryCheck, ...] = ()
     """The checks of the summaries this run wrote (:mod:`.summary_record`), copied onto the

@@ -2,8 +2,9 @@
 "Checkpoints" in docs/architecture.md).
 
 The strategy picks a stretch of old history, asks the edge's
-:class:`~compaction_proxy.compaction.summarizer.Summarizer` for a summary of it (one call per
-compaction event), and replaces the stretch with one message placed right after the system block::
+:class:`~compaction_proxy.compaction.summarizer_contract.Summarizer` for a summary of it (one
+call per compaction event), and replaces the stretch with one message placed right after the
+system block::
 
     {"role": "user", "content": "<summary>\\n{text}\\n</summary>\\n\\n{CHECKPOINT_NOTE}"}
 
@@ -77,9 +78,10 @@ not sent as a message; its text, taken out of the wrapper, becomes the request's
 Validation and failure: a stretch that costs no more than an empty checkpoint is not sent (no
 summary could be shorter); the new summary message must cost fewer tokens than everything it
 replaces (else ``not_shorter``); an empty text is ``empty``; a
-:class:`~compaction_proxy.compaction.summarizer.SummaryError` carries its own reason, and any other
-exception from the summarizer counts as ``error``.  On failure the strategy changes nothing
-and returns an outcome with ``failed`` set; the pipeline continues with its next strategy.
+:class:`~compaction_proxy.compaction.summarizer_contract.SummaryError` carries its own reason,
+and any other exception from the summarizer counts as ``error``.  On failure the strategy
+changes nothing and returns an outcome with ``failed`` set; the pipeline continues with its next
+strategy.
 Without a summarizer (the synchronous ``compact``, or the edge has none) the strategy skips
 with the note "summarizer not available" and never fakes a summary.
 

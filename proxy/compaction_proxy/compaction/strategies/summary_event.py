@@ -12,7 +12,7 @@ from typing import Any, cast
 from ..chat_messages import Message
 from ..draft import Draft
 from ..marks import strip_mark
-from ..summarizer import Summarizer, SummaryError, SummaryRequest
+from ..summarizer_contract import Summarizer, SummaryError, SummaryRequest
 from ..view import SUMMARY_PREFIX, SUMMARY_SUFFIX, Group, GroupKind
 from ._tools import newest_non_system
 from .base import StrategyContext, StrategyOutcome
