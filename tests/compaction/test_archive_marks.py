@@ -59,7 +59,7 @@ from compaction_proxy.compaction.strategies import (
     ToolResultCompactionStrategy,
     TruncationStrategy,
 )
-from compaction_proxy.compaction.strategies.summary_event import unwrap_summary
+from compaction_proxy.compaction.strategies.summarization import unwrap_summary
 from compaction_proxy.compaction.triggers import Always
 from compaction_proxy.compaction.validation import validate_messages
 from compaction_proxy.compaction.view import DEFAULT_SUMMARY_MARKER

@@ -34,9 +34,9 @@ _USER_UNITS = 40
 
 MADE_MARKS = ("[Tool results: ", "[soft-trimmed: ", "[Old tool result content cleared]")
 """What the proxy's own stand-ins hold (a collapsed group, strategies/tool_result_compaction.py;
-a trimmed result, strategies/context_pruning.py and last_resort.py; a cleared one): the original
-each stands for was read when it was made, so a stand-in folded later is not read again (its
-older values would supersede newer ones)."""
+a trimmed result, strategies/context_pruning.py and strategies/_support/last_resort.py; a
+cleared one): the original each stands for was read when it was made, so a stand-in folded later is
+not read again (its older values would supersede newer ones)."""
 
 
 def made_by_proxy(message: Message) -> bool:

@@ -43,7 +43,7 @@ from pydantic import Field
 from ..chat_messages import Message
 from ..draft import Draft
 from ..triggers import Always, Condition
-from ._tools import ToolResult, answered_results, newest_non_system
+from ._support.tool_results import ToolResult, answered_results, newest_non_system
 from .base import Conditions, Strategy, StrategyContext, StrategyOutcome
 from .context_pruning import DEFAULT_PLACEHOLDER
 from .params import StrategyParams

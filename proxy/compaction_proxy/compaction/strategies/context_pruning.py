@@ -74,7 +74,7 @@ from ..fields import CamelModel
 from ..marks import strip_mark
 from ..triggers import Always, Condition, Never
 from ..view import GroupKind
-from ._tools import (
+from ._support.tool_results import (
     all_text,
     answered_results,
     is_text_part,

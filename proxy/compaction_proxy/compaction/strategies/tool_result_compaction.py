@@ -83,8 +83,8 @@ from ..chat_messages import Message, content_text, role_of
 from ..draft import Draft
 from ..triggers import Condition
 from ..view import Group
-from ._tools import answered_results
-from .old_tool_groups import OldToolGroupsParams, OldToolGroupsStrategy
+from ._support.old_tool_groups import OldToolGroupsParams, OldToolGroupsStrategy
+from ._support.tool_results import answered_results
 
 SUMMARY_PREFIX = "[Tool results: "
 SUMMARY_SUFFIX = "]"
