@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 
 import compaction_proxy.wire._anthropic_summary as messages_call
-from compaction_proxy.compaction.summarizer import SummaryRequest
+from compaction_proxy.compaction.summarizer_contract import SummaryRequest
 from compaction_proxy.summarizer import SummarizerStats
 from compaction_proxy.summarizer._prefix import ForwardedRequest
 from tests.integration.test_messages_prefix_cache import MODEL, answered, session, summarizer

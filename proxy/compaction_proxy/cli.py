@@ -132,7 +132,7 @@ def _compact(args: argparse.Namespace) -> int:
     import orjson
 
     from compaction_proxy.compaction import Mode, build_view
-    from compaction_proxy.compaction.messages import tool_call_names
+    from compaction_proxy.compaction.chat_messages import tool_call_names
     from compaction_proxy.engine import Compactor
     from compaction_proxy.observability.report_text import render, render_archived
     from compaction_proxy.wire import DEFAULT_FORMAT, format_for_body, lowered_limits

@@ -38,6 +38,7 @@ from compaction_proxy.compaction import (
 )
 from compaction_proxy.compaction.archive import ID_PATTERN, Archived, RecallIds
 from compaction_proxy.compaction.budget import Budget
+from compaction_proxy.compaction.chat_messages import content_text
 from compaction_proxy.compaction.draft import Draft
 from compaction_proxy.compaction.ledger import is_ledger
 from compaction_proxy.compaction.marks import (
@@ -47,7 +48,6 @@ from compaction_proxy.compaction.marks import (
     span_mark,
     strip_mark,
 )
-from compaction_proxy.compaction.messages import content_text
 from compaction_proxy.compaction.pipeline import unchanged_result
 from compaction_proxy.compaction.strategies import (
     ClearToolUsesStrategy,
@@ -59,7 +59,7 @@ from compaction_proxy.compaction.strategies import (
     ToolResultCompactionStrategy,
     TruncationStrategy,
 )
-from compaction_proxy.compaction.strategies.summary_event import unwrap_summary
+from compaction_proxy.compaction.strategies.summarization import unwrap_summary
 from compaction_proxy.compaction.triggers import Always
 from compaction_proxy.compaction.validation import validate_messages
 from compaction_proxy.compaction.view import DEFAULT_SUMMARY_MARKER

@@ -82,9 +82,9 @@ written (YAML reads ``0x200`` as 512)."""
 
 ADDITIONS = {"carry_user_messages": 0.15, "min_saving": 0.02}
 """The proxy's two additions, written into an explicit pipeline's block (the default pipeline's
-values): the churn cut (compaction/strategies/churn.py: a collapse saving ~100 tokens of a 28k
-budget is undone) and the carried user messages (compaction/carry.py: they stay beside the
-window, so "the user messages forwarded" are not "the turns kept")."""
+values): the churn cut (compaction/strategies/_support/churn.py: a collapse saving ~100 tokens
+of a 28k budget is undone) and the carried user messages (compaction/carry.py: they stay beside
+the window, so "the user messages forwarded" are not "the turns kept")."""
 
 
 def dotnet_pipeline(extra: dict[str, Any] | None = None) -> Pipeline:

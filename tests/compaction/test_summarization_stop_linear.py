@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from compaction_proxy.compaction import ModelFacts, build_view
 from compaction_proxy.compaction.budget import compute_budget
 from compaction_proxy.compaction.draft import Draft, GroupState
+from compaction_proxy.compaction.strategies._support.summary_selection import TargetStop
 from compaction_proxy.compaction.strategies.base import StrategyContext
 from compaction_proxy.compaction.strategies.summarization import SummarizationStrategy
-from compaction_proxy.compaction.strategies.summary_selection import TargetStop
 from compaction_proxy.compaction.triggers import (
     MessagesExceed,
     Metrics,

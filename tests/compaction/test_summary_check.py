@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 from compaction_proxy.compaction import ModelFacts
 from compaction_proxy.compaction.draft import Draft
 from compaction_proxy.compaction.strategies import PipelineStrategy, SummarizationStrategy
-from compaction_proxy.compaction.strategies.base import StrategyOutcome
-from compaction_proxy.compaction.strategies.summary_record import (
+from compaction_proxy.compaction.strategies._support.summary_record import (
     CheckItems,
     contradiction_warning,
     record_summary_check,
 )
+from compaction_proxy.compaction.strategies.base import StrategyOutcome
 from compaction_proxy.compaction.summary_check import (
     RULES_SECTION,
     SectionCount,

@@ -1,12 +1,14 @@
 """docs/architecture.md against the code: its layer table is the import-linter contract of
-pyproject.toml (which `lint-imports` in .ci/run checks against the imports), and it names
-every module of the package."""
+pyproject.toml (which `lint-imports` in .ci/run checks against the imports), it names every
+module of the package, and the layout it describes holds (modules named apart from the
+packages, the strategies apart from what they are built from)."""
 
 from __future__ import annotations
 
 import re
 import tomllib
 
+from compaction_proxy.compaction.strategies import default_registry
 from tests.deploy.files import REPO_ROOT
 
 PACKAGE = REPO_ROOT / "proxy" / "compaction_proxy"
@@ -58,6 +60,28 @@ def test_the_layer_table_is_the_layers_contract_in_the_same_order() -> None:
 def test_the_top_level_is_a_table_of_contents() -> None:
     modules = {p.name for p in PACKAGE.glob("*.py")}
     assert modules == {"__init__.py", "__main__.py", "app.py", "cli.py"}
+
+
+def test_no_module_has_the_name_of_a_package() -> None:
+    # compaction/messages.py (OpenAI chat messages) beside wire/messages/ (Anthropic's API), or
+    # compaction/summarizer.py beside summarizer/, sends a reader to the wrong place.
+    packages = {p.parent.name for p in PACKAGE.rglob("__init__.py")}
+    clashes = sorted(
+        str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if p.stem in packages
+    )
+    assert clashes == []
+
+
+def test_the_strategies_folder_holds_the_strategies_and_their_interface() -> None:
+    # A module at the top of compaction/strategies/ is a strategy a pipeline entry names, or
+    # the interface a strategy is written against; what they are built from is in _support/.
+    folder = PACKAGE / "compaction" / "strategies"
+    registry = default_registry()
+    registered = {registry.spec(name).strategy.__module__ for name in registry.names}
+    strategies = {module.rsplit(".", 1)[1] for module in registered}
+    interface = {"__init__", "base", "params", "registry", "builtin"}
+    assert {p.stem for p in folder.glob("*.py")} == strategies | interface
+    assert (folder / "_support" / "__init__.py").is_file()
 
 
 def test_the_transport_is_plumbing_in_the_table_and_the_contracts() -> None:

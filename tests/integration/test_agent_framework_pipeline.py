@@ -20,8 +20,8 @@ Pasted as written, the pipeline has neither of the proxy's own additions: it is 
 Agent Framework's terms, so no user message of a dropped turn is carried beside the window
 (``compaction.carry_user_messages``, compaction_proxy/compaction/carry.py) and no strategy's
 work is undone for saving little (``compaction.min_saving``,
-compaction_proxy/compaction/strategies/churn.py); both belong to the default pipeline, and an
-explicit one has them only where its block writes them (docs/configuration.md,
+compaction_proxy/compaction/strategies/_support/churn.py); both belong to the default pipeline, and
+an explicit one has them only where its block writes them (docs/configuration.md,
 tests/compaction/test_compositions.py).
 """
 

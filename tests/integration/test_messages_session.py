@@ -45,8 +45,9 @@ MODEL = "claude-sonnet-4-5"
 WINDOW = 32_000
 STEPS = 150
 # Three parallel results of 12 lines are cut when the default pipeline collapses old steps
-# (~2,150 characters a step at 32k, compaction/strategies/scaled_collapse.py); a cut keeps each
-# result's head and tail, so the fact the fake's command prints last still reaches a summary.
+# (~2,150 characters a step at 32k, compaction/strategies/_support/scaled_collapse.py); a cut
+# keeps each result's head and tail, so the fact the fake's command prints last still reaches a
+# summary.
 LOOP = Loop(steps=STEPS, lines=12, parallel=3, every=3)
 MAX_TOKENS = 4_096
 THINKING = {"type": "adaptive"}  # as Claude Code asks; the fake thinks every turn

@@ -15,10 +15,10 @@ import pytest
 
 from compaction_proxy.api import Finished
 from compaction_proxy.api._usage import UsageProbe
-from compaction_proxy.compaction.messages import last_user_text
+from compaction_proxy.compaction.chat_messages import last_user_text
 from compaction_proxy.compaction.report import CompactionReport, StrategyFailure, StrategyReport
 from compaction_proxy.compaction.settings import SummarizationSettings
-from compaction_proxy.compaction.summarizer import SummaryError, SummaryRequest
+from compaction_proxy.compaction.summarizer_contract import SummaryError, SummaryRequest
 from compaction_proxy.config import Settings, UpstreamSettings
 from compaction_proxy.observability.dashboard import RecentRow
 from compaction_proxy.observability.labels import LabelCap, route_of

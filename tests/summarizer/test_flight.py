@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from compaction_proxy.checkpoints import MemoryStore, StoredValues
-from compaction_proxy.compaction.summarizer import SummaryError, SummaryRequest
+from compaction_proxy.compaction.summarizer_contract import SummaryError, SummaryRequest
 from compaction_proxy.summarizer import SummaryFlights
 
 STRETCH = ({"role": "user", "content": "first"}, {"role": "assistant", "content": "reply"})

@@ -15,7 +15,7 @@ import respx
 
 from compaction_proxy.compaction.budget import ModelFacts
 from compaction_proxy.compaction.settings import SummarizationSettings
-from compaction_proxy.compaction.summarizer import SummaryError, SummaryRequest
+from compaction_proxy.compaction.summarizer_contract import SummaryError, SummaryRequest
 from compaction_proxy.config import ConfigError, Settings, UpstreamSettings
 from compaction_proxy.config.preflight import validate_summarization_config
 from compaction_proxy.summarizer import (

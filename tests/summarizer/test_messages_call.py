@@ -13,7 +13,7 @@ import respx
 
 from compaction_proxy.compaction.budget import ModelFacts
 from compaction_proxy.compaction.settings import SummarizationSettings
-from compaction_proxy.compaction.summarizer import SummaryError, SummaryRequest
+from compaction_proxy.compaction.summarizer_contract import SummaryError, SummaryRequest
 from compaction_proxy.config import ConfigError, Settings, UpstreamSettings, preflight
 from compaction_proxy.summarizer import CHECKPOINT_PROMPT, HttpSummarizer, SummarizerStats
 from compaction_proxy.wire import CallerKey, api_names

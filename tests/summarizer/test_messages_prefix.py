@@ -23,7 +23,7 @@ from compaction_proxy.checkpoints import MemoryStore
 from compaction_proxy.compaction import Mode
 from compaction_proxy.compaction.budget import ModelFacts
 from compaction_proxy.compaction.settings import SummarizationSettings
-from compaction_proxy.compaction.summarizer import SummaryRequest
+from compaction_proxy.compaction.summarizer_contract import SummaryRequest
 from compaction_proxy.config import Settings, UpstreamSettings
 from compaction_proxy.engine import Compactor, FlowRequest, build_flow
 from compaction_proxy.summarizer import HttpSummarizer, SummarizerStats

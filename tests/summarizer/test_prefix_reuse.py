@@ -12,7 +12,7 @@ import respx
 
 from compaction_proxy.compaction.budget import ModelFacts
 from compaction_proxy.compaction.settings import SummarizationSettings
-from compaction_proxy.compaction.summarizer import SummaryRequest
+from compaction_proxy.compaction.summarizer_contract import SummaryRequest
 from compaction_proxy.config import UpstreamSettings
 from compaction_proxy.summarizer import (
     CHECKPOINT_PROMPT,

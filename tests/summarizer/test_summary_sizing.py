@@ -19,7 +19,7 @@ import respx
 from compaction_proxy.compaction import EncodingLoader, TokenizerProvider
 from compaction_proxy.compaction.budget import ModelFacts
 from compaction_proxy.compaction.settings import SummarizationSettings
-from compaction_proxy.compaction.summarizer import SummaryError, SummaryRequest
+from compaction_proxy.compaction.summarizer_contract import SummaryError, SummaryRequest
 from compaction_proxy.compaction.tokens import Tokenizer
 from compaction_proxy.config import UpstreamSettings
 from compaction_proxy.summarizer import (

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from compaction_proxy.compaction.summarizer import SummaryError
+from compaction_proxy.compaction.summarizer_contract import SummaryError
 from compaction_proxy.compaction.tokens import CharacterEstimatorTokenizer
 from compaction_proxy.summarizer import DEFAULT_PROMPTS, PromptSet
 from compaction_proxy.summarizer._transcript import (

@@ -8,8 +8,7 @@ from collections.abc import Sequence
 
 from compaction_proxy.compaction.draft import Draft
 from compaction_proxy.compaction.strategies import StrategyRegistry, SummarizationStrategy
-from compaction_proxy.compaction.strategies.summarization import SummarizationParams
-from compaction_proxy.compaction.strategies.summary_record import CheckItems
+from compaction_proxy.compaction.strategies.summarization import CheckItems, SummarizationParams
 from compaction_proxy.compaction.view import Group
 
 NAME = "checked_summarization"

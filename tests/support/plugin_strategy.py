@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from compaction_proxy.compaction.chat_messages import role_of
 from compaction_proxy.compaction.draft import Draft
-from compaction_proxy.compaction.messages import role_of
 from compaction_proxy.compaction.strategies import (
     Strategy,
     StrategyContext,

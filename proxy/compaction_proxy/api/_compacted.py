@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from compaction_proxy.checkpoints import StoreBudget
 from compaction_proxy.compaction import Mode
-from compaction_proxy.compaction.messages import last_user_text
+from compaction_proxy.compaction.chat_messages import last_user_text
 from compaction_proxy.config import UpstreamSettings
 from compaction_proxy.engine import OFFLOAD_BYTES, Known
 from compaction_proxy.http import ProxyError, Receive, Scope, Send, read_body

@@ -29,7 +29,7 @@ import orjson
 
 from compaction_proxy.checkpoints import StoreBudget
 from compaction_proxy.compaction import CompactionResult, Mode
-from compaction_proxy.compaction.messages import last_user_text
+from compaction_proxy.compaction.chat_messages import last_user_text
 from compaction_proxy.config import UpstreamSettings
 from compaction_proxy.engine import FlowRequest
 from compaction_proxy.http import Receive, Scope, Send, read_body, send_bytes

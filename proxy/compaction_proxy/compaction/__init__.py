@@ -45,7 +45,7 @@ from .pipeline import (
 )
 from .report import CompactionReport, StrategyReport
 from .settings import CompactionSettings, RecallSettings, SummarizationSettings
-from .summarizer import Summarizer, SummaryError, SummaryRequest
+from .summarizer_contract import Summarizer, SummaryError, SummaryRequest
 from .tokenizer_provider import TokenizerProvider
 from .tokens import CharacterEstimatorTokenizer, TiktokenTokenizer, Tokenizer
 from .validation import validate_messages

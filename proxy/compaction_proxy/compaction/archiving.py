@@ -20,14 +20,14 @@ strategy (see "Recall marks" in docs/compaction.md):
   so the same fold of the same originals gets the same id on every request.
 
 Nothing here is final until :meth:`ArchiveLog.result`: a strategy the churn rule undoes
-(:mod:`.strategies.churn`) puts the originals back into the output, so the result is computed
-from what the output actually lacks (by identity: an original counts when its object is gone
-from the projected output, or when a mark in the output names it), and the spans from the marks
-that reach the output (and those reachable from them).  ``order`` is oldest first: each entry
-where its message stood in the request (a message the run made stands where the message it
-replaced stood; a span after the newest of its members), ties in the order of the decisions.
-Besides the originals and spans it lists the ids of stubs this run dropped (their ids leave
-the forwarded text); a stub edited again keeps its id in the text and is not listed.
+(:mod:`.strategies._support.churn`) puts the originals back into the output, so the result is
+computed from what the output actually lacks (by identity: an original counts when its object is
+gone from the projected output, or when a mark in the output names it), and the spans from the marks
+that reach the output (and those reachable from them).  ``order`` is oldest first: each entry where
+its message stood in the request (a message the run made stands where the message it replaced stood;
+a span after the newest of its members), ties in the order of the decisions.  Besides the originals
+and spans it lists the ids of stubs this run dropped (their ids leave the forwarded text); a stub
+edited again keeps its id in the text and is not listed.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from .archive import Archived, RecallIds
+from .chat_messages import Message, content_text
 from .marks import can_carry_mark, marked, message_mark, span_mark, strip_mark
-from .messages import Message, content_text
 
 __all__ = ["ArchiveLog"]
 

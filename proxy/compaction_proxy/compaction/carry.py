@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import math
 
+from .chat_messages import Message
 from .draft import Draft
-from .messages import Message
 from .view import GroupKind
 
 DEFAULT_CARRY_SHARE = 0.15

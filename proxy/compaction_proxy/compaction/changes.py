@@ -1,7 +1,7 @@
 """What a draft did, as values: a group's state, the change counters, a savepoint.
 
 They are the parts of a :class:`~.draft.Draft` that leave it: the pipeline diffs the counters
-per strategy for its report, :mod:`.strategies.churn` holds a savepoint to undo a strategy
+per strategy for its report, :mod:`.strategies._support.churn` holds a savepoint to undo a strategy
 whose saving was too small, and strategies read a group's state.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from .messages import Message
+from .chat_messages import Message
 from .view import ConversationView, MessageStats
 
 

@@ -14,10 +14,11 @@ raises :class:`ProtectedGroupError`); decisions are per whole group (invariant 3
 *Pinned* groups (a summary, the user messages carried beside it) are protected the same way for
 the rest of a run (:mod:`.draft_pins`); strategies skip them.  Messages a strategy paid for (a
 summary) are recorded in :attr:`paid`.  :meth:`savepoint` and :meth:`rollback` undo a
-committed strategy whose saving was too small (:mod:`.churn`).  With ``recall``, the draft
-marks and archives at its decision points (:mod:`.draft_recall`); an edit recall refuses is not
-made (:meth:`edit` returns ``False``).  With a :attr:`ledger`, it hands the ledger what each
-decision folds (:mod:`.ledger.state`), and counts the ledger's growth in :attr:`prompt_tokens`.
+committed strategy whose saving was too small (:mod:`.strategies._support.churn`).  With
+``recall``, the draft marks and archives at its decision points (:mod:`.draft_recall`); an edit
+recall refuses is not made (:meth:`edit` returns ``False``).  With a :attr:`ledger`, it hands the
+ledger what each decision folds (:mod:`.ledger.state`), and counts the ledger's growth in
+:attr:`prompt_tokens`.
 
 :meth:`project` renders the output: original relative order, a replaced group's messages at the
 group's first position, inserted messages before their position.  :meth:`commit` re-bases the
@@ -33,12 +34,12 @@ from .archive import Archived, RecallIds
 from .budget import Budget, Calibration
 from .canonical import canonical_bytes
 from .changes import ChangeCounters, GroupState, Savepoint
+from .chat_messages import Message, has_tool_calls, role_of
 from .draft_pins import Pins
 from .draft_recall import DraftRecall
 from .draft_totals import Totals
 from .errors import CompactionProxyError
 from .ledger.state import DraftLedger
-from .messages import Message, has_tool_calls, role_of
 from .projection import edited_view, grouping_key, project
 from .tokens import Tokenizer
 from .triggers import Metrics

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .messages import Message
+from .chat_messages import Message
 from .view import ConversationView
 
 __all__ = ["Pins"]

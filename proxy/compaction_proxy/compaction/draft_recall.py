@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 from .archive import Archived, RecallIds
 from .archiving import ArchiveLog
+from .chat_messages import Message
 from .marks import marked, original_mark
-from .messages import Message
 from .view import MessageStats
 
 __all__ = ["DraftRecall"]

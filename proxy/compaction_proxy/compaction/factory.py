@@ -21,7 +21,7 @@ holds (early stop; see "Triggers and targets" in docs/architecture.md):
 1. ``context_pruning`` (from ``summarization.contextPruning``, unless ``enabled: false`` is
    written explicitly);
 2. ``tool_result_compaction`` (keep the newest tool-call group; each collapsed group capped
-   at a share of the budget, :mod:`.strategies.scaled_collapse`);
+   at a share of the budget, :mod:`.strategies._support.scaled_collapse`);
 3. ``summarization`` when ``summarization.enabled`` (the block's ``retainRecent`` and
    ``placement``, same trigger and target).  It needs a summarizer at run time
    (:func:`~.pipeline.compact_async`); without one (the synchronous ``compact``, a CLI without
@@ -43,11 +43,11 @@ from typing import Any
 
 from .pipeline import Pipeline
 from .settings import CompactionSettings, SummarizationSettings
+from .strategies._support.scaled_collapse import ScaledToolResultCompaction
 from .strategies.base import Strategy
 from .strategies.ledger_step import LedgerStep
 from .strategies.params import StrategyParams
 from .strategies.registry import STRATEGIES, StrategyRegistry
-from .strategies.scaled_collapse import ScaledToolResultCompaction
 from .strategies.tool_result_compaction import ToolResultCompactionStrategy
 from .triggers import Condition, TokenRatio
 
@@ -90,7 +90,7 @@ def default_pipeline_entries(
 
 def _scaled(strategy: Strategy) -> Strategy:
     """The built-in collapse of the default pipeline, with its cap scaled to the budget
-    (:mod:`.strategies.scaled_collapse`); any other strategy as it is."""
+    (:mod:`.strategies._support.scaled_collapse`); any other strategy as it is."""
     if type(strategy) is not ToolResultCompactionStrategy:
         return strategy
     return ScaledToolResultCompaction(

@@ -1,10 +1,11 @@
 """What a forced run (``X-Compaction: force``) says when it did less than the event it asked for.
 
 Force asks for the event a normal run makes at the trigger, never a weaker one: summarization
-folds towards the target a normal run has (:class:`.strategies.summary_selection.TargetStop`).
-A forced run can still end without a summary while it drops groups (a forced sliding window
-before summarization leaves it nothing to fold; no summarizer is at hand), and then the
-response must say so rather than let the drop pass for the event.
+folds towards the target a normal run has
+(:class:`.strategies._support.summary_selection.TargetStop`).  A forced run can still end without a
+summary while it drops groups (a forced sliding window before summarization leaves it nothing to
+fold; no summarizer is at hand), and then the response must say so rather than let the drop pass for
+the event.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .archive import mark_of
-from .messages import Message, role_of
+from .chat_messages import Message, role_of
 
 __all__ = [
     "ORIGINAL_MARK",

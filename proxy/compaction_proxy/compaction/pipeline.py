@@ -15,17 +15,18 @@
 4. Pins released (see :mod:`.carry`): still over budget, the carried user messages go, oldest
    first; then the last resort: if nothing is left to drop and it still does not fit,
    soft-trim the largest tool results (even the newest step's) to head + marker + tail until
-   it does (:class:`~.strategies.last_resort.OversizedResultTrim`); then, only if that was not
-   enough, the summaries, and the report says which summary did not reach the model
+   it does (:class:`~.strategies._support.last_resort.OversizedResultTrim`); then, only if that
+   was not enough, the summaries, and the report says which summary did not reach the model
    (:attr:`~.report.CompactionReport.unforwarded`).  If even that cannot fit (user or system
    text alone is too large: never cut), the smallest valid list goes out and the report
    carries a warning.
 
 Pins (:mod:`.carry`): before any strategy runs, every summary checkpoint and the newest user
 messages that fit ``Pipeline.carry_user_share`` of the budget are pinned, so no strategy drops
-them; the summarization strategy pins the summary it makes.  Churn (:mod:`.churn`): a
-strategy whose work saves less than ``Pipeline.min_saving`` of the budget is undone, except
-work a turn/message/group count demanded, work done over budget and what was paid for.
+them; the summarization strategy pins the summary it makes.  Churn
+(:mod:`.strategies._support.churn`): a strategy whose work saves less than ``Pipeline.min_saving``
+of the budget is undone, except work a turn/message/group count demanded, work done over budget and
+what was paid for.
 
 A request's own strategies (:attr:`CompactionRequest.edits`: a client's context edits a wire
 format translated, say Anthropic's ``context_management``) run before step 1, each by its own
@@ -60,11 +61,11 @@ from typing import Any
 from .archive import Archived, RecallIds
 from .budget import Budget, Calibration, ModelCatalog, ModelFacts, OutputLimit, compute_budget
 from .carry import carry_user_messages, pin_summaries
+from .chat_messages import Message
 from .draft import Draft
 from .forced import forced_without_summary
 from .ledger.state import DraftLedger
 from .ledger_run import ledger_role, ledger_warnings, place_ledger, start_ledger
-from .messages import Message
 from .release import release_pins
 from .report import CompactionReport, StrategyFailure, StrategyReport
 from .strategies.base import Strategy, StrategyContext
@@ -76,7 +77,7 @@ from .strategies.composite import (
     run_to_completion,
     skipped_report,
 )
-from .summarizer import Summarizer
+from .summarizer_contract import Summarizer
 from .tokenizer_provider import TokenizerProvider
 from .tokens import Tokenizer
 from .triggers import Condition, Metrics, OverBudget, firing_tokens
@@ -148,9 +149,9 @@ class Pipeline:
     anchors' behaviour): none are.  The configuration's default pipeline has
     :data:`~.carry.DEFAULT_CARRY_SHARE`; an explicit one only what its block writes.
     ``min_saving``: the share of the budget a strategy's work must save to be kept
-    (:mod:`.churn`); 0 (the core's default): every change is kept.  The configuration's default
-    pipeline has :data:`~.settings.DEFAULT_MIN_SAVING`; an explicit one only what its block
-    writes.
+    (:mod:`.strategies._support.churn`); 0 (the core's default): every change is kept.  The
+    configuration's default pipeline has :data:`~.settings.DEFAULT_MIN_SAVING`; an explicit one only
+    what its block writes.
     """
 
     strategies: tuple[Strategy, ...] = ()

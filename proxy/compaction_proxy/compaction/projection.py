@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from .changes import GroupState
-from .messages import Message, has_tool_calls, legacy_function_name, role_of, tool_call_ids
+from .chat_messages import Message, has_tool_calls, legacy_function_name, role_of, tool_call_ids
 from .view import ConversationView, MessageStats, SummaryMarker
 
 Edits = Mapping[int, tuple[Message, MessageStats]]

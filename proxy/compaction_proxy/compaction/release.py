@@ -14,12 +14,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from .chat_messages import Message
 from .draft import Draft
-from .messages import Message
 from .report import StrategyFailure, StrategyReport
+from .strategies._support.last_resort import OversizedResultTrim
 from .strategies.base import StrategyContext
 from .strategies.composite import FallbackTruncation, run_strategy_async
-from .strategies.last_resort import OversizedResultTrim
 from .view import GroupKind
 
 __all__ = ["Released", "release_pins"]

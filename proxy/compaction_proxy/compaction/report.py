@@ -50,7 +50,7 @@ class StrategyReport:
     failure_message: str | None = None
     summary_checks: tuple[SummaryCheck, ...] = ()
     """One check per summary this strategy wrote (:mod:`.summary_check`, recorded with
-    :func:`~.strategies.summary_record.with_summary_check`)."""
+    :func:`~.strategies._support.summary_record.with_summary_check`)."""
 
     def walk(self) -> Iterator[StrategyReport]:
         """This report and its nested children's, in execution order (depth first)."""

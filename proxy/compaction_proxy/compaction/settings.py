@@ -43,7 +43,7 @@ from .triggers import Condition, TokenRatio, parse_condition
 
 DEFAULT_MIN_SAVING = 0.02
 """``compaction.min_saving``: 2 % of the budget (see
-compaction_proxy/compaction/strategies/churn.py)."""
+compaction_proxy/compaction/strategies/_support/churn.py)."""
 
 
 def _prepare(value: object) -> Condition | None:
@@ -224,7 +224,7 @@ class CompactionSettings(StrictModel):
     ``stop_when`` and ``hysteresis`` need ``early_stop`` (a plain pipeline has neither).
     ``fallback_truncation``: the proxy's own guarantee that the request fits, whatever the
     composition. ``carry_user_messages`` and ``min_saving`` (see :mod:`.carry` and
-    :mod:`.churn`) are the proxy's own additions: the default pipeline has them
+    :mod:`.strategies._support.churn`) are the proxy's own additions: the default pipeline has them
     (:data:`~.carry.DEFAULT_CARRY_SHARE`, :data:`DEFAULT_MIN_SAVING`) unless the block sets them;
     an explicit ``pipeline`` is read in the Agent Framework's terms and has them only where the
     block writes them (:meth:`carry_share`, :meth:`saving_share`). ``output_reserve_share`` and

@@ -256,7 +256,8 @@ def count_demands(condition: Condition, metrics: Metrics) -> bool:
     by a count; for an ``all``, the whole fires and one part fires by a count.
 
     A run a count demanded must take effect whatever it saves in tokens (the minimum saving,
-    compaction_proxy/compaction/strategies/churn.py): "keep the last 4 turns" is about turns.
+    compaction_proxy/compaction/strategies/_support/churn.py): "keep the last 4 turns" is about
+    turns.
     """
     if isinstance(condition, TurnsExceed | MessagesExceed | GroupsExceed):
         return condition.fires(metrics)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .messages import KNOWN_ROLES
+from .chat_messages import KNOWN_ROLES
 
 MAX_DEPTH = 64
 """How deeply a message's values may nest.  Real requests stay under ten levels; a hostile one

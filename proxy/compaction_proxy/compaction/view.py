@@ -34,9 +34,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from .canonical import canonical_bytes
-from .ledger.render import is_ledger
-from .marks import strip_mark
-from .messages import (
+from .chat_messages import (
     SYSTEM_ROLES,
     Message,
     has_tool_calls,
@@ -44,6 +42,8 @@ from .messages import (
     role_of,
     tool_call_ids,
 )
+from .ledger.render import is_ledger
+from .marks import strip_mark
 from .tokens import Tokenizer
 
 

@@ -33,7 +33,7 @@ from compaction_proxy.compaction import (
     StrategyReport,
     Tokenizer,
 )
-from compaction_proxy.compaction.strategies.summary_record import contradiction_warning
+from compaction_proxy.compaction.strategies.summarization import contradiction_warning
 from compaction_proxy.compaction.summary_check import SummaryCheck, check_from_dict
 
 from ._compactor import Compactor

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from compaction_proxy.compaction import Summarizer
-from compaction_proxy.compaction.summarizer import SummaryRequest
+from compaction_proxy.compaction.summarizer_contract import SummaryRequest
 from compaction_proxy.compaction.validation import LimitIssue, SizeLimits, size_issue
 from compaction_proxy.http import ProxyError
 

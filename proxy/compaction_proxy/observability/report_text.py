@@ -7,7 +7,7 @@ from typing import Any
 
 from compaction_proxy.compaction import CompactionReport, ConversationView, StrategyReport
 from compaction_proxy.compaction.archive import Archived
-from compaction_proxy.compaction.messages import role_of, tool_call_names
+from compaction_proxy.compaction.chat_messages import role_of, tool_call_names
 
 SPAN_MEMBERS_SHOWN = 6
 """A span line names at most this many of its members (then how many more)."""

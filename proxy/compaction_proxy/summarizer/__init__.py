@@ -13,7 +13,7 @@ and error); what talks HTTP stays here, outside ``compaction_proxy.compaction``:
 * ``_stats``: what the calls are counted as, for the metrics.
 """
 
-from compaction_proxy.compaction.summarizer import Summarizer, SummaryError, SummaryRequest
+from compaction_proxy.compaction.summarizer_contract import Summarizer, SummaryError, SummaryRequest
 
 from ._flights import GuardedSummarizer, SummaryFlights
 from ._http import DEFAULT_MAX_SUMMARY_TOKENS, HttpSummarizer

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import orjson
 
 from compaction_proxy.checkpoints import StoredValues, StoreUnavailable
-from compaction_proxy.compaction.summarizer import Summarizer, SummaryError, SummaryRequest
+from compaction_proxy.compaction.summarizer_contract import Summarizer, SummaryError, SummaryRequest
 
 log = logging.getLogger("compaction_proxy.summaries")
 
@@ -148,8 +148,8 @@ class SummaryFlights:
 class GuardedSummarizer:
     """A request's summarizer: single-flight and back-off around the real one.
 
-    A :class:`~compaction_proxy.compaction.summarizer.Summarizer` for the core, plus :meth:`reject`
-    for the flow, which alone knows when the pipeline refused what it got.
+    A :class:`~compaction_proxy.compaction.summarizer_contract.Summarizer` for the core, plus
+    :meth:`reject` for the flow, which alone knows when the pipeline refused what it got.
     """
 
     def __init__(self, flights: SummaryFlights, inner: Summarizer, namespace: str) -> None:

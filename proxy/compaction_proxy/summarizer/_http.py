@@ -51,7 +51,7 @@ import orjson
 
 from compaction_proxy.compaction.budget import ModelCatalog, ModelFacts
 from compaction_proxy.compaction.settings import SummarizationSettings
-from compaction_proxy.compaction.summarizer import SummaryError, SummaryRequest
+from compaction_proxy.compaction.summarizer_contract import SummaryError, SummaryRequest
 from compaction_proxy.compaction.tokens import CharacterEstimatorTokenizer, Tokenizer
 from compaction_proxy.config import ConfigError, Settings, UpstreamSettings, find_upstream
 from compaction_proxy.config.preflight import (

@@ -21,7 +21,7 @@ import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
-from compaction_proxy.compaction.summarizer import SummaryError
+from compaction_proxy.compaction.summarizer_contract import SummaryError
 from compaction_proxy.upstream import SHRINK, Overflow, window_after_refusal
 
 from ._transcript import SummarizerWindow

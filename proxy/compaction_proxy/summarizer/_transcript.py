@@ -42,7 +42,7 @@ from compaction_proxy.compaction.message_text import (
     scrub_text,
     tool_calls,
 )
-from compaction_proxy.compaction.summarizer import SummaryError
+from compaction_proxy.compaction.summarizer_contract import SummaryError
 
 from ._prompts import PromptSet, user_message
 

@@ -17,8 +17,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from ..chat_messages import Message, content_text, role_of
 from ..marks import strip_mark
-from ..messages import Message, content_text, role_of
 from . import patterns as p
 from .items import COMMAND_ARROW, Item, Section, item_key
 from .statements import user_items
@@ -34,9 +34,9 @@ _USER_UNITS = 40
 
 MADE_MARKS = ("[Tool results: ", "[soft-trimmed: ", "[Old tool result content cleared]")
 """What the proxy's own stand-ins hold (a collapsed group, strategies/tool_result_compaction.py;
-a trimmed result, strategies/context_pruning.py and last_resort.py; a cleared one): the original
-each stands for was read when it was made, so a stand-in folded later is not read again (its
-older values would supersede newer ones)."""
+a trimmed result, strategies/context_pruning.py and strategies/_support/last_resort.py; a
+cleared one): the original each stands for was read when it was made, so a stand-in folded later is
+not read again (its older values would supersede newer ones)."""
 
 
 def made_by_proxy(message: Message) -> bool:

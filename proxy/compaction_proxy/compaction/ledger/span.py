@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..messages import Message
+from ..chat_messages import Message
 from .extract import extract
 from .items import COMMAND_ARROW, Item, Section
 

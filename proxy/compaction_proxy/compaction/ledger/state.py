@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from ..messages import Message
+from ..chat_messages import Message
 from ..tokens import Tokenizer
 from .extract import RecallOf, extract
 from .items import Item, Ledger, LedgerState, Section

@@ -2,7 +2,9 @@
 
 See :mod:`.base` for writing a new strategy (its parameter model: :mod:`.params`; registering
 it: :mod:`.registry`) and "Strategies" in docs/architecture.md for what each one does and
-where it deliberately differs from the Agent Framework and LibreChat.
+where it deliberately differs from the Agent Framework and LibreChat.  Each module here is a
+strategy a pipeline entry names, or that interface; what they are built from is in the private
+:mod:`._support`.
 """
 
 from .base import Strategy, StrategyContext, StrategyOutcome

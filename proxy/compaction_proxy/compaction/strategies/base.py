@@ -32,7 +32,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, TypedDict
 
-from ..summarizer import Summarizer
+from ..summarizer_contract import Summarizer
 from ..triggers import Always, Condition, Metrics, OverBudget, count_demands
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ class StrategyContext:
     ``engaged``: an earlier strategy of a hysteresis pipeline acted; this one runs towards
     its target even if its own trigger no longer fires (see ``Pipeline.hysteresis``).
     ``min_saving``: the fewest tokens a strategy's work must save to be kept (see
-    :mod:`..churn`); 0: every change is kept.
+    :mod:`._support.churn`); 0: every change is kept.
     ``budget``: the budget of the composition the strategy runs in, where it is not the
     request's: a nested token-budget entry's ``tokens_exceed N``.  A strategy that starts over
     it (or over the request's budget) is never held to ``min_saving``.
@@ -79,11 +79,12 @@ class StrategyOutcome:
     warnings: tuple[str, ...] = ()
     children: tuple[StrategyReport, ...] = field(default=())
     failed: str | None = None
-    """Why the strategy could not do its work (a :class:`~..summarizer.SummaryError` reason);
-    a failed strategy changed nothing and the pipeline moves on to the next one."""
+    """Why the strategy could not do its work (a
+    :class:`~..summarizer_contract.SummaryError` reason); a failed strategy changed nothing and
+    the pipeline moves on to the next one."""
     failure_message: str | None = None
     summary_checks: tuple[SummaryCheck, ...] = ()
-    """The checks of the summaries this run wrote (:mod:`.summary_record`), copied onto the
+    """The checks of the summaries this run wrote (:mod:`._support.summary_record`), copied onto the
     strategy's report."""
 
 
@@ -105,7 +106,7 @@ class Strategy(ABC):
     later drop can make it act again); the pipeline re-runs it on the final array."""
     minimum_saving_applies: ClassVar[bool] = True
     """False for a strategy whose work is paid for (a summary): it is kept whatever it saves
-    (see :mod:`..churn`)."""
+    (see :mod:`._support.churn`)."""
 
     def __init__(
         self,
@@ -159,7 +160,7 @@ class Strategy(ABC):
         """Whether a structural count asks for this run on ``metrics`` (the state it starts
         from): its trigger fires by ``turns_exceed``, ``messages_exceed`` or ``groups_exceed``
         (:func:`~..triggers.count_demands`).  Such a run is kept whatever it saves in tokens
-        (:mod:`..churn`)."""
+        (:mod:`._support.churn`)."""
         return count_demands(self.trigger, metrics)
 
     def keep_going(self, draft: Draft, ctx: StrategyContext) -> bool:

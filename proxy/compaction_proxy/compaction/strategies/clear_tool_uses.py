@@ -40,10 +40,10 @@ from typing import Any, Unpack
 
 from pydantic import Field
 
+from ..chat_messages import Message
 from ..draft import Draft
-from ..messages import Message
 from ..triggers import Always, Condition
-from ._tools import ToolResult, answered_results, newest_non_system
+from ._support.tool_results import ToolResult, answered_results, newest_non_system
 from .base import Conditions, Strategy, StrategyContext, StrategyOutcome
 from .context_pruning import DEFAULT_PLACEHOLDER
 from .params import StrategyParams

@@ -35,8 +35,8 @@ from ..draft import Draft
 from ..fields import TargetField
 from ..report import StrategyReport
 from ..triggers import Always, Condition, OverBudget, TokensExceed
+from ._support.churn import held_to_minimum, savepoint_for
 from .base import Strategy, StrategyContext, StrategyOutcome
-from .churn import held_to_minimum, savepoint_for
 from .params import BuildContext, StrategyParams
 from .registry import StrategyEntry
 from .truncation import TruncationStrategy

@@ -68,13 +68,13 @@ from typing import Any, Unpack
 
 from pydantic import ConfigDict, Field
 
+from ..chat_messages import Message, role_of
 from ..draft import Draft
 from ..fields import CamelModel
 from ..marks import strip_mark
-from ..messages import Message, role_of
 from ..triggers import Always, Condition, Never
 from ..view import GroupKind
-from ._tools import (
+from ._support.tool_results import (
     all_text,
     answered_results,
     is_text_part,

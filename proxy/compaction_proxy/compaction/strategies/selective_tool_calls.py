@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from ..draft import Draft
 from ..view import Group
-from .old_tool_groups import OldToolGroupsParams, OldToolGroupsStrategy
+from ._support.old_tool_groups import OldToolGroupsParams, OldToolGroupsStrategy
 
 
 class SelectiveToolCallsParams(OldToolGroupsParams):

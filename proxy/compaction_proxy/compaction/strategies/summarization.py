@@ -2,8 +2,9 @@
 "Checkpoints" in docs/architecture.md).
 
 The strategy picks a stretch of old history, asks the edge's
-:class:`~compaction_proxy.compaction.summarizer.Summarizer` for a summary of it (one call per
-compaction event), and replaces the stretch with one message placed right after the system block::
+:class:`~compaction_proxy.compaction.summarizer_contract.Summarizer` for a summary of it (one
+call per compaction event), and replaces the stretch with one message placed right after the
+system block::
 
     {"role": "user", "content": "<summary>\\n{text}\\n</summary>\\n\\n{CHECKPOINT_NOTE}"}
 
@@ -55,20 +56,20 @@ verbatim, and is shown to the summarizer with the messages around it.  The new s
 for the rest of the run, so no later strategy drops it.
 
 Carried user messages count inside the event's target, so they never make summaries come more
-often than without them (:class:`.summary_selection.TargetStop`): when releasing the oldest of
-them alone reaches the target and the request already holds a summary (their turns were folded
-into it), they are released, oldest first, and no summary is paid for
-(:meth:`~.summary_selection.TargetStop.carried_instead`); when a summary is made and its fold
-still leaves the request over the target, the oldest of them are folded into it too
-(:meth:`~.summary_selection.TargetStop.with_carried`).
+often than without them (:class:`._support.summary_selection.TargetStop`): when releasing the
+oldest of them alone reaches the target and the request already holds a summary (their turns
+were folded into it), they are released, oldest first, and no summary is paid for
+(:meth:`~._support.summary_selection.TargetStop.carried_instead`); when a summary is made and its
+fold still leaves the request over the target, the oldest of them are folded into it too
+(:meth:`~._support.summary_selection.TargetStop.with_carried`).
 
 The summary's size: at most ``summary_share`` (a quarter) of the budget, less the wrapper
 (:meth:`SummarizationStrategy.summary_bound`), sent as ``SummaryRequest.max_tokens``.  When the
 summary is over that bound, or it and what stays do not fit the budget, more is folded into it
-(:class:`.summary_event.SummaryEvent`: the older retained turns, then the older steps; never a
-carried user message, the task, the newest step or the ``minimum_preserved`` floor) by a further
-call with the summary so far as ``previous_summary`` (the update prompt), at most ``max_rounds``
-(3) calls in all.  A further call that fails keeps the summary before it.
+(:class:`._support.summary_event.SummaryEvent`: the older retained turns, then the older steps;
+never a carried user message, the task, the newest step or the ``minimum_preserved`` floor) by a
+further call with the summary so far as ``previous_summary`` (the update prompt), at most
+``max_rounds`` (3) calls in all.  A further call that fails keeps the summary before it.
 
 Rolling update: a summary checkpoint inside the stretch (a ``summary`` group of the view) is
 not sent as a message; its text, taken out of the wrapper, becomes the request's
@@ -77,9 +78,10 @@ not sent as a message; its text, taken out of the wrapper, becomes the request's
 Validation and failure: a stretch that costs no more than an empty checkpoint is not sent (no
 summary could be shorter); the new summary message must cost fewer tokens than everything it
 replaces (else ``not_shorter``); an empty text is ``empty``; a
-:class:`~compaction_proxy.compaction.summarizer.SummaryError` carries its own reason, and any other
-exception from the summarizer counts as ``error``.  On failure the strategy changes nothing
-and returns an outcome with ``failed`` set; the pipeline continues with its next strategy.
+:class:`~compaction_proxy.compaction.summarizer_contract.SummaryError` carries its own reason,
+and any other exception from the summarizer counts as ``error``.  On failure the strategy
+changes nothing and returns an outcome with ``failed`` set; the pipeline continues with its next
+strategy.
 Without a summarizer (the synchronous ``compact``, or the edge has none) the strategy skips
 with the note "summarizer not available" and never fakes a summary.
 
@@ -104,7 +106,7 @@ target, which no fold meets.  The checkpoint is estimated as the empty wrapper p
 :meth:`SummarizationStrategy.summary_estimate`: ``summary_ratio`` (0.2) of the folded tokens, at
 least ``summary_floor_tokens`` (64), at most ``summary_cap_tokens`` (2048) and the bound.  In
 force mode the fold is the one a normal run makes: the same target (a target left implicit is
-the trigger's, not the forced ``always``: :class:`.summary_selection.TargetStop`), so
+the trigger's, not the forced ``always``: :class:`._support.summary_selection.TargetStop`), so
 ``force`` never folds less than the trigger would; a forced run that then makes no summary
 while groups are dropped says so in a warning (:mod:`..pipeline`).  Without a context (the bare
 :meth:`SummarizationStrategy.select`) the fold goes as far as the retention allows.
@@ -121,20 +123,22 @@ from typing import Any, Literal, get_args
 
 from pydantic import Field, model_validator
 
+from ..chat_messages import Message
 from ..draft import Draft
 from ..fields import CamelModel
 from ..ledger.span import span_strings
-from ..messages import Message
 from ..triggers import Condition
 from ..view import CHECKPOINT_NOTE as CHECKPOINT_NOTE  # re-exported: the wrapper's closing note
 from ..view import Group, GroupKind
-from .base import Strategy, StrategyContext, StrategyOutcome
-from .params import BuildContext, StrategyParams
-from .summary_event import SUMMARY_OPEN as SUMMARY_OPEN  # re-exported with the two below
-from .summary_event import SummaryEvent, wrap_summary
-from .summary_event import unwrap_summary as unwrap_summary
-from .summary_record import NO_ITEMS, CheckItems
-from .summary_selection import (
+from ._support.summary_event import SUMMARY_OPEN as SUMMARY_OPEN  # re-exported with the two below
+from ._support.summary_event import SummaryEvent, wrap_summary
+from ._support.summary_event import unwrap_summary as unwrap_summary
+from ._support.summary_record import NO_ITEMS
+from ._support.summary_record import CheckItems as CheckItems  # re-exported: check_items' type
+from ._support.summary_record import (  # re-exported: the edge words a hit's warnings with it
+    contradiction_warning as contradiction_warning,
+)
+from ._support.summary_selection import (
     TURN_ANCHORS,
     TargetStop,
     fold_steps_before,
@@ -145,6 +149,8 @@ from .summary_selection import (
     position_at_or_before,
     tail_tokens,
 )
+from .base import Strategy, StrategyContext, StrategyOutcome
+from .params import BuildContext, StrategyParams
 
 Placement = Literal["user", "system", "assistant"]
 """The role a summary checkpoint is written with (see "Checkpoints" in docs/architecture.md)."""
@@ -430,7 +436,7 @@ class SummarizationStrategy(Strategy):
 
     def _release_carried(self, draft: Draft, ctx: StrategyContext) -> StrategyOutcome | None:
         """The event without a summary, when releasing the oldest carried user messages reaches
-        the target (:meth:`.summary_selection.TargetStop.carried_instead`); ``None``: a
+        the target (:meth:`._support.summary_selection.TargetStop.carried_instead`); ``None``: a
         summary it is."""
         if self.by_groups:
             return None
@@ -466,8 +472,9 @@ class SummarizationStrategy(Strategy):
 
     def check_items(self, draft: Draft, folded: Sequence[Group]) -> CheckItems:
         """The exact strings and rules of ``folded`` its summary is checked against before it
-        is stored (:mod:`.summary_record`, "Summaries checked" in docs/compaction.md): what the
-        ledger takes from the span (earlier summaries apart: they were checked when written)."""
+        is stored (:mod:`._support.summary_record`, "Summaries checked" in docs/compaction.md):
+        what the ledger takes from the span (earlier summaries apart: they were checked when
+        written)."""
         messages = [
             draft.message(index)
             for group in folded

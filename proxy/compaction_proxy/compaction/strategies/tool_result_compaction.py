@@ -79,12 +79,12 @@ from typing import NamedTuple
 
 from pydantic import Field
 
+from ..chat_messages import Message, content_text, role_of
 from ..draft import Draft
-from ..messages import Message, content_text, role_of
 from ..triggers import Condition
 from ..view import Group
-from ._tools import answered_results
-from .old_tool_groups import OldToolGroupsParams, OldToolGroupsStrategy
+from ._support.old_tool_groups import OldToolGroupsParams, OldToolGroupsStrategy
+from ._support.tool_results import answered_results
 
 SUMMARY_PREFIX = "[Tool results: "
 SUMMARY_SUFFIX = "]"

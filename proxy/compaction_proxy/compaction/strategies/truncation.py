@@ -25,7 +25,7 @@ from pydantic import Field, model_validator
 from ..draft import Draft
 from ..triggers import Condition, MessagesExceed, TokensExceed
 from ..view import GroupKind
-from ._tools import newest_non_system
+from ._support.tool_results import newest_non_system
 from .base import Strategy, StrategyContext, StrategyOutcome
 from .params import StrategyParams, require_system_kept
 

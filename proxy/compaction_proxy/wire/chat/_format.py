@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from compaction_proxy.compaction.messages import last_user_text
+from compaction_proxy.compaction.chat_messages import last_user_text
 
 from .._bodies import parse_chat_body, validate_chat
 from .._openai import CHAT_SUMMARY, OpenAIReplies

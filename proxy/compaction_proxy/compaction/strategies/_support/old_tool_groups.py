@@ -11,12 +11,12 @@ from typing import Unpack
 
 from pydantic import Field
 
-from ..draft import Draft
-from ..triggers import Always, Condition
-from ..view import Group
-from ._tools import kept_tool_call_groups, newest, newest_non_system
-from .base import Conditions, Strategy, StrategyContext, StrategyOutcome
-from .params import StrategyParams
+from ...draft import Draft
+from ...triggers import Always, Condition
+from ...view import Group
+from ..base import Conditions, Strategy, StrategyContext, StrategyOutcome
+from ..params import StrategyParams
+from .tool_results import kept_tool_call_groups, newest, newest_non_system
 
 
 class OldToolGroupsParams(StrategyParams):

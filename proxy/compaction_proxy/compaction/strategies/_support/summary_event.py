@@ -1,6 +1,6 @@
 """One summarization event: ask the summarizer for the stretch, fold more into the summary
 while it and what stays do not fit, and write the checkpoint (see "The summary's size" and
-"Validation and failure" in :mod:`.summarization`).
+"Validation and failure" in :mod:`..summarization`).
 """
 
 from __future__ import annotations
@@ -9,15 +9,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from ..draft import Draft
-from ..marks import strip_mark
-from ..messages import Message
-from ..summarizer import Summarizer, SummaryError, SummaryRequest
-from ..view import SUMMARY_PREFIX, SUMMARY_SUFFIX, Group, GroupKind
-from ._tools import newest_non_system
-from .base import StrategyContext, StrategyOutcome
+from ...chat_messages import Message
+from ...draft import Draft
+from ...marks import strip_mark
+from ...summarizer_contract import Summarizer, SummaryError, SummaryRequest
+from ...view import SUMMARY_PREFIX, SUMMARY_SUFFIX, Group, GroupKind
+from ..base import StrategyContext, StrategyOutcome
 from .summary_record import record_summary_check
 from .summary_selection import Summarizing, foldable, shown_indices
+from .tool_results import newest_non_system
 
 _ERROR_DETAIL_CHARS = 200
 SUMMARY_OPEN = SUMMARY_PREFIX + "\n"

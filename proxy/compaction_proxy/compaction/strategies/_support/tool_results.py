@@ -10,9 +10,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
-from ..draft import Draft
-from ..messages import legacy_function_name, role_of, tool_call_ids, tool_call_names
-from ..view import Group, GroupKind
+from ...chat_messages import legacy_function_name, role_of, tool_call_ids, tool_call_names
+from ...draft import Draft
+from ...view import Group, GroupKind
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """How the summarization strategy chooses what to fold: which groups a summary may take in,
 where a cut may fall, and whether a fold would reach the strategy's target (see "Stopping at
-the target" in :mod:`.summarization`).
+the target" in :mod:`..summarization`).
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from dataclasses import replace
 from itertools import pairwise
 from typing import Protocol
 
-from ..draft import Draft, GroupState
-from ..messages import Message
-from ..triggers import Always, Condition, Metrics
-from ..view import Group, GroupKind
+from ...chat_messages import Message
+from ...draft import Draft, GroupState
+from ...triggers import Always, Condition, Metrics
+from ...view import Group, GroupKind
 from .summary_record import CheckItems
 
 

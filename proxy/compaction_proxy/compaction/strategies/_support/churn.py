@@ -12,7 +12,7 @@ The rule is a cut of churn, never of what was asked for.  It never undoes:
 
 * **work a structural count demanded**: the strategy's trigger fired on a turn, message or
   group count (``turns_exceed``, ``messages_exceed``, ``groups_exceed``, alone or as the part
-  of an ``any``/``all`` that fired; :meth:`~.base.Strategy.count_demanded`), or it
+  of an ``any``/``all`` that fired; :meth:`~..base.Strategy.count_demanded`), or it
   is a sliding window with ``keep_last_turns`` / ``keep_last_groups``.  "Keep the last 4
   turns" takes effect even when the turns it drops are a few tokens each;
 * **work done while the request was over budget** (before the strategy ran): over the
@@ -20,8 +20,8 @@ The rule is a cut of churn, never of what was asked for.  It never undoes:
   ``token_budget: N`` entry, ``StrategyContext.budget``).  A change is due anyway, and every
   saving spares later ones;
 * **a paid summary**: a strategy that pays for its work (summarization:
-  :attr:`~.base.Strategy.minimum_saving_applies` is false), and any run that put a
-  paid-for message in the draft (:attr:`~..draft.Draft.paid`): a summary that was paid for
+  :attr:`~..base.Strategy.minimum_saving_applies` is false), and any run that put a
+  paid-for message in the draft (:attr:`~...draft.Draft.paid`): a summary that was paid for
   reaches the model;
 * a container (a nested pipeline: its children were each held to it), or anything where
   ``min_saving`` is 0 (the core's default; the fallback and the last resort run with it).
@@ -31,11 +31,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .base import StrategyContext, StrategyOutcome
+from ..base import StrategyContext, StrategyOutcome
 
 if TYPE_CHECKING:
-    from ..draft import Draft, Savepoint
-    from .base import Strategy
+    from ...draft import Draft, Savepoint
+    from ..base import Strategy
 
 
 def savepoint_for(strategy: Strategy, draft: Draft, ctx: StrategyContext) -> Savepoint | None:

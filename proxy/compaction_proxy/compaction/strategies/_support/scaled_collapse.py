@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import math
 
-from ..draft import Draft
-from ..view import Group
-from .tool_result_compaction import ToolResultCompactionStrategy, summary_message
+from ...draft import Draft
+from ...view import Group
+from ..tool_result_compaction import ToolResultCompactionStrategy, summary_message
 
 DEFAULT_SHARE = 0.02
 """A collapsed group's share of the budget (in estimated tokens)."""

@@ -2,8 +2,8 @@
 
 A summary strategy calls :func:`record_summary_check` with the summary it is about to store
 and the folded span's exact strings and rules (:class:`CheckItems`); the check rides on the
-:class:`~.base.StrategyOutcome` to the strategy's :class:`~..report.StrategyReport`, and
-:attr:`~..report.CompactionReport.summary_checks` collects every one of the run (the edge turns
+:class:`~..base.StrategyOutcome` to the strategy's :class:`~...report.StrategyReport`, and
+:attr:`~...report.CompactionReport.summary_checks` collects every one of the run (the edge turns
 them into ``X-Compaction-Summary-Kept``, a metric and the dashboard).  Each contradiction
 becomes a warning on the outcome, which reaches the report's warnings (and
 ``X-Compaction-Warning``) the way every strategy warning does.
@@ -15,8 +15,8 @@ import dataclasses
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from ..summary_check import SummaryCheck, check_summary
-from .base import StrategyOutcome
+from ...summary_check import SummaryCheck, check_summary
+from ..base import StrategyOutcome
 
 RULE_CHARS = 120
 """A contradicted rule is quoted in its warning up to this many characters."""

@@ -19,12 +19,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..draft import Draft
-from ..messages import Message
-from ..view import GroupKind
-from ._tools import all_text, answered_results, text_part_like
-from .base import Strategy, StrategyContext, StrategyOutcome
-from .context_pruning import soft_trim, trimmed_original_length
+from ...chat_messages import Message
+from ...draft import Draft
+from ...view import GroupKind
+from ..base import Strategy, StrategyContext, StrategyOutcome
+from ..context_pruning import soft_trim, trimmed_original_length
+from .tool_results import all_text, answered_results, text_part_like
 
 MIN_KEPT_CHARS = 400
 """Characters a trimmed result keeps at least (head and tail together): enough for the
