@@ -24,7 +24,7 @@ from compaction_proxy.summarizer import (
     HttpSummarizer,
     SummaryCallRecord,
 )
-from compaction_proxy.summarizer._http import own_limit_note
+from compaction_proxy.summarizer._prompts import own_limit_note
 from compaction_proxy.wire import CallerKey
 
 OPENAI = "https://api.openai.test/v1"

@@ -81,7 +81,8 @@ from ._prefix import (
     stretch_end,
     tool_choice_for,
 )
-from ._prompts import PromptSet
+from ._prompts import PromptSet, cut_note, length_note, own_limit_note
+from ._replies import SummaryCut, error_code, read_completion
 from ._sizing import SummaryOverflow, SummarySizing, learn_from
 from ._stats import SummarizerStats, SummaryCallRecord, SummaryCalls
 from ._transcript import SummarizerWindow, TranscriptOptions, fold, plan_chunks, render_blocks
@@ -524,9 +525,7 @@ class HttpSummarizer:
                 "error", f"{where} ({model}): request failed ({type(exc).__name__})"
             ) from exc
         if not 200 <= response.status_code < 300:
-            failed = (
-                f"{where} ({model}): HTTP {response.status_code}{_error_code(response.content)}"
-            )
+            failed = f"{where} ({model}): HTTP {response.status_code}{error_code(response.content)}"
             # httpx has inflated the body already: no content encoding left to undo.
             overflow = detect_overflow(
                 response.status_code, response.content, None, target.refusals
@@ -534,32 +533,7 @@ class HttpSummarizer:
             if overflow is not None:
                 raise SummaryOverflow(f"{failed}: refused as too long", overflow, sent)
             raise SummaryError("error", failed)
-        return _read_completion(response.content, call, where, model, limit, target.count, usage)
-
-
-class SummaryCut(SummaryError):
-    """The summary ran past its limit (``oversized``): cut, or over by its usage."""
-
-
-def cut_note(limit: int) -> str:
-    """What the summarizer is told when asked again after running past its own limit."""
-    return (
-        f"\n\nThe checkpoint must fit in {limit} tokens (the last answer ran past that and was "
-        "cut): keep every section short and drop what matters least first."
-    )
-
-
-def own_limit_note(limit: int) -> str:
-    """What our own prompts add when only the summarizer's output limit bounds the checkpoint."""
-    return f"\n\nThe checkpoint must fit in {limit} tokens: keep every section short."
-
-
-def length_note(limit: int) -> str:
-    """What the summarizer is told when the budget bounds the checkpoint below its own limit."""
-    return (
-        f"\n\nThe checkpoint must fit in {limit} tokens: it shares a small context window, "
-        "so keep every section short and drop what matters least first."
-    )
+        return read_completion(response.content, call, where, model, limit, target.count, usage)
 
 
 def _split_parameters(
@@ -588,59 +562,3 @@ def _split_parameters(
             if limit is None and isinstance(value, int) and not isinstance(value, bool):
                 limit = value
     return body, limit, chosen
-
-
-def _error_code(content: bytes) -> str:
-    """`` (code)`` from an OpenAI-shaped error body, when it has a short one; never its text."""
-    try:
-        data = orjson.loads(content)
-    except orjson.JSONDecodeError:
-        return ""
-    error = data.get("error") if isinstance(data, dict) else None
-    if isinstance(error, dict):
-        code = error.get("code") or error.get("type")
-        if isinstance(code, str) and len(code) <= 64 and code.replace("_", "").isalnum():
-            return f" ({code})"
-    return ""
-
-
-def _read_completion(
-    content: bytes,
-    call: SummaryCall,
-    where: str,
-    model: str,
-    limit: int,
-    count: Callable[[str], int],
-    usage: dict[str, int] | None = None,
-) -> str:
-    try:
-        reply = call.read(orjson.loads(content))
-    except (orjson.JSONDecodeError, ValueError) as exc:
-        raise SummaryError("error", f"{where} ({model}): the response is not {call.what}") from exc
-    if usage is not None and reply.cached_tokens:
-        usage["cached_tokens"] = reply.cached_tokens
-    text = strip_echoed_wrapper(reply.text)
-    if not text:
-        raise SummaryError("empty", f"{where} ({model}) returned an empty summary")
-    if reply.cut:
-        raise SummaryCut(
-            "oversized", f"{where} ({model}): the summary was cut at the limit of {limit} tokens"
-        )
-    used = reply.completion_tokens
-    if used is None:
-        used = count(text)
-    if used > limit:
-        raise SummaryCut(
-            "oversized",
-            f"{where} ({model}): the summary has {used} tokens, over the limit of {limit}",
-        )
-    return text
-
-
-def strip_echoed_wrapper(text: str) -> str:
-    """The summary without surrounding whitespace or a ``<summary>`` wrapper the model may echo
-    (the proxy adds its own when it places the checkpoint); otherwise verbatim."""
-    stripped = text.strip()
-    if stripped.startswith("<summary>") and stripped.endswith("</summary>"):
-        return stripped[len("<summary>") : -len("</summary>")].strip()
-    return stripped

@@ -142,3 +142,24 @@ def user_message(transcript: str, previous_summary: str | None) -> str:
         parts.append(f"<previous-checkpoint>\n{previous_summary}\n</previous-checkpoint>")
     parts.append(f"<conversation>\n{transcript}\n</conversation>")
     return "\n\n".join(parts)
+
+
+def cut_note(limit: int) -> str:
+    """What the summarizer is told when asked again after running past its own limit."""
+    return (
+        f"\n\nThe checkpoint must fit in {limit} tokens (the last answer ran past that and was "
+        "cut): keep every section short and drop what matters least first."
+    )
+
+
+def own_limit_note(limit: int) -> str:
+    """What our own prompts add when only the summarizer's output limit bounds the checkpoint."""
+    return f"\n\nThe checkpoint must fit in {limit} tokens: keep every section short."
+
+
+def length_note(limit: int) -> str:
+    """What the summarizer is told when the budget bounds the checkpoint below its own limit."""
+    return (
+        f"\n\nThe checkpoint must fit in {limit} tokens: it shares a small context window, "
+        "so keep every section short and drop what matters least first."
+    )

@@ -1,0 +1,76 @@
+"""What a summary call's answer is read as: the summary text, or the failure it is.
+
+The reply's text with an echoed ``<summary>`` wrapper taken off; ``empty`` when nothing is
+left; ``oversized`` (:class:`SummaryCut`) when the model ran past the limit, cut or over by its
+own usage (a truncated checkpoint silently loses its last sections); ``error`` when the body is
+not the call's completion.  An error body's short ``code`` may be named, never its text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import orjson
+
+from compaction_proxy.compaction.summarizer_contract import SummaryError
+from compaction_proxy.wire import SummaryCall
+
+
+class SummaryCut(SummaryError):
+    """The summary ran past its limit (``oversized``): cut, or over by its usage."""
+
+
+def error_code(content: bytes) -> str:
+    """`` (code)`` from an OpenAI-shaped error body, when it has a short one; never its text."""
+    try:
+        data = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return ""
+    error = data.get("error") if isinstance(data, dict) else None
+    if isinstance(error, dict):
+        code = error.get("code") or error.get("type")
+        if isinstance(code, str) and len(code) <= 64 and code.replace("_", "").isalnum():
+            return f" ({code})"
+    return ""
+
+
+def read_completion(
+    content: bytes,
+    call: SummaryCall,
+    where: str,
+    model: str,
+    limit: int,
+    count: Callable[[str], int],
+    usage: dict[str, int] | None = None,
+) -> str:
+    try:
+        reply = call.read(orjson.loads(content))
+    except (orjson.JSONDecodeError, ValueError) as exc:
+        raise SummaryError("error", f"{where} ({model}): the response is not {call.what}") from exc
+    if usage is not None and reply.cached_tokens:
+        usage["cached_tokens"] = reply.cached_tokens
+    text = strip_echoed_wrapper(reply.text)
+    if not text:
+        raise SummaryError("empty", f"{where} ({model}) returned an empty summary")
+    if reply.cut:
+        raise SummaryCut(
+            "oversized", f"{where} ({model}): the summary was cut at the limit of {limit} tokens"
+        )
+    used = reply.completion_tokens
+    if used is None:
+        used = count(text)
+    if used > limit:
+        raise SummaryCut(
+            "oversized",
+            f"{where} ({model}): the summary has {used} tokens, over the limit of {limit}",
+        )
+    return text
+
+
+def strip_echoed_wrapper(text: str) -> str:
+    """The summary without surrounding whitespace or a ``<summary>`` wrapper the model may echo
+    (the proxy adds its own when it places the checkpoint); otherwise verbatim."""
+    stripped = text.strip()
+    if stripped.startswith("<summary>") and stripped.endswith("</summary>"):
+        return stripped[len("<summary>") : -len("</summary>")].strip()
+    return stripped
