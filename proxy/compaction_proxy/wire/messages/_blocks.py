@@ -5,20 +5,15 @@ block: is it text the model reads, a client tool's call (``tool_use``) or its an
 (``tool_result``), the model's signed thinking, or something the proxy carries without reading
 (server tools and their results, documents, block types added to the API later). Everything
 else about a block stays the client's business and goes upstream as it came.
+
+The vocabulary here (block types, ``cache_control``) is the format's and its summary call's
+(``_summary.py``) alike.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
-
-from .._anthropic_blocks import (
-    CACHE_CONTROL,
-    MAX_BREAKPOINTS,
-    THINKING_TYPES,
-    block_type,
-    blocks_of,
-)
 
 __all__ = [
     "CACHE_CONTROL",
@@ -36,6 +31,28 @@ __all__ = [
 
 ROLES = frozenset({"user", "assistant", "system"})
 """``system`` inside ``messages`` is Claude Code's mid-conversation note (a beta)."""
+
+THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
+"""Signed blocks: never edited, dropped only with their whole turn."""
+
+CACHE_CONTROL = "cache_control"
+"""A prompt-cache breakpoint on a block; the API allows at most :data:`MAX_BREAKPOINTS`."""
+
+MAX_BREAKPOINTS = 4
+
+
+def block_type(block: object) -> str | None:
+    if isinstance(block, Mapping):
+        kind = block.get("type")
+        return kind if isinstance(kind, str) else None
+    return None
+
+
+def blocks_of(content: object) -> list[Any]:
+    """A message's content as a list of blocks (a string is one text block)."""
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return content if isinstance(content, list) else []
 
 
 def lift_part(block: Any) -> Any:

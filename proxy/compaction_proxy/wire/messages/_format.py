@@ -20,8 +20,6 @@ import orjson
 
 from compaction_proxy.http import bad_request
 
-from .._anthropic import anthropic_usage_tokens, anthropic_window_option
-from .._anthropic_summary import MESSAGES_SUMMARY, X_API_KEY
 from .._bodies import parse_json_object
 from ..format import (
     Amendment,
@@ -41,6 +39,8 @@ from ._context_management import MessagesEdits, translate
 from ._lift import Lifted, lift, request_messages
 from ._lower import lower
 from ._recall import MESSAGES_RECALL
+from ._sizes import anthropic_usage_tokens, anthropic_window_option
+from ._summary import MESSAGES_SUMMARY, X_API_KEY
 from ._validation import validate_request
 
 ANTHROPIC_ONLY_FIELDS = frozenset(
@@ -113,7 +113,7 @@ def anthropic_error_body(
 
 
 usage_tokens = anthropic_usage_tokens
-"""The prompt's tokens an Anthropic reply reports (compaction_proxy/wire/_anthropic.py)."""
+"""The prompt's tokens an Anthropic reply reports (compaction_proxy/wire/messages/_sizes.py)."""
 
 
 @dataclass(frozen=True, slots=True)

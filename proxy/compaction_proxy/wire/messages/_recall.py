@@ -41,11 +41,11 @@ from typing import Any
 
 import orjson
 
-from .._anthropic_blocks import block_type
 from .._forwarded import ClientBody
 from ..format import Amendment, UpstreamTraits
 from ..recall import RecallAnswer, RecallCall, RecallTool, RecallTurn
 from ._binding import offer_binding
+from ._blocks import block_type
 from ._stream import Event, accumulate, events, index_of, with_data
 
 __all__ = ["MESSAGES_RECALL", "MessagesRecall"]

@@ -42,9 +42,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._anthropic import BINDING_BETA
-from ._anthropic_blocks import CACHE_CONTROL, MAX_BREAKPOINTS, THINKING_TYPES, block_type, blocks_of
-from .format import PrefixCall, SummaryCall, SummaryReply, UpstreamAuth
+from ..format import PrefixCall, SummaryCall, SummaryReply, UpstreamAuth
+from ._blocks import CACHE_CONTROL, MAX_BREAKPOINTS, THINKING_TYPES, block_type, blocks_of
+from ._sizes import BINDING_BETA
 
 __all__ = [
     "ACCEPTED_PARAMETERS",
