@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from compaction_proxy.compaction.errors import CompactionProxyError
+
 from ._amendment import Amendment, UpstreamTraits
 from .recall import RecallWire
 
@@ -35,6 +37,7 @@ __all__ = [
     "ContextEdits",
     "EditedView",
     "Headers",
+    "LowerError",
     "Lowered",
     "NativeRequest",
     "PrefixCall",
@@ -230,7 +233,8 @@ class SummaryCall:
 @dataclass(frozen=True, slots=True)
 class Lowered:
     """The pipeline's messages in the format's own form: the elements of the member the
-    request rewrites (:attr:`WireFormat.items`), and notes for ``X-Compaction-Warning``.
+    request rewrites (:attr:`WireFormat.items`), and notes for ``X-Compaction-Warning`` (what
+    the client should be told about them). Every format's lowering answers one.
 
     ``copies``: an element equal to one the client sent may go as the client's bytes
     (compaction_proxy/wire/_forwarded.py)."""
@@ -238,6 +242,12 @@ class Lowered:
     items: Sequence[Any]
     notes: tuple[str, ...] = ()
     copies: bool = False
+
+
+class LowerError(CompactionProxyError, ValueError):
+    """A compacted message that maps back to nothing the client sent: the format's adapter and
+    the core disagree (a bug, never a client's fault), so the edge forwards the client's
+    original request instead of a guess."""
 
 
 class View(Protocol):

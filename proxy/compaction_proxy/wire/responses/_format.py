@@ -71,8 +71,7 @@ class ResponsesView:
     chat: dict[str, Any]
 
     def lower(self, messages: Sequence[Mapping[str, Any]]) -> Lowered:
-        lowered = lower(self.lifted, messages)
-        return Lowered(lowered.items, lowered.notes)
+        return lower(self.lifted, messages)
 
 
 class ResponsesFormat(OpenAIReplies):
