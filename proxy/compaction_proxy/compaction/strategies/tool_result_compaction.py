@@ -80,7 +80,7 @@ from typing import NamedTuple
 from pydantic import Field
 
 from ..draft import Draft
-from ..messages import Message, content_text, role_of
+from ..messages import Message, role_of, text_only
 from ..triggers import Condition
 from ..view import Group
 from ._tools import answered_results
@@ -195,7 +195,7 @@ def group_labels(draft: Draft, group: Group) -> list[Label]:
         if role_of(message) not in ("tool", "function"):
             continue
         name = answered.get(index, "")
-        result = content_text(message)
+        result = text_only(message)
         if name:
             labels.append(Label(f"{name}: {result}".strip(), len(name) + 2))
         else:
