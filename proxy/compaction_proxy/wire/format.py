@@ -24,6 +24,7 @@ from compaction_proxy.compaction.errors import CompactionProxyError
 
 from ._amendment import Amendment, UpstreamTraits
 from .recall import RecallWire
+from .sse import Event
 
 if TYPE_CHECKING:
     from compaction_proxy.compaction import CompactionReport
@@ -413,6 +414,13 @@ class WireFormat(Protocol):
         """Whether a stream states the prompt's usage in its first event(s) (Anthropic's
         ``message_start``), so the relay reads them as well as the stream's last events
         (compaction_proxy/api/_usage.py)."""
+        ...
+
+    def ends_stream(self, event: Event) -> bool:
+        """Whether ``event`` (compaction_proxy/wire/sse.py) is the one that ends this format's
+        streams (chat: ``data: [DONE]``; Responses: ``response.completed``, ``.failed`` or
+        ``.incomplete``; Messages: ``message_stop``): a client that has it was answered in full
+        (compaction_proxy/api/_stream_events.py)."""
         ...
 
     def window_option(self, model: str, headers: Headers) -> WindowOption | None:

@@ -32,6 +32,7 @@ from ..format import (
     WindowOption,
 )
 from ..recall import RecallWire
+from ..sse import Event
 from ._binding import thinking_binding
 from ._blocks import block_type
 from ._cleared_thinking import drop_thinking, restore_thinking
@@ -185,6 +186,9 @@ class MessagesFormat:
 
     def usage_tokens(self, payload: Any) -> int | None:
         return anthropic_usage_tokens(payload)
+
+    def ends_stream(self, event: Event) -> bool:
+        return event.kind == "message_stop" or event.name == "message_stop"
 
     def window_option(self, model: str, headers: Headers) -> WindowOption | None:
         return anthropic_window_option(model, headers)
