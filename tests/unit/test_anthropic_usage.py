@@ -133,6 +133,16 @@ def test_a_long_stream_whose_end_states_only_the_output_is_read_from_its_start(s
 
 
 @pytest.mark.parametrize("size", CHUNK_SIZES)
+def test_a_stream_whose_lines_end_in_cr_is_read_as_one_ending_in_lf(size: int) -> None:
+    # SSE lets a line end in CR alone. The probe split lines at LF only: such a stream's start
+    # was never read, and its end only by the lenient scan (`input_tokens` alone, 12).
+    stream = _stream(USAGE, delta_usage={"output_tokens": 77}).replace(b"\n", b"\r")
+    assert _read(stream, size, at_start=True) == PROMPT
+    short = _stream(USAGE, text="hi").replace(b"\n", b"\r")
+    assert _read(short, size, at_start=False) == PROMPT
+
+
+@pytest.mark.parametrize("size", CHUNK_SIZES)
 def test_the_cumulative_end_wins_over_the_start(size: int) -> None:
     # A server that knows the prompt's size only at the end states 0 at the start.
     start_usage = {**USAGE, "input_tokens": 0, "cache_read_input_tokens": 0}
