@@ -12,9 +12,9 @@ clean end possible: after the last whole event, one error event in the route's o
 ``event: error`` numbered after the last event relayed; the Messages API ``event: error``
 in Anthropic's shape.
 
-The relay also knows whether the last event it sent ends the reply: the one any format's
-streams end with (``WireFormat.ends_stream``: ``data: [DONE]``, ``response.completed``,
-``response.failed``, ``response.incomplete``, Anthropic's ``message_stop``). A client that
+The relay also knows whether the last event it sent ends the reply (the event any format's
+streams end with, ``WireFormat.ends_stream``: ``data: [DONE]``, ``response.completed``,
+``response.failed``, ``response.incomplete``, Anthropic's ``message_stop``): a client that
 closes right after it has been answered in full (compaction_proxy/api/_forward.py). Events are
 cut and read by the one SSE reader (compaction_proxy/wire/sse.py).
 """

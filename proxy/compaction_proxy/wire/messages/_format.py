@@ -188,7 +188,7 @@ class MessagesFormat:
         return anthropic_usage_tokens(payload)
 
     def ends_stream(self, event: Event) -> bool:
-        return event.kind == "message_stop" or event.name == "message_stop"
+        return event.name == "message_stop" or event.kind == "message_stop"
 
     def window_option(self, model: str, headers: Headers) -> WindowOption | None:
         return anthropic_window_option(model, headers)

@@ -105,7 +105,7 @@ class ResponsesFormat(OpenAIReplies):
         return None  # read from the lifted view
 
     def ends_stream(self, event: Event) -> bool:
-        return event.kind in STREAM_ENDS or event.name in STREAM_ENDS
+        return event.name in STREAM_ENDS or event.kind in STREAM_ENDS  # the name: no parse
 
     def stream_error(
         self, message: str, *, type: str, code: str | None, param: str | None, sequence: int
