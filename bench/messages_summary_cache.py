@@ -4,7 +4,7 @@ A Claude-Code-shaped session (two system breakpoints, a breakpoint on the newest
 adaptive thinking with signed blocks sent back) is driven against tests/fakes/messages (a real
 process that caches at breakpoints the way Anthropic documents it, and keys cached messages on
 ``thinking`` and ``tool_choice``); then the summarizer, bound to the last request, folds its
-first steps in the cache-aligned Messages form (compaction_proxy/wire/_anthropic_summary.py).
+first steps in the cache-aligned Messages form (compaction_proxy/wire/messages/_summary.py).
 The table gives the summary call's prompt as the fake billed it, for the call as built and for
 two variants it was built against: ``thinking`` left out of the call, and no breakpoint at the
 prefix's end. The view is the summarizer tests' stand-in for the Messages format's
@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-import compaction_proxy.wire._anthropic_summary as messages_call
+import compaction_proxy.wire.messages._summary as messages_call
 from compaction_proxy.compaction.summarizer_contract import SummaryRequest
 from compaction_proxy.summarizer import SummarizerStats
 from compaction_proxy.summarizer._prefix import ForwardedRequest

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from compaction_proxy.api._usage import UsageProbe
-from compaction_proxy.wire._anthropic import anthropic_usage_tokens
+from compaction_proxy.wire.messages._sizes import anthropic_usage_tokens
 from tests.fakes.messages import render
 
 USAGE = {

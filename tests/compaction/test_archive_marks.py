@@ -38,7 +38,7 @@ from compaction_proxy.compaction import (
 )
 from compaction_proxy.compaction.archive import ID_PATTERN, Archived, RecallIds
 from compaction_proxy.compaction.budget import Budget
-from compaction_proxy.compaction.chat_messages import content_text
+from compaction_proxy.compaction.chat_messages import text_only
 from compaction_proxy.compaction.draft import Draft
 from compaction_proxy.compaction.ledger import is_ledger
 from compaction_proxy.compaction.marks import (
@@ -555,7 +555,7 @@ def check_archive(inputs: Sequence[Message], result: CompactionResult) -> None:
     named = set(marks(out))
     before = set(marks(inputs))
     for message in out:  # one closing mark at most: never doubled
-        text = content_text(message)
+        text = text_only(message)
         assert message_mark({"content": strip_mark(text)}) is None, text
     if not result.changed:
         assert archived is None
@@ -596,7 +596,7 @@ def check_stubs_stable(first: Sequence[Message], later: CompactionResult) -> Non
         if mark is None or orjson.dumps(stub) in now:
             continue
         for other in by_id.get(mark, []):
-            assert "[soft-trimmed: " in content_text(stub), (stub, other)
+            assert "[soft-trimmed: " in text_only(stub), (stub, other)
 
 
 def run_sync_shape(

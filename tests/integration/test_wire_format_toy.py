@@ -33,6 +33,7 @@ from compaction_proxy.wire import (
     WindowOption,
     parse_json_object,
 )
+from compaction_proxy.wire.sse import Event
 from tests.support.processes import ServerProcess, python_module_argv
 from tests.support.servers import UpstreamServer, proxy_config, upstream_entry, write_config
 
@@ -93,6 +94,9 @@ class ToyFormat:
 
     def usage_tokens(self, payload: Any) -> int | None:
         return None
+
+    def ends_stream(self, event: Event) -> bool:
+        return False  # no end of its own: the relay asks every format
 
     def window_option(self, model: str, headers: Headers) -> WindowOption | None:
         return None

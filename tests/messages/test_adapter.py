@@ -49,6 +49,7 @@ from compaction_proxy.wire.messages import (
     parse_messages_body,
     usage_tokens,
 )
+from compaction_proxy.wire.messages._blocks import breakpoints, marked_blocks
 from compaction_proxy.wire.messages._lift import thinking_blocks
 from compaction_proxy.wire.messages._lower import OMITTED_NOTE
 from compaction_proxy.wire.responses import RESPONSES
@@ -584,6 +585,21 @@ def test_the_note_opening_a_headless_conversation_is_no_checkpoint() -> None:
     # a compaction that wrote no checkpoint (truncation) adds no breakpoint at all
     truncated = lower(lifted, lifted.messages[3:], body).items
     assert truncated[0]["content"] == [text(OMITTED_NOTE)]
+
+
+def test_the_lowering_and_the_summary_call_count_breakpoints_each_their_own_way() -> None:
+    """Two counts, named apart (wire/messages/_blocks.py): the lowering's counts every
+    ``cache_control`` set anywhere the API might read one; the summary call's counts the
+    blocks carrying one it could move."""
+    block = {"type": "search_result", "content": [text("r", cache_control={"type": "ephemeral"})]}
+    messages = [
+        {"role": "user", "content": [text("a")], "cache_control": {"type": "ephemeral"}},
+        user(text("b", cache_control=True), block),
+    ]
+    # the lowering's: the message's own and the non-object one, not inside a search result
+    assert breakpoints(messages) == 2
+    # the summary call's: only the block one level inside the search result
+    assert marked_blocks(None, None, messages) == 1
 
 
 # ------------------------------------------------------------------ what maps back to nothing

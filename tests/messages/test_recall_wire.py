@@ -33,13 +33,14 @@ from compaction_proxy.wire.messages import (
     MessagesFormat,
     offer_binding,
 )
-from compaction_proxy.wire.messages._stream import Event, events, index_of
+from compaction_proxy.wire.messages._stream import index_of
 from compaction_proxy.wire.recall import (
     RECALL_TOOL,
     RecallAnswer,
     RecallTool,
     RecallTurn,
 )
+from compaction_proxy.wire.sse import Event, events
 from tests.fakes.messages import model
 from tests.fakes.messages.app import Settings, create_app
 from tests.fakes.messages.prompt import content_blocks

@@ -1,4 +1,4 @@
-"""The summary call in Anthropic's Messages form (compaction_proxy/wire/_anthropic_summary.py):
+"""The summary call in Anthropic's Messages form (compaction_proxy/wire/messages/_summary.py):
 its body from chat-shaped messages, how its answer is read, and which upstreams get it
 (``upstreams[].api``, compaction_proxy/summarizer/_http.py ``_form``)."""
 
@@ -17,7 +17,7 @@ from compaction_proxy.compaction.summarizer_contract import SummaryError, Summar
 from compaction_proxy.config import ConfigError, Settings, UpstreamSettings, preflight
 from compaction_proxy.summarizer import CHECKPOINT_PROMPT, HttpSummarizer, SummarizerStats
 from compaction_proxy.wire import CallerKey, api_names
-from compaction_proxy.wire._anthropic_summary import (
+from compaction_proxy.wire.messages._summary import (
     MESSAGES_SUMMARY,
     THINKING_HEADROOM,
     messages_form,

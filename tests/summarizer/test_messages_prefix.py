@@ -1,6 +1,6 @@
 """The cache-aligned summary call in Messages form: a Messages request summarized by its own
 upstream and model gets its own ``system``, ``tools`` and messages (the client's objects) up to
-the stretch's end, then one instruction (compaction_proxy/wire/_anthropic_summary.py, the
+the stretch's end, then one instruction (compaction_proxy/wire/messages/_summary.py, the
 summarizer's ``_prefix_body``, the flow's ``native`` hook).
 
 The view is a test double of the Messages format's (tests/support/messages_view.py); what is
@@ -29,7 +29,7 @@ from compaction_proxy.engine import Compactor, FlowRequest, build_flow
 from compaction_proxy.summarizer import HttpSummarizer, SummarizerStats
 from compaction_proxy.summarizer._prefix import PREFIX_MARKER, ForwardedRequest
 from compaction_proxy.wire import DEFAULT_FORMAT, CallerKey, Lowered, NativeRequest
-from compaction_proxy.wire._anthropic_summary import THINKING_HEADROOM
+from compaction_proxy.wire.messages._summary import THINKING_HEADROOM
 from tests.fakes.messages.prompt import canonical_bytes
 from tests.support.messages_view import STAND_IN, DoubleView, lift
 

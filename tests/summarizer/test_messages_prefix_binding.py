@@ -8,8 +8,8 @@ from typing import Any
 
 from compaction_proxy.api._requests import native_request
 from compaction_proxy.wire import Lowered, NativeRequest, PrefixCall
-from compaction_proxy.wire._anthropic_summary import MESSAGES_SUMMARY
 from compaction_proxy.wire.messages import MESSAGES
+from compaction_proxy.wire.messages._summary import MESSAGES_SUMMARY
 
 SIGNED = {"type": "thinking", "thinking": "", "signature": "c2ln"}
 FORWARDED: list[dict[str, Any]] = [

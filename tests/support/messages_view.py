@@ -30,7 +30,7 @@ from compaction_proxy.wire import (
     UpstreamAuth,
     registry,
 )
-from compaction_proxy.wire._anthropic_summary import MESSAGES_SUMMARY, X_API_KEY
+from compaction_proxy.wire.messages._summary import MESSAGES_SUMMARY, X_API_KEY
 
 
 @dataclass

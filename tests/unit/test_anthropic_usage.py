@@ -1,4 +1,4 @@
-"""The prompt's size in Anthropic's replies (compaction_proxy/wire/_anthropic.py) and the usage
+"""The prompt's size in Anthropic's replies (compaction_proxy/wire/messages/_sizes.py) and the usage
 probe reading a stream's first events (compaction_proxy/api/_usage.py, ``at_start``).
 
 The streams are the fake Messages upstream's own (tests/fakes/messages/render.py), so they stay
@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from compaction_proxy.api._usage import UsageProbe
-from compaction_proxy.wire._anthropic import anthropic_usage_tokens
+from compaction_proxy.wire.messages._sizes import anthropic_usage_tokens
 from tests.fakes.messages import render
 from tests.fakes.messages.app import Settings, validate_settings
 
@@ -130,6 +130,16 @@ def test_a_long_stream_whose_end_states_only_the_output_is_read_from_its_start(s
     assert _read(stream, size, at_start=True) == PROMPT
     # What the probe read before: the tail alone, which has no input count.
     assert _read(stream, size, at_start=False) is None
+
+
+@pytest.mark.parametrize("size", CHUNK_SIZES)
+def test_a_stream_whose_lines_end_in_cr_is_read_as_one_ending_in_lf(size: int) -> None:
+    # SSE lets a line end in CR alone. The probe split lines at LF only: such a stream's start
+    # was never read, and its end only by the lenient scan (`input_tokens` alone, 12).
+    stream = _stream(USAGE, delta_usage={"output_tokens": 77}).replace(b"\n", b"\r")
+    assert _read(stream, size, at_start=True) == PROMPT
+    short = _stream(USAGE, text="hi").replace(b"\n", b"\r")
+    assert _read(short, size, at_start=False) == PROMPT
 
 
 @pytest.mark.parametrize("size", CHUNK_SIZES)

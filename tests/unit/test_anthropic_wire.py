@@ -1,5 +1,5 @@
 """Anthropic's side of the wire, piece by piece: which models the 1M-context beta is for
-(compaction_proxy/wire/_anthropic.py), Claude models in the built-in table
+(compaction_proxy/wire/messages/_sizes.py), Claude models in the built-in table
 (compaction_proxy/compaction/budget.py), a caller's key (``CallerKey``, ``caller_key``) and the
 headers that go upstream with an ``x-api-key`` format (compaction_proxy/upstream/_headers.py).
 """
@@ -13,7 +13,7 @@ from compaction_proxy.compaction.budget import ModelCatalog
 from compaction_proxy.config import UpstreamSettings
 from compaction_proxy.upstream import upstream_headers, upstream_url
 from compaction_proxy.wire import BEARER, CallerKey, UpstreamAuth, WindowOption
-from compaction_proxy.wire._anthropic import (
+from compaction_proxy.wire.messages._sizes import (
     CONTEXT_1M_BETA,
     anthropic_window_option,
     betas,

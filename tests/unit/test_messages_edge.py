@@ -38,7 +38,7 @@ from compaction_proxy.wire import (
     format_for_path,
     parse_json_object,
 )
-from compaction_proxy.wire._anthropic import (
+from compaction_proxy.wire.messages._sizes import (
     CONTEXT_1M_BETA,
     anthropic_usage_tokens,
     anthropic_window_option,

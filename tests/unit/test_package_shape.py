@@ -29,7 +29,7 @@ KEPT_BASES = {
     "compaction_proxy.upstream._transport.UpstreamTimeout": TimeoutError,
     "compaction_proxy.wire._jsonspans.ScanError": ValueError,
     "compaction_proxy.wire._multipart.Unreadable": ValueError,
-    "compaction_proxy.wire.responses._lower.LowerError": ValueError,
+    "compaction_proxy.wire.format.LowerError": ValueError,
 }
 
 

@@ -12,47 +12,28 @@ clean end possible: after the last whole event, one error event in the route's o
 ``event: error`` numbered after the last event relayed; the Messages API ``event: error``
 in Anthropic's shape.
 
-The relay also knows whether the last event it sent ends the reply (``data: [DONE]``,
-``response.completed``, ``response.failed``, ``response.incomplete``, Anthropic's
-``message_stop``): a client that closes right after it has been answered in full
-(compaction_proxy/api/_forward.py).
+The relay also knows whether the last event it sent ends the reply (the event any format's
+streams end with, ``WireFormat.ends_stream``: ``data: [DONE]``, ``response.completed``,
+``response.failed``, ``response.incomplete``, Anthropic's ``message_stop``): a client that
+closes right after it has been answered in full (compaction_proxy/api/_forward.py). Events are
+cut and read by the one SSE reader (compaction_proxy/wire/sse.py).
 """
 
 from __future__ import annotations
 
 import re
 
-import orjson
-
 from compaction_proxy.http import ProxyError
 from compaction_proxy.wire import WireFormat
+from compaction_proxy.wire.registry import ends_stream
+from compaction_proxy.wire.sse import WHOLE, last_boundary, last_event
 
 MAX_HELD = 1 << 20
 """Bytes of one unfinished event held at most; a longer event is relayed as it comes."""
 _HEAD = 256
-"""Bytes of the last event's start that identify it (its ``event:`` line, its ``type``)."""
-_BOUNDARIES = (b"\n\n", b"\r\n\r\n", b"\r\r")
-_ENDS = (b"\n\n", b"\r\n\r\n")
-_TERMINAL = re.compile(
-    rb"^data:\s*\[DONE\]"
-    rb"|^event:\s*response\.(?:completed|failed|incomplete)\s*$"
-    rb'|"type"\s*:\s*"response\.(?:completed|failed|incomplete)"'
-    rb"|^event:\s*message_stop\s*$"
-    rb'|"type"\s*:\s*"message_stop"',
-    re.MULTILINE,
-)
+"""Bytes of the last event's start where a ``sequence_number`` is looked for when its data is
+not one JSON object."""
 _SEQUENCE = re.compile(rb'"sequence_number"\s*:\s*(\d+)')
-
-
-def _last_boundary(data: bytes, end: int | None = None) -> int:
-    """The end of the last blank line in ``data[:end]`` (an event's end), or -1."""
-    stop = len(data) if end is None else end
-    best = -1
-    for mark in _BOUNDARIES:
-        at = data.rfind(mark, 0, stop)
-        if at >= 0:
-            best = max(best, at + len(mark))
-    return best
 
 
 class EventRelay:
@@ -70,13 +51,13 @@ class EventRelay:
 
     def take(self, chunk: bytes) -> bytes:
         """What of ``chunk`` (after anything held) to send now: up to the last boundary."""
-        if not self._held and chunk.endswith(_ENDS):
+        if not self._held and chunk.endswith(WHOLE):
             # The common case: the upstream wrote whole events. Sent as it is.
             self._last = chunk
             self.mid_event = False
             return chunk
         data = self._held + chunk if self._held else chunk
-        cut = _last_boundary(data)
+        cut = last_boundary(data)
         if cut < 0:
             if len(data) <= MAX_HELD:
                 self._held = data
@@ -100,17 +81,13 @@ class EventRelay:
             self.mid_event = True
         return data
 
-    def _last_event(self) -> bytes:
-        sent = self._last
-        start = _last_boundary(sent, len(sent) - 1) if len(sent) > 1 else -1
-        return sent[max(start, 0) :]
-
     @property
     def terminal(self) -> bool:
         """Whether the last event sent ends the reply: nothing the client needs is left."""
         if self.mid_event:
             return False
-        return _TERMINAL.search(self._last_event()[:_HEAD]) is not None
+        event = last_event(self._last)
+        return event is not None and ends_stream(event)
 
     def error_event(self, error: ProxyError, wire: WireFormat | None) -> bytes:
         """The event that ends the stream, in the route's format (``wire.stream_error``;
@@ -132,13 +109,12 @@ class EventRelay:
         """One past the last whole event's ``sequence_number`` (0 when it has none)."""
         if self.mid_event:
             return 0
-        event = self._last_event()
-        data = b"\n".join(
-            line[5:].lstrip(b" ") for line in event.splitlines() if line.startswith(b"data:")
-        )
-        try:
-            number = orjson.loads(data).get("sequence_number")
-        except (orjson.JSONDecodeError, AttributeError):
-            found = _SEQUENCE.search(event[:_HEAD])  # not one JSON object: its first field
+        event = last_event(self._last)
+        if event is None:
+            return 0
+        if isinstance(event.data, dict):
+            number = event.data.get("sequence_number")
+        else:
+            found = _SEQUENCE.search(event.raw[:_HEAD])  # not one JSON object: its first field
             number = int(found.group(1)) if found else None
         return number + 1 if isinstance(number, int) and not isinstance(number, bool) else 0

@@ -17,6 +17,7 @@ Where a stream states it is its format's to say (``WireFormat.usage_tokens``,
 the first event (``message_start``) and, on some servers, again at the end (``message_delta``,
 cumulative; llama.cpp's states only the output there). So the probe keeps a stream's last
 4 KiB and, when the format says so, its first 16 KiB: bounded, and never a byte held back.
+What it kept is read as events by the one SSE reader (compaction_proxy/wire/sse.py).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any, Protocol
 import orjson
 
 from compaction_proxy.wire import DEFAULT_FORMAT
+from compaction_proxy.wire.sse import Event, events_backwards, iter_events, last_boundary
 
 __all__ = ["UsageFormat", "UsageProbe", "UsageReader"]
 
@@ -238,17 +240,19 @@ def _inflate_bounded(data: bytes, wbits: int) -> bytes | None:
     return out
 
 
+def _read(event: Event, read: UsageReader) -> int | None:
+    """What the format's reader finds in ``event``'s data, when the data states ``usage`` (and
+    parses: an event cut at the head's bound is no JSON object, so it is never read)."""
+    text = event.text
+    if text is None or b'"usage"' not in text or event.data is None:
+        return None
+    return read(event.data)
+
+
 def _sse_head_tokens(head: bytes, read: UsageReader) -> int | None:
-    """The prompt tokens of the first ``data:`` line in ``head`` that states them (a line cut
-    at the head's bound is no JSON object, so it is never read)."""
-    for line in head.split(b"\n"):
-        line = line.strip()
-        if not line.startswith(b"data:") or b'"usage"' not in line:
-            continue
-        try:
-            tokens = read(orjson.loads(line[5:]))
-        except orjson.JSONDecodeError:
-            continue
+    """The prompt tokens of the first event in ``head`` that states them."""
+    for event in iter_events(head):
+        tokens = _read(event, read)
         if tokens:
             return tokens
     return None
@@ -257,30 +261,35 @@ def _sse_head_tokens(head: bytes, read: UsageReader) -> int | None:
 def _sse_prompt_tokens(tail: bytes, read: UsageReader, *, lenient: bool = True) -> int | None:
     """The prompt tokens of the last SSE event in ``tail`` whose ``usage`` is an object.
 
-    ``lenient``: a usage object whose event began before the tail is read by its
-    ``prompt_tokens`` / ``input_tokens`` field alone (the format's reader cannot see it)."""
-    end = len(tail)
-    while True:
-        at = tail.rfind(b'"usage"', 0, end)
-        if at < 0:
-            return None
-        line_start = tail.rfind(b"\n", 0, at) + 1
-        line_end = tail.find(b"\n", at)
-        if line_end < 0:
-            line_end = len(tail)
-        line = tail[line_start:line_end].strip()
-        tokens = None
-        if line.startswith(b"data:"):
-            try:
-                tokens = read(orjson.loads(line[5:]))
-            except orjson.JSONDecodeError:
-                tokens = None
+    ``lenient``: a usage object the format's reader cannot see (in an event that began before
+    the tail, or one the format does not read) is read by its ``prompt_tokens`` /
+    ``input_tokens`` field alone."""
+    first = tail.find(b'"usage"')
+    if first < 0:
+        return None
+    # The events before the one holding the first "usage" state none: they are not cut.
+    for event in events_backwards(tail[max(last_boundary(tail, first), 0) :]):
+        if b'"usage"' not in event.raw:
+            continue
+        tokens = _read(event, read)
         if tokens is None and lenient:
-            # The event began before the tail: its usage object may still be whole.
-            usage = tail[at:line_end]
-            if not usage[7:].lstrip(b" :").startswith(b"null"):
-                found = _PROMPT_TOKENS.search(usage)
-                tokens = int(found.group(1)) if found else None
+            tokens = _cut_usage(event.raw)
         if tokens:
             return tokens
+    return None
+
+
+def _cut_usage(raw: bytes) -> int | None:
+    """The first count a ``"usage"`` object in ``raw`` shows, read from its last one back:
+    from the key to the end of its line (the event may have begun before the tail, so its
+    data is not whole)."""
+    end = len(raw)
+    while (at := raw.rfind(b'"usage"', 0, end)) >= 0:
+        line_end = raw.find(b"\n", at)
+        usage = raw[at : line_end if line_end >= 0 else len(raw)]
+        if not usage[7:].lstrip(b" :").startswith(b"null"):
+            found = _PROMPT_TOKENS.search(usage)
+            if found and int(found.group(1)):
+                return int(found.group(1))
         end = at
+    return None

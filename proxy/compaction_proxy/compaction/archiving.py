@@ -37,7 +37,7 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from .archive import Archived, RecallIds
-from .chat_messages import Message, content_text
+from .chat_messages import Message, text_only
 from .marks import can_carry_mark, marked, message_mark, span_mark, strip_mark
 
 __all__ = ["ArchiveLog"]
@@ -123,7 +123,7 @@ class ArchiveLog:
         return marked(message, span_mark(self._span_id(message, members)))
 
     def _span_id(self, message: Message, members: Sequence[str]) -> str:
-        return self._ids.span(tuple(members), strip_mark(content_text(message)).rstrip())
+        return self._ids.span(tuple(members), strip_mark(text_only(message)).rstrip())
 
     # ------------------------------------------------------------------ recording
     def edited(self, current: Message, new: Message, recall_id: str) -> None:

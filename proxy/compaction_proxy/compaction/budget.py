@@ -145,7 +145,7 @@ BUILTIN_MODELS: Mapping[str, ModelFacts] = {
 The reserve is the published maximum output, except for gpt-4 (8k window, where reserving
 the full 8k would leave no prompt budget) and the gpt-4 family's 4k output limit. Anthropic's
 1M-context beta (a request header, not a model) is the Messages format's
-(compaction_proxy/wire/_anthropic.py).
+(compaction_proxy/wire/messages/_sizes.py).
 """
 
 DEFAULT_CONTEXT_WINDOW = 128_000

@@ -80,11 +80,13 @@ def tool_call_names(message: Message) -> dict[str, str]:
     return names
 
 
-def content_text(message: Message) -> str:
+def text_only(message: Message) -> str:
     """The textual content of a message: the string, or its text parts joined by newlines.
 
-    Non-text parts (images, audio, files) contribute nothing; callers that need them look at
-    the raw ``content``.
+    Only the text, as written: non-text parts (images, audio, files) contribute nothing and
+    nothing is scrubbed; callers that need them look at the raw ``content``. (A message's whole
+    content rendered as text, every part named and ``data:`` URLs scrubbed, is
+    :func:`.message_text.content_text`.)
     """
     content = message.get("content")
     if isinstance(content, str):

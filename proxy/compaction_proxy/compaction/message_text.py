@@ -134,7 +134,9 @@ def _image_placeholder(part: Mapping[str, Any], max_url_chars: int) -> str:
 def content_text(
     content: object, *, max_url_chars: int = MAX_URL_CHARS, reasoning: str | None = None
 ) -> str:
-    """A message's ``content`` (a string, a list of parts, or null) as text, parts on lines."""
+    """A message's ``content`` (a string, a list of parts, or null) as text, parts on lines:
+    every part shown (non-text ones named), ``data:`` URLs and base64 runs scrubbed. (The
+    text parts alone, as written, are :func:`.messages.text_only`.)"""
     if content is None:
         return ""
     if isinstance(content, str):

@@ -35,7 +35,7 @@ says not to call tools; a reply with tool calls and no text is an ``empty`` summ
 A format whose view is not chat completions (the Messages API) places the stretch the same way,
 in its view's messages, and its call maps the prefix back to the client's own messages and
 sends them with its own ``system`` and ``tools`` (``ForwardedRequest.native``,
-compaction_proxy/wire/_anthropic_summary.py). Binary content there includes ``document``
+compaction_proxy/wire/messages/_summary.py). Binary content there includes ``document``
 blocks.
 """
 

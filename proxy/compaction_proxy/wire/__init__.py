@@ -10,7 +10,9 @@
 * :mod:`.format`: :class:`WireFormat`, what the edge needs to know about one API it compacts;
   :mod:`.registry`: the formats, listed once; :mod:`.chat` and :mod:`.responses`: the two
   formats (the Responses API's ``input`` items shown to the core as chat messages and mapped
-  back; docs/responses.md); ``_openai``: what those two share.
+  back; docs/responses.md); ``_openai``: what those two share;
+* :mod:`.sse`: the one reader of server-sent events (the recall loop's held replies, the relay's
+  event boundaries, the usage probe's kept bytes).
 """
 
 from ._bodies import parse_chat_body, parse_json_object, validate_chat
@@ -33,6 +35,7 @@ from .format import (
     EditedView,
     Headers,
     Lowered,
+    LowerError,
     NativeRequest,
     PrefixCall,
     RefusalText,
@@ -65,6 +68,7 @@ __all__ = [
     "Field",
     "FieldReader",
     "Headers",
+    "LowerError",
     "Lowered",
     "NativeRequest",
     "ObjectSpans",

@@ -20,8 +20,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from compaction_proxy.compaction.errors import CompactionProxyError
+
 from ._amendment import Amendment, UpstreamTraits
 from .recall import RecallWire
+from .sse import Event
 
 if TYPE_CHECKING:
     from compaction_proxy.compaction import CompactionReport
@@ -35,6 +38,7 @@ __all__ = [
     "ContextEdits",
     "EditedView",
     "Headers",
+    "LowerError",
     "Lowered",
     "NativeRequest",
     "PrefixCall",
@@ -230,7 +234,8 @@ class SummaryCall:
 @dataclass(frozen=True, slots=True)
 class Lowered:
     """The pipeline's messages in the format's own form: the elements of the member the
-    request rewrites (:attr:`WireFormat.items`), and notes for ``X-Compaction-Warning``.
+    request rewrites (:attr:`WireFormat.items`), and notes for ``X-Compaction-Warning`` (what
+    the client should be told about them). Every format's lowering answers one.
 
     ``copies``: an element equal to one the client sent may go as the client's bytes
     (compaction_proxy/wire/_forwarded.py)."""
@@ -238,6 +243,12 @@ class Lowered:
     items: Sequence[Any]
     notes: tuple[str, ...] = ()
     copies: bool = False
+
+
+class LowerError(CompactionProxyError, ValueError):
+    """A compacted message that maps back to nothing the client sent: the format's adapter and
+    the core disagree (a bug, never a client's fault), so the edge forwards the client's
+    original request instead of a guess."""
 
 
 class View(Protocol):
@@ -403,6 +414,13 @@ class WireFormat(Protocol):
         """Whether a stream states the prompt's usage in its first event(s) (Anthropic's
         ``message_start``), so the relay reads them as well as the stream's last events
         (compaction_proxy/api/_usage.py)."""
+        ...
+
+    def ends_stream(self, event: Event) -> bool:
+        """Whether ``event`` (compaction_proxy/wire/sse.py) is the one that ends this format's
+        streams (chat: ``data: [DONE]``; Responses: ``response.completed``, ``.failed`` or
+        ``.incomplete``; Messages: ``message_stop``): a client that has it was answered in full
+        (compaction_proxy/api/_stream_events.py)."""
         ...
 
     def window_option(self, model: str, headers: Headers) -> WindowOption | None:

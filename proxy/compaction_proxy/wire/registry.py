@@ -15,11 +15,13 @@ from .chat import CHAT
 from .format import WireFormat
 from .messages import MESSAGES
 from .responses import RESPONSES
+from .sse import Event
 
 __all__ = [
     "DEFAULT",
     "FORMATS",
     "api_names",
+    "ends_stream",
     "for_api",
     "for_body",
     "for_count_path",
@@ -99,3 +101,10 @@ def for_api(api: str) -> WireFormat | None:
 def api_names() -> tuple[str, ...]:
     """Every ``api`` label, in registry order (what ``upstreams[].api`` may say)."""
     return tuple(dict.fromkeys(f.api for f in FORMATS))
+
+
+def ends_stream(event: Event) -> bool:
+    """Whether ``event`` ends a stream of any format (``WireFormat.ends_stream``). The relay
+    asks them all, not only the route's: a passthrough stream has no format, and an upstream
+    may end a stream the way another API does."""
+    return any(f.ends_stream(event) for f in FORMATS)

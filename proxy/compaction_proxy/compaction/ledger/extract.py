@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from ..chat_messages import Message, content_text, role_of
+from ..chat_messages import Message, role_of, text_only
 from ..marks import strip_mark
 from . import patterns as p
 from .items import COMMAND_ARROW, Item, Section, item_key
@@ -41,7 +41,7 @@ not read again (its older values would supersede newer ones)."""
 
 def made_by_proxy(message: Message) -> bool:
     """True for one of the proxy's stand-ins (:data:`MADE_MARKS`, or a recall mark)."""
-    text = content_text(message)
+    text = text_only(message)
     return strip_mark(text) != text or any(mark in text for mark in MADE_MARKS)
 
 
@@ -188,13 +188,13 @@ def extract(members: Sequence[Message], recall_of: RecallOf) -> tuple[list[Item]
     for message in members:
         call_id = message.get("tool_call_id")
         if role_of(message) in ("tool", "function") and isinstance(call_id, str):
-            results[call_id] = (bounded(strip_mark(content_text(message))), recall_of(message))
+            results[call_id] = (bounded(strip_mark(text_only(message))), recall_of(message))
     for message in members:
         if made_by_proxy(message):
             continue
         role = role_of(message)
         recall = recall_of(message)
-        text = bounded(strip_mark(content_text(message)))
+        text = bounded(strip_mark(text_only(message)))
         if role == "user":
             items.extend(user_items(text, recall)[:_USER_UNITS])
             continue

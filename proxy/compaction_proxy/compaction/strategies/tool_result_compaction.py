@@ -79,7 +79,7 @@ from typing import NamedTuple
 
 from pydantic import Field
 
-from ..chat_messages import Message, content_text, role_of
+from ..chat_messages import Message, role_of, text_only
 from ..draft import Draft
 from ..triggers import Condition
 from ..view import Group
@@ -195,7 +195,7 @@ def group_labels(draft: Draft, group: Group) -> list[Label]:
         if role_of(message) not in ("tool", "function"):
             continue
         name = answered.get(index, "")
-        result = content_text(message)
+        result = text_only(message)
         if name:
             labels.append(Label(f"{name}: {result}".strip(), len(name) + 2))
         else:

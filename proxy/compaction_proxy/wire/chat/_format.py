@@ -11,7 +11,8 @@ from compaction_proxy.compaction.chat_messages import last_user_text
 from .._bodies import parse_chat_body, validate_chat
 from .._openai import CHAT_SUMMARY, OpenAIReplies
 from ..format import BEARER, Lowered, RefusalText, SummaryCall, UpstreamAuth
-from ._recall import CHAT_RECALL, ChatRecall
+from ..sse import Event
+from ._recall import CHAT_RECALL, ChatRecall, stream_done
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +55,9 @@ class ChatFormat(OpenAIReplies):
     def shown(self, body: Mapping[str, Any]) -> str | None:
         messages = body.get("messages")
         return last_user_text(messages) if isinstance(messages, list) else None
+
+    def ends_stream(self, event: Event) -> bool:
+        return stream_done(event)
 
     def lift(self, body: dict[str, Any], *, check: bool = True) -> ChatView:
         if check:

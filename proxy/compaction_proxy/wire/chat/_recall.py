@@ -45,9 +45,10 @@ from typing import Any
 
 import orjson
 
-from .._openai_recall import Event, events, integer, loads, named_list
+from .._openai_recall import integer, loads, named_list
 from ..format import Amendment, UpstreamTraits
 from ..recall import RecallAnswer, RecallCall, RecallTool, RecallTurn
+from ..sse import Event, events
 
 __all__ = ["CHAT_RECALL", "ChatRecall"]
 
@@ -312,10 +313,15 @@ def _merge_function(target: dict[str, Any], delta: Mapping[str, Any], text: str)
             target[key] = target.get(key, "") + piece
 
 
+def stream_done(event: Event) -> bool:
+    """Chat completions' last event: ``data: [DONE]``."""
+    return event.text is not None and event.text.strip() == b"[DONE]"
+
+
 def _chunks(stream: Iterable[Event]) -> Iterable[tuple[int, Event]]:
     """The events the SDK reads, by position: everything before ``data: [DONE]``."""
     for position, event in enumerate(stream):
-        if event.done:
+        if stream_done(event):
             return
         if event.complete:
             yield position, event

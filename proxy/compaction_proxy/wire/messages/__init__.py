@@ -10,7 +10,7 @@ the edge; except :data:`MESSAGES`, the API's :class:`~compaction_proxy.wire.form
 
 from __future__ import annotations
 
-from .._anthropic import BINDING_BETA
+from ..format import Lowered, LowerError
 from ._binding import offer_binding, thinking_binding, unbound_blocks
 from ._format import (
     MESSAGES,
@@ -22,8 +22,9 @@ from ._format import (
     usage_tokens,
 )
 from ._lift import Lifted, Owner, Piece, lift
-from ._lower import Lowered, LowerError, lower
+from ._lower import lower
 from ._recall import MESSAGES_RECALL, MessagesRecall
+from ._sizes import BINDING_BETA
 from ._validation import validate_request
 
 __all__ = [

@@ -26,9 +26,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._anthropic import BINDING_BETA
 from ..format import Amendment, UpstreamTraits
 from ._blocks import CACHE_CONTROL, THINKING_TYPES, block_type, blocks_of
+from ._sizes import BINDING_BETA
 
 DROP_BLOCK = {"prefix_mismatch_behavior": "drop_block"}
 ADAPTIVE = "adaptive"

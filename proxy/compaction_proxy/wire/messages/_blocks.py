@@ -5,20 +5,15 @@ block: is it text the model reads, a client tool's call (``tool_use``) or its an
 (``tool_result``), the model's signed thinking, or something the proxy carries without reading
 (server tools and their results, documents, block types added to the API later). Everything
 else about a block stays the client's business and goes upstream as it came.
+
+The vocabulary here (block types, ``cache_control``) is the format's and its summary call's
+(``_summary.py``) alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
-
-from .._anthropic_blocks import (
-    CACHE_CONTROL,
-    MAX_BREAKPOINTS,
-    THINKING_TYPES,
-    block_type,
-    blocks_of,
-)
 
 __all__ = [
     "CACHE_CONTROL",
@@ -31,11 +26,35 @@ __all__ = [
     "image_part",
     "lift_part",
     "lift_parts",
+    "marked",
+    "marked_blocks",
     "nested_blocks",
 ]
 
 ROLES = frozenset({"user", "assistant", "system"})
 """``system`` inside ``messages`` is Claude Code's mid-conversation note (a beta)."""
+
+THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
+"""Signed blocks: never edited, dropped only with their whole turn."""
+
+CACHE_CONTROL = "cache_control"
+"""A prompt-cache breakpoint on a block; the API allows at most :data:`MAX_BREAKPOINTS`."""
+
+MAX_BREAKPOINTS = 4
+
+
+def block_type(block: object) -> str | None:
+    if isinstance(block, Mapping):
+        kind = block.get("type")
+        return kind if isinstance(kind, str) else None
+    return None
+
+
+def blocks_of(content: object) -> list[Any]:
+    """A message's content as a list of blocks (a string is one text block)."""
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return content if isinstance(content, list) else []
 
 
 def lift_part(block: Any) -> Any:
@@ -86,7 +105,11 @@ def nested_blocks(element: Mapping[str, Any]) -> list[Any] | None:
 
 
 def breakpoints(value: object) -> int:
-    """How many ``cache_control`` breakpoints a list of blocks, tools or messages holds."""
+    """How many ``cache_control`` breakpoints a list of blocks, tools or messages holds: every
+    element whose ``cache_control`` is set to anything (a message's own included), and those
+    inside messages and ``tool_result`` blocks at any depth. The count the lowering keeps under
+    the API's :data:`MAX_BREAKPOINTS` before it adds one of its own (``_lower.py``), so it counts
+    whatever the API might."""
     count = 0
     if isinstance(value, list):
         for element in value:
@@ -97,3 +120,25 @@ def breakpoints(value: object) -> int:
                 if inner is not None:
                     count += breakpoints(inner)
     return count
+
+
+def marked(block: Any) -> bool:
+    """Whether ``block`` carries a ``cache_control`` object: one the summary call may move."""
+    return isinstance(block, Mapping) and isinstance(block.get(CACHE_CONTROL), Mapping)
+
+
+def marked_blocks(system: Any, tools: Any, messages: Sequence[Mapping[str, Any]]) -> int:
+    """The :func:`marked` blocks of a request: its tools, its system blocks, its messages'
+    content blocks and the blocks one level inside those (of any type). Unlike
+    :func:`breakpoints`, a ``cache_control`` that is not an object, or sits on a message
+    itself, is not counted: the count the summary call (``_summary.py``,
+    ``with_end_breakpoint``) weighs its own end breakpoint against, in the terms of the marks
+    it moves."""
+    found = sum(1 for tool in blocks_of(tools) if marked(tool))
+    found += sum(1 for block in blocks_of(system) if marked(block))
+    for message in messages:
+        for block in blocks_of(message.get("content")):
+            found += marked(block)
+            if isinstance(block, Mapping):
+                found += sum(1 for inner in blocks_of(block.get("content")) if marked(inner))
+    return found

@@ -20,8 +20,6 @@ import orjson
 
 from compaction_proxy.http import bad_request
 
-from .._anthropic import anthropic_usage_tokens, anthropic_window_option
-from .._anthropic_summary import MESSAGES_SUMMARY, X_API_KEY
 from .._bodies import parse_json_object
 from ..format import (
     Amendment,
@@ -34,6 +32,7 @@ from ..format import (
     WindowOption,
 )
 from ..recall import RecallWire
+from ..sse import Event
 from ._binding import thinking_binding
 from ._blocks import block_type
 from ._cleared_thinking import drop_thinking, restore_thinking
@@ -41,6 +40,8 @@ from ._context_management import MessagesEdits, translate
 from ._lift import Lifted, lift, request_messages
 from ._lower import lower
 from ._recall import MESSAGES_RECALL
+from ._sizes import anthropic_usage_tokens, anthropic_window_option
+from ._summary import MESSAGES_SUMMARY, X_API_KEY
 from ._validation import validate_request
 
 ANTHROPIC_ONLY_FIELDS = frozenset(
@@ -113,7 +114,7 @@ def anthropic_error_body(
 
 
 usage_tokens = anthropic_usage_tokens
-"""The prompt's tokens an Anthropic reply reports (compaction_proxy/wire/_anthropic.py)."""
+"""The prompt's tokens an Anthropic reply reports (compaction_proxy/wire/messages/_sizes.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +186,9 @@ class MessagesFormat:
 
     def usage_tokens(self, payload: Any) -> int | None:
         return anthropic_usage_tokens(payload)
+
+    def ends_stream(self, event: Event) -> bool:
+        return event.name == "message_stop" or event.kind == "message_stop"
 
     def window_option(self, model: str, headers: Headers) -> WindowOption | None:
         return anthropic_window_option(model, headers)

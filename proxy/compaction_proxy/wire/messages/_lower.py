@@ -34,8 +34,8 @@ from typing import Any
 import orjson
 
 from compaction_proxy.compaction.canonical import canonical_bytes
-from compaction_proxy.compaction.errors import CompactionProxyError
 
+from ..format import Lowered, LowerError
 from ._blocks import (
     CACHE_CONTROL,
     MAX_BREAKPOINTS,
@@ -51,19 +51,6 @@ NEW_ROLES = frozenset({"user", "assistant", "system"})
 OMITTED_NOTE = "[Earlier messages were removed to fit the context window.]"
 """The first message when compaction would otherwise open the conversation with the model's
 turn (the API wants the user's first)."""
-
-
-class LowerError(CompactionProxyError, ValueError):
-    """A compacted message that maps back to no client message (a bug, never a client's
-    fault)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Lowered:
-    """The ``messages`` to forward, and what the client should be told about them."""
-
-    items: list[Any]
-    notes: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)

@@ -41,12 +41,13 @@ from typing import Any
 
 import orjson
 
-from .._anthropic_blocks import block_type
 from .._forwarded import ClientBody
 from ..format import Amendment, UpstreamTraits
 from ..recall import RecallAnswer, RecallCall, RecallTool, RecallTurn
+from ..sse import Event, events
 from ._binding import offer_binding
-from ._stream import Event, accumulate, events, index_of, with_data
+from ._blocks import block_type
+from ._stream import accumulate, index_of
 
 __all__ = ["MESSAGES_RECALL", "MessagesRecall"]
 
@@ -230,7 +231,7 @@ def _strip_stream(reply: bytes, name: str) -> bytes:
         (index, event.data.get("content_block"))
         for event in body
         if event.kind == "content_block_start"
-        and event.data is not None
+        and isinstance(event.data, dict)
         and (index := index_of(event)) is not None
     ]
     dropped = sorted({index for index, block in starts if _calls(block, name)})
@@ -253,16 +254,16 @@ def _strip_stream(reply: bytes, name: str) -> bytes:
 
 
 def _renumbered(event: Event, index: int) -> bytes:
-    assert event.data is not None  # it has an index
-    return with_data(event, {**event.data, "index": index}).raw
+    assert isinstance(event.data, dict)  # it has an index
+    return event.with_data({**event.data, "index": index})
 
 
 def _delta_stop(event: Event, kept: Sequence[Any]) -> bytes:
     """``message_delta`` with the stop reason :func:`_stop` gives the stripped message."""
-    delta = event.data.get("delta") if event.data is not None else None
-    if event.data is None or not isinstance(delta, dict):
+    delta = event.data.get("delta") if isinstance(event.data, dict) else None
+    if not isinstance(delta, dict):
         return event.raw
     stop = _stop(delta, kept)
     if not stop:
         return event.raw
-    return with_data(event, {**event.data, "delta": {**delta, **stop}}).raw
+    return event.with_data({**event.data, "delta": {**delta, **stop}})

@@ -1,4 +1,4 @@
-"""A whole Messages SSE body as its events, and the message they add up to.
+"""What a whole Messages SSE body adds up to: the message its events stream.
 
 The recall loop holds a reply to a request that offered its tool until the reply has ended
 (compaction_proxy/wire/messages/_recall.py), then reads it whole: which blocks it streamed,
@@ -10,105 +10,30 @@ text, ``thinking_delta``, one ``signature_delta``, ``citations_delta``) and
 ``content_block_stop``, then ``message_delta`` and ``message_stop``; ``ping`` and ``error``
 may come between them.
 
-Each :class:`Event` keeps its own bytes, so a reply given back without some blocks is the
-upstream's bytes but for the events that change. What does not parse (a comment, data that is
-not a JSON object, an event of a type the API added later) is an event like any other: it is
-skipped by :func:`accumulate` and kept, byte for byte, by whoever rewrites the stream.
+The body is read as events by :mod:`compaction_proxy.wire.sse`: each keeps its own bytes, so a
+reply given back without some blocks is the upstream's bytes but for the events that change.
+What does not parse (a comment, data that is not a JSON object, an event of a type the API
+added later) is an event like any other: it is skipped by :func:`accumulate` and kept, byte
+for byte, by whoever rewrites the stream.
 """
 
 from __future__ import annotations
 
 import contextlib
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-__all__ = ["Accumulated", "Event", "accumulate", "events", "index_of", "with_data"]
+from ..sse import Event
 
-_LINE = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    """One event: its lines as sent (the blank line that ends it included), and its ``data``
-    parsed when it is a JSON object (None otherwise: a comment, a keep-alive, bad JSON)."""
-
-    lines: tuple[bytes, ...]
-    data: dict[str, Any] | None
-
-    @property
-    def raw(self) -> bytes:
-        return b"".join(self.lines)
-
-    @property
-    def kind(self) -> str | None:
-        """The data's ``type`` (the API repeats the event's name there)."""
-        kind = self.data.get("type") if self.data is not None else None
-        return kind if isinstance(kind, str) else None
-
-
-def events(body: bytes) -> list[Event]:
-    """``body`` cut into events at its blank lines (LF, CRLF or CR line ends, as SSE allows);
-    an unterminated last event is one too. Joining their :attr:`Event.raw` gives ``body``."""
-    out: list[Event] = []
-    lines: list[bytes] = []
-    for match in _LINE.finditer(body):
-        line = match.group()
-        lines.append(line)
-        if not line.rstrip(b"\r\n"):
-            out.append(_event(lines))
-            lines = []
-    if lines:
-        out.append(_event(lines))
-    return out
-
-
-def _event(lines: list[bytes]) -> Event:
-    data = [
-        _field_value(line)
-        for line in lines
-        if line.startswith(b"data:") or line.rstrip(b"\r\n") == b"data"
-    ]
-    parsed: dict[str, Any] | None = None
-    if data:
-        try:
-            value = orjson.loads(b"\n".join(data))
-        except orjson.JSONDecodeError:
-            value = None
-        parsed = value if isinstance(value, dict) else None
-    return Event(tuple(lines), parsed)
-
-
-def _field_value(line: bytes) -> bytes:
-    value = line.rstrip(b"\r\n")[5:]
-    return value[1:] if value.startswith(b" ") else value
+__all__ = ["Accumulated", "accumulate", "index_of"]
 
 
 def index_of(event: Event) -> int | None:
     """The content block an event is about (its top-level ``index``), or None."""
-    index = event.data.get("index") if event.data is not None else None
+    index = event.data.get("index") if isinstance(event.data, dict) else None
     return index if isinstance(index, int) and not isinstance(index, bool) else None
-
-
-def with_data(event: Event, data: dict[str, Any]) -> Event:
-    """``event`` with ``data`` in place of its data line(s), every other line as it was (its
-    ``event:`` name, an ``id:``, the line ends it used)."""
-    data_lines = [
-        at
-        for at, line in enumerate(event.lines)
-        if line.startswith(b"data:") or line.rstrip(b"\r\n") == b"data"
-    ]
-    first = data_lines[0]
-    line = event.lines[first]
-    end = line[len(line.rstrip(b"\r\n")) :] or b"\n"
-    lines = [
-        b"data: " + orjson.dumps(data) + end if at == first else line
-        for at, line in enumerate(event.lines)
-        if at == first or at not in data_lines
-    ]
-    return Event(tuple(lines), data)
 
 
 @dataclass(slots=True)
@@ -185,7 +110,7 @@ def accumulate(body: list[Event]) -> Accumulated:
     blocks: dict[int, _Block] = {}
     for event in body:
         kind = event.kind
-        data = event.data or {}
+        data = event.data if isinstance(event.data, dict) else {}
         if kind == "message_start":
             message = data.get("message")
             # A message that opens with content is not a stream this reads.

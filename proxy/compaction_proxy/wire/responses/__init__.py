@@ -11,6 +11,7 @@ except :data:`RESPONSES`, the API's :class:`~compaction_proxy.wire.format.WireFo
 
 from __future__ import annotations
 
+from ..format import Lowered, LowerError
 from ._format import (
     RESPONSES,
     ResponsesFormat,
@@ -20,7 +21,7 @@ from ._format import (
     server_state,
 )
 from ._lift import Lifted, input_items, lift
-from ._lower import Lowered, LowerError, lower
+from ._lower import lower
 from ._validation import validate_request
 
 __all__ = [

@@ -24,12 +24,15 @@ from compaction_proxy.http import bad_request
 from .._bodies import parse_json_object
 from .._openai import OpenAIReplies
 from ..format import BEARER, Lowered, RefusalText, SummaryCall, UpstreamAuth
+from ..sse import Event
 from ._lift import Lifted, input_items, lift
 from ._lower import lower
 from ._recall import RESPONSES_RECALL, ResponsesRecall
 from ._validation import validate_request
 
 SERVER_STATE_FIELDS = ("previous_response_id", "conversation")
+STREAM_ENDS = frozenset({"response.completed", "response.failed", "response.incomplete"})
+"""The events that end a stream (named in ``event:`` and in the data's ``type``)."""
 
 
 def server_state(body: Mapping[str, Any]) -> str | None:
@@ -71,8 +74,7 @@ class ResponsesView:
     chat: dict[str, Any]
 
     def lower(self, messages: Sequence[Mapping[str, Any]]) -> Lowered:
-        lowered = lower(self.lifted, messages)
-        return Lowered(lowered.items, lowered.notes)
+        return lower(self.lifted, messages)
 
 
 class ResponsesFormat(OpenAIReplies):
@@ -101,6 +103,9 @@ class ResponsesFormat(OpenAIReplies):
 
     def shown(self, body: Mapping[str, Any]) -> str | None:
         return None  # read from the lifted view
+
+    def ends_stream(self, event: Event) -> bool:
+        return event.name in STREAM_ENDS or event.kind in STREAM_ENDS  # the name: no parse
 
     def stream_error(
         self, message: str, *, type: str, code: str | None, param: str | None, sequence: int

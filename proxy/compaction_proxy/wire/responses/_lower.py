@@ -19,26 +19,13 @@ forward the client's original request instead of a guess.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from compaction_proxy.compaction.canonical import canonical_bytes
-from compaction_proxy.compaction.errors import CompactionProxyError
 
+from ..format import Lowered, LowerError
 from ._items import MESSAGE_ROLES, PART_OUTPUTS, TEXT_OUTPUTS, Kind, item_type
 from ._lift import Item, Lifted, Unit
-
-
-class LowerError(CompactionProxyError, ValueError):
-    """A compacted message that maps back to no item (a bug, never a client's fault)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Lowered:
-    """The input items to forward, and what the client should be told about them."""
-
-    items: list[Any]
-    notes: tuple[str, ...] = ()
 
 
 def lower(lifted: Lifted, messages: Sequence[Mapping[str, Any]]) -> Lowered:

@@ -44,9 +44,10 @@ from typing import Any
 
 import orjson
 
-from .._openai_recall import events, integer, loads, named_list
+from .._openai_recall import integer, loads, named_list
 from ..format import Amendment, UpstreamTraits
 from ..recall import RecallAnswer, RecallCall, RecallTool, RecallTurn
+from ..sse import events
 from ._items import CALL_KEYS, OUTPUT_KEYS, item_type
 from ._lift import input_items
 

@@ -42,9 +42,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._anthropic import BINDING_BETA
-from ._anthropic_blocks import CACHE_CONTROL, MAX_BREAKPOINTS, THINKING_TYPES, block_type, blocks_of
-from .format import PrefixCall, SummaryCall, SummaryReply, UpstreamAuth
+from ..format import PrefixCall, SummaryCall, SummaryReply, UpstreamAuth
+from ._blocks import (
+    CACHE_CONTROL,
+    MAX_BREAKPOINTS,
+    THINKING_TYPES,
+    block_type,
+    blocks_of,
+    marked,
+    marked_blocks,
+)
+from ._sizes import BINDING_BETA
 
 __all__ = [
     "ACCEPTED_PARAMETERS",
@@ -272,23 +280,6 @@ def _texts(content: Any) -> list[str]:
 # ------------------------------------------------------------------ breakpoints
 
 
-def _marked(block: Any) -> bool:
-    return isinstance(block, Mapping) and isinstance(block.get(CACHE_CONTROL), Mapping)
-
-
-def breakpoints(system: Any, tools: Any, messages: Sequence[Mapping[str, Any]]) -> int:
-    """The ``cache_control`` blocks of a request: tools, system blocks, message content blocks
-    and the blocks inside tool results."""
-    found = sum(1 for tool in blocks_of(tools) if _marked(tool))
-    found += sum(1 for block in blocks_of(system) if _marked(block))
-    for message in messages:
-        for block in blocks_of(message.get("content")):
-            found += _marked(block)
-            if isinstance(block, Mapping):
-                found += sum(1 for inner in blocks_of(block.get("content")) if _marked(inner))
-    return found
-
-
 def with_end_breakpoint(
     system: Any, tools: Any, messages: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
@@ -304,7 +295,7 @@ def with_end_breakpoint(
         return messages  # the client's own breakpoint is there already
     control = _control_of(newest, messages) if newest is not None else None
     out = list(messages)
-    if breakpoints(system, tools, messages) >= MAX_BREAKPOINTS:
+    if marked_blocks(system, tools, messages) >= MAX_BREAKPOINTS:
         if newest is None:
             return messages
         out[newest[0]] = _unmarked(out[newest[0]], newest[1])
@@ -340,7 +331,7 @@ def _newest_mark(messages: Sequence[Mapping[str, Any]]) -> tuple[int, int] | Non
     for m_index in range(len(messages) - 1, -1, -1):
         blocks = blocks_of(messages[m_index].get("content"))
         for b_index in range(len(blocks) - 1, -1, -1):
-            if _marked(blocks[b_index]):
+            if marked(blocks[b_index]):
                 return m_index, b_index
     return None
 
@@ -354,7 +345,7 @@ def _control_of(where: tuple[int, int], messages: Sequence[Mapping[str, Any]]) -
 def _last_control(system: Any, tools: Any) -> Mapping[str, Any]:
     for group in (blocks_of(system), blocks_of(tools)):
         for block in reversed(group):
-            if _marked(block):
+            if marked(block):
                 control: Mapping[str, Any] = block[CACHE_CONTROL]
                 return control
     return _EPHEMERAL

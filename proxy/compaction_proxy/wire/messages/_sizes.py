@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from .format import Headers, WindowOption
+from ..format import Headers, WindowOption
 
 BINDING_BETA = "thinking-binding-controls-2026-08-01"
 """The beta under which Anthropic's API accepts ``thinking.block_binding`` (preserved thinking:
