@@ -316,11 +316,19 @@ def report(
     speed: float,
 ) -> str:
     mode = "quick" if args.quick else "full"
+    command = "python -m bench.quality" + (" --quick" if args.quick else "")
+    if args.summarizer != "model":
+        command += f" --summarizer {args.summarizer}"
+    if args.window:
+        command += f" --window {args.window}"
+    if args.variants:
+        command += f" --variants {args.variants}"
     lines = [
-        "# Quality with a real summarizer model",
+        "# Quality with a real summarizer model"
+        if args.summarizer == "model"
+        else "# Quality with a summarizer that copies no exact string",
         "",
-        f"Run {stamp()}, `python -m bench.quality{' --quick' if args.quick else ''}`"
-        f" ({mode}; summarizer: {args.summarizer}).",
+        f"Run {stamp()}, `{command}` ({mode}; summarizer: {args.summarizer}).",
         f"Machine: {cpu_model()}, {os.cpu_count()} cores, Python loop {speed:.2f} s "
         f"(bench/harness.py `loop_seconds`), {platform.python_version()}; shared with other "
         "jobs, so seconds here are indicative.",
