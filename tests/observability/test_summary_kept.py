@@ -10,7 +10,7 @@ the ledger's place), loaded as a plug-in the way an operator's own strategy is.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Any, cast
@@ -25,6 +25,7 @@ from compaction_proxy.app import ProxyApp
 from compaction_proxy.checkpoints import Lookup
 from compaction_proxy.compaction import CompactionResult, Mode
 from compaction_proxy.compaction.report import CompactionReport, StrategyReport
+from compaction_proxy.compaction.strategies.registry import STRATEGIES
 from compaction_proxy.compaction.summary_check import SectionCount, SummaryCheck
 from compaction_proxy.config import Settings
 from compaction_proxy.engine._hit_report import CHECKPOINT_STEP, as_prepared, saved_meta
@@ -44,6 +45,19 @@ CONTRADICTIONS = "compaction_proxy_summary_contradictions_total"
 @pytest.fixture(autouse=True)
 def _offline_encodings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", tiktoken_cache_dir())
+
+
+@pytest.fixture(autouse=True)
+def _process_registry_restored() -> Iterator[None]:
+    """The app's settings load the plug-in into the process's strategy registry, as a server
+    does; the tests after these (tests/compaction/test_registry.py among them) expect it as
+    the package leaves it."""
+    specs, plugins = dict(STRATEGIES._specs), set(STRATEGIES._plugins)
+    yield
+    STRATEGIES._specs.clear()
+    STRATEGIES._specs.update(specs)
+    STRATEGIES._plugins.clear()
+    STRATEGIES._plugins.update(plugins)
 
 
 def completion(text: str) -> dict[str, Any]:
