@@ -170,6 +170,19 @@ def test_a_fetched_urls_argument_is_kept_and_a_bare_file_name_beside_its_path_is
     assert got[Section.FILES] == ["src/app/models_t9ab.py (read_file)", "docs/models_t9ab.py"]
 
 
+def test_a_package_pins_version_is_not_an_identifier_and_leaves_room_for_the_real_ones() -> None:
+    log = (
+        "Job log for commit 5b9ae15f64\n"
+        "plugins: asyncio-0.24.0, xdist-3.6.1\n"
+        "Benchmark: throughput 5201.1 req/s\n"
+        "Deployed artifact v9.15.334\n"
+        "platform linux -- Python 3.11.7, pytest-8.3.2, pluggy-1.5.0"
+    )
+    got = items_of(call("c1", "fetch_url", url="https://ci.example.com/jobs/1"), result("c1", log))
+    # Seven candidates crowded the deployed version out of the per-kind cap (first 3, last 3).
+    assert got[Section.IDENTIFIERS] == ["5b9ae15f64", "v9.15.334", "3.11.7"]
+
+
 def test_the_assistant_todo_lines_are_open_work_and_a_done_line_closes_one() -> None:
     ledger = DraftLedger(TOK, share=0.5, budget=100_000)
     ledger.fold([{"role": "assistant", "content": "Next step: migrate the users table\nok"}])

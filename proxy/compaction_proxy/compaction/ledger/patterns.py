@@ -51,7 +51,10 @@ HASH = re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b")
 UUID = re.compile(
     r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"
 )
-VERSION = re.compile(r"(?<![\w.])v?\d+\.\d+(?:\.\d+)+(?:[-+][\w.]+)?\b|(?<![\w.])v\d+\.\d+\b")
+VERSION = re.compile(r"(?<![\w.-])v?\d+\.\d+(?:\.\d+)+(?:[-+][\w.]+)?\b|(?<![\w.-])v\d+\.\d+\b")
+"""A version on its own (``v2.4.1``, ``Python 3.11.7``); not the tail of a package pin
+(``pytest-8.3.2``, ``asyncio-0.24.0``): a bare number without its package says nothing, and a
+pip or pytest header's pins would crowd a message's real versions out of its per-kind cap."""
 TICKET = re.compile(r"\b[A-Z][A-Z0-9]{1,9}-\d{1,7}\b")
 ASSIGNMENT = re.compile(r"(?<![\w-])[A-Z][A-Z0-9_]*(?:-\d+)? ?= ?[^\s,;'\"`=]+")
 """A constant, a setting or an id given a value (``DATABASE_URL=postgres://...``,
