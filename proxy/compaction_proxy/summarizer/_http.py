@@ -15,9 +15,10 @@ make the pipeline move on, never become a checkpoint:
 * ``empty``: no text, or only whitespace (reasoning models sometimes answer only in reasoning);
 * ``oversized``: the completion is over the limit (``usage.completion_tokens`` without
   reasoning tokens, or our own count when usage is absent) or was cut (``finish_reason:
-  length``): a truncated checkpoint silently loses its last sections. A summary cut at the
-  summarizer's own limit, which the model was not told, is asked for once more with the limit
-  stated (a small model may write on until cut); cut again, it fails;
+  length``): a truncated checkpoint silently loses its last sections. Our own prompts state
+  the limit (a small model may write on until cut); under a prompt the configuration wrote,
+  which states none, a cut summary is asked for once more with the limit stated; cut again,
+  it fails;
 * ``overflow``: the upstream refused the call as too long for its window, and its smaller
   retry too (calls are sized by the model's calibration and window, :mod:`._sizing`).
 
