@@ -42,12 +42,18 @@ class InProcess:
     app: ProxyApp
     fake: FakeUpstream
     client: httpx.AsyncClient
+    think_time: bool = False
+    """True: after each reply, wait for the background summaries it started (as an agent's
+    think time would), so a replayed session's counts do not depend on the machine's load."""
 
     async def chat(self, body: Mapping[str, Any], **headers: str) -> Exchange:
         """POST `body` to the proxy's chat route; what the upstream received is taken (read and
         cleared), so a background summary call made after the reply counts with the next one."""
         response = await self.client.post(CHAT_PATH, content=orjson.dumps(body), headers=headers)
-        return Exchange(response, self.take())
+        exchange = Exchange(response, self.take())
+        if self.think_time:
+            await self.app.state.flow.preparer.settled()
+        return exchange
 
     def take(self) -> list[bytes]:
         recorded = self.fake.requests

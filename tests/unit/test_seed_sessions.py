@@ -47,6 +47,9 @@ async def librechat_session(
         **({"compaction": compaction} if compaction is not None else {}),
     }
     async with in_process(config, window=window) as proxy:
+        # Background summaries end before the next request, as in a real agent's loop: the
+        # summarizer counts compared below must not depend on the machine's load.
+        proxy.think_time = True
         return await run_trust_session_in_process(
             proxy, model=model, shape="chat", requests=requests
         )

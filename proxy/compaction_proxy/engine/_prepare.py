@@ -379,6 +379,13 @@ class Preparer:
                 continue
         return wasted
 
+    async def settled(self) -> None:
+        """Wait for the background jobs running now to end. A session replayed without an
+        agent's think time (a test, a bench) calls it between requests, so whether the next
+        request finds a prepared summary does not depend on the machine's load."""
+        if self._jobs:
+            await asyncio.gather(*self._jobs.values(), return_exceptions=True)
+
     async def close(self) -> None:
         self._closed = True  # a request finishing during shutdown starts nothing new
         tasks = [*self._jobs.values(), *([self._sweeper] if self._sweeper else [])]
