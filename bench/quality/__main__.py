@@ -301,7 +301,8 @@ def left_out(computed: dict[str, tuple[Tally, Tally, Tally, float]]) -> list[str
             missing = [i.text for i in folded.missing if i.kind == kind]
             if missing:
                 shown = ", ".join(f"`{t}`" for t in missing[:LEFT_OUT_SHOWN])
-                more = f" and {len(missing) - LEFT_OUT_SHOWN} more" if len(missing) > 3 else ""
+                extra = len(missing) - LEFT_OUT_SHOWN
+                more = f" and {extra} more" if extra > 0 else ""
                 lines.append(f"  - {kind} ({len(missing)}): {shown}{more}")
     return lines
 

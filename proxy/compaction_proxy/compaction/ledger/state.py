@@ -108,6 +108,10 @@ class DraftLedger:
         self._count(item, -1)
         return place
 
+    def _put_back(self, item: Item, place: tuple[int, int]) -> None:
+        self._ledger.put_back(item, place)
+        self._count(item, 1)
+
     def extra_tokens(self) -> int:
         """What the block adds to the prompt beyond the ledger message already in it."""
         return self.tokens() - self._base if self.changed else 0
@@ -162,11 +166,9 @@ class DraftLedger:
         left.  Each comes back at its old place; returns how many came back."""
         back, kept = 0, []
         for item, place in reversed(self._gone):
-            self._ledger.put_back(item, place)
-            self._count(item, 1)
+            self._put_back(item, place)
             if over():
-                self._ledger.remove(item)
-                self._count(item, -1)
+                self._remove(item)
                 kept.append((item, place))
             else:
                 back += 1
