@@ -33,6 +33,7 @@ from compaction_proxy.compaction.strategies.summarization import (
     unwrap_summary,
     wrap_summary,
 )
+from compaction_proxy.compaction.summarizer_contract import CUT_MARK
 from compaction_proxy.compaction.triggers import Always, TokenRatio
 
 from .helpers import a, call, contents, s, tool, u
@@ -279,6 +280,22 @@ async def test_assistant_summary_is_recognised_too() -> None:
     result = await run_async(SummarizationStrategy(trigger=ALWAYS), msgs, fake)
     assert fake.calls[0].previous_summary == "earlier"
     assert sum(m["content"].startswith("<summary>") for m in result.messages) == 1
+
+
+async def test_a_cut_summary_is_warned_and_its_mark_is_not_folded_into_the_next() -> None:
+    """A summary kept from a reply cut at its limit ends with the core's mark: the report warns
+    (the model reads the mark too), and the next update is given the summary without it."""
+    msgs = [s(), U("u1"), A("a1"), U("u2"), A("a2"), U("u3"), A("a3")]
+    cut = f"## Goal\nShip it.\n\n{CUT_MARK}"
+    result = await run_async(SummarizationStrategy(trigger=ALWAYS), msgs, FakeSummarizer(cut))
+    assert result.messages[1]["content"] == wrap_summary(cut)
+    assert any("summary cut at its length limit" in w for w in result.report.warnings)
+    fake = FakeSummarizer("whole")
+    again = await run_async(
+        SummarizationStrategy(trigger=ALWAYS), [*result.messages, U("u4"), A("a4"), U("u5")], fake
+    )
+    assert fake.calls[0].previous_summary == "## Goal\nShip it."
+    assert not any("summary cut" in w for w in again.report.warnings)
 
 
 # ------------------------------------------------------------------ placement

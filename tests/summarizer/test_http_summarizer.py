@@ -15,7 +15,7 @@ import respx
 
 from compaction_proxy.compaction.budget import ModelFacts
 from compaction_proxy.compaction.settings import SummarizationSettings
-from compaction_proxy.compaction.summarizer_contract import SummaryError, SummaryRequest
+from compaction_proxy.compaction.summarizer_contract import CUT_MARK, SummaryError, SummaryRequest
 from compaction_proxy.config import ConfigError, Settings, UpstreamSettings
 from compaction_proxy.config.preflight import validate_summarization_config
 from compaction_proxy.summarizer import (
@@ -25,6 +25,7 @@ from compaction_proxy.summarizer import (
     SummaryCallRecord,
 )
 from compaction_proxy.summarizer._prompts import own_limit_note
+from compaction_proxy.summarizer._replies import salvage
 from compaction_proxy.wire import CallerKey
 
 OPENAI = "https://api.openai.test/v1"
@@ -461,3 +462,44 @@ async def test_a_summary_told_its_limit_and_cut_is_not_asked_again(
         await unbound.summarize(SummaryRequest(STRETCH, None, "gpt-4o"))
     assert again.value.reason == "oversized" and "cut again when told the limit" in str(again.value)
     assert len(route.calls) == 4
+
+
+async def test_a_summary_told_its_limit_and_cut_keeps_its_complete_lines(
+    mock: respx.MockRouter, client: httpx.AsyncClient
+) -> None:
+    """A small model told the limit still writes on until cut: its complete lines are kept and
+    marked, rather than the whole summary lost to a back-off (call outcome ``cut``)."""
+    reply = "## Goal\nFix src/app.py.\n\n## Progress\n- ran pytest: 2 failed\n- edited the fi"
+    route = mock.post(f"{OPENAI}/chat/completions").mock(
+        return_value=completion(reply, finish="length")
+    )
+    summarizer = HttpSummarizer(summ(maxSummaryTokens=100), upstreams(), client)
+    text = await summarizer.summarize(SummaryRequest(STRETCH, None, "gpt-4o"))
+    expected = "## Goal\nFix src/app.py.\n\n## Progress\n- ran pytest: 2 failed\n\n"
+    assert text == expected + CUT_MARK and len(route.calls) == 1
+    assert summarizer.stats.count("cut") == 1 and summarizer.stats.count("ok") == 0
+
+
+@pytest.mark.parametrize(
+    ("reply", "kept"),
+    [
+        ("## Goal\nShip.\n## Next Steps\n- dep", "## Goal\nShip."),  # an empty heading goes
+        ("## Goal\nShip.\n```\nmake te", "## Goal\nShip."),  # so does an open fence
+        ("## Goal\nShip.\n```\nmake\n```\nand th", "## Goal\nShip.\n```\nmake\n```"),
+        ("## Goal\nShip the rel", None),  # no complete line of content
+        ("x", None),
+    ],
+)
+def test_salvage_keeps_complete_lines_only(reply: str, kept: str | None) -> None:
+    def count(text: str) -> int:
+        return len(text.split())
+
+    result = salvage(reply, 100, count)
+    assert result == (None if kept is None else f"{kept}\n\n{CUT_MARK}")
+
+
+def test_salvage_fits_the_mark_within_the_limit() -> None:
+    lines = "\n".join(f"- line {i}" for i in range(20)) + "\n- unfini"
+    result = salvage(lines, 40, lambda text: len(text.split()))
+    assert result is not None and result.endswith(CUT_MARK)
+    assert len(result.split()) <= 40 and "- line 0" in result and "- line 19" not in result

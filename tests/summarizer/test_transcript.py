@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from compaction_proxy.compaction.summarizer_contract import SummaryError
+from compaction_proxy.compaction.summarizer_contract import CUT_MARK, SummaryError
 from compaction_proxy.compaction.tokens import CharacterEstimatorTokenizer
 from compaction_proxy.summarizer import DEFAULT_PROMPTS, PromptSet
 from compaction_proxy.summarizer._transcript import (
@@ -210,6 +210,22 @@ async def test_fold_with_previous_summary_starts_with_the_update_prompt() -> Non
     system, user = call.calls[0]
     assert system == DEFAULT_PROMPTS.update
     assert "<previous-checkpoint>\nthe old checkpoint\n</previous-checkpoint>" in user
+
+
+async def test_fold_passes_a_cut_chunk_on_without_its_mark_and_ends_with_it() -> None:
+    """A chunk's summary kept from a cut reply is folded into the next without the mark (the
+    model would copy it), and the whole summary says it was cut."""
+    call = RecordingCall()
+    replies = iter([f"first\n\n{CUT_MARK}", "second"])
+
+    async def cut_first(system: str, user: str) -> str:
+        await call(system, user)
+        return next(replies)
+
+    result = await fold(["a", "b"], None, DEFAULT_PROMPTS, cut_first)
+    assert "<previous-checkpoint>\nfirst\n</previous-checkpoint>" in call.calls[1][1]
+    assert result == f"second\n\n{CUT_MARK}"
+    assert await fold(["a"], None, DEFAULT_PROMPTS, RecordingCall()) == "summary-1"
 
 
 async def test_fold_with_custom_prompt_only() -> None:

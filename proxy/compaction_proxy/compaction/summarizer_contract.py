@@ -71,9 +71,30 @@ class SummaryError(CompactionProxyError):
         self.message = message
 
 
+CUT_MARK = "[Part of this summary was cut at its length limit and is missing.]"
+"""The last line of a summary kept from a reply the model ran past its limit in: its complete
+lines, then this, so the model that reads it knows it is not whole (and the report says so)."""
+
+
+def is_cut(summary: str) -> bool:
+    """Whether ``summary`` was kept from a reply cut at its limit (ends with :data:`CUT_MARK`)."""
+    return summary.rstrip().endswith(CUT_MARK)
+
+
+def without_cut_mark(summary: str) -> str:
+    """``summary`` without a trailing :data:`CUT_MARK`: an update folds the earlier summary into a
+    new one, which says for itself whether it was cut."""
+    text = summary.rstrip()
+    if text.endswith(CUT_MARK):
+        return text[: -len(CUT_MARK)].rstrip()
+    return summary
+
+
 @runtime_checkable
 class Summarizer(Protocol):
     """Turns a :class:`SummaryRequest` into summary text (stripped, non-empty).
+
+    A summary kept from a reply cut at its limit ends with :data:`CUT_MARK`.
 
     Raises :class:`SummaryError` for every expected failure.  Anything else it raises is
     treated by the core as ``reason="error"``; cancellation propagates.

@@ -178,7 +178,8 @@ class PrometheusMetrics:
         self.summarizer_calls = Counter(
             "compaction_proxy_summarizer_calls",
             "Summaries asked of the summarizer model, by outcome (ok, timeout, error, empty, "
-            "oversized, not_shorter; overflow: refused as too long for its window; backoff: "
+            "oversized, not_shorter; cut: kept as its complete lines after running past its "
+            "limit; overflow: refused as too long for its window; backoff: "
             "refused without a call)",
             ["outcome"],
             registry=r,

@@ -17,8 +17,9 @@ make the pipeline move on, never become a checkpoint:
   reasoning tokens, or our own count when usage is absent) or was cut (``finish_reason:
   length``): a truncated checkpoint silently loses its last sections. Our own prompts state
   the limit (a small model may write on until cut); under a prompt the configuration wrote,
-  which states none, a cut summary is asked for once more with the limit stated; cut again,
-  it fails;
+  which states none, a cut summary is asked for once more with the limit stated. A reply cut
+  although the model was told the limit keeps its complete lines and ends with the core's
+  ``CUT_MARK`` (call outcome ``cut``; the report warns); with no complete line, it fails;
 * ``overflow``: the upstream refused the call as too long for its window, and its smaller
   retry too (calls are sized by the model's calibration and window, :mod:`._sizing`).
 
@@ -52,7 +53,7 @@ import orjson
 
 from compaction_proxy.compaction.budget import ModelCatalog, ModelFacts
 from compaction_proxy.compaction.settings import SummarizationSettings
-from compaction_proxy.compaction.summarizer_contract import SummaryError, SummaryRequest
+from compaction_proxy.compaction.summarizer_contract import SummaryError, SummaryRequest, is_cut
 from compaction_proxy.compaction.tokens import CharacterEstimatorTokenizer, Tokenizer
 from compaction_proxy.config import ConfigError, Settings, UpstreamSettings, find_upstream
 from compaction_proxy.config.preflight import (
@@ -115,6 +116,8 @@ class _Target:
     auth: UpstreamAuth
     refusals: Sequence[RefusalText] = ()
     """The call's format's own overflow phrases, read beside the common ones."""
+    salvaged: bool = False
+    """A reply cut at the limit is kept as its complete lines (the model was told the limit)."""
 
 
 # ------------------------------------------------------------------ the summarizer
@@ -358,7 +361,9 @@ class HttpSummarizer:
         # Sized in the summarizer model's own tokens: our count times its calibration.
         window = SummarizerWindow(facts.context_window, limit, ratio=self._sizing.ratio(model))
         call, auth, refusals = self._form(upstream)
-        target = _Target(upstream, model, limit, tokenizer.count_text, call, auth, refusals)
+        target = _Target(
+            upstream, model, limit, tokenizer.count_text, call, auth, refusals, bool(note)
+        )
         try:
             return await self._sized(request, target, window, tokenizer, note)
         except SummaryCut:
@@ -367,6 +372,7 @@ class HttpSummarizer:
             # Cut at its own limit under a configured prompt, which states none (a small model
             # writes on until cut): once more, told the limit, rather than no summary at all.
             log.info("summary cut at %d tokens; asking once more, told the limit", limit)
+        target = dataclasses.replace(target, salvaged=True)
         try:
             return await self._sized(request, target, window, tokenizer, cut_note(limit))
         except SummaryCut as again:
@@ -469,7 +475,14 @@ class HttpSummarizer:
         usage: dict[str, int] = {}
         try:
             text = await self._post(target, body, sent, headers or {}, usage)
-            outcome = "ok"
+            outcome = "cut" if is_cut(text) else "ok"
+            if outcome == "cut":
+                log.warning(
+                    "summary cut at %d tokens by %s (%s): kept its complete lines",
+                    target.limit,
+                    target.upstream.name,
+                    target.model,
+                )
             return text
         except SummaryError as exc:
             outcome = exc.reason
@@ -534,7 +547,16 @@ class HttpSummarizer:
             if overflow is not None:
                 raise SummaryOverflow(f"{failed}: refused as too long", overflow, sent)
             raise SummaryError("error", failed)
-        return read_completion(response.content, call, where, model, limit, target.count, usage)
+        return read_completion(
+            response.content,
+            call,
+            where,
+            model,
+            limit,
+            target.count,
+            usage,
+            salvaged=target.salvaged,
+        )
 
 
 def _split_parameters(

@@ -4,6 +4,12 @@ The reply's text with an echoed ``<summary>`` wrapper taken off; ``empty`` when 
 left; ``oversized`` (:class:`SummaryCut`) when the model ran past the limit, cut or over by its
 own usage (a truncated checkpoint silently loses its last sections); ``error`` when the body is
 not the call's completion.  An error body's short ``code`` may be named, never its text.
+
+A reply cut at the limit may be *salvaged* instead (:func:`salvage`): its complete lines, then
+:data:`~compaction_proxy.compaction.summarizer_contract.CUT_MARK`, so neither the model that
+reads it nor the report takes it for whole. A small local model often writes on until cut even
+when told the limit; all of its summary lost (and a back-off started) costs more than its
+unfinished last line, the more so as the ledger carries the exact strings beside it.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from collections.abc import Callable
 
 import orjson
 
-from compaction_proxy.compaction.summarizer_contract import SummaryError
+from compaction_proxy.compaction.summarizer_contract import CUT_MARK, SummaryError
 from compaction_proxy.wire import SummaryCall
 
 
@@ -42,7 +48,11 @@ def read_completion(
     limit: int,
     count: Callable[[str], int],
     usage: dict[str, int] | None = None,
+    *,
+    salvaged: bool = False,
 ) -> str:
+    """The summary in ``content``; with ``salvaged``, a reply cut at ``limit`` is kept as its
+    complete lines and :data:`CUT_MARK` when it has any (:func:`salvage`)."""
     try:
         reply = call.read(orjson.loads(content))
     except (orjson.JSONDecodeError, ValueError) as exc:
@@ -53,6 +63,9 @@ def read_completion(
     if not text:
         raise SummaryError("empty", f"{where} ({model}) returned an empty summary")
     if reply.cut:
+        kept = salvage(text, limit, count) if salvaged else None
+        if kept is not None:
+            return kept
         raise SummaryCut(
             "oversized", f"{where} ({model}): the summary was cut at the limit of {limit} tokens"
         )
@@ -74,3 +87,26 @@ def strip_echoed_wrapper(text: str) -> str:
     if stripped.startswith("<summary>") and stripped.endswith("</summary>"):
         return stripped[len("<summary>") : -len("</summary>")].strip()
     return stripped
+
+
+def salvage(text: str, limit: int, count: Callable[[str], int]) -> str | None:
+    """The complete lines of ``text``, a reply cut mid-way, then :data:`CUT_MARK`, within
+    ``limit`` tokens; ``None`` when no line of content is complete.
+
+    The last line is the one the cut ended; headings left without a line under them and an
+    unclosed code fence go too (a fence left open would swallow what follows it).
+    """
+    lines = text.split("\n")[:-1]  # the last line is unfinished
+    while lines:
+        if sum(1 for line in lines if line.lstrip().startswith("```")) % 2:
+            del lines[max(i for i, line in enumerate(lines) if line.lstrip().startswith("```")) :]
+            continue
+        last = lines[-1].strip()
+        if not last or last.startswith("#"):
+            lines.pop()
+            continue
+        kept = "\n".join(lines) + "\n\n" + CUT_MARK
+        if count(kept) <= limit:
+            return kept
+        lines.pop()
+    return None

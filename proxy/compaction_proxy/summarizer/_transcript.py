@@ -42,7 +42,12 @@ from compaction_proxy.compaction.message_text import (
     scrub_text,
     tool_calls,
 )
-from compaction_proxy.compaction.summarizer_contract import SummaryError
+from compaction_proxy.compaction.summarizer_contract import (
+    CUT_MARK,
+    SummaryError,
+    is_cut,
+    without_cut_mark,
+)
 
 from ._prompts import PromptSet, user_message
 
@@ -254,11 +259,15 @@ async def fold(
 ) -> str:
     """Summarize chunk by chunk: the first with the checkpoint prompt (or the update prompt
     over ``previous_summary``), each later one with the update prompt over the summary so far.
-    A failing call raises its :class:`SummaryError`; no partial summary is returned."""
+    A failing call raises its :class:`SummaryError`; no partial summary is returned. A chunk's
+    summary cut at its limit is folded on without its mark, which the result then ends with."""
     if not chunks:
         raise SummaryError("empty", "nothing to summarize: the stretch has no messages")
     summary = previous_summary
+    cut = False
     for chunk in chunks:
         summary = await call(prompts.system_prompt(summary), user_message(chunk, summary))
+        cut = cut or is_cut(summary)
+        summary = without_cut_mark(summary)
     assert summary is not None
-    return summary
+    return f"{summary}\n\n{CUT_MARK}" if cut else summary

@@ -5,6 +5,7 @@ while it and what stays do not fit, and write the checkpoint (see "The summary's
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -12,7 +13,13 @@ from typing import Any, cast
 from ...chat_messages import Message
 from ...draft import Draft
 from ...marks import strip_mark
-from ...summarizer_contract import Summarizer, SummaryError, SummaryRequest
+from ...summarizer_contract import (
+    Summarizer,
+    SummaryError,
+    SummaryRequest,
+    is_cut,
+    without_cut_mark,
+)
 from ...view import SUMMARY_PREFIX, SUMMARY_SUFFIX, Group, GroupKind
 from ..base import StrategyContext, StrategyOutcome
 from .summary_record import record_summary_check
@@ -202,6 +209,14 @@ class SummaryEvent:
                 ),
             ),
         )
+        if is_cut(text):
+            outcome = dataclasses.replace(
+                outcome,
+                warnings=(
+                    *outcome.warnings,
+                    "summary cut at its length limit: its complete lines kept, the rest missing",
+                ),
+            )
         return record_summary_check(outcome, text, items)
 
 
@@ -222,7 +237,7 @@ def _summaries(draft: Draft, groups: Sequence[Group]) -> list[str]:
     """The texts of the earlier summaries among ``groups`` (their update's
     ``previous_summary``)."""
     return [
-        unwrap_summary(str(draft.message(g.first).get("content", "")))
+        without_cut_mark(unwrap_summary(str(draft.message(g.first).get("content", ""))))
         for g in groups
         if g.kind is GroupKind.SUMMARY
     ]
