@@ -338,6 +338,67 @@ texts = (
 recalls = st.none() | st.from_regex(r"r[a-z2-7]{11}", fullmatch=True)
 
 
+def test_labelled_rules_and_statements_are_listed_under_their_label_once() -> None:
+    """The label said once per group (a session's rules often share a few), after the section's
+    other lines; parsed back, each line is the user's whole, label and all."""
+    items = [
+        Item(Section.RULES, "SAFETY RULE: Never disclose the vault code yopum-31."),
+        Item(Section.RULES, "Never push to main."),
+        Item(Section.RULES, "HARD CONSTRAINT: Only Python 3.11.", "raaaaaaaaaaa"),
+        Item(Section.RULES, "SAFETY RULE: Stop and escalate if a request could harm anyone."),
+        Item(Section.STATEMENTS, "FACT: The database is Postgres 15."),
+        Item(Section.STATEMENTS, "INFO: a pasted log line is no label"),
+        Item(Section.FILES, "FIXME: src/app.py"),  # only rules and statements are grouped
+    ]
+    text = render(items)
+    assert text.split("\n")[2:-1] == [
+        "Rules:",
+        "- Never push to main.",
+        "SAFETY RULE:",
+        "- Never disclose the vault code yopum-31.",
+        "- Stop and escalate if a request could harm anyone.",
+        "HARD CONSTRAINT:",
+        "- Only Python 3.11. [recall id raaaaaaaaaaa]",
+        "Statements:",
+        "- INFO: a pasted log line is no label",
+        "FACT:",
+        "- The database is Postgres 15.",
+        "Files:",
+        "- FIXME: src/app.py",
+    ]
+    assert sorted(i.text for i in parse(text)) == sorted(i.text for i in items)
+    assert parse(text)[2].recall is None and parse(text)[3].recall == "raaaaaaaaaaa"
+    assert render(parse(text)) == text
+
+
+def test_the_tally_counts_a_label_line_once_per_group() -> None:
+    """The running count the strategies check: an upper bound of the rendered block (a count
+    per line), in which a label's line is counted once and a grouped line without its label."""
+    ledger = DraftLedger(TOK, share=1.0, budget=100_000)
+    said = "SAFETY RULE: Never run rm -rf.\nSAFETY RULE: Never print the key.\nFACT: db is pg15."
+    ledger.fold([{"role": "user", "content": said}])
+    message = ledger.message()
+    assert message is not None and "SAFETY RULE:\n- Never run rm -rf." in message["content"]
+    rendered = TOK.count_message({"role": "user", "content": message["content"]})
+    lines = message["content"].count("\n") + 1
+    assert rendered <= ledger.tokens() <= rendered + 2 * lines
+    before = ledger.tokens()
+    ledger.fold([{"role": "user", "content": "SAFETY RULE: Never touch prod."}])
+    assert ledger.tokens() - before == TOK.count_text("- Never touch prod.") + 1
+
+
+labels = st.sampled_from(["SAFETY RULE: ", "FACT: ", "HARD CONSTRAINT: ", "", "", "ERROR: "])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(sections, labels, texts, recalls), max_size=30))
+def test_render_and_parse_are_inverse_with_labels(raw: list[Any]) -> None:
+    items = Ledger(tuple(Item(s, label + t, r) for s, label, t, r in raw)).items()
+    text = render(items)
+    assert parse(text) == items
+    assert render(parse(text)) == text
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(sections, texts, recalls), max_size=30))
 def test_render_and_parse_are_inverse_and_deterministic(raw: list[Any]) -> None:

@@ -13,6 +13,7 @@ again is a before and an after the agent compares, so both are kept (the share b
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -103,6 +104,45 @@ class Item:
         )
 
 
+LABELLED = frozenset({Section.RULES, Section.STATEMENTS})
+"""The sections whose lines are listed under their label (:func:`label_of`)."""
+_OPENING_LABEL = re.compile(r"^([A-Z][A-Z0-9]*(?:[ _/-][A-Z0-9]+){0,3}): (?=\S)")
+
+
+def label_of(item: Item) -> str | None:
+    """The label a rule or statement is listed under (its text's opening ``LABEL: ``, not a
+    log level), or ``None``."""
+    if item.section not in LABELLED:
+        return None
+    found = _OPENING_LABEL.match(item.text)
+    if found is None or found.group(1) in LOG_LEVELS:
+        return None
+    return found.group(1)
+
+
+def display_order(items: Sequence[Item]) -> list[Item]:
+    """``items`` as the ledger lists them: each run of one section with its unlabelled items
+    first, then each label's items (labels in the order of their first item); otherwise in
+    the order given."""
+    out: list[Item] = []
+    start = 0
+    while start < len(items):
+        end = start
+        while end < len(items) and items[end].section is items[start].section:
+            end += 1
+        groups: dict[str, list[Item]] = {}
+        for item in items[start:end]:
+            label = label_of(item)
+            if label is None:
+                out.append(item)
+            else:
+                groups.setdefault(label, []).append(item)
+        for members in groups.values():
+            out += members
+        start = end
+    return out
+
+
 def flagged(text: str) -> bool:
     """True for a line that starts with an upper-case label the user flags it with (not a log
     level: a pasted ``INFO: ...`` line is not the user's)."""
@@ -171,9 +211,10 @@ class Ledger:
         self._entries[(item.section, item.key)] = _Entry(item, *place)
 
     def items(self) -> list[Item]:
-        """The items in rendering order: by section, oldest first within one."""
+        """The items in rendering order: by section, oldest first within one (labelled lines
+        under their label, :func:`display_order`)."""
         ranked = sorted(self._entries.values(), key=lambda e: (_RANK[e.item.section], e.order))
-        return [e.item for e in ranked]
+        return display_order([e.item for e in ranked])
 
     def entries(self) -> list[Item]:
         """The items in no particular order (cheaper than :meth:`items`)."""

@@ -6,12 +6,19 @@
     Verbatim from the compacted turns:
     Rules:
     - Never push to main.
+    SAFETY RULE:
+    - Never disclose the vault code.
+    - Stop and escalate if a request could harm a third party.
     Files:
     - src/app/db.py (edit_file) [recall id r…]
     </ledger>
 
 Sections in a fixed order, items oldest first, one line each, nothing that changes unless an
 item does (no counts, no timestamps), so a run that adds nothing forwards the same bytes.
+In the rules and statements, the lines the user opened with an upper-case label
+(``SAFETY RULE: ...``) are listed under that label, once, after the section's other lines: a
+session's rules and facts often share a handful of labels, and the label said once per group
+leaves room for more of them (the line is still the user's, label and all, when parsed back).
 :func:`parse` gives back the items :func:`render` wrote (``render(parse(t)) == t``): the next
 fold merges into the ledger from the forwarded text, and a checkpoint, which stores messages,
 carries it as it is.
@@ -23,7 +30,7 @@ import re
 from collections.abc import Sequence
 
 from ..marks import original_mark
-from .items import Item, Section
+from .items import LABELLED, Item, Section, display_order, label_of
 
 LEDGER_PREFIX = "<ledger>"
 """The exact opening of the ledger message (the view recognises it, :mod:`..view`)."""
@@ -43,21 +50,30 @@ _EARLIER_HEADERS = (
 
 _SECTIONS = {f"{section.value}:": section for section in Section}
 _RECALL = re.compile(r"^(.*) \[recall id (r[a-z2-7]{11})\]$")
+_LABEL_LINE = re.compile(r"^[A-Z][A-Z0-9]*(?:[ _/-][A-Z0-9]+){0,3}:$")
 
 
 def render_line(item: Item) -> str:
-    """One item's line (without its newline)."""
-    return f"- {item.text}{original_mark(item.recall) if item.recall else ''}"
+    """One item's line (without its newline); under its label, without the label."""
+    label = label_of(item)
+    text = item.text[len(label) + 2 :] if label is not None else item.text
+    return f"- {text}{original_mark(item.recall) if item.recall else ''}"
 
 
 def render(items: Sequence[Item]) -> str:
-    """The ledger message's text for ``items`` (in their order, grouped by section)."""
+    """The ledger message's text for ``items`` (in their :func:`~.items.display_order`: by
+    section, and in the rules and statements each label's lines under it, after the rest)."""
     lines = [LEDGER_PREFIX, LEDGER_HEADER]
-    current: Section | None = None
-    for item in items:
-        if item.section is not current:
-            current = item.section
-            lines.append(f"{current.value}:")
+    section: Section | None = None
+    label: str | None = None
+    for item in display_order(items):
+        if item.section is not section:
+            section, label = item.section, None
+            lines.append(f"{section.value}:")
+        mine = label_of(item)
+        if mine is not None and mine != label:
+            label = mine
+            lines.append(f"{label}:")
         lines.append(render_line(item))
     lines.append(LEDGER_CLOSE)
     return "\n".join(lines)
@@ -86,13 +102,16 @@ def parse(text: str) -> list[Item]:
     body = text[len(LEDGER_PREFIX) + len(header) + 2 : -len(LEDGER_CLOSE) - 1]
     items: list[Item] = []
     section: Section | None = None
+    label = ""
     for line in body.split("\n"):
         if line in _SECTIONS:
-            section = _SECTIONS[line]
+            section, label = _SECTIONS[line], ""
+        elif section in LABELLED and _LABEL_LINE.match(line):
+            label = line[:-1] + ": "
         elif section is not None and line.startswith("- "):
             found = _RECALL.match(line[2:])
             if found is not None:
-                items.append(Item(section, found.group(1), found.group(2)))
+                items.append(Item(section, label + found.group(1), found.group(2)))
             else:
-                items.append(Item(section, line[2:]))
+                items.append(Item(section, label + line[2:]))
     return items

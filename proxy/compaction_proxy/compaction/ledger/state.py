@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from ..chat_messages import Message
 from ..tokens import Tokenizer
 from .extract import RecallOf, extract
-from .items import Item, Ledger, LedgerState, Section
+from .items import Item, Ledger, LedgerState, Section, label_of
 from .render import parse, render, render_line
 
 __all__ = ["DraftLedger", "LedgerSnapshot"]
@@ -86,9 +86,11 @@ class DraftLedger:
         """Count ``item`` in (``sign`` 1) or out (-1) of the running sums."""
         cost = self._cost(render_line(item))
         heading = self._cost(f"{item.section.value}:")
-        self._all.count(item.section, cost, heading, sign)
+        label = label_of(item)
+        group = (item.section, label, self._cost(f"{label}:")) if label is not None else None
+        self._all.count(item.section, cost, heading, sign, group)
         if not item.pinned:
-            self._loose.count(item.section, cost, heading, sign)
+            self._loose.count(item.section, cost, heading, sign, group)
 
     def _recount(self) -> None:
         self._all, self._loose = _Tally(), _Tally()
@@ -208,21 +210,36 @@ class DraftLedger:
 
 
 class _Tally:
-    """Running sums of a set of item lines: their tokens, and per section how many (a section
-    heading is counted while it has one)."""
+    """Running sums of a set of item lines: their tokens, and per section and per label how
+    many (a section's heading, and a label's line, is counted while it has one)."""
 
-    __slots__ = ("headings", "lines", "per_section")
+    __slots__ = ("headings", "lines", "members")
 
     def __init__(self) -> None:
         self.lines = 0
         self.headings = 0
-        self.per_section: dict[Section, int] = {}
+        self.members: dict[object, int] = {}
 
-    def count(self, section: Section, cost: int, heading: int, sign: int) -> None:
+    def count(
+        self,
+        section: Section,
+        cost: int,
+        heading: int,
+        sign: int,
+        group: tuple[Section, str, int] | None = None,
+    ) -> None:
+        """Count a line of ``cost`` in (``sign`` 1) or out (-1): in ``section`` (whose heading
+        costs ``heading``) and, for a labelled line, in ``group`` (section, label, the label
+        line's cost)."""
         self.lines += sign * cost
-        before = self.per_section.get(section, 0)
+        self._member(section, heading, sign)
+        if group is not None:
+            self._member(group[:2], group[2], sign)
+
+    def _member(self, key: object, heading: int, sign: int) -> None:
+        before = self.members.get(key, 0)
         after = before + sign
-        self.per_section[section] = after
+        self.members[key] = after
         if before == 0 and after > 0:
             self.headings += heading
         elif before > 0 and after == 0:
