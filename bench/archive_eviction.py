@@ -103,9 +103,7 @@ async def run(compactions: int) -> dict[str, Any]:
         compaction={"recall": {"enabled": True}, "calibration": {"enabled": False}},
     )
     upstream = httpx.AsyncClient(transport=_Upstream())
-    app = ProxyApp(
-        settings, build_edge(settings, client=upstream, transport=HttpxUpstream(upstream))
-    )
+    app = ProxyApp(settings, build_edge(settings, transport=HttpxUpstream(upstream)))
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://p")
 
     async def send(messages: list[dict[str, Any]], tenant: str) -> httpx.Response:

@@ -19,7 +19,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from urllib.parse import parse_qsl
 
-import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -80,14 +79,7 @@ from compaction_proxy.http import (
     side_access,
 )
 from compaction_proxy.observability.telemetry import Telemetry
-from compaction_proxy.upstream import (
-    HttpxUpstream,
-    Router,
-    UpstreamTransport,
-    WindowBook,
-    make_transport,
-    plain_httpx_client,
-)
+from compaction_proxy.upstream import Router, UpstreamTransport, WindowBook, make_transport
 from compaction_proxy.wire import (
     BEARER,
     WireFormat,
@@ -376,7 +368,6 @@ def _build_fastapi(state: AppState) -> FastAPI:
             await state.windows.close()
             await state.flow.preparer.close()
             await state.transport.aclose()
-            await state.client.aclose()
             await state.store.close()
             if state.archive is not None and state.archive.store is not state.store:
                 await state.archive.store.close()  # the memory backend's archive of its own
@@ -426,35 +417,25 @@ async def _route_error(request: Request, exc: Exception) -> Response:
 def build_edge(
     settings: Settings,
     *,
-    client: httpx.AsyncClient | None = None,
     transport: UpstreamTransport | None = None,
 ) -> AppState:
     """The whole edge, built in one place; the lifespan only warms it up and closes it.
 
     Nothing here connects anywhere: the store, the published windows and the aiohttp session
-    connect on first use, inside the server's event loop. `client` is the httpx client for the
-    proxy's own calls (the summarizer, published windows), `transport` what forwarding uses;
-    None: a plain client (compaction_proxy/upstream/_transport.py) and the configured
-    `server.upstream_transport`.
+    connect on first use, inside the server's event loop. `transport` carries every call to an
+    upstream, the forwarded requests and the proxy's own (the summarizer, published windows);
+    None: the configured `server.upstream_transport` (compaction_proxy/upstream/_transport.py).
     """
     if settings.summarization.enabled:
         validate_summarization_config(settings)
     server = settings.server
     compactor = Compactor(settings)
     store = make_store(settings.store)
-    if client is None:
-        client = plain_httpx_client(server)
     if transport is None:
-        transport = (
-            HttpxUpstream(client)
-            if server.upstream_transport == "httpx"
-            else make_transport(server)
-        )
-    proxy_client = client
-    windows = WindowBook(
-        settings, StoredValues(store), lambda: proxy_client, catalog=compactor.catalog
-    )
-    flow = build_flow(settings, compactor, store, client, windows)
+        transport = make_transport(server)
+    shared = transport
+    windows = WindowBook(settings, StoredValues(store), lambda: shared, catalog=compactor.catalog)
+    flow = build_flow(settings, compactor, store, transport, windows)
     archive, desk = _recall(settings, compactor, flow.archive.archive, flow.degraded.recall)
     telemetry = Telemetry(settings, tokenizers=compactor.tokenizers)
     telemetry.watch_windows(windows)
@@ -470,7 +451,6 @@ def build_edge(
         router=Router(settings.upstreams),
         compactor=compactor,
         store=store,
-        client=client,
         transport=transport,
         windows=windows,
         flow=flow,

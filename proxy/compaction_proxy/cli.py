@@ -251,13 +251,14 @@ async def _run_flow(
     """
     from compaction_proxy.engine import FlowRequest, build_flow
     from compaction_proxy.http import ALLOWED
-    from compaction_proxy.upstream import Router, plain_httpx_client
+    from compaction_proxy.upstream import Router, make_transport
 
     model: str = body["model"]
     upstream = Router(settings.upstreams).for_model(model)
     notes: list[str] = []
-    async with plain_httpx_client(settings.server) as client:
-        flow = build_flow(settings, compactor, None, client)
+    transport = make_transport(settings.server)
+    try:
+        flow = build_flow(settings, compactor, None, transport)
         summarizer = flow.summarizer
         if summarizer is None:
             summarize = False
@@ -286,6 +287,8 @@ async def _run_flow(
                 spend=ALLOWED,  # the operator's own command: the key is theirs to spend
             )
         )
+    finally:
+        await transport.aclose()
     if summarize and summarizer is not None:
         for (name, called, outcome), count in sorted(summarizer.stats.calls.items()):
             notes.append(f"{name}/{called}: {outcome}" + (f" x{count}" if count > 1 else ""))

@@ -24,6 +24,7 @@ from compaction_proxy.compaction.summarizer_contract import SummaryRequest
 from compaction_proxy.config import UpstreamSettings
 from compaction_proxy.summarizer import HttpSummarizer, SummarizerStats
 from compaction_proxy.summarizer._prefix import ForwardedRequest
+from compaction_proxy.upstream import HttpxUpstream
 from tests.fakes.messages.prompt import Counter, build_prompt
 from tests.support.messages_bodies import claude_code_request, claude_code_system
 from tests.support.messages_upstream import MESSAGES, MessagesUpstreamServer
@@ -101,7 +102,7 @@ def summarizer(
     return HttpSummarizer(
         SummarizationSettings.model_validate({"maxSummaryTokens": 1_000}),
         [upstream],
-        client,
+        HttpxUpstream(client),
         facts_for=lambda _m: ModelFacts(context_window=200_000, max_output_tokens=8_000),
         stats=stats,
     )

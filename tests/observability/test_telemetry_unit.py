@@ -31,6 +31,7 @@ from compaction_proxy.summarizer import (
     SummaryCallRecord,
     SummaryCalls,
 )
+from compaction_proxy.upstream import HttpxUpstream
 from tests.observability.traffic import parse_metrics, value
 
 # ------------------------------------------------------------------ usage probe
@@ -296,7 +297,9 @@ async def test_a_bound_summarizer_logs_its_calls_on_the_request() -> None:
     )
     records: list[SummaryCallRecord] = []
     async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        shared = HttpSummarizer(SummarizationSettings.model_validate({}), [upstream], client)
+        shared = HttpSummarizer(
+            SummarizationSettings.model_validate({}), [upstream], HttpxUpstream(client)
+        )
         shared.stats.listeners.append(records.append)
         calls = SummaryCalls()
         bound = shared.bind(caller_key=None, calls=calls)

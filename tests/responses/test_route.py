@@ -86,9 +86,7 @@ async def app() -> AsyncIterator[Callable[[], tuple[httpx.AsyncClient, Upstream,
             summarization={"enabled": False},
             store={"backend": "memory"},
         )
-        proxy = ProxyApp(
-            config, build_edge(config, client=outbound, transport=HttpxUpstream(outbound))
-        )
+        proxy = ProxyApp(config, build_edge(config, transport=HttpxUpstream(outbound)))
         inbound = httpx.AsyncClient(
             transport=httpx.ASGITransport(app=proxy), base_url="http://proxy"
         )

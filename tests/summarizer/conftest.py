@@ -1,4 +1,4 @@
-"""Fixtures the summarizer's tests share: the HTTP client it is given, respx on that client
+"""Fixtures the summarizer's tests share: the transport it is given, respx on its httpx client
 (these are unit tests of the HTTP summarizer, so its upstream is mocked), and the Messages API
 label for tests whose upstreams say ``api: messages``."""
 
@@ -10,13 +10,15 @@ import httpx
 import pytest
 import respx
 
+from compaction_proxy.upstream import HttpxUpstream, UpstreamTransport
 from tests.support.messages_view import ensure_messages_api
 
 
 @pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
+async def client() -> AsyncIterator[UpstreamTransport]:
+    """The transport the summarizer calls through, over an httpx client (respx mocks it)."""
     async with httpx.AsyncClient() as shared:
-        yield shared
+        yield HttpxUpstream(shared)
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ from compaction_proxy.summarizer import (
 )
 from compaction_proxy.summarizer._prompts import own_limit_note
 from compaction_proxy.summarizer._replies import salvage
+from compaction_proxy.upstream import HttpxUpstream, UpstreamTransport
 from compaction_proxy.wire import CallerKey
 
 OPENAI = "https://api.openai.test/v1"
@@ -81,7 +82,7 @@ def sent(route: respx.Route, n: int = -1) -> tuple[dict[str, Any], httpx.Headers
     return orjson.loads(request.content), request.headers
 
 
-async def test_request_shape(mock: respx.MockRouter, client: httpx.AsyncClient) -> None:
+async def test_request_shape(mock: respx.MockRouter, client: UpstreamTransport) -> None:
     route = mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion())
     summarizer = HttpSummarizer(
         summ(maxSummaryTokens=512, parameters={"temperature": 0.2, "top_p": 0.9}),
@@ -106,7 +107,7 @@ async def test_request_shape(mock: respx.MockRouter, client: httpx.AsyncClient) 
 
 async def test_update_request_carries_the_previous_summary(
     mock: respx.MockRouter,
-    client: httpx.AsyncClient,
+    client: UpstreamTransport,
 ) -> None:
     route = mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion())
     summarizer = HttpSummarizer(summ(), upstreams(), client)
@@ -122,7 +123,7 @@ async def test_update_request_carries_the_previous_summary(
 
 
 async def test_upstream_key_wins_over_the_caller(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     route = mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion())
     summarizer = HttpSummarizer(summ(), upstreams(key=UPSTREAM_KEY), client)
@@ -131,7 +132,7 @@ async def test_upstream_key_wins_over_the_caller(
 
 
 async def test_bind_does_not_change_the_shared_instance(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     route = mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion())
     shared = HttpSummarizer(summ(), upstreams(), client)
@@ -145,7 +146,7 @@ async def test_bind_does_not_change_the_shared_instance(
 
 @pytest.mark.parametrize("provider", ["openAI", "OPENAI", "openai"])
 async def test_provider_by_name_case_insensitive(
-    provider: str, mock: respx.MockRouter, client: httpx.AsyncClient
+    provider: str, mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     route = mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion())
     summarizer = HttpSummarizer(summ(provider=provider, model="gpt-4o-mini"), upstreams(), client)
@@ -155,7 +156,7 @@ async def test_provider_by_name_case_insensitive(
 
 
 async def test_default_is_the_requests_own_upstream(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     local = mock.post(f"{LOCAL}/chat/completions").mock(return_value=completion())
     summarizer = HttpSummarizer(summ(), upstreams(), client)
@@ -182,11 +183,11 @@ def test_validate_summarization_config() -> None:
             Settings.model_validate({**base, "summarization": {"parameters": {"stream": True}}})
         )
     with pytest.raises(ConfigError):
-        HttpSummarizer(summ(provider="nope"), upstreams(), httpx.AsyncClient())
+        HttpSummarizer(summ(provider="nope"), upstreams(), HttpxUpstream(httpx.AsyncClient()))
 
 
 async def test_max_tokens_when_the_parameters_say_so(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     route = mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion())
     summarizer = HttpSummarizer(
@@ -239,7 +240,7 @@ async def reason_of(summarizer: HttpSummarizer, model: str = "gpt-4o") -> Summar
     ],
 )
 async def test_failure_reasons(
-    response: httpx.Response, reason: str, mock: respx.MockRouter, client: httpx.AsyncClient
+    response: httpx.Response, reason: str, mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     mock.post(f"{OPENAI}/chat/completions").mock(return_value=response)
     summarizer = HttpSummarizer(
@@ -255,14 +256,14 @@ async def test_failure_reasons(
 
 
 async def test_timeout_from_the_transport(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     mock.post(f"{OPENAI}/chat/completions").mock(side_effect=httpx.ReadTimeout("slow"))
     error = await reason_of(HttpSummarizer(summ(), upstreams(), client))
     assert error.reason == "timeout"
 
 
-async def test_timeout_is_a_total_bound(mock: respx.MockRouter, client: httpx.AsyncClient) -> None:
+async def test_timeout_is_a_total_bound(mock: respx.MockRouter, client: UpstreamTransport) -> None:
     async def never(request: httpx.Request) -> httpx.Response:
         await asyncio.Event().wait()  # the upstream never answers
         return completion()
@@ -274,7 +275,7 @@ async def test_timeout_is_a_total_bound(mock: respx.MockRouter, client: httpx.As
     assert error.reason == "timeout"
 
 
-async def test_transport_error(mock: respx.MockRouter, client: httpx.AsyncClient) -> None:
+async def test_transport_error(mock: respx.MockRouter, client: UpstreamTransport) -> None:
     mock.post(f"{OPENAI}/chat/completions").mock(side_effect=httpx.ConnectError("refused"))
     error = await reason_of(HttpSummarizer(summ(), upstreams(), client))
     assert error.reason == "error" and "ConnectError" in str(error)
@@ -282,7 +283,7 @@ async def test_transport_error(mock: respx.MockRouter, client: httpx.AsyncClient
 
 async def test_reasoning_tokens_do_not_count_against_the_limit(
     mock: respx.MockRouter,
-    client: httpx.AsyncClient,
+    client: UpstreamTransport,
 ) -> None:
     usage = {"completion_tokens": 900, "completion_tokens_details": {"reasoning_tokens": 850}}
     mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion("ok", usage=usage))
@@ -300,7 +301,7 @@ async def test_reasoning_tokens_do_not_count_against_the_limit(
     ],
 )
 async def test_summary_text(
-    content: Any, expected: str, mock: respx.MockRouter, client: httpx.AsyncClient
+    content: Any, expected: str, mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion(content))
     summarizer = HttpSummarizer(summ(), upstreams(), client)
@@ -308,7 +309,7 @@ async def test_summary_text(
 
 
 async def test_metrics_record_latency_and_outcome(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     mock.post(f"{OPENAI}/chat/completions").mock(side_effect=[completion(), httpx.Response(503)])
     records: list[SummaryCallRecord] = []
@@ -328,7 +329,7 @@ async def test_metrics_record_latency_and_outcome(
 
 
 async def test_long_stretch_is_folded_in_chunks(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     route = mock.post(f"{OPENAI}/chat/completions").mock(
         side_effect=[completion(f"summary {n}") for n in range(1, 20)]
@@ -354,7 +355,7 @@ async def test_long_stretch_is_folded_in_chunks(
 
 
 async def test_too_many_chunks_is_refused_before_any_call(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     route = mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion())
     stretch = tuple({"role": "user", "content": "talk " * 2000} for _ in range(40))
@@ -374,7 +375,7 @@ async def test_too_many_chunks_is_refused_before_any_call(
 
 async def test_images_and_base64_never_reach_the_summarizer(
     mock: respx.MockRouter,
-    client: httpx.AsyncClient,
+    client: UpstreamTransport,
 ) -> None:
     route = mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion())
     blob = base64.b64encode(os.urandom(300_000)).decode()
@@ -405,7 +406,7 @@ async def test_images_and_base64_never_reach_the_summarizer(
 
 
 async def test_the_budget_bounds_the_summary_below_max_summary_tokens(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     """The core's ``max_tokens`` (a share of the budget the summary must fit)
     lowers the output limit, and the model is told; a larger bound changes nothing."""
@@ -427,7 +428,7 @@ async def test_the_budget_bounds_the_summary_below_max_summary_tokens(
 
 
 async def test_a_summary_cut_at_its_own_limit_is_asked_once_more_told_the_limit(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     """A small model writes on until cut at the summarizer's own limit, which a configured
     prompt does not state: the summary is asked for once more with the limit stated."""
@@ -444,7 +445,7 @@ async def test_a_summary_cut_at_its_own_limit_is_asked_once_more_told_the_limit(
 
 
 async def test_a_summary_told_its_limit_and_cut_is_not_asked_again(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     route = mock.post(f"{OPENAI}/chat/completions").mock(
         return_value=completion("x", finish="length")
@@ -465,7 +466,7 @@ async def test_a_summary_told_its_limit_and_cut_is_not_asked_again(
 
 
 async def test_a_summary_told_its_limit_and_cut_keeps_its_complete_lines(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     """A small model told the limit still writes on until cut: its complete lines are kept and
     marked, rather than the whole summary lost to a back-off (call outcome ``cut``)."""

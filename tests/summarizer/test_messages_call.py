@@ -16,6 +16,7 @@ from compaction_proxy.compaction.settings import SummarizationSettings
 from compaction_proxy.compaction.summarizer_contract import SummaryError, SummaryRequest
 from compaction_proxy.config import ConfigError, Settings, UpstreamSettings, preflight
 from compaction_proxy.summarizer import CHECKPOINT_PROMPT, HttpSummarizer, SummarizerStats
+from compaction_proxy.upstream import UpstreamTransport
 from compaction_proxy.wire import CallerKey, api_names
 from compaction_proxy.wire.messages._summary import (
     MESSAGES_SUMMARY,
@@ -197,7 +198,7 @@ def upstreams(api: str = "messages", key: str | None = OPERATOR_KEY) -> list[Ups
 
 
 def summarizer(
-    client: httpx.AsyncClient,
+    client: UpstreamTransport,
     *,
     api: str = "messages",
     stats: SummarizerStats | None = None,
@@ -214,7 +215,7 @@ def summarizer(
 
 
 async def test_a_provider_that_speaks_messages_gets_a_messages_call(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     route = mock.post(f"{ANTHROPIC}/messages").mock(
         return_value=httpx.Response(200, json=messages_reply())
@@ -238,7 +239,7 @@ async def test_a_provider_that_speaks_messages_gets_a_messages_call(
 
 
 async def test_a_chat_provider_still_gets_a_chat_completion(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     route = mock.post(f"{ANTHROPIC}/chat/completions").mock(
         return_value=httpx.Response(
@@ -255,7 +256,7 @@ async def test_a_chat_provider_still_gets_a_chat_completion(
 
 
 async def test_a_chat_completion_from_a_messages_upstream_is_an_error(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     mock.post(f"{ANTHROPIC}/messages").mock(
         return_value=httpx.Response(200, json={"choices": [{"message": {"content": "x"}}]})
@@ -267,7 +268,7 @@ async def test_a_chat_completion_from_a_messages_upstream_is_an_error(
 
 
 async def test_an_anthropic_error_names_its_type_never_its_text(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     mock.post(f"{ANTHROPIC}/messages").mock(
         return_value=httpx.Response(
@@ -282,7 +283,7 @@ async def test_an_anthropic_error_names_its_type_never_its_text(
 
 
 async def test_a_cut_summary_is_oversized(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     mock.post(f"{ANTHROPIC}/messages").mock(
         return_value=httpx.Response(200, json=messages_reply(stop="max_tokens"))

@@ -28,6 +28,7 @@ from compaction_proxy.config import Settings, UpstreamSettings
 from compaction_proxy.engine import Compactor, FlowRequest, build_flow
 from compaction_proxy.summarizer import HttpSummarizer, SummarizerStats
 from compaction_proxy.summarizer._prefix import PREFIX_MARKER, ForwardedRequest
+from compaction_proxy.upstream import UpstreamTransport
 from compaction_proxy.wire import DEFAULT_FORMAT, CallerKey, Lowered, NativeRequest
 from compaction_proxy.wire.messages._summary import THINKING_HEADROOM
 from tests.fakes.messages.prompt import canonical_bytes
@@ -120,7 +121,7 @@ def upstreams() -> list[UpstreamSettings]:
 
 
 def bound(
-    client: httpx.AsyncClient,
+    client: UpstreamTransport,
     view: DoubleView,
     *,
     native: NativeRequest | None = None,
@@ -171,7 +172,7 @@ def marks(body: Mapping[str, Any]) -> list[str]:
 
 
 async def test_the_call_is_the_requests_own_prefix_in_messages_form(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     route = mock.post(f"{ANTHROPIC}/messages").mock(return_value=reply())
     body = messages_body()
@@ -210,7 +211,7 @@ async def test_the_call_is_the_requests_own_prefix_in_messages_form(
 
 
 async def test_the_shared_objects_are_never_edited(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     route = mock.post(f"{ANTHROPIC}/messages").mock(return_value=reply())
     body = messages_body()
@@ -225,7 +226,7 @@ async def test_the_shared_objects_are_never_edited(
 
 
 async def test_a_forced_tool_choice_becomes_none(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     route = mock.post(f"{ANTHROPIC}/messages").mock(return_value=reply())
     for sent_choice, expected in (
@@ -242,7 +243,7 @@ async def test_a_forced_tool_choice_becomes_none(
 
 
 async def test_a_manual_thinking_budget_is_left_out(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     route = mock.post(f"{ANTHROPIC}/messages").mock(return_value=reply())
     thinking = {"type": "enabled", "budget_tokens": 31_999}
@@ -258,7 +259,7 @@ async def test_a_manual_thinking_budget_is_left_out(
 
 
 async def test_at_four_breakpoints_the_newest_moves_to_the_end(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     route = mock.post(f"{ANTHROPIC}/messages").mock(return_value=reply())
     body = messages_body()
@@ -276,7 +277,7 @@ async def test_at_four_breakpoints_the_newest_moves_to_the_end(
 
 
 async def test_no_breakpoint_is_added_past_four_elsewhere(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     route = mock.post(f"{ANTHROPIC}/messages").mock(return_value=reply())
     tools = [{**tool, "cache_control": EPHEMERAL} for tool in (TOOLS[0], {**TOOLS[0], "name": "R"})]
@@ -288,7 +289,7 @@ async def test_no_breakpoint_is_added_past_four_elsewhere(
 
 
 async def test_made_up_stretch_messages_are_lowered_after_the_clients(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     route = mock.post(f"{ANTHROPIC}/messages").mock(return_value=reply())
     view = lift(messages_body())
@@ -344,7 +345,7 @@ def checkpoint_view() -> tuple[ContextView, list[dict[str, Any]], dict[str, Any]
 
 
 async def test_the_cached_part_is_what_the_whole_request_lowers_to(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     route = mock.post(f"{ANTHROPIC}/messages").mock(return_value=reply())
     view, forwarded, made_up = checkpoint_view()
@@ -365,7 +366,7 @@ async def test_the_cached_part_is_what_the_whole_request_lowers_to(
 
 
 async def test_lowerings_that_do_not_line_up_get_the_transcript(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     route = mock.post(f"{ANTHROPIC}/messages").mock(return_value=reply())
     view = lift(messages_body())
@@ -385,7 +386,7 @@ async def test_lowerings_that_do_not_line_up_get_the_transcript(
 
 
 async def test_a_prefix_the_view_cannot_lower_gets_the_transcript(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     route = mock.post(f"{ANTHROPIC}/messages").mock(return_value=reply())
     view = lift(messages_body())
@@ -405,7 +406,7 @@ async def test_a_prefix_the_view_cannot_lower_gets_the_transcript(
 
 
 async def test_a_prefix_ending_in_a_tool_use_gets_the_transcript(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     """The API wants a tool use's results in the very next message: a prefix cut between the
     two (a view that could not place the results) is not sent."""
@@ -421,7 +422,7 @@ async def test_a_prefix_ending_in_a_tool_use_gets_the_transcript(
     [{"model": "claude-haiku-4-5"}, {"reusePrefix": "never"}],
 )
 async def test_another_model_or_never_gets_the_transcript(
-    mock: respx.MockRouter, client: httpx.AsyncClient, settings: dict[str, Any]
+    mock: respx.MockRouter, client: UpstreamTransport, settings: dict[str, Any]
 ) -> None:
     route = mock.post(f"{ANTHROPIC}/messages").mock(return_value=reply())
     view = lift(messages_body())
@@ -432,7 +433,7 @@ async def test_another_model_or_never_gets_the_transcript(
 
 
 async def test_a_chat_provider_never_gets_the_lifted_view_as_a_prefix(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     """`always` on a chat provider: the view's messages are not chat completions (thinking
     aside, blocks), so the transcript goes, never the view."""
@@ -452,7 +453,7 @@ async def test_a_chat_provider_never_gets_the_lifted_view_as_a_prefix(
 
 
 async def test_a_chat_request_never_gets_a_messages_prefix(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     """`always` with a Messages provider for a chat request: no Messages form of its prefix
     exists, so the transcript goes."""
@@ -476,7 +477,7 @@ async def test_a_chat_request_never_gets_a_messages_prefix(
 
 
 async def test_cache_reads_of_the_prefix_form_are_counted(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     mock.post(f"{ANTHROPIC}/messages").mock(return_value=reply(cached=12_345))
     stats = SummarizerStats()
@@ -489,7 +490,7 @@ async def test_cache_reads_of_the_prefix_form_are_counted(
 
 
 async def test_the_flow_hands_the_native_request_to_the_summarizer(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     """A format whose view is not chat completions (`prefix_summaries` False) still gets the
     prefix form when the route hands the flow the client's own request."""

@@ -27,6 +27,7 @@ from compaction_proxy.summarizer._prefix import (
     place_stretch,
     stretch_end,
 )
+from compaction_proxy.upstream import UpstreamTransport
 
 OPENAI = "https://api.openai.test/v1"
 OTHER = "https://other.test/v1"
@@ -88,7 +89,7 @@ def completion(cached: int | None = None) -> httpx.Response:
 
 
 def summarizer(
-    client: httpx.AsyncClient,
+    client: UpstreamTransport,
     *,
     window: int = 128_000,
     body: dict[str, Any] | None = None,
@@ -120,7 +121,7 @@ def is_transcript(body: dict[str, Any]) -> bool:
 
 
 async def test_the_prefix_is_the_requests_own_messages_byte_for_byte(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     route = mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion())
     await summarizer(client).summarize(SummaryRequest(STRETCH, None, "gpt-4o"))
@@ -140,7 +141,7 @@ async def test_the_prefix_is_the_requests_own_messages_byte_for_byte(
 
 
 async def test_an_update_puts_the_previous_summary_in_the_instruction(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     route = mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion())
     await summarizer(client).summarize(SummaryRequest(STRETCH, "## Goal\nOld goal", "gpt-4o"))
@@ -151,7 +152,7 @@ async def test_an_update_puts_the_previous_summary_in_the_instruction(
 
 
 async def test_a_forced_tool_choice_becomes_none(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     route = mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion())
     body = {"model": "gpt-4o", "messages": MESSAGES, "tools": TOOLS, "tool_choice": "required"}
@@ -160,7 +161,7 @@ async def test_a_forced_tool_choice_becomes_none(
 
 
 async def test_a_different_summarizer_model_gets_the_transcript(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     route = mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion())
     await summarizer(client, model="gpt-4o-mini").summarize(SummaryRequest(STRETCH, None, "gpt-4o"))
@@ -169,7 +170,7 @@ async def test_a_different_summarizer_model_gets_the_transcript(
 
 
 async def test_a_different_provider_gets_the_transcript(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     route = mock.post(f"{OTHER}/chat/completions").mock(return_value=completion())
     await summarizer(client, provider="other").summarize(SummaryRequest(STRETCH, None, "gpt-4o"))
@@ -177,7 +178,7 @@ async def test_a_different_provider_gets_the_transcript(
 
 
 async def test_always_reuses_the_prefix_for_another_model(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     route = mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion())
     await summarizer(client, model="gpt-4o-mini", reusePrefix="always").summarize(
@@ -187,7 +188,7 @@ async def test_always_reuses_the_prefix_for_another_model(
 
 
 async def test_never_gives_the_transcript(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     route = mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion())
     await summarizer(client, reusePrefix="never").summarize(SummaryRequest(STRETCH, None, "gpt-4o"))
@@ -196,7 +197,7 @@ async def test_never_gives_the_transcript(
 
 @pytest.mark.parametrize("mode", ["auto", "always"])
 async def test_a_prefix_too_big_for_the_window_falls_back(
-    mock: respx.MockRouter, client: httpx.AsyncClient, mode: str
+    mock: respx.MockRouter, client: UpstreamTransport, mode: str
 ) -> None:
     route = mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion())
     big = {"role": "tool", "tool_call_id": "c1", "content": "line of log output\n" * 2000}
@@ -210,7 +211,7 @@ async def test_a_prefix_too_big_for_the_window_falls_back(
 
 
 async def test_images_in_the_prefix_get_the_transcript_under_auto(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     route = mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion())
     image = {
@@ -231,7 +232,7 @@ async def test_images_in_the_prefix_get_the_transcript_under_auto(
 
 
 async def test_made_up_stretch_messages_follow_the_cached_part(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     route = mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion())
     # an earlier strategy collapsed the tool-call group into a message the request lacks
@@ -243,7 +244,7 @@ async def test_made_up_stretch_messages_follow_the_cached_part(
 
 
 async def test_an_unplaceable_stretch_gets_the_transcript(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     route = mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion())
     made_up = {"role": "assistant", "content": "[Tool results: read_file]"}
@@ -251,7 +252,7 @@ async def test_an_unplaceable_stretch_gets_the_transcript(
     assert is_transcript(sent(route))
 
 
-async def test_cached_tokens_are_counted(mock: respx.MockRouter, client: httpx.AsyncClient) -> None:
+async def test_cached_tokens_are_counted(mock: respx.MockRouter, client: UpstreamTransport) -> None:
     mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion(cached=384))
     stats = SummarizerStats()
     await summarizer(client, stats=stats).summarize(SummaryRequest(STRETCH, None, "gpt-4o"))
@@ -284,7 +285,7 @@ def test_has_binary() -> None:
 
 
 async def test_a_prefix_the_core_hands_over_is_used_without_a_bound_request(
-    mock: respx.MockRouter, client: httpx.AsyncClient
+    mock: respx.MockRouter, client: UpstreamTransport
 ) -> None:
     route = mock.post(f"{OPENAI}/chat/completions").mock(return_value=completion())
     shared = HttpSummarizer(

@@ -30,7 +30,7 @@ from compaction_proxy.summarizer import (
     SummarySizing,
 )
 from compaction_proxy.summarizer._sizing import smaller_after
-from compaction_proxy.upstream import Overflow
+from compaction_proxy.upstream import Overflow, UpstreamTransport
 from tests.support.processes import tiktoken_cache_dir
 
 LOCAL = "http://local.test/v1"
@@ -123,7 +123,7 @@ class Learned:
         return SummarySizing(ratio=lambda _model: self.ratio, calibrate=calibrate, learn=learn)
 
 
-def summarizer(client: httpx.AsyncClient, learned: Learned) -> HttpSummarizer:
+def summarizer(client: UpstreamTransport, learned: Learned) -> HttpSummarizer:
     upstreams = [UpstreamSettings.model_validate({"name": "local", "base_url": LOCAL})]
     return HttpSummarizer(
         SummarizationSettings.model_validate({"maxSummaryTokens": LIMIT}),
@@ -157,7 +157,7 @@ def answered(mock: respx.MockRouter) -> Mocked:
 
 
 async def test_calls_are_sized_by_the_calibrated_count(
-    answered: Mocked, client: httpx.AsyncClient
+    answered: Mocked, client: UpstreamTransport
 ) -> None:
     """With the calibration known, no call is refused: the prefix form, which fits by our count
     (2,400 tokens) and not by the model's (3,900), gives way to chunks that fit."""
@@ -176,7 +176,7 @@ async def test_calls_are_sized_by_the_calibrated_count(
 
 
 async def test_the_prefix_form_that_fits_by_our_count_alone_is_refused_uncalibrated(
-    answered: Mocked, client: httpx.AsyncClient
+    answered: Mocked, client: UpstreamTransport
 ) -> None:
     """The case the calibration prevents (ratio 1.0: nothing measured yet): the call goes in
     the prefix form, is refused, teaches the window and the ratio, and the summary is made by
@@ -200,7 +200,7 @@ async def test_the_prefix_form_that_fits_by_our_count_alone_is_refused_uncalibra
 
 
 async def test_a_call_refused_again_when_smaller_fails_as_overflow(
-    answered: Mocked, client: httpx.AsyncClient
+    answered: Mocked, client: UpstreamTransport
 ) -> None:
     """Once: a retry refused too is the summary's failure (and the flights' back-off), not a
     series of ever smaller calls."""

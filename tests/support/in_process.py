@@ -75,7 +75,7 @@ async def in_process(config: Mapping[str, Any], *, window: int) -> AsyncIterator
     fake_app = create_app(context_window=window)
     upstream = httpx.AsyncClient(transport=httpx.ASGITransport(app=fake_app))
     settings = Settings.model_validate(config)
-    edge = build_edge(settings, client=upstream, transport=HttpxUpstream(upstream))
+    edge = build_edge(settings, transport=HttpxUpstream(upstream))
     app = ProxyApp(settings, edge)
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy")
     try:

@@ -73,7 +73,7 @@ class _RespxTransport(httpx.AsyncBaseTransport):
 def in_process(config: Settings, client: httpx.AsyncClient) -> ProxyApp:
     """The app built by the production factory around `client` (respx as the upstream), which
     carries the forwarded traffic as well as the proxy's own calls."""
-    edge = build_edge(config, client=client, transport=HttpxUpstream(client))
+    edge = build_edge(config, transport=HttpxUpstream(client))
     return ProxyApp(config, edge)
 
 
@@ -751,8 +751,8 @@ async def test_client_disconnect_during_request_body(h: Harness) -> None:
 
 async def test_lifespan_creates_and_closes_client() -> None:
     app = ProxyApp(settings(upstream_transport="httpx"))
-    client = app.state.client
-    assert not client.is_closed
+    client = app.state.transport
+    assert not client.closed
     inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
     outbox: list[dict[str, Any]] = []
 
@@ -766,10 +766,10 @@ async def test_lifespan_creates_and_closes_client() -> None:
     while not outbox:
         await asyncio.sleep(0)
     assert outbox[0]["type"] == "lifespan.startup.complete"
-    assert not client.is_closed
+    assert not client.closed
     assert app.state.ready
     await inbox.put({"type": "lifespan.shutdown"})
     await asyncio.wait_for(task, 5)
     assert outbox[-1]["type"] == "lifespan.shutdown.complete"
-    assert client.is_closed
+    assert client.closed
     assert not app.state.ready

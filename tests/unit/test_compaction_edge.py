@@ -86,7 +86,7 @@ async def proxy() -> AsyncIterator[Proxy]:
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy")
     yield Proxy(app, mock, client)
     await client.aclose()
-    await app.state.client.aclose()
+    await app.state.transport.aclose()
     app.state.compactor.close()
 
 

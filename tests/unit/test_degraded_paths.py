@@ -166,7 +166,7 @@ async def make(tmp_path: Path) -> AsyncIterator[Build]:
     yield build
     for proxy in built:
         await proxy.client.aclose()
-        await proxy.app.state.client.aclose()
+        await proxy.app.state.transport.aclose()
         await proxy.app.state.store.close()
         proxy.app.state.compactor.close()
 

@@ -205,9 +205,7 @@ async def app() -> AsyncIterator[Build]:
             store={"backend": "memory"},
             compaction=compaction,
         )
-        proxy = ProxyApp(
-            config, build_edge(config, client=outbound, transport=HttpxUpstream(outbound))
-        )
+        proxy = ProxyApp(config, build_edge(config, transport=HttpxUpstream(outbound)))
         inbound = httpx.AsyncClient(
             transport=httpx.ASGITransport(app=proxy), base_url="http://proxy"
         )

@@ -176,7 +176,7 @@ async def edge_for(messages_format: WireFormat) -> AsyncIterator[Any]:
     yield build
     for edge in built:
         await edge.client.aclose()
-        await edge.app.state.client.aclose()
+        await edge.app.state.transport.aclose()
         edge.app.state.compactor.close()
 
 

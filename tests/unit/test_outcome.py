@@ -40,7 +40,6 @@ def _context() -> RequestContext:
         router=None,  # type: ignore[arg-type]
         compactor=None,  # type: ignore[arg-type]
         store=None,  # type: ignore[arg-type]
-        client=None,  # type: ignore[arg-type]
         transport=None,  # type: ignore[arg-type]
         windows=None,  # type: ignore[arg-type]
         flow=None,  # type: ignore[arg-type]

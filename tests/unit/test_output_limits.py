@@ -135,7 +135,7 @@ async def preview() -> AsyncIterator[httpx.AsyncClient]:
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy")
     yield client
     await client.aclose()
-    await app.state.client.aclose()
+    await app.state.transport.aclose()
     app.state.compactor.close()
 
 

@@ -26,7 +26,7 @@ from compaction_proxy.checkpoints import (
 )
 from compaction_proxy.config import Settings, UpstreamSettings
 from compaction_proxy.engine import Compactor
-from compaction_proxy.upstream import Overflow
+from compaction_proxy.upstream import HttpxUpstream, Overflow
 from compaction_proxy.upstream._windows import (
     FAILED_LISTING_SECONDS,
     MIN_LEARNED_WINDOW,
@@ -99,7 +99,7 @@ def _book(
     listing: Listing | None = None,
     clock: Clock | None = None,
 ) -> WindowBook:
-    client = listing.client() if listing is not None else None
+    client = HttpxUpstream(listing.client()) if listing is not None else None
     clock = clock or Clock()
     values = StoredValues(store) if store is not None else None
     return WindowBook(settings, values, lambda: client, clock=clock, monotonic=clock)

@@ -9,8 +9,6 @@ from typing import TYPE_CHECKING
 from compaction_proxy.http import DEFAULT_GRACE_SECONDS, Drain, KnownCallers
 
 if TYPE_CHECKING:
-    import httpx
-
     from compaction_proxy.checkpoints import Archive, CheckpointStore
     from compaction_proxy.config import Settings
     from compaction_proxy.engine import CompactionFlow, Compactor, RecallDesk
@@ -29,10 +27,8 @@ class AppState:
     router: Router
     compactor: Compactor
     store: CheckpointStore
-    # httpx client for the proxy's own calls (the summarizer, published windows); cookie-less,
-    # no default headers.
-    client: httpx.AsyncClient
-    # What forwarding uses (compaction_proxy/upstream/_transport.py).
+    # Every call to an upstream: forwarding and the proxy's own calls (the summarizer,
+    # published windows) (compaction_proxy/upstream/_transport.py).
     transport: UpstreamTransport
     # Learned and discovered context windows (compaction_proxy/upstream/_windows.py).
     windows: WindowBook
@@ -58,9 +54,7 @@ class AppState:
 
     @property
     def ready(self) -> bool:
-        return not (
-            self.shutting_down or self.drain.begun or self.client.is_closed or self.transport.closed
-        )
+        return not (self.shutting_down or self.drain.begun or self.transport.closed)
 
 
 @dataclass(slots=True)

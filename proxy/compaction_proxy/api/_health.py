@@ -69,7 +69,7 @@ async def readiness(state: AppState) -> Ready:
         blocking.append("server")
     else:
         checks["server"] = "ok"
-    closed = state.client.is_closed or state.transport.closed
+    closed = state.transport.closed
     checks["upstream_client"] = "not ready" if closed else "ok"
     if closed:
         blocking.append("upstream_client")

@@ -3,13 +3,11 @@ and the summary flights that share one call per stretch across requests and repl
 
 from __future__ import annotations
 
-import httpx
-
 from compaction_proxy.checkpoints import CheckpointStore, StoredValues, make_archive_store
 from compaction_proxy.compaction import ModelFacts
 from compaction_proxy.config import Settings
 from compaction_proxy.summarizer import HttpSummarizer, SummaryFlights, SummarySizing
-from compaction_proxy.upstream import WindowBook
+from compaction_proxy.upstream import UpstreamTransport, WindowBook
 
 from ._compactor import Compactor
 from ._flow import CompactionFlow
@@ -19,7 +17,7 @@ def build_flow(
     settings: Settings,
     compactor: Compactor,
     store: CheckpointStore | None,
-    client: httpx.AsyncClient,
+    transport: UpstreamTransport,
     windows: WindowBook | None = None,
 ) -> CompactionFlow:
     summarizer = None
@@ -46,7 +44,7 @@ def build_flow(
         )
         summarizer = HttpSummarizer.from_settings(
             settings,
-            client,
+            transport,
             facts_for=facts_for,
             timeout=settings.summarization.timeout,
             tokenizer_for=lambda model: compactor.tokenizers.get(catalog.facts_for(model).encoding),

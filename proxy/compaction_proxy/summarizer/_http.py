@@ -48,7 +48,6 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, Literal
 
-import httpx
 import orjson
 
 from compaction_proxy.compaction.budget import ModelCatalog, ModelFacts
@@ -60,7 +59,15 @@ from compaction_proxy.config.preflight import (
     SUMMARY_RESERVED_PARAMETERS,
     validate_summarization_config,
 )
-from compaction_proxy.upstream import Router, detect_overflow
+from compaction_proxy.upstream import (
+    TRANSPORT_ERRORS,
+    ReplyUnreadable,
+    Router,
+    UpstreamTimeout,
+    UpstreamTransport,
+    call_upstream,
+    detect_overflow,
+)
 from compaction_proxy.wire import (
     DEFAULT_FORMAT,
     CallerKey,
@@ -90,6 +97,8 @@ from ._stats import SummarizerStats, SummaryCallRecord, SummaryCalls
 from ._transcript import SummarizerWindow, TranscriptOptions, fold, plan_chunks, render_blocks
 
 DEFAULT_TIMEOUT_SECONDS = 60.0
+MAX_REPLY_BYTES = 8 << 20
+"""A summary call's reply is read up to this size (a summary is a few thousand tokens)."""
 DEFAULT_MAX_SUMMARY_TOKENS = 4096
 """Output limit when ``maxSummaryTokens`` is unset (LibreChat sends none; an unbounded
 checkpoint defeats its purpose). Clamped to the summarizer model's own output limit."""
@@ -124,7 +133,9 @@ class _Target:
 
 
 class HttpSummarizer:
-    """Implements the core's ``Summarizer`` protocol over the proxy's shared HTTP client.
+    """Implements the core's ``Summarizer`` protocol over the transport that forwards requests
+    (one connection pool and the ``upstreams[].timeouts`` of each upstream;
+    ``summarization.timeout`` bounds the whole call).
 
     Build one at start-up; per request call :meth:`bind` with the caller's ``Authorization``
     header value and hand the bound instance to the core. ``facts_for`` gives the summarizer
@@ -137,7 +148,7 @@ class HttpSummarizer:
         self,
         settings: SummarizationSettings,
         upstreams: Sequence[UpstreamSettings],
-        client: httpx.AsyncClient,
+        transport: UpstreamTransport,
         *,
         facts_for: Callable[[str], ModelFacts] | None = None,
         tokenizer_for: Callable[[str], Tokenizer] | None = None,
@@ -162,7 +173,7 @@ class HttpSummarizer:
                     f"upstream {self._provider.name!r}: api {self._provider.api!r} is not an "
                     f"API the proxy speaks; known: {', '.join(api_names())}"
                 )
-        self._client = client
+        self._transport = transport
         self._facts_for = facts_for or ModelCatalog().facts_for
         estimator = CharacterEstimatorTokenizer()
         self._tokenizer_for = tokenizer_for or (lambda _model: estimator)
@@ -183,11 +194,11 @@ class HttpSummarizer:
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, client: httpx.AsyncClient, **options: Any
+        cls, settings: Settings, transport: UpstreamTransport, **options: Any
     ) -> HttpSummarizer:
         """From the whole configuration (validated first)."""
         validate_summarization_config(settings)
-        return cls(settings.summarization, settings.upstreams, client, **options)
+        return cls(settings.summarization, settings.upstreams, transport, **options)
 
     @property
     def prompt_version(self) -> str:
@@ -524,26 +535,31 @@ class HttpSummarizer:
         where = f"summarizer upstream '{upstream.name}'"
         try:
             async with asyncio.timeout(self._timeout):
-                response = await self._client.post(
+                response = await call_upstream(
+                    self._transport,
+                    "POST",
                     f"{upstream.url}{call.path}",
-                    content=orjson.dumps(body),
-                    headers=headers,
-                    timeout=httpx.Timeout(self._timeout),
+                    headers,
+                    orjson.dumps(body),
+                    upstream.timeouts,
+                    limit=MAX_REPLY_BYTES,
                 )
-        except (TimeoutError, httpx.TimeoutException) as exc:
+        except UpstreamTimeout as exc:
+            raise SummaryError("timeout", f"{where} ({model}): {exc.description}") from exc
+        except TimeoutError as exc:
             raise SummaryError(
                 "timeout", f"{where} ({model}): no answer within {self._timeout:g} s"
             ) from exc
-        except httpx.HTTPError as exc:
+        except ReplyUnreadable as exc:
+            raise SummaryError("error", f"{where} ({model}): {exc}") from exc
+        except TRANSPORT_ERRORS as exc:
             raise SummaryError(
                 "error", f"{where} ({model}): request failed ({type(exc).__name__})"
             ) from exc
-        if not 200 <= response.status_code < 300:
-            failed = f"{where} ({model}): HTTP {response.status_code}{error_code(response.content)}"
-            # httpx has inflated the body already: no content encoding left to undo.
-            overflow = detect_overflow(
-                response.status_code, response.content, None, target.refusals
-            )
+        if not 200 <= response.status < 300:
+            failed = f"{where} ({model}): HTTP {response.status}{error_code(response.content)}"
+            # The call read the body decoded: no content coding left to undo.
+            overflow = detect_overflow(response.status, response.content, None, target.refusals)
             if overflow is not None:
                 raise SummaryOverflow(f"{failed}: refused as too long", overflow, sent)
             raise SummaryError("error", failed)

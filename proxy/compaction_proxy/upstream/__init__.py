@@ -6,12 +6,15 @@ about its windows.
 * ``_headers``: the upstream URL for a path, the headers that go up and come back;
 * ``_transport``: the HTTP client behind one small interface (aiohttp by default, httpx),
   every upstream timeout named when it runs out; plumbing, reading only the configuration;
+* ``_calls``: the proxy's own calls (a summary, a model listing) over that same transport,
+  the reply read whole and decoded (``_codings``);
 * ``_failures``: a failure to reach an upstream as the client reads it (502, 504);
 * ``_overflow``: an upstream's refusal of a prompt too long for its window, recognised;
 * ``_windows``: :class:`WindowBook`, each model's window (configured, learned from a refusal,
   or published, as ``_published_windows`` reads an upstream's ``GET /models``).
 """
 
+from ._calls import CallReply, ReplyUnreadable, call_upstream
 from ._failures import UpstreamFailure, classify_error
 from ._headers import HOP_BY_HOP, response_headers, upstream_headers, upstream_url, with_listed
 from ._overflow import MAX_ERROR_BODY, Overflow, detect_overflow
@@ -40,9 +43,11 @@ __all__ = [
     "TRANSPORT_ERRORS",
     "AiohttpUpstream",
     "Body",
+    "CallReply",
     "HttpxUpstream",
     "ModelRead",
     "Overflow",
+    "ReplyUnreadable",
     "Router",
     "UpstreamFailure",
     "UpstreamReply",
@@ -51,6 +56,7 @@ __all__ = [
     "UpstreamTransport",
     "Window",
     "WindowBook",
+    "call_upstream",
     "classify_error",
     "detect_overflow",
     "json_model",

@@ -19,18 +19,19 @@ from __future__ import annotations
 
 import json
 import re
-import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from compaction_proxy.wire import RefusalText
 
+from ._codings import decode_content
+
 #: Error bodies longer than this (as received) are not inspected: real refusals are a few
 #: hundred bytes, and scanning megabytes on every failed request is not worth it.
 MAX_ERROR_BODY: int = 65_536
 
-#: A compressed body may inflate to at most this many bytes; beyond it we give up instead of
-#: letting a small hostile body expand without bound.
+#: A compressed error body may inflate to at most this many bytes; beyond it we give up instead
+#: of letting a small hostile body expand without bound.
 MAX_INFLATED: int = 1 << 20
 
 #: `Overflow.message` keeps this many characters: enough for logs, bounded for headers/metrics.
@@ -263,7 +264,7 @@ def detect_overflow(
         return None
     if len(body) > MAX_ERROR_BODY:
         return None
-    raw = _decode(body, content_encoding)
+    raw = decode_content(body, content_encoding, limit=MAX_INFLATED)
     if raw is None:
         return None
     try:
@@ -321,39 +322,6 @@ def _own_refusal(refusals: Sequence[RefusalText], message: str) -> Overflow | No
 
 def _count(text: str | None) -> int | None:
     return int(text.replace(",", "")) if text else None
-
-
-def _decode(body: bytes, content_encoding: str | None) -> bytes | None:
-    """Undo gzip/deflate (in the order the header lists them); None for anything else."""
-    codings = [c.strip().lower() for c in (content_encoding or "").split(",")]
-    data = body
-    for coding in reversed([c for c in codings if c and c != "identity"]):
-        if coding in ("gzip", "x-gzip"):
-            inflated = _inflate(data, (31,))
-        elif coding == "deflate":
-            # The header means zlib-wrapped deflate, but some servers send the raw stream.
-            inflated = _inflate(data, (15, -15))
-        else:
-            return None  # brotli, zstd, compress...: not worth a dependency for an error body
-        if inflated is None:
-            return None
-        data = inflated
-    return data
-
-
-def _inflate(data: bytes, window_bits: tuple[int, ...]) -> bytes | None:
-    for bits in window_bits:
-        inflater = zlib.decompressobj(bits)
-        try:
-            out = inflater.decompress(data, MAX_INFLATED + 1)
-        except zlib.error:
-            continue
-        if len(out) > MAX_INFLATED:
-            return None
-        if inflater.eof:
-            return out
-        # A stream cut short: the message may be cut too, so do not guess from it.
-    return None
 
 
 def _read_refusal(text: str) -> _Refusal | None:

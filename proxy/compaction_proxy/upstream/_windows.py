@@ -45,11 +45,11 @@ from compaction_proxy.compaction import ModelCatalog
 from compaction_proxy.compaction.errors import CompactionProxyError
 from compaction_proxy.wire import BEARER, CallerKey, UpstreamAuth, WindowOption
 
+from ._calls import ReplyUnreadable, call_upstream
 from ._published_windows import parse_models_listing
+from ._transport import UpstreamTransport
 
 if TYPE_CHECKING:
-    import httpx
-
     from compaction_proxy.config import Settings, UpstreamSettings
 
     from ._overflow import Overflow
@@ -148,7 +148,7 @@ class WindowBook:
         self,
         settings: Settings,
         store: StoredValues | None,
-        client: Callable[[], httpx.AsyncClient | None],
+        transport: Callable[[], UpstreamTransport | None],
         *,
         catalog: ModelCatalog | None = None,
         clock: Callable[[], float] = time.time,
@@ -156,7 +156,7 @@ class WindowBook:
     ) -> None:
         self.settings = settings.windows
         self.store = store
-        self._client = client
+        self._transport = transport
         self._clock = clock
         self._monotonic = monotonic
         self._default = settings.default_context_window
@@ -330,7 +330,7 @@ class WindowBook:
         wait: bool,
         may_read: bool,
     ) -> int | None:
-        if not self.settings.discover or self._client() is None:
+        if not self.settings.discover or self._transport() is None:
             return None
         listing = self._listings.get(upstream.name)
         tokens = listing.windows.get(model) if listing is not None else None
@@ -381,32 +381,30 @@ class WindowBook:
     ) -> dict[str, int]:
         """The upstream's `GET /models`, with its own `api_key` sent the way the request's
         format says, else the caller's key as it came."""
-        client = self._client()
-        if client is None:
-            raise RuntimeError("the HTTP client is not started")
+        transport = self._transport()
+        if transport is None:
+            raise RuntimeError("the upstream transport is not started")
         headers = {"accept": "application/json", **dict(auth.version)}
         if upstream.api_key is not None:
             headers[auth.header] = auth.value(upstream.api_key.get_secret_value())
         elif caller is not None:
             headers[caller.header] = caller.value
-        request = client.build_request(
-            "GET",
-            upstream.url + "/models",
-            headers=headers,
-            timeout=self.settings.discovery_timeout,
-        )
-        response = await client.send(request, stream=True)
         try:
-            if response.status_code != 200:
-                raise ListingUnavailable(f"status {response.status_code}")
-            body = bytearray()
-            async for chunk in response.aiter_bytes():
-                body += chunk
-                if len(body) > MAX_LISTING_BYTES:
-                    raise ListingUnavailable("listing too large")
-        finally:
-            await response.aclose()
-        return parse_models_listing(bytes(body))
+            async with asyncio.timeout(self.settings.discovery_timeout):
+                reply = await call_upstream(
+                    transport,
+                    "GET",
+                    upstream.url + "/models",
+                    headers,
+                    b"",
+                    upstream.timeouts,
+                    limit=MAX_LISTING_BYTES,
+                )
+        except ReplyUnreadable as exc:
+            raise ListingUnavailable(str(exc)) from exc
+        if reply.status != 200:
+            raise ListingUnavailable(f"status {reply.status}")
+        return parse_models_listing(reply.content)
 
     async def close(self) -> None:
         """Cancels listing reads still in flight (at shutdown, before the client closes)."""
