@@ -4,7 +4,7 @@
 
 The SDKs send ``Accept-Encoding: gzip, deflate``; an upstream that compresses then hands the
 proxy gzip bytes that it relays untouched. Calibration needs the reply's usage, so either the
-probe decompresses on the side (compaction_proxy/api/_usage.py), or the proxy asks the upstream for
+probe decompresses on the side (compaction_proxy/upstream/_usage.py), or the proxy asks the upstream for
 ``identity`` and the client gets the reply uncompressed. This measures, per reply, the probe's
 CPU time on identity and gzip bodies (JSON replies, and SSE streams fed event by event as a
 server flushes them), and the bytes each encoding puts on the wire.
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import orjson
 
-from compaction_proxy.api._usage import UsageProbe
+from compaction_proxy.upstream import UsageProbe
 
 
 def _json_reply(completion_words: int) -> bytes:

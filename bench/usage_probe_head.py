@@ -4,7 +4,7 @@
 
 A Messages stream states the prompt's usage in ``message_start``; Anthropic repeats it,
 cumulatively, in ``message_delta`` at the end, llama.cpp states only ``output_tokens`` there. So
-for a format with ``usage_at_start`` the probe (compaction_proxy/api/_usage.py) keeps a
+for a format with ``usage_at_start`` the probe (compaction_proxy/upstream/_usage.py) keeps a
 stream's first 16 KiB besides its last 4 KiB. This measures, per stream fed event by event as a
 server flushes it, the probe's CPU time with the tail alone and with the head too, on the fake
 Messages upstream's own events (tests/fakes/messages/render.py).
@@ -20,7 +20,7 @@ import statistics
 import time
 from pathlib import Path
 
-from compaction_proxy.api._usage import UsageProbe
+from compaction_proxy.upstream import UsageProbe
 from compaction_proxy.wire.messages._sizes import anthropic_usage_tokens
 from tests.fakes.messages import render
 

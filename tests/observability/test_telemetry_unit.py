@@ -1,6 +1,6 @@
 """The pieces of observability on their own: usage probe, prices, label cap, reconciliation.
 
-The usage probe lives beside the forwarder (compaction_proxy/api/_usage.py); the rest in
+The usage probe lives beside the forwarder (compaction_proxy/upstream/_usage.py); the rest in
 compaction_proxy/observability/.
 """
 
@@ -14,7 +14,6 @@ import orjson
 import pytest
 
 from compaction_proxy.api import Finished
-from compaction_proxy.api._usage import UsageProbe
 from compaction_proxy.compaction.chat_messages import last_user_text
 from compaction_proxy.compaction.report import CompactionReport, StrategyFailure, StrategyReport
 from compaction_proxy.compaction.settings import SummarizationSettings
@@ -31,7 +30,7 @@ from compaction_proxy.summarizer import (
     SummaryCallRecord,
     SummaryCalls,
 )
-from compaction_proxy.upstream import HttpxUpstream
+from compaction_proxy.upstream import HttpxUpstream, UsageProbe
 from tests.observability.traffic import parse_metrics, value
 
 # ------------------------------------------------------------------ usage probe

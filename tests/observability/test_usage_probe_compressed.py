@@ -13,7 +13,7 @@ import zlib
 import orjson
 import pytest
 
-from compaction_proxy.api._usage import UsageProbe
+from compaction_proxy.upstream import UsageProbe
 
 CHUNK_SIZES = (1, 7, 100, 4096, 1 << 20)
 

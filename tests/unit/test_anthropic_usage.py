@@ -1,5 +1,5 @@
 """The prompt's size in Anthropic's replies (compaction_proxy/wire/messages/_sizes.py) and the usage
-probe reading a stream's first events (compaction_proxy/api/_usage.py, ``at_start``).
+probe reading a stream's first events (compaction_proxy/upstream/_usage.py, ``at_start``).
 
 The streams are the fake Messages upstream's own (tests/fakes/messages/render.py), so they stay
 in step with what the integration tests' server sends.
@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
-from compaction_proxy.api._usage import UsageProbe
+from compaction_proxy.upstream import UsageProbe
 from compaction_proxy.wire.messages._sizes import anthropic_usage_tokens
 from tests.fakes.messages import render
 from tests.fakes.messages.app import Settings, validate_settings

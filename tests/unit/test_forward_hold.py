@@ -10,9 +10,8 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from compaction_proxy.api._forward import forward, send_held
 from compaction_proxy.config import UpstreamSettings
-from compaction_proxy.upstream import MAX_ERROR_BODY
+from compaction_proxy.upstream import MAX_ERROR_BODY, forward, send_held
 
 UPSTREAM = UpstreamSettings(name="up", base_url="http://upstream.test/v1")  # type: ignore[arg-type]
 HOLD = frozenset({400, 413, 422})

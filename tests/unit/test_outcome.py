@@ -14,9 +14,9 @@ import pytest
 
 from compaction_proxy.api import AppState, RequestContext, RouteOutcome, finished
 from compaction_proxy.api._attempts import Attempt
-from compaction_proxy.api._forward import Outcome
 from compaction_proxy.api._outcome import relayed
 from compaction_proxy.config import Settings
+from compaction_proxy.upstream import Outcome
 
 
 @pytest.mark.parametrize("cls", [Outcome, Attempt, RouteOutcome])

@@ -11,10 +11,10 @@ from typing import Any
 
 import orjson
 
-from compaction_proxy.api._forward import HeldReply, Outcome
 from compaction_proxy.api._recall import LIMIT_TEXT, UNFIT_TEXT, RecallOffer, Rounds, settle
 from compaction_proxy.compaction import RecallSettings
 from compaction_proxy.engine import Recallable
+from compaction_proxy.upstream import HeldReply, Outcome
 from compaction_proxy.wire import DEFAULT_FORMAT
 from compaction_proxy.wire.recall import RecallAnswer, RecallCall
 

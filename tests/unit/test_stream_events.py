@@ -1,4 +1,4 @@
-"""The SSE event relay (compaction_proxy/api/_stream_events.py): whole events only, the same
+"""The SSE event relay (compaction_proxy/upstream/_stream_events.py): whole events only, the same
 bytes, and the error event that ends a stream the proxy must end."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compaction_proxy.api import _stream_events as stream_events
-from compaction_proxy.api._stream_events import EventRelay
 from compaction_proxy.http import ProxyError
+from compaction_proxy.upstream import _stream_events as stream_events
+from compaction_proxy.upstream._stream_events import EventRelay
 from compaction_proxy.wire.chat import CHAT as CHAT_FORMAT
 from compaction_proxy.wire.messages import MESSAGES
 from compaction_proxy.wire.responses import RESPONSES as RESPONSES_FORMAT

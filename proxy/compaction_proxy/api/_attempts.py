@@ -26,10 +26,14 @@ from compaction_proxy.http import Receive, Scope, Send
 from compaction_proxy.summarizer import SummaryCalls
 from compaction_proxy.upstream import (
     MIN_LEARNED_WINDOW,
+    REFUSAL_STATUSES,
     SHRINK,
+    Outcome,
     Overflow,
     Window,
     detect_overflow,
+    post_upstream,
+    send_held,
     window_after_refusal,
 )
 from compaction_proxy.wire import (
@@ -43,9 +47,7 @@ from compaction_proxy.wire import (
 from compaction_proxy.wire.recall import RecallWire
 
 from ._context import RequestContext
-from ._forward import Outcome, send_held
 from ._outcome import RouteOutcome, relayed
-from ._posting import REFUSAL_STATUSES, post_upstream
 from ._recall import OK_STATUSES, RECALL_HOLD, Forwarded, RecallOffer, offer_for, recalled
 from ._requests import (
     caller_key,

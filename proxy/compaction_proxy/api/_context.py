@@ -86,5 +86,15 @@ class RequestContext:
     archived: int = 0  # originals the compaction archived (docs/recall.md)
 
     @property
+    def transport(self) -> UpstreamTransport:
+        """The transport its upstream calls go through (what ``post_upstream`` needs)."""
+        return self.state.transport
+
+    @property
+    def proxy_keys(self) -> tuple[str, ...]:
+        """The proxy's own keys, never sent upstream (what ``post_upstream`` needs)."""
+        return self.state.proxy_keys
+
+    @property
     def elapsed_ms(self) -> float:
         return (time.perf_counter() - self.started) * 1000.0

@@ -33,7 +33,7 @@ from compaction_proxy.compaction.chat_messages import last_user_text
 from compaction_proxy.config import UpstreamSettings
 from compaction_proxy.engine import FlowRequest
 from compaction_proxy.http import Receive, Scope, Send, read_body, send_bytes
-from compaction_proxy.upstream import Window, json_model
+from compaction_proxy.upstream import Window, json_model, post_upstream
 from compaction_proxy.wire import ClientBody, ContextEdits, View, WireFormat
 
 from ._attempts import Subject, compacted_body, edit_notes, traits
@@ -41,7 +41,6 @@ from ._context import AppState, RequestContext
 from ._context_edits import context_edits
 from ._limits import compacted_model, size_limits
 from ._outcome import RouteOutcome, relayed
-from ._posting import post_upstream
 from ._recall import offer_for
 from ._requests import (
     compaction_mode,

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ._forward import Outcome
+from compaction_proxy.upstream import Outcome
+
 from ._recall_stats import RecallStats
 
 if TYPE_CHECKING:

@@ -36,11 +36,17 @@ from compaction_proxy.http import (
     header,
     too_large,
 )
-from compaction_proxy.upstream import ModelRead, json_model, upstream_headers, upstream_url
+from compaction_proxy.upstream import (
+    ModelRead,
+    StreamedBody,
+    forward,
+    json_model,
+    upstream_headers,
+    upstream_url,
+)
 from compaction_proxy.wire import BEARER, BOM, FieldReader, Unreadable, boundary_of, format_under
 
 from ._context import RequestContext
-from ._forward import StreamedBody, forward
 from ._outcome import RouteOutcome, relayed
 from ._requests import readable_encoding, route
 

@@ -33,15 +33,20 @@ from compaction_proxy.compaction import RecallSettings
 from compaction_proxy.config import UpstreamSettings
 from compaction_proxy.engine import Recallable
 from compaction_proxy.http import Receive, Scope, Send
-from compaction_proxy.upstream import Window
+from compaction_proxy.upstream import (
+    REFUSAL_STATUSES,
+    HeldReply,
+    Outcome,
+    UsageProbe,
+    Window,
+    post_upstream,
+    send_held,
+)
 from compaction_proxy.wire import WireFormat
 from compaction_proxy.wire.recall import RECALL, RECALL_TOOL, RecallAnswer, RecallTurn, RecallWire
 
 from ._context import RequestContext
-from ._forward import HeldReply, Outcome, send_held
-from ._posting import REFUSAL_STATUSES, post_upstream
 from ._recall_stats import RecallStats
-from ._usage import UsageProbe
 
 log = logging.getLogger("compaction_proxy.recall")
 

@@ -10,7 +10,7 @@ uvicorn would (:attr:`Drain.cut_after`), so each gets an answer a client underst
 * not answered yet: a 503 in OpenAI's error shape with ``Retry-After`` (the SDKs retry it,
   and behind a load balancer the retry reaches another instance);
 * a stream already started: an error event in the route's own format after the last whole
-  event (``compaction_proxy/api/_stream_events.py``), then the stream's proper end;
+  event (``compaction_proxy/upstream/_stream_events.py``), then the stream's proper end;
 * a JSON reply whose body is already being relayed is left to finish: it is nearly done.
 
 Nothing of this is a crash: one warning says how many requests were cut, and each one's access

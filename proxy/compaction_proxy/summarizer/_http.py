@@ -46,7 +46,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import Any, Literal
+from typing import Any
 
 import orjson
 
@@ -56,7 +56,6 @@ from compaction_proxy.compaction.summarizer_contract import SummaryError, Summar
 from compaction_proxy.compaction.tokens import CharacterEstimatorTokenizer, Tokenizer
 from compaction_proxy.config import ConfigError, Settings, UpstreamSettings, find_upstream
 from compaction_proxy.config.preflight import (
-    SUMMARY_RESERVED_PARAMETERS,
     validate_summarization_config,
 )
 from compaction_proxy.upstream import (
@@ -80,6 +79,7 @@ from compaction_proxy.wire import (
     format_for_api,
 )
 
+from ._parameters import LimitParam, split_parameters
 from ._prefix import (
     ForwardedRequest,
     fits,
@@ -106,8 +106,6 @@ MAX_CHUNKS = 16
 """At most this many summarizer calls for one stretch: a bigger one is refused, not paid for."""
 OFF_LOOP_MESSAGES = 2_000
 """A summary request this long is prepared on a worker thread."""
-
-LimitParam = Literal["max_completion_tokens", "max_tokens"]
 
 log = logging.getLogger("compaction_proxy.summaries")
 
@@ -183,7 +181,7 @@ class HttpSummarizer:
         self._sizing = sizing or SummarySizing()
         self.prompts = PromptSet.from_config(settings.prompt, settings.update_prompt)
         self.stats = stats or SummarizerStats()
-        self._parameters, self._limit, self._limit_param = _split_parameters(
+        self._parameters, self._limit, self._limit_param = split_parameters(
             settings.parameters, settings.max_summary_tokens, limit_param
         )
         self._caller_key: CallerKey | None = None
@@ -573,31 +571,3 @@ class HttpSummarizer:
             usage,
             salvaged=target.salvaged,
         )
-
-
-def _split_parameters(
-    parameters: Mapping[str, Any],
-    max_summary_tokens: int | None,
-    limit_param: LimitParam | None,
-) -> tuple[dict[str, Any], int | None, LimitParam]:
-    """(body parameters, output limit, name of the limit field).
-
-    ``parameters.maxSummaryTokens`` wins over the top-level key and is not sent (LibreChat's
-    rule). A ``max_tokens`` or ``max_completion_tokens`` in ``parameters`` picks the field name
-    (older OpenAI-compatible servers know only ``max_tokens``) and is the limit when
-    ``maxSummaryTokens`` is unset.
-    """
-    body = {k: v for k, v in parameters.items() if k not in SUMMARY_RESERVED_PARAMETERS}
-    limit = max_summary_tokens
-    override = body.pop("maxSummaryTokens", None)
-    if isinstance(override, int) and not isinstance(override, bool) and override > 0:
-        limit = override
-    chosen: LimitParam = limit_param or "max_completion_tokens"
-    for name in ("max_tokens", "max_completion_tokens"):
-        if name in body:
-            value = body.pop(name)
-            if limit_param is None:
-                chosen = name
-            if limit is None and isinstance(value, int) and not isinstance(value, bool):
-                limit = value
-    return body, limit, chosen

@@ -413,14 +413,14 @@ class WireFormat(Protocol):
     def usage_at_start(self) -> bool:
         """Whether a stream states the prompt's usage in its first event(s) (Anthropic's
         ``message_start``), so the relay reads them as well as the stream's last events
-        (compaction_proxy/api/_usage.py)."""
+        (compaction_proxy/upstream/_usage.py)."""
         ...
 
     def ends_stream(self, event: Event) -> bool:
         """Whether ``event`` (compaction_proxy/wire/sse.py) is the one that ends this format's
         streams (chat: ``data: [DONE]``; Responses: ``response.completed``, ``.failed`` or
         ``.incomplete``; Messages: ``message_stop``): a client that has it was answered in full
-        (compaction_proxy/api/_stream_events.py)."""
+        (compaction_proxy/upstream/_stream_events.py)."""
         ...
 
     def window_option(self, model: str, headers: Headers) -> WindowOption | None:

@@ -2,8 +2,8 @@
 
 The recall loop reads a held reply whole (``wire/chat/_recall.py``,
 ``wire/responses/_recall.py``, ``wire/messages/_recall.py``); the relay cuts a reply it
-forwards only at event boundaries and reads its last event (``api/_stream_events.py``); the
-usage probe reads the events it kept of a stream's start and end (``api/_usage.py``). Each
+forwards only at event boundaries and reads its last event (``upstream/_stream_events.py``); the
+usage probe reads the events it kept of a stream's start and end (``upstream/_usage.py``). Each
 reads the events here, split as the SDKs' decoders split them: lines end in CRLF, LF or CR; a
 blank line ends an event; a ``data`` line's value is what follows its colon, less one leading
 space, and an event's ``data`` lines are joined with LF. Which event ends a stream, and where

@@ -15,7 +15,7 @@ in Anthropic's shape.
 The relay also knows whether the last event it sent ends the reply (the event any format's
 streams end with, ``WireFormat.ends_stream``: ``data: [DONE]``, ``response.completed``,
 ``response.failed``, ``response.incomplete``, Anthropic's ``message_stop``): a client that
-closes right after it has been answered in full (compaction_proxy/api/_forward.py). Events are
+closes right after it has been answered in full (compaction_proxy/upstream/_relay.py). Events are
 cut and read by the one SSE reader (compaction_proxy/wire/sse.py).
 """
 

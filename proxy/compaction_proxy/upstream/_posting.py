@@ -4,15 +4,32 @@ what the attempts, the recall loop's hidden rounds and the token count share."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Protocol
 
 from compaction_proxy.config import UpstreamSettings
 from compaction_proxy.http import Receive, Scope, Send
-from compaction_proxy.upstream import upstream_headers, upstream_url, with_listed
 from compaction_proxy.wire import WireFormat
 
-from ._context import RequestContext
-from ._forward import Outcome, forward
+from ._headers import upstream_headers, upstream_url, with_listed
+from ._relay import Outcome, forward
+from ._transport import UpstreamTransport
 from ._usage import UsageFormat
+
+
+class Caller(Protocol):
+    """What a POST needs of the request it is made for (the route's request context): the
+    transport, whether the proxy authenticated the caller (its key then never goes up), and
+    the proxy's own keys (never sent upstream)."""
+
+    @property
+    def transport(self) -> UpstreamTransport: ...
+
+    @property
+    def authenticated(self) -> bool: ...
+
+    @property
+    def proxy_keys(self) -> tuple[str, ...]: ...
+
 
 REFUSAL_STATUSES = frozenset({400, 413, 422})
 """Statuses an overflow refusal comes with (vLLM, llama.cpp, OpenAI: 400; TGI: 422; some
@@ -20,7 +37,7 @@ gateways: 413). Only these replies are held back and read; every other one strea
 
 
 async def post_upstream(
-    ctx: RequestContext,
+    ctx: Caller,
     scope: Scope,
     receive: Receive,
     send: Send,
@@ -40,7 +57,7 @@ async def post_upstream(
     header, its error shape) and relay the reply (:func:`forward`); ``listed``: values the
     format's amendment appends to a comma-separated header (a beta it needs)."""
     return await forward(
-        ctx.state.transport,
+        ctx.transport,
         upstream,
         scope,
         receive,
@@ -54,7 +71,7 @@ async def post_upstream(
                     upstream,
                     strip_authorization=ctx.authenticated,
                     auth=wire.auth,
-                    proxy_keys=ctx.state.proxy_keys,
+                    proxy_keys=ctx.proxy_keys,
                 ),
                 listed,
             ),

@@ -8,7 +8,7 @@ A client that goes away after the reply's last byte has not gone away: Codex CLI
 connection right after ``response.completed``, while the upstream's transfer has yet to end.
 Such a reply was delivered (every byte of its declared length, a stream's final event, a JSON
 body that parses whole): it is a 200 in the access log and its usage is read for calibration.
-Streams are relayed whole event by whole event (compaction_proxy/api/_stream_events.py), which
+Streams are relayed whole event by whole event (compaction_proxy/upstream/_stream_events.py), which
 is also what tells their final event.
 """
 
@@ -32,19 +32,13 @@ from compaction_proxy.http import (
     send_bytes,
     shutdown_error,
 )
-from compaction_proxy.upstream import (
-    MAX_ERROR_BODY,
-    TRANSPORT_ERRORS,
-    Body,
-    UpstreamReply,
-    UpstreamRequest,
-    UpstreamTransport,
-    classify_error,
-    response_headers,
-)
 from compaction_proxy.wire import WireFormat
 
+from ._failures import classify_error
+from ._headers import response_headers
+from ._overflow import MAX_ERROR_BODY
 from ._stream_events import EventRelay
+from ._transport import TRANSPORT_ERRORS, Body, UpstreamReply, UpstreamRequest, UpstreamTransport
 from ._usage import UsageFormat, UsageProbe
 
 log = logging.getLogger("compaction_proxy.forward")
