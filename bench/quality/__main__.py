@@ -616,7 +616,16 @@ def main(argv: list[str] | None = None) -> int:
         upstream = UpstreamServer(work / "upstream.log").start()
         try:
             config = base_config(upstream, relay, work)
-            results = [run_variant(v, config, corpus, upstream, relay, work) for v in chosen]
+            results: list[VariantResult] = []
+            for variant in chosen:
+                results.append(run_variant(variant, config, corpus, upstream, relay, work))
+                if args.out and len(results) < len(chosen):
+                    # A long run (a model on 2 cores) keeps what it finished if it is cut.
+                    done = report(
+                        args, corpus, results, relay, setup_seconds, time.monotonic() - began, speed
+                    )
+                    note = f"\n_Partial: {len(results)} of {len(chosen)} variants so far._\n"
+                    args.out.write_text(done + note, encoding="utf-8")
         finally:
             upstream.stop()
             relay.stop()
