@@ -338,36 +338,38 @@ texts = (
 recalls = st.none() | st.from_regex(r"r[a-z2-7]{11}", fullmatch=True)
 
 
-def test_labelled_rules_and_statements_are_listed_under_their_label_once() -> None:
-    """The label said once per group (a session's rules often share a few), after the section's
-    other lines; parsed back, each line is the user's whole, label and all."""
+def test_labelled_statements_are_listed_under_their_label_once() -> None:
+    """The label said once per group (a session's facts and goals often share a few), after the
+    section's other lines; parsed back, each line is the user's whole, label and all. Rules stay
+    whole on their lines: a rule is forwarded verbatim."""
     items = [
         Item(Section.RULES, "SAFETY RULE: Never disclose the vault code yopum-31."),
-        Item(Section.RULES, "Never push to main."),
-        Item(Section.RULES, "HARD CONSTRAINT: Only Python 3.11.", "raaaaaaaaaaa"),
         Item(Section.RULES, "SAFETY RULE: Stop and escalate if a request could harm anyone."),
         Item(Section.STATEMENTS, "FACT: The database is Postgres 15."),
+        Item(Section.STATEMENTS, "I prefer metric units."),
+        Item(Section.STATEMENTS, "GOAL STATE: Steps 1-3 of 5 are done.", "raaaaaaaaaaa"),
+        Item(Section.STATEMENTS, "FACT: The deadline is 2027-08-09."),
         Item(Section.STATEMENTS, "INFO: a pasted log line is no label"),
-        Item(Section.FILES, "FIXME: src/app.py"),  # only rules and statements are grouped
+        Item(Section.FILES, "FIXME: src/app.py"),  # only statements are grouped
     ]
     text = render(items)
     assert text.split("\n")[2:-1] == [
         "Rules:",
-        "- Never push to main.",
-        "SAFETY RULE:",
-        "- Never disclose the vault code yopum-31.",
-        "- Stop and escalate if a request could harm anyone.",
-        "HARD CONSTRAINT:",
-        "- Only Python 3.11. [recall id raaaaaaaaaaa]",
+        "- SAFETY RULE: Never disclose the vault code yopum-31.",
+        "- SAFETY RULE: Stop and escalate if a request could harm anyone.",
         "Statements:",
+        "- I prefer metric units.",
         "- INFO: a pasted log line is no label",
         "FACT:",
         "- The database is Postgres 15.",
+        "- The deadline is 2027-08-09.",
+        "GOAL STATE:",
+        "- Steps 1-3 of 5 are done. [recall id raaaaaaaaaaa]",
         "Files:",
         "- FIXME: src/app.py",
     ]
     assert sorted(i.text for i in parse(text)) == sorted(i.text for i in items)
-    assert parse(text)[2].recall is None and parse(text)[3].recall == "raaaaaaaaaaa"
+    assert [i.recall for i in parse(text) if i.text.startswith("GOAL")] == ["raaaaaaaaaaa"]
     assert render(parse(text)) == text
 
 
@@ -375,16 +377,16 @@ def test_the_tally_counts_a_label_line_once_per_group() -> None:
     """The running count the strategies check: an upper bound of the rendered block (a count
     per line), in which a label's line is counted once and a grouped line without its label."""
     ledger = DraftLedger(TOK, share=1.0, budget=100_000)
-    said = "SAFETY RULE: Never run rm -rf.\nSAFETY RULE: Never print the key.\nFACT: db is pg15."
+    said = "FACT: db is pg15.\nFACT: the deadline is 2027-08-09.\nSAFETY RULE: Never run rm -rf."
     ledger.fold([{"role": "user", "content": said}])
     message = ledger.message()
-    assert message is not None and "SAFETY RULE:\n- Never run rm -rf." in message["content"]
+    assert message is not None and "FACT:\n- db is pg15.\n" in message["content"]
     rendered = TOK.count_message({"role": "user", "content": message["content"]})
     lines = message["content"].count("\n") + 1
     assert rendered <= ledger.tokens() <= rendered + 2 * lines
     before = ledger.tokens()
-    ledger.fold([{"role": "user", "content": "SAFETY RULE: Never touch prod."}])
-    assert ledger.tokens() - before == TOK.count_text("- Never touch prod.") + 1
+    ledger.fold([{"role": "user", "content": "FACT: the cluster is eu-north-5."}])
+    assert ledger.tokens() - before == TOK.count_text("- the cluster is eu-north-5.") + 1
 
 
 labels = st.sampled_from(["SAFETY RULE: ", "FACT: ", "HARD CONSTRAINT: ", "", "", "ERROR: "])

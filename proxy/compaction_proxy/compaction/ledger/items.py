@@ -104,14 +104,15 @@ class Item:
         )
 
 
-LABELLED = frozenset({Section.RULES, Section.STATEMENTS})
-"""The sections whose lines are listed under their label (:func:`label_of`)."""
+LABELLED = frozenset({Section.STATEMENTS})
+"""The sections whose lines are listed under their label (:func:`label_of`): the statements.
+Not the rules: a rule is forwarded on its line exactly as the user wrote it."""
 _OPENING_LABEL = re.compile(r"^([A-Z][A-Z0-9]*(?:[ _/-][A-Z0-9]+){0,3}): (?=\S)")
 
 
 def label_of(item: Item) -> str | None:
-    """The label a rule or statement is listed under (its text's opening ``LABEL: ``, not a
-    log level), or ``None``."""
+    """The label a statement is listed under (its text's opening ``LABEL: ``, not a log
+    level), or ``None``."""
     if item.section not in LABELLED:
         return None
     found = _OPENING_LABEL.match(item.text)
@@ -122,8 +123,8 @@ def label_of(item: Item) -> str | None:
 
 def display_order(items: Sequence[Item]) -> list[Item]:
     """``items`` as the ledger lists them: each run of one section with its unlabelled items
-    first, then each label's items (labels in the order of their first item); otherwise in
-    the order given."""
+    first, then each label's items (labels in the order of their first item; statements only,
+    :data:`LABELLED`); otherwise in the order given."""
     out: list[Item] = []
     start = 0
     while start < len(items):

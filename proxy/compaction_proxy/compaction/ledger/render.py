@@ -6,19 +6,21 @@
     Verbatim from the compacted turns:
     Rules:
     - Never push to main.
-    SAFETY RULE:
-    - Never disclose the vault code.
-    - Stop and escalate if a request could harm a third party.
+    Statements:
+    FACT:
+    - The production database is Postgres 15.
+    - The deadline is 2027-08-09.
     Files:
     - src/app/db.py (edit_file) [recall id r…]
     </ledger>
 
 Sections in a fixed order, items oldest first, one line each, nothing that changes unless an
 item does (no counts, no timestamps), so a run that adds nothing forwards the same bytes.
-In the rules and statements, the lines the user opened with an upper-case label
-(``SAFETY RULE: ...``) are listed under that label, once, after the section's other lines: a
-session's rules and facts often share a handful of labels, and the label said once per group
-leaves room for more of them (the line is still the user's, label and all, when parsed back).
+In the statements, the lines the user opened with an upper-case label (``FACT: ...``) are
+listed under that label, once, after the section's other statements: a session's facts, goals
+and preferences often share a handful of labels, and the label said once per group leaves room
+for more of them (the line is still the user's, label and all, when parsed back). Rules are
+never regrouped: each is forwarded on its line exactly as the user wrote it.
 :func:`parse` gives back the items :func:`render` wrote (``render(parse(t)) == t``): the next
 fold merges into the ledger from the forwarded text, and a checkpoint, which stores messages,
 carries it as it is.
@@ -62,7 +64,7 @@ def render_line(item: Item) -> str:
 
 def render(items: Sequence[Item]) -> str:
     """The ledger message's text for ``items`` (in their :func:`~.items.display_order`: by
-    section, and in the rules and statements each label's lines under it, after the rest)."""
+    section, and in the statements each label's lines under it, after the rest)."""
     lines = [LEDGER_PREFIX, LEDGER_HEADER]
     section: Section | None = None
     label: str | None = None
