@@ -35,6 +35,7 @@ import openai
 import pytest
 import redis
 
+from tests.support import process_guard
 from tests.support.processes import LIVE_SERVERS, tail, tiktoken_cache_dir
 from tests.support.redis_server import RedisServer
 from tests.support.servers import (
@@ -84,6 +85,35 @@ def _rank(item: pytest.Item) -> int:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=_rank)  # stable: each file's tests stay together and in order
+    for item in items:
+        if process_guard.uses_processes(item):
+            item.add_marker(pytest.mark.e2e)
+
+
+# --------------------------------------------------------------------------- markers
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "e2e: starts real processes (a proxy, a fake upstream, redis-server, a CLI); "
+        '`-m "not e2e"` runs the in-process part alone (tests/support/process_guard.py)',
+    )
+    config.addinivalue_line(
+        "markers",
+        "external: needs a program the test extra does not install (docker compose, "
+        "Chromium, npm); scripts/test-deps installs them",
+    )
+    process_guard.install()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    process_guard.set_running(item)
+    try:
+        return (yield)
+    finally:
+        process_guard.set_running(None)
 
 
 # --------------------------------------------------------------------------- failure reports

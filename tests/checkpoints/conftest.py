@@ -19,7 +19,7 @@ from compaction_proxy.checkpoints import CheckpointStore, MemoryStore, RedisStor
 StoreFactory = Callable[[], CheckpointStore]
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
+@pytest.fixture(params=["memory", "sqlite", pytest.param("redis", marks=pytest.mark.e2e)])
 async def store_factory(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[StoreFactory]:

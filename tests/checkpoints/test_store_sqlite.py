@@ -151,6 +151,7 @@ _WRITER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.e2e
 async def test_several_processes_write_one_file(tmp_path: Path) -> None:
     path = tmp_path / "cp.db"
     SqliteStore(path)  # nothing opened until used: the workers create the file together

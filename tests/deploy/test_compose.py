@@ -229,6 +229,8 @@ def _compose_config(project: Path, **environ: str) -> dict[str, Any]:
     return resolved
 
 
+@pytest.mark.e2e
+@pytest.mark.external  # docker compose
 def test_compose_cli_validates_and_resolves_the_file_with_a_dotenv(tmp_path: Path) -> None:
     # As a user has it after `cp .env.example .env` and editing the key and one option.
     env_text = ENV_EXAMPLE.read_text(encoding="utf-8").replace(
@@ -251,6 +253,8 @@ def test_compose_cli_validates_and_resolves_the_file_with_a_dotenv(tmp_path: Pat
     assert config_path in targets
 
 
+@pytest.mark.e2e
+@pytest.mark.external  # docker compose
 def test_compose_cli_needs_no_dotenv_the_key_comes_from_the_shell(tmp_path: Path) -> None:
     """No .env at all (compose used to refuse: "Couldn't find env file"); the key exported in
     the shell reaches the container, unset options stay unset (never empty strings)."""

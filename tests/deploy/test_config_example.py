@@ -147,6 +147,7 @@ def test_a_key_in_the_example_needs_inbound_keys_to_serve() -> None:
     assert preflight.serving_problems(_example()) == []
 
 
+@pytest.mark.e2e
 def test_check_config_accepts_it_and_prints_the_defaults() -> None:
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith("COMPACTION_PROXY_")}
     env.pop("OPENAI_API_KEY", None)

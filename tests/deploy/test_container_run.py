@@ -24,6 +24,8 @@ import yaml
 from tests.deploy.files import CONFIG_EXAMPLE, REPO_ROOT, Dockerfile, Instruction, dockerfile
 from tests.support.processes import child_env, free_port
 
+pytestmark = pytest.mark.e2e  # starts real processes (tests/support/process_guard.py)
+
 STARTUP_TIMEOUT = 60.0
 SHUTDOWN_TIMEOUT = 20.0
 

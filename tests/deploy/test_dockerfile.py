@@ -217,6 +217,7 @@ def test_encodings_step_runs_after_the_install_in_the_builder(df: Dockerfile) ->
     )
 
 
+@pytest.mark.e2e
 def test_encodings_step_passes_here_without_cache_or_network(tmp_path: Path) -> None:
     """The build's encodings step, run as written with this venv's python standing for
     /opt/venv's: no TIKTOKEN_CACHE_DIR, an empty temporary directory, not the repository as

@@ -136,6 +136,7 @@ def _hide_programs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
+@pytest.mark.e2e
 def test_redis_server_comes_from_the_test_extra_without_path(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -192,6 +193,7 @@ def test_a_missing_program_fails_with_how_to_install_it(
     assert program in [m.program for m in programs.missing()]
 
 
+@pytest.mark.e2e
 def test_lookup_lists_debian_packages_for_the_script(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -252,6 +254,7 @@ def _run_test_deps(tmp_path: Path, *, missing: str, root: bool, apt: bool) -> tu
     return result.returncode, result.stdout + result.stderr, recorded
 
 
+@pytest.mark.e2e
 def test_test_deps_installs_what_is_missing_with_apt_as_root(tmp_path: Path) -> None:
     code, output, apt_calls = _run_test_deps(
         tmp_path, missing="chromium\\ndocker-compose\\n", root=True, apt=True
@@ -266,6 +269,7 @@ def test_test_deps_installs_what_is_missing_with_apt_as_root(tmp_path: Path) -> 
     assert "Claude Code at /cache/claude" in output
 
 
+@pytest.mark.e2e
 def test_test_deps_names_what_to_install_when_it_cannot(tmp_path: Path) -> None:
     code, output, apt_calls = _run_test_deps(tmp_path, missing="chromium\\n", root=False, apt=True)
     assert code == 0, "the tests then fail one by one, each with its own message"
@@ -273,12 +277,14 @@ def test_test_deps_names_what_to_install_when_it_cannot(tmp_path: Path) -> None:
     assert "missing chromium" in output and "apt-get install chromium" in output
 
 
+@pytest.mark.e2e
 def test_test_deps_does_nothing_when_nothing_is_missing(tmp_path: Path) -> None:
     code, output, apt_calls = _run_test_deps(tmp_path, missing="", root=True, apt=True)
     assert code == 0 and apt_calls == "python -m tests.support.claude_code install\n"
     assert "every program the tests start is installed" in output
 
 
+@pytest.mark.e2e
 def test_test_deps_is_executable() -> None:
     assert TEST_DEPS.stat().st_mode & stat.S_IXUSR
     subprocess.run(["bash", "-n", str(TEST_DEPS)], check=True, timeout=30)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from bench.quality import scoring, transcripts, variants
 from bench.quality.transcripts import ITEM_TYPES, Item
 
@@ -94,6 +96,7 @@ def test_a_variant_overlay_merges_mappings_and_replaces_lists() -> None:
     assert not variants.needs_summarizer({"compaction": {"pipeline": [{"strategy": "truncation"}]}})
 
 
+@pytest.mark.e2e
 def test_a_variant_with_a_key_this_checkout_does_not_know_is_unavailable(tmp_path: Path) -> None:
     config = {
         "upstreams": [{"name": "a", "base_url": "http://127.0.0.1:9/v1", "keyless": True}],

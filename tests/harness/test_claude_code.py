@@ -19,6 +19,8 @@ from tests.fakes.messages.prompt import content_blocks
 from tests.support.claude_code import loop_prompt, require_binary, run_session
 from tests.support.messages_upstream import MessagesUpstreamServer, cache_share
 
+pytestmark = [pytest.mark.e2e, pytest.mark.external]  # the real Claude Code CLI (npm)
+
 WINDOW = 65_536
 STEPS = 80
 

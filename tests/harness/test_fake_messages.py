@@ -24,6 +24,8 @@ from tests.support.messages_bodies import BASH
 from tests.support.messages_upstream import COUNT_TOKENS, MESSAGES, MessagesUpstreamServer
 from tests.support.sse import sse_data
 
+pytestmark = pytest.mark.e2e  # starts real processes (tests/support/process_guard.py)
+
 MODEL = "claude-sonnet-4-5"
 LOOKUP = {
     "name": "lookup",

@@ -20,6 +20,8 @@ from tests.observability.traffic import parse_metrics, value
 from tests.support.processes import ServerProcess, python_module_argv
 from tests.support.servers import ProxyServer, UpstreamServer, proxy_config, upstream_entry
 
+pytestmark = pytest.mark.e2e  # starts real processes (tests/support/process_guard.py)
+
 SCALE = 1.5
 MODELS = {
     name: {"context_window": 32_000, "max_output_tokens": 1_000}

@@ -40,6 +40,8 @@ from tests.support.claude_code_proxy import ProxiedRun, config, run_through
 from tests.support.messages_upstream import MESSAGES, MessagesUpstreamServer, cache_share
 from tests.support.servers import ProxyServer, Recorded
 
+pytestmark = pytest.mark.external  # the real Claude Code CLI (npm)
+
 WINDOW = 65_536
 STEPS = 80
 MAX_BREAKPOINTS = 4

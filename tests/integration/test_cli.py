@@ -22,6 +22,8 @@ from tests.support.servers import (
     write_config,
 )
 
+pytestmark = pytest.mark.e2e  # starts real processes (tests/support/process_guard.py)
+
 UPSTREAM_SECRET = "sk-upstream-secret-31f7c2"
 INBOUND_SECRETS = ["pk-inbound-a-77e0d1", "pk-inbound-b-0a9b4f"]
 # Words an error uses to say what would have been accepted.

@@ -30,6 +30,8 @@ from tests.support.messages_bodies import claude_code_request, claude_code_syste
 from tests.support.messages_upstream import MESSAGES, MessagesUpstreamServer
 from tests.support.messages_view import STAND_IN, ensure_messages_api, lift
 
+pytestmark = pytest.mark.e2e  # starts real processes (tests/support/process_guard.py)
+
 MODEL = "claude-sonnet-4-5"
 SYSTEM = claude_code_system(40, 300)
 STEPS = 6

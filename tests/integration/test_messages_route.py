@@ -31,6 +31,8 @@ from tests.support.messages_upstream import (
 from tests.support.processes import run_python_module
 from tests.support.servers import ProxyServer, proxy_config, upstream_entry, write_config
 
+pytestmark = pytest.mark.e2e  # starts real processes (tests/support/process_guard.py)
+
 MODEL = "claude-sonnet-4-5"
 DOWN = "claude-down"  # routed to an upstream nobody listens on
 WINDOW = 8_000

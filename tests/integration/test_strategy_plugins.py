@@ -15,12 +15,15 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.support.assertions import CHAT_PATH
 from tests.support.plugin_strategy import BROKEN, DEFAULT_STAMP, NAME, REFERENCE
 from tests.support.processes import run_python_module
 from tests.support.servers import UpstreamServer, proxy_config, upstream_entry, write_config
+
+pytestmark = pytest.mark.e2e  # starts real processes (tests/support/process_guard.py)
 
 MODEL = "plugged-model"
 OTHER = "plugged-other"

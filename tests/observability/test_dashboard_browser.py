@@ -33,6 +33,8 @@ from tests.observability.traffic import Traffic, agent_conversation
 from tests.support import programs
 from tests.support.servers import ProxyServer, UpstreamServer, proxy_config, upstream_entry
 
+pytestmark = pytest.mark.external  # Chromium
+
 CHROMIUM_ARGS = [
     "--headless=new",
     "--no-sandbox",

@@ -239,6 +239,7 @@ def _refused(result: Any) -> str:
     return message
 
 
+@pytest.mark.e2e
 def test_serve_and_check_config_refuse_a_key_anonymous_callers_could_spend(
     tmp_path: Path,
 ) -> None:
@@ -281,6 +282,7 @@ def test_serve_and_check_config_refuse_a_key_anonymous_callers_could_spend(
     ],
     ids=["api-keys", "allow-anonymous-spend", "summarizer-only-key"],
 )
+@pytest.mark.e2e
 def test_either_fix_is_accepted(tmp_path: Path, fix: dict[str, Any]) -> None:
     config = proxy_config(upstream_entry("http://127.0.0.1:9/v1", api_key=OPERATOR))
     for section, value in fix.items():

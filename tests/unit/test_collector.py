@@ -8,6 +8,7 @@ import sys
 import textwrap
 
 import orjson
+import pytest
 
 from compaction_proxy.engine._offload import _estimated_values, _sampled_values
 
@@ -22,6 +23,7 @@ def run_fresh(code: str) -> str:
     return done.stdout.strip()
 
 
+@pytest.mark.e2e
 def test_settling_freezes_start_up_raises_the_young_threshold_once_and_keeps_a_pause() -> None:
     out = run_fresh(
         """

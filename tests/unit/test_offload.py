@@ -14,6 +14,8 @@ from compaction_proxy.engine._offload import THREAD_PARSE_VALUES, Offload, parse
 from compaction_proxy.http import ProxyError
 from compaction_proxy.wire import parse_chat_body
 
+pytestmark = pytest.mark.e2e  # its worker is a real process (a process pool)
+
 BODIES: dict[str, Any] = {
     "many messages": {
         "model": "m",

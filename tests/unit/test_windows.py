@@ -342,7 +342,9 @@ async def test_a_stored_window_of_another_option_is_not_lent() -> None:
     assert await book.learned("local", UNKNOWN, "beta-x") is None  # stored without its option
 
 
-@pytest.mark.parametrize("backend", ["memory", "sqlite", "redis"])
+@pytest.mark.parametrize(
+    "backend", ["memory", "sqlite", pytest.param("redis", marks=pytest.mark.e2e)]
+)
 async def test_replicas_share_learned_windows(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
