@@ -11,7 +11,13 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from compaction_proxy.config import UpstreamSettings
-from compaction_proxy.upstream import MAX_ERROR_BODY, forward, send_held
+from compaction_proxy.upstream import (
+    MAX_ERROR_BODY,
+    ReplyHandling,
+    UpstreamRequest,
+    forward,
+    send_held,
+)
 
 UPSTREAM = UpstreamSettings(name="up", base_url="http://upstream.test/v1")  # type: ignore[arg-type]
 HOLD = frozenset({400, 413, 422})
@@ -66,19 +72,9 @@ async def _forward(reply: Reply, hold: frozenset[int] | None = HOLD) -> tuple[An
         return {}
 
     run: Any = forward
-    outcome = await run(
-        Transport(reply),
-        UPSTREAM,
-        {"type": "http", "headers": []},
-        receive,
-        send,
-        method="POST",
-        url="http://upstream.test/v1/chat/completions",
-        headers=[],
-        content=b"{}",
-        extra_headers=[(b"x-request-id", b"r1")],
-        hold=hold,
-    )
+    request = UpstreamRequest("POST", "http://upstream.test/v1/chat/completions", [], b"{}")
+    handling = ReplyHandling(extra_headers=[(b"x-request-id", b"r1")], hold=hold)
+    outcome = await run(Transport(reply), UPSTREAM, receive, send, request, handling)
     return outcome, sent
 
 
@@ -151,19 +147,9 @@ async def _forward_unreachable(hold_failures: bool) -> tuple[Any, list[Any]]:
         return {}
 
     run: Any = forward
-    outcome = await run(
-        Unreachable(Reply(200, [])),
-        UPSTREAM,
-        {"type": "http", "headers": []},
-        receive,
-        send,
-        method="POST",
-        url="http://upstream.test/v1/chat/completions",
-        headers=[],
-        content=b"{}",
-        hold=frozenset({200}),
-        hold_failures=hold_failures,
-    )
+    request = UpstreamRequest("POST", "http://upstream.test/v1/chat/completions", [], b"{}")
+    handling = ReplyHandling(hold=frozenset({200}), hold_failures=hold_failures)
+    outcome = await run(Unreachable(Reply(200, [])), UPSTREAM, receive, send, request, handling)
     return outcome, sent
 
 

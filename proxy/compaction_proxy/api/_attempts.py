@@ -30,6 +30,7 @@ from compaction_proxy.upstream import (
     SHRINK,
     Outcome,
     Overflow,
+    ReplyHandling,
     Window,
     detect_overflow,
     post_upstream,
@@ -341,20 +342,17 @@ async def send_with_retries(
         offer = None if attempt is None else attempt.recall
         body = raw if attempt is None else attempt.body
         save = None if attempt is None else attempt.save
-        outcome = await post_upstream(
-            ctx,
-            scope,
-            receive,
-            send,
-            upstream,
+        handling = ReplyHandling(
             wire,
-            body,
-            listed=() if attempt is None else attempt.listed,
-            extra_headers=headers,
+            headers,
             usage=wire if reported is not None else None,
             on_accepted=None if save is None else saver(save),
             hold=hold,
             hold_limit=RECALL_HOLD if offer is not None else None,
+        )
+        listed = () if attempt is None else attempt.listed
+        outcome = await post_upstream(
+            ctx, scope, receive, send, upstream, body, handling, listed=listed
         )
         held = outcome.held
         if held is not None and offer is not None and held.status in OK_STATUSES:

@@ -33,7 +33,7 @@ from compaction_proxy.compaction.chat_messages import last_user_text
 from compaction_proxy.config import UpstreamSettings
 from compaction_proxy.engine import FlowRequest
 from compaction_proxy.http import Receive, Scope, Send, read_body, send_bytes
-from compaction_proxy.upstream import Window, json_model, post_upstream
+from compaction_proxy.upstream import ReplyHandling, Window, json_model, post_upstream
 from compaction_proxy.wire import ClientBody, ContextEdits, View, WireFormat
 
 from ._attempts import Subject, compacted_body, edit_notes, traits
@@ -209,18 +209,8 @@ async def _ask_upstream(
     body needs (:meth:`WireFormat.amend`)."""
     extra = [*ctx.response_headers, *(headers or ())]
     hold = UNCOUNTED if result is not None else None
-    sent = await post_upstream(
-        ctx,
-        scope,
-        receive,
-        send,
-        upstream,
-        wire,
-        body,
-        extra_headers=extra,
-        hold=hold,
-        listed=listed,
-    )
+    handling = ReplyHandling(wire, extra, hold=hold)
+    sent = await post_upstream(ctx, scope, receive, send, upstream, body, handling, listed=listed)
     # The count's compaction is reported in its headers, never to telemetry: nothing it made
     # was forwarded, so nothing was saved (the next request reports its own).
     if sent.held is None or result is None:

@@ -38,7 +38,9 @@ from compaction_proxy.http import (
 )
 from compaction_proxy.upstream import (
     ModelRead,
+    ReplyHandling,
     StreamedBody,
+    UpstreamRequest,
     forward,
     json_model,
     upstream_headers,
@@ -117,18 +119,10 @@ async def passthrough(
             # A body relayed as it streams in keeps the length the client declared: without
             # it the transport would send it chunked, which some upstreams refuse (411).
             headers.append(("content-length", str(declared)))
+    request = UpstreamRequest(method, upstream_url(upstream, scope), headers, content)
+    handling = ReplyHandling(extra_headers=ctx.response_headers)
     sent = await forward(
-        state.transport,
-        upstream,
-        scope,
-        receive,
-        send,
-        method=method,
-        url=upstream_url(upstream, scope),
-        headers=headers,
-        content=content,
-        streamed=streamed,
-        extra_headers=ctx.response_headers,
+        state.transport, upstream, receive, send, request, handling, streamed=streamed
     )
     return relayed(sent)
 

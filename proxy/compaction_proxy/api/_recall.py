@@ -37,6 +37,7 @@ from compaction_proxy.upstream import (
     REFUSAL_STATUSES,
     HeldReply,
     Outcome,
+    ReplyHandling,
     UsageProbe,
     Window,
     post_upstream,
@@ -369,32 +370,17 @@ async def recalled(
     headers = list(forwarded.headers)
 
     async def post(body: bytes, round_headers: list[tuple[bytes, bytes]]) -> Outcome:
+        handling = ReplyHandling(
+            wire, round_headers, hold=ROUND_HOLD, hold_limit=RECALL_HOLD, hold_failures=True
+        )
         return await post_upstream(
-            ctx,
-            scope,
-            receive,
-            send,
-            upstream,
-            wire,
-            body,
-            listed=forwarded.listed,
-            extra_headers=round_headers,
-            hold=ROUND_HOLD,
-            hold_limit=RECALL_HOLD,
-            hold_failures=True,
+            ctx, scope, receive, send, upstream, body, handling, listed=forwarded.listed
         )
 
     async def relay(body: bytes, final_headers: list[tuple[bytes, bytes]]) -> Outcome:
+        handling = ReplyHandling(wire, final_headers)
         return await post_upstream(
-            ctx,
-            scope,
-            receive,
-            send,
-            upstream,
-            wire,
-            body,
-            listed=forwarded.listed,
-            extra_headers=final_headers,
+            ctx, scope, receive, send, upstream, body, handling, listed=forwarded.listed
         )
 
     async def deliver(held: HeldReply, final_headers: list[tuple[bytes, bytes]]) -> int:

@@ -564,8 +564,7 @@ class HttpSummarizer:
         return read_completion(
             response.content,
             call,
-            where,
-            model,
+            f"{where} ({model})",
             limit,
             target.count,
             usage,

@@ -43,31 +43,31 @@ def error_code(content: bytes) -> str:
 def read_completion(
     content: bytes,
     call: SummaryCall,
-    where: str,
-    model: str,
+    source: str,
     limit: int,
     count: Callable[[str], int],
     usage: dict[str, int] | None = None,
     *,
     salvaged: bool = False,
 ) -> str:
-    """The summary in ``content``; with ``salvaged``, a reply cut at ``limit`` is kept as its
-    complete lines and :data:`CUT_MARK` when it has any (:func:`salvage`)."""
+    """The summary in ``content`` (``source``: who answered, for the error messages, e.g.
+    ``summarizer upstream 'openai' (gpt-4o)``); with ``salvaged``, a reply cut at ``limit`` is
+    kept as its complete lines and :data:`CUT_MARK` when it has any (:func:`salvage`)."""
     try:
         reply = call.read(orjson.loads(content))
     except (orjson.JSONDecodeError, ValueError) as exc:
-        raise SummaryError("error", f"{where} ({model}): the response is not {call.what}") from exc
+        raise SummaryError("error", f"{source}: the response is not {call.what}") from exc
     if usage is not None and reply.cached_tokens:
         usage["cached_tokens"] = reply.cached_tokens
     text = strip_echoed_wrapper(reply.text)
     if not text:
-        raise SummaryError("empty", f"{where} ({model}) returned an empty summary")
+        raise SummaryError("empty", f"{source} returned an empty summary")
     if reply.cut:
         kept = salvage(text, limit, count) if salvaged else None
         if kept is not None:
             return kept
         raise SummaryCut(
-            "oversized", f"{where} ({model}): the summary was cut at the limit of {limit} tokens"
+            "oversized", f"{source}: the summary was cut at the limit of {limit} tokens"
         )
     used = reply.completion_tokens
     if used is None:
@@ -75,7 +75,7 @@ def read_completion(
     if used > limit:
         raise SummaryCut(
             "oversized",
-            f"{where} ({model}): the summary has {used} tokens, over the limit of {limit}",
+            f"{source}: the summary has {used} tokens, over the limit of {limit}",
         )
     return text
 

@@ -25,7 +25,7 @@ from ._headers import HOP_BY_HOP, response_headers, upstream_headers, upstream_u
 from ._overflow import MAX_ERROR_BODY, Overflow, detect_overflow
 from ._posting import REFUSAL_STATUSES, Caller, post_upstream
 from ._published_windows import parse_models_listing
-from ._relay import HeldReply, Outcome, StreamedBody, forward, send_held
+from ._relay import RELAYED, HeldReply, Outcome, ReplyHandling, StreamedBody, forward, send_held
 from ._routing import CATCH_ALL, ModelRead, Router, json_model, model_not_found
 from ._transport import (
     TRANSPORT_ERRORS,
@@ -48,6 +48,7 @@ __all__ = [
     "MAX_ERROR_BODY",
     "MIN_LEARNED_WINDOW",
     "REFUSAL_STATUSES",
+    "RELAYED",
     "SHRINK",
     "TRANSPORT_ERRORS",
     "AiohttpUpstream",
@@ -59,6 +60,7 @@ __all__ = [
     "ModelRead",
     "Outcome",
     "Overflow",
+    "ReplyHandling",
     "ReplyUnreadable",
     "Router",
     "StreamedBody",

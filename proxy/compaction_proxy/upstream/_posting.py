@@ -3,17 +3,16 @@ what the attempts, the recall loop's hidden rounds and the token count share."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Iterable
 from typing import Protocol
 
 from compaction_proxy.config import UpstreamSettings
 from compaction_proxy.http import Receive, Scope, Send
-from compaction_proxy.wire import WireFormat
+from compaction_proxy.wire import DEFAULT_FORMAT
 
 from ._headers import upstream_headers, upstream_url, with_listed
-from ._relay import Outcome, forward
-from ._transport import UpstreamTransport
-from ._usage import UsageFormat
+from ._relay import Outcome, ReplyHandling, forward
+from ._transport import UpstreamRequest, UpstreamTransport
 
 
 class Caller(Protocol):
@@ -42,50 +41,30 @@ async def post_upstream(
     receive: Receive,
     send: Send,
     upstream: UpstreamSettings,
-    wire: WireFormat,
     body: bytes,
+    handling: ReplyHandling,
     *,
-    extra_headers: list[tuple[bytes, bytes]],
-    usage: UsageFormat | None = None,
-    on_accepted: Callable[[], Awaitable[Sequence[tuple[bytes, bytes]]]] | None = None,
-    hold: frozenset[int] | None = None,
-    hold_limit: int | None = None,
-    hold_failures: bool = False,
     listed: Iterable[tuple[str, str]] = (),
 ) -> Outcome:
-    """POST ``body`` to the request's path on ``upstream`` the way ``wire`` says (its key
-    header, its error shape) and relay the reply (:func:`forward`); ``listed``: values the
-    format's amendment appends to a comma-separated header (a beta it needs)."""
-    return await forward(
-        ctx.transport,
+    """POST ``body`` to the request's path on ``upstream`` the way ``handling.wire`` says (its
+    key header, its error shape) and relay the reply as ``handling`` says (:func:`forward`);
+    ``listed``: values the format's amendment appends to a comma-separated header (a beta it
+    needs)."""
+    wire = handling.wire or DEFAULT_FORMAT
+    headers = upstream_headers(
+        scope["headers"],
         upstream,
-        scope,
-        receive,
-        send,
-        method="POST",
-        url=upstream_url(upstream, scope),
-        headers=_identity(
-            with_listed(
-                upstream_headers(
-                    scope["headers"],
-                    upstream,
-                    strip_authorization=ctx.authenticated,
-                    auth=wire.auth,
-                    proxy_keys=ctx.proxy_keys,
-                ),
-                listed,
-            ),
-            hold_limit is not None,
-        ),
-        content=body,
-        extra_headers=extra_headers,
-        usage=usage,
-        on_accepted=on_accepted,
-        hold=hold,
-        hold_limit=hold_limit,
-        hold_failures=hold_failures,
-        wire=wire,
+        strip_authorization=ctx.authenticated,
+        auth=wire.auth,
+        proxy_keys=ctx.proxy_keys,
     )
+    request = UpstreamRequest(
+        "POST",
+        upstream_url(upstream, scope),
+        _identity(with_listed(headers, listed), handling.hold_limit is not None),
+        body,
+    )
+    return await forward(ctx.transport, upstream, receive, send, request, handling)
 
 
 def _identity(headers: list[tuple[str, str]], held: bool) -> list[tuple[str, str]]:

@@ -25,7 +25,6 @@ from compaction_proxy.http import (
     InFlight,
     ProxyError,
     Receive,
-    Scope,
     Send,
     in_flight,
     retry_after_header,
@@ -38,7 +37,7 @@ from ._failures import classify_error
 from ._headers import response_headers
 from ._overflow import MAX_ERROR_BODY
 from ._stream_events import EventRelay
-from ._transport import TRANSPORT_ERRORS, Body, UpstreamReply, UpstreamRequest, UpstreamTransport
+from ._transport import TRANSPORT_ERRORS, UpstreamReply, UpstreamRequest, UpstreamTransport
 from ._usage import UsageFormat, UsageProbe
 
 log = logging.getLogger("compaction_proxy.forward")
@@ -149,48 +148,61 @@ class _DisconnectWatch:
         self._task.cancel()
 
 
+@dataclass(frozen=True, slots=True)
+class ReplyHandling:
+    """How :func:`forward` treats the upstream's reply (the default: relayed as it comes).
+
+    ``wire``: the route's format, whose shape the proxy's own errors take (502/504, a
+    shutdown's 503 or stream error event); None (passthrough): OpenAI's.
+    ``extra_headers``: sent with the response, after the upstream's.
+    ``usage``: note the reply's prompt tokens in the outcome, read the way this format (the
+    request's) states them, from the bytes as they are relayed (nothing is held back or
+    changed).
+    ``on_accepted``: awaited once the upstream answered 2xx, before the response starts; the
+    headers it returns go out with the response (a checkpoint the store would not take).
+    ``hold``: statuses whose reply is read whole (up to MAX_ERROR_BODY) and returned in
+    ``outcome.held`` instead of being sent; a longer body is relayed as usual. Only these
+    replies are buffered: every other one streams through as it arrives. ``hold_limit``: the
+    bound instead of MAX_ERROR_BODY (the recall loop reads whole replies);
+    ``hold_failures``: an upstream that cannot be reached is held too (its 502/504 in
+    ``outcome.held``, not sent), for a caller with something better to send.
+    """
+
+    wire: WireFormat | None = None
+    extra_headers: list[tuple[bytes, bytes]] | None = None
+    usage: UsageFormat | None = None
+    on_accepted: Callable[[], Awaitable[Sequence[tuple[bytes, bytes]]]] | None = None
+    hold: frozenset[int] | None = None
+    hold_limit: int | None = None
+    hold_failures: bool = False
+
+
+RELAYED = ReplyHandling()
+"""The reply relayed as it comes, the proxy's errors in OpenAI's shape (the passthrough)."""
+
+
 async def forward(
     transport: UpstreamTransport,
     upstream: UpstreamSettings,
-    scope: Scope,
     receive: Receive,
     send: Send,
+    request: UpstreamRequest,
+    handling: ReplyHandling = RELAYED,
     *,
-    method: str,
-    url: str,
-    headers: list[tuple[str, str]],
-    content: Body,
     streamed: StreamedBody | None = None,
-    extra_headers: list[tuple[bytes, bytes]] | None = None,
-    usage: UsageFormat | None = None,
-    on_accepted: Callable[[], Awaitable[Sequence[tuple[bytes, bytes]]]] | None = None,
-    hold: frozenset[int] | None = None,
-    hold_limit: int | None = None,
-    hold_failures: bool = False,
-    wire: WireFormat | None = None,
 ) -> Outcome:
-    """Forward and relay. Never raises for transport problems: the client gets 502/504.
-
-    `on_accepted`: awaited once the upstream answered 2xx, before the response starts; the
-    headers it returns go out with the response (a checkpoint the store would not take).
-    `usage`: note the reply's prompt tokens in the outcome, read the way this format (the
-    request's) states them, from the bytes as they are relayed (nothing is held back or
-    changed).
-    `hold`: statuses whose reply is read whole (up to MAX_ERROR_BODY) and returned in
-    `outcome.held` instead of being sent; a longer body is relayed as usual. Only these
-    replies are buffered: every other one streams through as it arrives. ``hold_limit``: the
-    bound instead of MAX_ERROR_BODY (the recall loop reads whole replies, api/_recall.py);
-    ``hold_failures``: an upstream that cannot be reached is held too (its 502/504 in
-    ``outcome.held``, not sent), for a caller with something better to send.
-    `wire`: the route's format, whose shape the proxy's own errors take (502/504, a shutdown's
-    503 or stream error event); None (passthrough): OpenAI's.
-    """
+    """Send ``request`` and relay the reply as ``handling`` says. Never raises for transport
+    problems: the client gets 502/504. ``streamed``: the request's body is the client's,
+    relayed as it streams in (its refusal or loss is the client's, not the upstream's)."""
+    extra_headers, wire, usage = handling.extra_headers, handling.wire, handling.usage
+    hold, hold_limit, on_accepted = handling.hold, handling.hold_limit, handling.on_accepted
+    hold_failures = handling.hold_failures
     relay = _Relay(send, upstream, extra_headers, wire, hold_failures=hold_failures)
     outcome = relay.outcome
     watch = _DisconnectWatch(receive, streamed)
     flight = in_flight.get()
     try:
-        reply = await _request(relay, transport, method, url, headers, content, streamed)
+        reply = await _request(relay, transport, request, streamed)
         if reply is None:
             return outcome.frozen()
         opened = await _open(relay, reply, hold, hold_limit or MAX_ERROR_BODY)
@@ -240,18 +252,13 @@ class _Relay:
 async def _request(
     relay: _Relay,
     transport: UpstreamTransport,
-    method: str,
-    url: str,
-    headers: list[tuple[str, str]],
-    content: Body,
+    request: UpstreamRequest,
     streamed: StreamedBody | None,
 ) -> UpstreamReply | None:
     """The upstream's reply, or None when it could not be reached (answered 502/504)."""
     started = time.perf_counter()
     try:
-        reply = await transport.send(
-            UpstreamRequest(method, url, headers, content), relay.upstream.timeouts
-        )
+        reply = await transport.send(request, relay.upstream.timeouts)
     except ProxyError:
         raise
     except TRANSPORT_ERRORS as exc:
