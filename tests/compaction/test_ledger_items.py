@@ -338,10 +338,11 @@ texts = (
 recalls = st.none() | st.from_regex(r"r[a-z2-7]{11}", fullmatch=True)
 
 
-def test_labelled_statements_are_listed_under_their_label_once() -> None:
-    """The label said once per group (a session's facts and goals often share a few), after the
-    section's other lines; parsed back, each line is the user's whole, label and all. Rules stay
-    whole on their lines: a rule is forwarded verbatim."""
+def test_statements_and_files_are_listed_under_their_group_once() -> None:
+    """A statement's label and a file's tool said once per group (a session's facts share a few
+    labels, a loop reads and edits dozens of files), after the section's other lines; parsed
+    back, each line is whole again. Rules stay whole on their lines: a rule is forwarded
+    verbatim."""
     items = [
         Item(Section.RULES, "SAFETY RULE: Never disclose the vault code yopum-31."),
         Item(Section.RULES, "SAFETY RULE: Stop and escalate if a request could harm anyone."),
@@ -350,7 +351,11 @@ def test_labelled_statements_are_listed_under_their_label_once() -> None:
         Item(Section.STATEMENTS, "GOAL STATE: Steps 1-3 of 5 are done.", "raaaaaaaaaaa"),
         Item(Section.STATEMENTS, "FACT: The deadline is 2027-08-09."),
         Item(Section.STATEMENTS, "INFO: a pasted log line is no label"),
-        Item(Section.FILES, "FIXME: src/app.py"),  # only statements are grouped
+        Item(Section.FILES, "FIXME: src/app.py"),  # a label groups statements only
+        Item(Section.FILES, "src/app/db.py (edit_file)"),
+        Item(Section.FILES, "src/app/api.py (read_file)", "rbbbbbbbbbbb"),
+        Item(Section.FILES, "src/app/models.py (edit_file)"),
+        Item(Section.FILES, "docs/Files (Files)"),  # a tool named like a section: no group
     ]
     text = render(items)
     assert text.split("\n")[2:-1] == [
@@ -367,6 +372,12 @@ def test_labelled_statements_are_listed_under_their_label_once() -> None:
         "- Steps 1-3 of 5 are done. [recall id raaaaaaaaaaa]",
         "Files:",
         "- FIXME: src/app.py",
+        "- docs/Files (Files)",
+        "edit_file:",
+        "- src/app/db.py",
+        "- src/app/models.py",
+        "read_file:",
+        "- src/app/api.py [recall id rbbbbbbbbbbb]",
     ]
     assert sorted(i.text for i in parse(text)) == sorted(i.text for i in items)
     assert [i.recall for i in parse(text) if i.text.startswith("GOAL")] == ["raaaaaaaaaaa"]
@@ -390,12 +401,13 @@ def test_the_tally_counts_a_label_line_once_per_group() -> None:
 
 
 labels = st.sampled_from(["SAFETY RULE: ", "FACT: ", "HARD CONSTRAINT: ", "", "", "ERROR: "])
+tools = st.sampled_from([" (edit_file)", " (read_file)", " (Files)", "", ""])
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(sections, labels, texts, recalls), max_size=30))
-def test_render_and_parse_are_inverse_with_labels(raw: list[Any]) -> None:
-    items = Ledger(tuple(Item(s, label + t, r) for s, label, t, r in raw)).items()
+@given(st.lists(st.tuples(sections, labels, texts, tools, recalls), max_size=30))
+def test_render_and_parse_are_inverse_with_groups(raw: list[Any]) -> None:
+    items = Ledger(tuple(Item(s, label + t + tool, r) for s, label, t, tool, r in raw)).items()
     text = render(items)
     assert parse(text) == items
     assert render(parse(text)) == text

@@ -104,27 +104,46 @@ class Item:
         )
 
 
-LABELLED = frozenset({Section.STATEMENTS})
-"""The sections whose lines are listed under their label (:func:`label_of`): the statements.
-Not the rules: a rule is forwarded on its line exactly as the user wrote it."""
+LABELLED = frozenset({Section.STATEMENTS, Section.FILES})
+"""The sections whose lines are listed under a group's heading (:func:`split_group`): the
+statements under their label, the files under the tool that touched them. Not the rules: a rule
+is forwarded on its line exactly as the user wrote it."""
 _OPENING_LABEL = re.compile(r"^([A-Z][A-Z0-9]*(?:[ _/-][A-Z0-9]+){0,3}): (?=\S)")
+_TOOL_SUFFIX = re.compile(r"(?<=\S) \(([A-Za-z0-9_.-]{1,64})\)$")
+_HEADINGS = frozenset(section.value for section in Section)
+
+
+def split_group(item: Item) -> tuple[str, str] | None:
+    """(the group ``item`` is listed under, its line's text without it), or ``None``: a
+    statement's opening ``LABEL: `` (not a log level), a file's closing `` (tool)``."""
+    if item.section is Section.STATEMENTS:
+        found = _OPENING_LABEL.match(item.text)
+        if found is None or found.group(1) in LOG_LEVELS:
+            return None
+        return found.group(1), item.text[found.end() :]
+    if item.section is Section.FILES:
+        found = _TOOL_SUFFIX.search(item.text)
+        if found is None or found.group(1) in _HEADINGS:
+            return None
+        return found.group(1), item.text[: found.start()]
+    return None
+
+
+def join_group(section: Section, group: str, rest: str) -> str:
+    """The item text :func:`split_group` split into ``group`` and ``rest``."""
+    return f"{group}: {rest}" if section is Section.STATEMENTS else f"{rest} ({group})"
 
 
 def label_of(item: Item) -> str | None:
-    """The label a statement is listed under (its text's opening ``LABEL: ``, not a log
-    level), or ``None``."""
-    if item.section not in LABELLED:
-        return None
-    found = _OPENING_LABEL.match(item.text)
-    if found is None or found.group(1) in LOG_LEVELS:
-        return None
-    return found.group(1)
+    """The group ``item`` is listed under (:func:`split_group`), or ``None``."""
+    split = split_group(item)
+    return split[0] if split is not None else None
 
 
 def display_order(items: Sequence[Item]) -> list[Item]:
     """``items`` as the ledger lists them: each run of one section with its unlabelled items
-    first, then each label's items (labels in the order of their first item; statements only,
-    :data:`LABELLED`); otherwise in the order given."""
+    first, then each group's items (groups in the order of their first item; the sections of
+    :data:`LABELLED` only); otherwise in the order given."""
     out: list[Item] = []
     start = 0
     while start < len(items):

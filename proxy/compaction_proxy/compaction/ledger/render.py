@@ -11,7 +11,9 @@
     - The production database is Postgres 15.
     - The deadline is 2027-08-09.
     Files:
-    - src/app/db.py (edit_file) [recall id r…]
+    edit_file:
+    - src/app/db.py [recall id r…]
+    - src/app/models.py
     </ledger>
 
 Sections in a fixed order, items oldest first, one line each, nothing that changes unless an
@@ -19,8 +21,9 @@ item does (no counts, no timestamps), so a run that adds nothing forwards the sa
 In the statements, the lines the user opened with an upper-case label (``FACT: ...``) are
 listed under that label, once, after the section's other statements: a session's facts, goals
 and preferences often share a handful of labels, and the label said once per group leaves room
-for more of them (the line is still the user's, label and all, when parsed back). Rules are
-never regrouped: each is forwarded on its line exactly as the user wrote it.
+for more of them (the line is still the user's, label and all, when parsed back). The files
+are listed under the tool that touched them the same way (a loop reads and edits dozens).
+Rules are never regrouped: each is forwarded on its line exactly as the user wrote it.
 :func:`parse` gives back the items :func:`render` wrote (``render(parse(t)) == t``): the next
 fold merges into the ledger from the forwarded text, and a checkpoint, which stores messages,
 carries it as it is.
@@ -32,7 +35,7 @@ import re
 from collections.abc import Sequence
 
 from ..marks import original_mark
-from .items import LABELLED, Item, Section, display_order, label_of
+from .items import LABELLED, Item, Section, display_order, join_group, label_of, split_group
 
 LEDGER_PREFIX = "<ledger>"
 """The exact opening of the ledger message (the view recognises it, :mod:`..view`)."""
@@ -52,19 +55,22 @@ _EARLIER_HEADERS = (
 
 _SECTIONS = {f"{section.value}:": section for section in Section}
 _RECALL = re.compile(r"^(.*) \[recall id (r[a-z2-7]{11})\]$")
-_LABEL_LINE = re.compile(r"^[A-Z][A-Z0-9]*(?:[ _/-][A-Z0-9]+){0,3}:$")
+_GROUP_LINE = {
+    Section.STATEMENTS: re.compile(r"^([A-Z][A-Z0-9]*(?:[ _/-][A-Z0-9]+){0,3}):$"),
+    Section.FILES: re.compile(r"^([A-Za-z0-9_.-]{1,64}):$"),
+}
 
 
 def render_line(item: Item) -> str:
-    """One item's line (without its newline); under its label, without the label."""
-    label = label_of(item)
-    text = item.text[len(label) + 2 :] if label is not None else item.text
+    """One item's line (without its newline); under its group, without the group's part."""
+    split = split_group(item)
+    text = split[1] if split is not None else item.text
     return f"- {text}{original_mark(item.recall) if item.recall else ''}"
 
 
 def render(items: Sequence[Item]) -> str:
     """The ledger message's text for ``items`` (in their :func:`~.items.display_order`: by
-    section, and in the statements each label's lines under it, after the rest)."""
+    section, and in the statements and files each group's lines under it, after the rest)."""
     lines = [LEDGER_PREFIX, LEDGER_HEADER]
     section: Section | None = None
     label: str | None = None
@@ -104,16 +110,17 @@ def parse(text: str) -> list[Item]:
     body = text[len(LEDGER_PREFIX) + len(header) + 2 : -len(LEDGER_CLOSE) - 1]
     items: list[Item] = []
     section: Section | None = None
-    label = ""
+    group: str | None = None
     for line in body.split("\n"):
+        heading = _GROUP_LINE[section].match(line) if section in LABELLED else None
         if line in _SECTIONS:
-            section, label = _SECTIONS[line], ""
-        elif section in LABELLED and _LABEL_LINE.match(line):
-            label = line[:-1] + ": "
+            section, group = _SECTIONS[line], None
+        elif section is not None and heading is not None:
+            group = heading.group(1)
         elif section is not None and line.startswith("- "):
             found = _RECALL.match(line[2:])
-            if found is not None:
-                items.append(Item(section, label + found.group(1), found.group(2)))
-            else:
-                items.append(Item(section, label + line[2:]))
+            text, recall = (found.group(1), found.group(2)) if found else (line[2:], None)
+            if group is not None:
+                text = join_group(section, group, text)
+            items.append(Item(section, text, recall))
     return items
