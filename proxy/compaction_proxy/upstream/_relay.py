@@ -58,7 +58,7 @@ class Outcome:
     upstream_seconds: float | None = None  # to the response headers
     prompt_tokens: int | None = None  # the reply's usage.prompt_tokens (when asked to read it)
     cut_by_shutdown: bool = False  # answered 503, or the stream ended with an error event
-    held: HeldReply | None = None  # a reply read but not sent (see `hold` in `forward`)
+    held: HeldReply | None = None  # a reply read but not sent (`ReplyHandling.hold`)
 
 
 @dataclass(slots=True)
