@@ -287,9 +287,10 @@ async def test_a_bound_summarizer_logs_its_calls_on_the_request() -> None:
     def answer(request: httpx.Request) -> httpx.Response:
         status = next(replies)
         if status != 200:
-            return httpx.Response(status)
+            return httpx.Response(status, stream=httpx.ByteStream(b""))
         message = {"role": "assistant", "content": "## Goal\nX"}
-        return httpx.Response(200, json={"choices": [{"message": message}]})
+        body = orjson.dumps({"choices": [{"message": message}]})
+        return httpx.Response(200, stream=httpx.ByteStream(body))  # read as a transport reads
 
     upstream = UpstreamSettings.model_validate(
         {"name": "openai", "base_url": "https://api.openai.test/v1", "models": ["gpt-*"]}

@@ -77,12 +77,18 @@ class Listing:
         if self.gate is not None:
             await self.gate.wait()
         if self.body is not None:
-            return httpx.Response(self.status, content=self.body)
+            return _streamed(self.status, self.body)
         data = [{"id": m, "object": "model", "max_model_len": w} for m, w in self.windows.items()]
-        return httpx.Response(self.status, json={"object": "list", "data": data})
+        return _streamed(self.status, orjson.dumps({"object": "list", "data": data}))
 
     def client(self) -> httpx.AsyncClient:
         return httpx.AsyncClient(transport=httpx.MockTransport(self.handle))
+
+
+def _streamed(status: int, body: bytes) -> httpx.Response:
+    """A reply as a transport gives one, its body still to be read (the proxy's transport
+    streams every reply; httpx reads a ``content=`` reply ahead)."""
+    return httpx.Response(status, stream=httpx.ByteStream(body))
 
 
 class Clock:

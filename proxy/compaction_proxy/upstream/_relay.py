@@ -194,10 +194,7 @@ async def forward(
     """Send ``request`` and relay the reply as ``handling`` says. Never raises for transport
     problems: the client gets 502/504. ``streamed``: the request's body is the client's,
     relayed as it streams in (its refusal or loss is the client's, not the upstream's)."""
-    extra_headers, wire, usage = handling.extra_headers, handling.wire, handling.usage
-    hold, hold_limit, on_accepted = handling.hold, handling.hold_limit, handling.on_accepted
-    hold_failures = handling.hold_failures
-    relay = _Relay(send, upstream, extra_headers, wire, hold_failures=hold_failures)
+    relay = _Relay(send, upstream, handling)
     outcome = relay.outcome
     watch = _DisconnectWatch(receive, streamed)
     flight = in_flight.get()
@@ -205,11 +202,11 @@ async def forward(
         reply = await _request(relay, transport, request, streamed)
         if reply is None:
             return outcome.frozen()
-        opened = await _open(relay, reply, hold, hold_limit or MAX_ERROR_BODY)
+        opened = await _open(relay, reply)
         if opened is None:
             return outcome.frozen()  # held (outcome.held) or failed (answered 502/504)
         out_headers, prefix = opened
-        await _start(relay, reply, out_headers, on_accepted, flight, usage)
+        await _start(relay, reply, out_headers, flight)
         await _relay_body(relay, prefix)
         return outcome.frozen()
     except asyncio.CancelledError:
@@ -236,8 +233,7 @@ class _Relay:
 
     send: Send
     upstream: UpstreamSettings
-    extra_headers: list[tuple[bytes, bytes]] | None
-    wire: WireFormat | None = None
+    handling: ReplyHandling
     outcome: _Tally = field(default_factory=_Tally)
     reply: UpstreamReply | None = None
     chunks: AsyncIterator[bytes] | None = None
@@ -246,7 +242,14 @@ class _Relay:
     length: int | None = None
     started: bool = False
     relayed_all: bool = False
-    hold_failures: bool = False
+
+    @property
+    def wire(self) -> WireFormat | None:
+        return self.handling.wire
+
+    @property
+    def extra_headers(self) -> list[tuple[bytes, bytes]] | None:
+        return self.handling.extra_headers
 
 
 async def _request(
@@ -274,11 +277,12 @@ async def _request(
 
 
 async def _open(
-    relay: _Relay, reply: UpstreamReply, hold: frozenset[int] | None, limit: int
+    relay: _Relay, reply: UpstreamReply
 ) -> tuple[list[tuple[bytes, bytes]], bytes] | None:
     """The reply's headers to relay and what was read of a held status's body; None when the
     reply is held whole (``outcome.held``) or broke while being read (answered 502)."""
     outcome = relay.outcome
+    hold, limit = relay.handling.hold, relay.handling.hold_limit or MAX_ERROR_BODY
     out_headers = response_headers(reply.raw_headers)
     content_type = reply.header("content-type") or ""
     if content_type.startswith("text/event-stream"):
@@ -306,11 +310,10 @@ async def _start(
     relay: _Relay,
     reply: UpstreamReply,
     out_headers: list[tuple[bytes, bytes]],
-    on_accepted: Callable[[], Awaitable[Sequence[tuple[bytes, bytes]]]] | None,
     flight: InFlight | None,
-    usage: UsageFormat | None,
 ) -> None:
     """The response's start, once what must precede the client's first byte is done."""
+    on_accepted, usage = relay.handling.on_accepted, relay.handling.usage
     if relay.extra_headers:
         out_headers = [*out_headers, *relay.extra_headers]
     if on_accepted is not None and 200 <= reply.status < 300:
@@ -509,7 +512,7 @@ async def _send_failure(relay: _Relay, outcome: _Tally, exc: BaseException, what
     log.warning("upstream %s: %s", what, failure.message)
     outcome.status = failure.status
     error = ProxyError(failure.status, failure.message, "upstream_error", failure.code)
-    if relay.hold_failures:
+    if relay.handling.hold_failures:
         body = _error_body(error, relay.wire)
         outcome.held = HeldReply(failure.status, [_JSON_TYPE], body, None)
         return

@@ -331,11 +331,7 @@ class _HttpxReply:
         return value
 
     async def chunks(self) -> AsyncIterator[bytes]:
-        response = self._response
-        if response.is_stream_consumed:  # read already: an httpx.MockTransport's response
-            yield response.content
-            return
-        async for chunk in response.aiter_raw():
+        async for chunk in self._response.aiter_raw():
             yield chunk
 
     async def close(self) -> None:

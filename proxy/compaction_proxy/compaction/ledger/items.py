@@ -104,10 +104,6 @@ class Item:
         )
 
 
-LABELLED = frozenset({Section.STATEMENTS, Section.FILES})
-"""The sections whose lines are listed under a group's heading (:func:`split_group`): the
-statements under their label, the files under the tool that touched them. Not the rules: a rule
-is forwarded on its line exactly as the user wrote it."""
 _OPENING_LABEL = re.compile(r"^([A-Z][A-Z0-9]*(?:[ _/-][A-Z0-9]+){0,3}): (?=\S)")
 _TOOL_SUFFIX = re.compile(r"(?<=\S) \(([A-Za-z0-9_.-]{1,64})\)$")
 _HEADINGS = frozenset(section.value for section in Section)
@@ -115,7 +111,8 @@ _HEADINGS = frozenset(section.value for section in Section)
 
 def split_group(item: Item) -> tuple[str, str] | None:
     """(the group ``item`` is listed under, its line's text without it), or ``None``: a
-    statement's opening ``LABEL: `` (not a log level), a file's closing `` (tool)``."""
+    statement's opening ``LABEL: `` (not a log level), a file's closing `` (tool)``. No other
+    section is grouped: a rule is forwarded on its line exactly as the user wrote it."""
     if item.section is Section.STATEMENTS:
         found = _OPENING_LABEL.match(item.text)
         if found is None or found.group(1) in LOG_LEVELS:
@@ -142,8 +139,8 @@ def label_of(item: Item) -> str | None:
 
 def display_order(items: Sequence[Item]) -> list[Item]:
     """``items`` as the ledger lists them: each run of one section with its unlabelled items
-    first, then each group's items (groups in the order of their first item; the sections of
-    :data:`LABELLED` only); otherwise in the order given."""
+    first, then each group's items (groups in the order of their first item, as
+    :func:`split_group` says); otherwise in the order given."""
     out: list[Item] = []
     start = 0
     while start < len(items):

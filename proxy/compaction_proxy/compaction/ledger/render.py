@@ -35,7 +35,7 @@ import re
 from collections.abc import Sequence
 
 from ..marks import original_mark
-from .items import LABELLED, Item, Section, display_order, join_group, label_of, split_group
+from .items import Item, Section, display_order, join_group, split_group
 
 LEDGER_PREFIX = "<ledger>"
 """The exact opening of the ledger message (the view recognises it, :mod:`..view`)."""
@@ -55,7 +55,7 @@ _EARLIER_HEADERS = (
 
 _SECTIONS = {f"{section.value}:": section for section in Section}
 _RECALL = re.compile(r"^(.*) \[recall id (r[a-z2-7]{11})\]$")
-_GROUP_LINE = {
+_GROUP_LINE: dict[Section, re.Pattern[str]] = {
     Section.STATEMENTS: re.compile(r"^([A-Z][A-Z0-9]*(?:[ _/-][A-Z0-9]+){0,3}):$"),
     Section.FILES: re.compile(r"^([A-Za-z0-9_.-]{1,64}):$"),
 }
@@ -64,8 +64,11 @@ _GROUP_LINE = {
 def render_line(item: Item) -> str:
     """One item's line (without its newline); under its group, without the group's part."""
     split = split_group(item)
-    text = split[1] if split is not None else item.text
-    return f"- {text}{original_mark(item.recall) if item.recall else ''}"
+    return _line(split[1] if split is not None else item.text, item.recall)
+
+
+def _line(text: str, recall: str | None) -> str:
+    return f"- {text}{original_mark(recall) if recall else ''}"
 
 
 def render(items: Sequence[Item]) -> str:
@@ -78,11 +81,11 @@ def render(items: Sequence[Item]) -> str:
         if item.section is not section:
             section, label = item.section, None
             lines.append(f"{section.value}:")
-        mine = label_of(item)
-        if mine is not None and mine != label:
-            label = mine
+        split = split_group(item)
+        if split is not None and split[0] != label:
+            label = split[0]
             lines.append(f"{label}:")
-        lines.append(render_line(item))
+        lines.append(_line(split[1] if split is not None else item.text, item.recall))
     lines.append(LEDGER_CLOSE)
     return "\n".join(lines)
 
@@ -112,7 +115,8 @@ def parse(text: str) -> list[Item]:
     section: Section | None = None
     group: str | None = None
     for line in body.split("\n"):
-        heading = _GROUP_LINE[section].match(line) if section in LABELLED else None
+        grouping = _GROUP_LINE.get(section) if section is not None else None
+        heading = grouping.match(line) if grouping is not None else None
         if line in _SECTIONS:
             section, group = _SECTIONS[line], None
         elif section is not None and heading is not None:
