@@ -1,7 +1,7 @@
 """What survives compaction, measured with a real language model writing the summaries.
 
     python -m bench.quality [--quick] [--out bench/results/quality.md]
-                            [--variants default,truncation,...] [--summarizer model|prose]
+                            [--variants default,truncation,...] [--summarizer model|prose|looping]
 
 Real processes on loopback: llama-server with Qwen2.5-Coder-1.5B-Instruct (built and fetched
 once into ~/.cache/compaction-proxy-bench by bench/quality/model_server.py), a recording relay
@@ -19,7 +19,9 @@ replayed loop would fold from scratch on every step instead of updating its summ
 it returns is the proxy's idea of the request, not the bytes an upstream received.
 
 `--summarizer prose`: no model; the relay answers fixed prose that copies no exact string
-(develops the bench in seconds, and is the worst case for a summary).
+(develops the bench in seconds, and is the worst case for a summary). `--summarizer looping`:
+no model; the relay answers as the small model did on the 6k window, the same lines over and
+over until the output limit cut them.
 """
 
 from __future__ import annotations
@@ -344,6 +346,11 @@ def report(
             f"-c {model_server.CONTEXT} -np 1 --no-cache-prompt`, temperature 0 "
             "(`summarization.parameters`).",
         ]
+    elif args.summarizer == "looping":
+        lines += [
+            "Summarizer: the looping stub (no model): every summary is a heading, then the same "
+            "few lines repeated until the output limit cuts it, as the model wrote them.",
+        ]
     else:
         lines += [
             "Summarizer: the prose stub (no model): every summary is the same fixed prose, "
@@ -584,7 +591,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--variants", default=None, help="comma-separated variant names")
-    parser.add_argument("--summarizer", choices=("model", "prose"), default="model")
+    parser.add_argument("--summarizer", choices=("model", "prose", "looping"), default="model")
     parser.add_argument(
         "--window", type=int, default=None, help="every transcript's window, in place of its own"
     )
@@ -612,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.summarizer == "model":
             llama = model_server.start(work / "llama-server.log")
         setup_seconds = time.monotonic() - setup
-        relay = Relay(llama.base_url if llama else None).start()
+        relay = Relay(llama.base_url if llama else None, stub=args.summarizer).start()
         upstream = UpstreamServer(work / "upstream.log").start()
         try:
             config = base_config(upstream, relay, work)

@@ -36,6 +36,19 @@ PROSE = (
 )
 """The stub's answer: plausible prose that copies no exact string: the worst case for a summary."""
 
+LOOP_HEAD = (
+    "## Goal\nThe user wants to run a series of shell commands and analyze the results.\n\n"
+    "## Constraints & Preferences\n"
+)
+LOOP_LINES = (
+    "- The user is using the `logging` module.",
+    "- The user is using the `setuptools` library.",
+    "- The user is running the test suite again.",
+)
+"""The looping stub's answer: what Qwen2.5-Coder-1.5B wrote for every summary of the 6k run
+(bench/results/quality-6k-default.md): a heading, then the same few lines over and over until
+the output limit cut it (``finish_reason: length``)."""
+
 
 @dataclass
 class Call:
@@ -57,9 +70,11 @@ class Call:
 
 @dataclass
 class Relay:
-    """Serves ``POST /v1/chat/completions`` on 127.0.0.1; ``target`` None: the prose stub."""
+    """Serves ``POST /v1/chat/completions`` on 127.0.0.1; ``target`` None: a stub, ``stub``
+    says which (``prose``, ``looping``)."""
 
     target: str | None
+    stub: str = "prose"
     calls: list[Call] = field(default_factory=list)
     port: int = 0
     _cache: dict[str, tuple[int, bytes]] = field(default_factory=dict)
@@ -132,7 +147,7 @@ class Relay:
         if cached:
             status, answer_bytes = self._cache[key]
         elif self.target is None:
-            status, answer_bytes = 200, orjson.dumps(_stub_reply(body))
+            status, answer_bytes = 200, orjson.dumps(_stub_reply(body, self.stub))
         else:
             assert self._session is not None
             async with self._session.post(
@@ -169,8 +184,19 @@ class Relay:
         return web.Response(status=status, body=answer_bytes, content_type="application/json")
 
 
-def _stub_reply(body: dict[str, Any]) -> dict[str, Any]:
+def _looping(limit: int) -> str:
+    """The looping stub's text: :data:`LOOP_LINES` repeated until ``limit`` tokens (4 characters
+    each, as estimated here), the last line cut mid-way."""
+    text = LOOP_HEAD
+    while len(text) < 4 * limit:
+        text += "\n".join(LOOP_LINES) + "\n"
+    return text[: 4 * limit]
+
+
+def _stub_reply(body: dict[str, Any], stub: str) -> dict[str, Any]:
     prompt = sum(len(str(m.get("content") or "")) for m in body.get("messages", [])) // 4
+    limit = int(body.get("max_completion_tokens") or body.get("max_tokens") or 512)
+    content, finish = (_looping(limit), "length") if stub == "looping" else (PROSE, "stop")
     return {
         "id": "chatcmpl-stub",
         "object": "chat.completion",
@@ -179,13 +205,13 @@ def _stub_reply(body: dict[str, Any]) -> dict[str, Any]:
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": PROSE},
-                "finish_reason": "stop",
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": finish,
             }
         ],
         "usage": {
             "prompt_tokens": prompt,
-            "completion_tokens": len(PROSE) // 4,
-            "total_tokens": prompt + len(PROSE) // 4,
+            "completion_tokens": len(content) // 4,
+            "total_tokens": prompt + len(content) // 4,
         },
     }

@@ -25,7 +25,7 @@ from compaction_proxy.summarizer import (
     SummaryCallRecord,
 )
 from compaction_proxy.summarizer._prompts import own_limit_note
-from compaction_proxy.summarizer._replies import salvage
+from compaction_proxy.summarizer._replies import salvage, without_repeats
 from compaction_proxy.upstream import HttpxUpstream, UpstreamTransport
 from compaction_proxy.wire import CallerKey
 
@@ -497,6 +497,49 @@ def test_salvage_keeps_complete_lines_only(reply: str, kept: str | None) -> None
 
     result = salvage(reply, 100, count)
     assert result == (None if kept is None else f"{kept}\n\n{CUT_MARK}")
+
+
+def test_salvage_drops_the_lines_a_looping_model_said_again() -> None:
+    """A small model that loops until the cut (measured: every summary of the 6k quality run)
+    keeps one copy of each line, not 700 tokens of the same few."""
+    loop = "- The user is using the `logging` module.\n- Ran the tests again.\n"
+    reply = "## Goal\nFix the build.\n\n## Progress\n" + loop * 40 + "- The user is us"
+    result = salvage(reply, 1_000, lambda text: len(text.split()))
+    assert result == ("## Goal\nFix the build.\n\n## Progress\n" + loop + "\n" + CUT_MARK)
+
+
+def test_without_repeats_keeps_code_short_lines_and_blank_lines() -> None:
+    lines = [
+        "## Progress",
+        "- edited src/app.py",
+        "",
+        "```",
+        "    return value",
+        "    return value",
+        "```",
+        "- ok",
+        "- ok",
+        "",
+        "- edited src/app.py",
+        "```",
+        "    return value",
+        "```",
+    ]
+    assert without_repeats(lines) == [
+        "## Progress",
+        "- edited src/app.py",
+        "",
+        "```",
+        "    return value",
+        "    return value",
+        "```",
+        "- ok",
+        "- ok",
+        "",
+        "```",
+        "    return value",
+        "```",
+    ]
 
 
 def test_salvage_fits_the_mark_within_the_limit() -> None:

@@ -9,7 +9,9 @@ A reply cut at the limit may be *salvaged* instead (:func:`salvage`): its comple
 :data:`~compaction_proxy.compaction.summarizer_contract.CUT_MARK`, so neither the model that
 reads it nor the report takes it for whole. A small local model often writes on until cut even
 when told the limit; all of its summary lost (and a back-off started) costs more than its
-unfinished last line, the more so as the ledger carries the exact strings beside it.
+unfinished last line, the more so as the ledger carries the exact strings beside it.  Such a
+model often loops, too: the same lines over and over until the cut.  A line said again is
+dropped (:func:`without_repeats`): it adds nothing, and every later request would pay for it.
 """
 
 from __future__ import annotations
@@ -89,14 +91,39 @@ def strip_echoed_wrapper(text: str) -> str:
     return stripped
 
 
+REPEAT_MIN_CHARS = 8
+"""A line this long or longer (stripped) is dropped when said again (:func:`without_repeats`);
+shorter ones (``---``, ``- ok``) may repeat by design."""
+
+
+def without_repeats(lines: list[str]) -> list[str]:
+    """``lines`` without the ones said before (the same text, stripped, at least
+    :data:`REPEAT_MIN_CHARS` long), code fences left as they are: a model looping until the
+    cut writes the same lines over and over, and the first of each says all of them do."""
+    out: list[str] = []
+    seen: set[str] = set()
+    fenced = False
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith("```"):
+            fenced = not fenced
+        elif not fenced and len(stripped) >= REPEAT_MIN_CHARS:
+            if stripped in seen:
+                continue
+            seen.add(stripped)
+        out.append(line)
+    return out
+
+
 def salvage(text: str, limit: int, count: Callable[[str], int]) -> str | None:
     """The complete lines of ``text``, a reply cut mid-way, then :data:`CUT_MARK`, within
     ``limit`` tokens; ``None`` when no line of content is complete.
 
-    The last line is the one the cut ended; headings left without a line under them and an
-    unclosed code fence go too (a fence left open would swallow what follows it).
+    The last line is the one the cut ended; lines said again go (:func:`without_repeats`), and
+    so do headings left without a line under them and an unclosed code fence (a fence left open
+    would swallow what follows it).
     """
-    lines = text.split("\n")[:-1]  # the last line is unfinished
+    lines = without_repeats(text.split("\n")[:-1])  # the last line is unfinished
     while lines:
         if sum(1 for line in lines if line.lstrip().startswith("```")) % 2:
             del lines[max(i for i, line in enumerate(lines) if line.lstrip().startswith("```")) :]
