@@ -84,6 +84,7 @@ def _bodies(tokens: int, requests: int, shape: Any) -> list[bytes]:
 
 async def _request(compactor: Any, raw: bytes) -> tuple[float, float, bool]:
     from compaction_proxy.compaction import Mode
+    from compaction_proxy.engine import RunExtras
     from compaction_proxy.wire import ClientBody, EditedView
     from compaction_proxy.wire.messages import MESSAGES
 
@@ -101,8 +102,7 @@ async def _request(compactor: Any, raw: bytes) -> tuple[float, float, bool]:
         view.chat,
         Mode.NORMAL,
         size_hint=len(raw),
-        edits=edits.strategies if edits else (),
-        edits_key=edits.key if edits else "",
+        extras=RunExtras(tuple(edits.strategies), edits.key) if edits else None,
     )
     if result.changed:
         lowered = view.lower(result.messages)

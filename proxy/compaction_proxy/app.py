@@ -118,7 +118,13 @@ class ProxyApp:
         if scope["type"] != "http":
             await self.fastapi(scope, receive, send)  # lifespan (and websockets, refused)
             return
-        ctx = RequestContext(state=self.state, request_id=_request_id(scope))
+        ctx = RequestContext(
+            state=self.state,
+            request_id=_request_id(scope),
+            scope=scope,
+            receive=receive,
+            send=send,
+        )
         ctx.response_headers.append((b"x-request-id", ctx.request_id.encode()))
         path: str = scope["path"]
         drain = self.state.drain
@@ -133,11 +139,11 @@ class ProxyApp:
                 # ctx.response_headers (the request id among them), no wrapper per message.
                 self._authenticate(ctx, scope)
                 if path == "/v1/compaction/preview":
-                    outcome = await preview(ctx, scope, receive, send)
+                    outcome = await preview(ctx)
                 elif path.startswith(ARCHIVE_PATH):
-                    outcome = await archive_entry(ctx, scope, receive, send)
+                    outcome = await archive_entry(ctx)
                 else:
-                    outcome = await self._forward(ctx, scope, receive, send)
+                    outcome = await self._forward(ctx)
                     self._note_accepted(ctx, scope, outcome)
             else:
                 access = self._side_access(ctx, scope, path)
@@ -172,16 +178,15 @@ class ProxyApp:
             _calibrate(ctx.state, done)
             _access_log(done, scope)
 
-    async def _forward(
-        self, ctx: RequestContext, scope: Scope, receive: Receive, send: Send
-    ) -> RouteOutcome:
+    async def _forward(self, ctx: RequestContext) -> RouteOutcome:
+        scope = ctx.scope
         wire = format_for_path(scope["method"], scope["path"])
         if wire is not None:
-            return await compacted(wire, ctx, scope, receive, send)
+            return await compacted(wire, ctx)
         counted = format_for_count_path(scope["method"], scope["path"])
         if counted is not None:
-            return await count_tokens(counted, ctx, scope, receive, send)
-        return await passthrough(ctx, scope, receive, send)
+            return await count_tokens(counted, ctx)
+        return await passthrough(ctx)
 
     def _authenticate(self, ctx: RequestContext, scope: Scope) -> None:
         """One rule for every `/v1` route: any credential header that holds a key of

@@ -20,7 +20,7 @@ from compaction_proxy.compaction.strategies.clear_tool_uses import ClearToolUses
 from compaction_proxy.compaction.strategies.summarization import SummarizationStrategy
 from compaction_proxy.compaction.triggers import Always, Never, TokensExceed
 from compaction_proxy.config import Settings
-from compaction_proxy.engine import Compactor
+from compaction_proxy.engine import Compactor, RunExtras
 from compaction_proxy.http import ProxyError
 from compaction_proxy.wire import EditedView
 from compaction_proxy.wire.messages import MESSAGES, anthropic_error_body
@@ -139,7 +139,7 @@ async def run(
     edits = view.context_edits(summarizer=False)
     assert edits is not None
     result = await compactor.run(
-        view.chat, Mode.NORMAL, size_hint=0, edits=edits.strategies, edits_key=edits.key
+        view.chat, Mode.NORMAL, size_hint=0, extras=RunExtras(tuple(edits.strategies), edits.key)
     )
     forwarded = view.lower(result.messages).items if result.changed else messages
     return list(forwarded), result.report, edits
@@ -759,8 +759,7 @@ async def test_compact_summarizes_above_its_trigger_and_reports_the_summary_insi
         Mode.NORMAL,
         size_hint=0,
         summarizer=summarizer,
-        edits=edits.strategies,
-        edits_key=edits.key,
+        extras=RunExtras(tuple(edits.strategies), edits.key),
     )
     assert len(summarizer.calls) == 1
     report = result.report
@@ -789,7 +788,9 @@ async def test_a_checkpoints_copies_lower_as_the_pipelines_own_output(
     body = {"model": MODEL, "max_tokens": 1024, "messages": messages}
     view = MESSAGES.lift(body)
     edits = edits_of({"edits": [{"type": "clear_thinking_20251015"}]})
-    result = await compactor.run(view.chat, Mode.NORMAL, size_hint=0, edits=edits.strategies)
+    result = await compactor.run(
+        view.chat, Mode.NORMAL, size_hint=0, extras=RunExtras(tuple(edits.strategies))
+    )
     assert result.changed
     copies = orjson.loads(orjson.dumps(result.messages))
     assert lowered_json(view, copies) == lowered_json(view, list(result.messages))
@@ -809,7 +810,9 @@ async def test_pieces_that_differ_only_in_thinking_are_told_apart(compactor: Com
     ]
     view = MESSAGES.lift({"model": MODEL, "max_tokens": 1024, "messages": messages})
     edits = edits_of({"edits": [{"type": "clear_thinking_20251015"}]})
-    result = await compactor.run(view.chat, Mode.NORMAL, size_hint=0, edits=edits.strategies)
+    result = await compactor.run(
+        view.chat, Mode.NORMAL, size_hint=0, extras=RunExtras(tuple(edits.strategies))
+    )
     expected = [
         messages[0],
         {"role": "assistant", "content": [same]},

@@ -262,10 +262,18 @@ async def test_a_request_on_v1_messages_is_budgeted_for_the_window_its_server_li
 
 
 async def _window(edge: Edge, wire: WireFormat, model: str, *headers: tuple[str, str]) -> Window:
-    ctx = RequestContext(state=edge.app.state, request_id="t")
-    upstream = edge.app.state.settings.upstreams[0]
     scope = {"headers": [(k.encode(), v.encode()) for k, v in headers]}
-    return await effective_window(ctx, scope, upstream, model, wire)
+    ctx = RequestContext(edge.app.state, "t", scope, _no_receive, _no_send)
+    upstream = edge.app.state.settings.upstreams[0]
+    return await effective_window(ctx, upstream, model, wire)
+
+
+async def _no_receive() -> dict[str, Any]:
+    raise AssertionError("nothing is read")
+
+
+async def _no_send(message: dict[str, Any]) -> None:
+    raise AssertionError("nothing is sent")
 
 
 BETA_1M = ("anthropic-beta", f"{CLAUDE_CODE_BETAS},{CONTEXT_1M_BETA}")

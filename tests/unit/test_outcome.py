@@ -9,6 +9,7 @@ dashboard read, takes the route's figures from the outcome and the edge's from t
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -45,9 +46,13 @@ def _context() -> RequestContext:
         flow=None,  # type: ignore[arg-type]
         telemetry=None,  # type: ignore[arg-type]
     )
-    ctx = RequestContext(state=state, request_id="r1")
+    ctx = RequestContext(state, "r1", {"type": "http"}, _never, _never)
     ctx.model, ctx.upstream, ctx.bytes_in = "gpt-4o", "openai", 42
     return ctx
+
+
+async def _never(*message: Any) -> Any:
+    raise AssertionError("the record never reads or sends")
 
 
 def test_the_finished_request_reads_the_route_outcome() -> None:

@@ -11,7 +11,14 @@ from typing import Any
 
 import orjson
 
-from compaction_proxy.api._recall import LIMIT_TEXT, UNFIT_TEXT, RecallOffer, Rounds, settle
+from compaction_proxy.api._recall import (
+    LIMIT_TEXT,
+    UNFIT_TEXT,
+    Forwarded,
+    RecallOffer,
+    Rounds,
+    settle,
+)
 from compaction_proxy.compaction import RecallSettings
 from compaction_proxy.engine import Recallable
 from compaction_proxy.upstream import HeldReply, Outcome
@@ -120,7 +127,7 @@ def run(
     offer = RecallOffer(CHAT.recall, Recallable("ns", ("rzzzzzzzzzzz",)), settings)
     rounds = Rounds(script.post, script.deliver, script.relay, now or clock([0.0]))
     outcome, stats = asyncio.run(
-        settle(ctx, CHAT, offer, Outcome(200, held=first), SENT, [], None, rounds)
+        settle(ctx, CHAT, Forwarded(offer, SENT, (), (), None), Outcome(200, held=first), rounds)
     )
     return outcome, stats, desk
 
@@ -217,13 +224,13 @@ def test_a_round_answers_a_few_calls_sharing_one_budget() -> None:
     body["choices"][0]["message"]["tool_calls"] = calls
     first = HeldReply(200, JSON, orjson.dumps(body), None)
     script = Script([reply(recall=False)])
-    window = SimpleNamespace(tokens=16_000)
+    window: Any = SimpleNamespace(tokens=16_000)
     desk = Desk()
     ctx: Any = SimpleNamespace(state=SimpleNamespace(recall_desk=desk))
     offer = RecallOffer(CHAT.recall, Recallable("ns", ()), RecallSettings(max_tokens=4000))
     rounds = Rounds(script.post, script.deliver, script.relay, clock([0.0]))
-    held: Any = window
-    asyncio.run(settle(ctx, CHAT, offer, Outcome(200, held=first), SENT, [], held, rounds))
+    forwarded = Forwarded(offer, SENT, (), (), window)
+    asyncio.run(settle(ctx, CHAT, forwarded, Outcome(200, held=first), rounds))
     assert len(desk.calls) == 4  # MAX_CALLS
     assert desk.limits == [1000] * 4  # a quarter of the 16k window, shared by the four
     results = [m for m in script.posted[0]["messages"] if m["role"] == "tool"]

@@ -30,7 +30,7 @@ from compaction_proxy.checkpoints import (
     archive_namespace,
 )
 from compaction_proxy.compaction.archive import ID_PATTERN
-from compaction_proxy.http import ProxyError, Receive, Scope, Send, send_bytes
+from compaction_proxy.http import ProxyError, Scope, send_bytes
 
 from ._context import RequestContext
 from ._outcome import RouteOutcome
@@ -40,10 +40,9 @@ ARCHIVE_PATH = "/v1/compaction/archive/"
 _SHOWN_ID = 40
 
 
-async def archive_entry(
-    ctx: RequestContext, scope: Scope, receive: Receive, send: Send
-) -> RouteOutcome:
+async def archive_entry(ctx: RequestContext) -> RouteOutcome:
     """The archived entry the path names, as JSON (see the module docstring)."""
+    scope, send = ctx.scope, ctx.send
     if scope["method"] != "GET":
         raise ProxyError(
             405, f"use GET for {ARCHIVE_PATH}{{id}}", "invalid_request_error", "method_not_allowed"
@@ -59,7 +58,7 @@ async def archive_entry(
         )
     if ID_PATTERN.fullmatch(recall_id) is None:
         raise _not_found(recall_id)
-    namespace = archive_namespace(credential(ctx, scope), tenant(scope), end_user(scope))
+    namespace = archive_namespace(credential(ctx), tenant(scope), end_user(scope))
     try:
         with StoreBudget(ctx.state.settings.store.request_budget):
             found = await archive.fetch(namespace, [recall_id])

@@ -22,7 +22,6 @@ from typing import Any
 from compaction_proxy.compaction import CompactionResult, Mode, OutputLimit
 from compaction_proxy.config import UpstreamSettings
 from compaction_proxy.engine import FlowRequest, Known
-from compaction_proxy.http import Receive, Scope, Send
 from compaction_proxy.summarizer import SummaryCalls
 from compaction_proxy.upstream import (
     MIN_LEARNED_WINDOW,
@@ -232,9 +231,7 @@ def edit_notes(subject: Subject, result: CompactionResult | None) -> list[tuple[
     return [(b"x-compaction-warning", header_safe(note)) for note in notes]
 
 
-async def compact(
-    ctx: RequestContext, scope: Scope, subject: Subject, window: Window | None
-) -> Attempt:
+async def compact(ctx: RequestContext, subject: Subject, window: Window | None) -> Attempt:
     """The attempt to forward. Unchanged requests (and dry runs) forward the client's bytes;
     a failure is logged and forwards them too (:func:`failed`)."""
     # The summarizer's calls are noted on the request (one log for all its attempts), and
@@ -243,14 +240,14 @@ async def compact(
     if calls is None:
         calls = ctx.summarizer_calls = SummaryCalls()
     mode = subject.mode
-    started = time.perf_counter()
+    started, scope = time.perf_counter(), ctx.scope
     try:
         flow = await ctx.state.flow.run(
             FlowRequest(
                 subject.data,
                 mode,
                 size_hint=len(subject.raw),
-                credential=credential(ctx, scope),
+                credential=credential(ctx),
                 caller_key=None if ctx.authenticated else caller_key(scope, subject.wire.auth),
                 upstream_name=ctx.upstream or "",
                 # A forced compaction is a one-off: it must not become the sticky prefix.
@@ -260,7 +257,7 @@ async def compact(
                 calls=calls,
                 wire=subject.wire,
                 tenant=tenant(scope),
-                spend=spending(ctx, scope, subject.wire.auth),
+                spend=spending(ctx, subject.wire.auth),
                 native=native_request(
                     scope,
                     subject.wire,
@@ -314,9 +311,6 @@ async def compact(
 
 async def send_with_retries(
     ctx: RequestContext,
-    scope: Scope,
-    receive: Receive,
-    send: Send,
     upstream: UpstreamSettings,
     raw: bytes,
     attempt: Attempt | None,
@@ -351,9 +345,7 @@ async def send_with_retries(
             hold_limit=RECALL_HOLD if offer is not None else None,
         )
         listed = () if attempt is None else attempt.listed
-        outcome = await post_upstream(
-            ctx, scope, receive, send, upstream, body, handling, listed=listed
-        )
+        outcome = await post_upstream(ctx, upstream, body, handling, listed=listed)
         held = outcome.held
         if held is not None and offer is not None and held.status in OK_STATUSES:
             assert attempt is not None
@@ -361,9 +353,7 @@ async def send_with_retries(
                 # Accepted: what the relay does before its first byte.
                 headers = [*headers, *await saver(save)()]
             forwarded = Forwarded(offer, body, tuple(headers), attempt.listed, attempt.window)
-            delivered = await recalled(
-                ctx, scope, receive, send, upstream, wire, forwarded, outcome
-            )
+            delivered = await recalled(ctx, upstream, wire, forwarded, outcome)
             return _answered(delivered, reported, retries, "fixed" if retries else None)
         if held is None:
             overflow_outcome = None
@@ -374,10 +364,10 @@ async def send_with_retries(
         retry = None
         if overflow is not None:
             assert attempt is not None  # only a compacted request's refusals are held
-            retry = await after_refusal(ctx, scope, attempt, overflow, retries)
+            retry = await after_refusal(ctx, attempt, overflow, retries)
         if retry is None:
             # Nothing more to try: the client gets the (last) refusal exactly as it came.
-            sent = await send_held(send, held, headers)
+            sent = await send_held(ctx.send, held, headers)
             delivered = replace(outcome, bytes_out=sent, held=None, completed=True)
             return _answered(delivered, reported, retries, _refused_outcome(retries, overflow))
         assert overflow is not None
@@ -414,7 +404,6 @@ def retried_headers(retries: int, overflow: Overflow) -> list[tuple[bytes, bytes
 
 async def after_refusal(
     ctx: RequestContext,
-    scope: Scope,
     refused: Attempt,
     overflow: Overflow,
     retries: int,
@@ -478,7 +467,7 @@ async def after_refusal(
         target = min(learned, used)
     if target < MIN_LEARNED_WINDOW:
         return None
-    retry = await compact(ctx, scope, refused.subject, Window(target, "learned", option))
+    retry = await compact(ctx, refused.subject, Window(target, "learned", option))
     if retry.result is None:
         return None
     # A smaller prompt, or the same prompt with a lower output limit (the refusal of a prompt

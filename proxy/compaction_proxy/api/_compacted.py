@@ -21,7 +21,7 @@ from compaction_proxy.compaction import Mode
 from compaction_proxy.compaction.chat_messages import last_user_text
 from compaction_proxy.config import UpstreamSettings
 from compaction_proxy.engine import OFFLOAD_BYTES, Known
-from compaction_proxy.http import ProxyError, Receive, Scope, Send, read_body
+from compaction_proxy.http import ProxyError, read_body
 from compaction_proxy.upstream import json_model
 from compaction_proxy.wire import ClientBody, WireFormat
 from compaction_proxy.wire.recall import RECALL_TOOL
@@ -42,18 +42,16 @@ from ._requests import (
 )
 
 
-async def compacted(
-    wire: WireFormat, ctx: RequestContext, scope: Scope, receive: Receive, send: Send
-) -> RouteOutcome:
+async def compacted(wire: WireFormat, ctx: RequestContext) -> RouteOutcome:
     # Every store call of the request (window read, lookup, summary flights, the checkpoint
     # saved once the upstream answers, a learned window) shares one time budget: a store that
     # hangs costs the request that much at most, however many calls it would have made.
     with StoreBudget(ctx.state.settings.store.request_budget):
         state = ctx.state
-        raw = await read_body(scope, receive, state.settings.server.max_body_bytes)
+        raw = await read_body(ctx.scope, ctx.receive, state.settings.server.max_body_bytes)
         ctx.bytes_in = len(raw)
-        mode = compaction_mode(scope)
-        call = _Call(wire, ctx, scope, receive, send, raw)
+        mode = compaction_mode(ctx.scope)
+        call = _Call(wire, ctx, raw)
         if mode is None:
             return await _untouched(call)
         with state.compactor.offload.holding(raw):
@@ -66,22 +64,18 @@ class _Call:
 
     wire: WireFormat
     ctx: RequestContext
-    scope: Scope
-    receive: Receive
-    send: Send
     raw: bytes
 
     async def send_upstream(
         self, upstream: UpstreamSettings, attempt: Attempt | None
     ) -> RouteOutcome:
         """Forward ``attempt`` (None: the client's bytes), compacting again after a refusal."""
-        return await send_with_retries(
-            self.ctx, self.scope, self.receive, self.send, upstream, self.raw, attempt, self.wire
-        )
+        return await send_with_retries(self.ctx, upstream, self.raw, attempt, self.wire)
 
 
 async def _compact_and_send(call: _Call, mode: Mode) -> RouteOutcome:
-    wire, ctx, scope, raw = call.wire, call.ctx, call.scope, call.raw
+    wire, ctx, raw = call.wire, call.ctx, call.raw
+    scope = ctx.scope
     state = ctx.state
     offload = state.compactor.offload
     # A large body is parsed (and held to server.max_messages / max_content_parts),
@@ -92,7 +86,7 @@ async def _compact_and_send(call: _Call, mode: Mode) -> RouteOutcome:
     limits, applies = size_limits(state, scope), compacted_model(state)
     known: Known | None = None
     if memory.applies(wire, raw):
-        bucket = memory.bucket(credential(ctx, scope), tenant(scope), wire, raw)
+        bucket = memory.bucket(credential(ctx), tenant(scope), wire, raw)
         parsed = await memory.parse(raw, wire, bucket, limits=limits, applies=applies)
         body, known = parsed.data, parsed.known
     else:
@@ -130,9 +124,9 @@ async def _compact_and_send(call: _Call, mode: Mode) -> RouteOutcome:
         client = ClientBody(raw, body, wire.items)
         if edits is not None:
             client = client.without(edits.strip)
-        window = await effective_window(ctx, scope, upstream, ctx.model, wire)
+        window = await effective_window(ctx, upstream, ctx.model, wire)
         subject = Subject(client, view, mode, wire, edits, traits(upstream), known)
-        attempt = await compact(ctx, scope, subject, window)
+        attempt = await compact(ctx, subject, window)
         memory.remember(known)
     return await call.send_upstream(upstream, attempt)
 
@@ -140,8 +134,8 @@ async def _compact_and_send(call: _Call, mode: Mode) -> RouteOutcome:
 async def _untouched(call: _Call) -> RouteOutcome:
     """``X-Compaction: off``: the client's bytes go upstream as they came, whatever JSON they
     hold; only ``model`` is read, to route them (compaction_proxy/upstream/_routing.py)."""
-    wire, ctx, scope = call.wire, call.ctx, call.scope
-    readable_encoding(ctx, scope)
+    wire, ctx = call.wire, call.ctx
+    readable_encoding(ctx)
     read = json_model(call.raw)
     upstream = route(ctx, read)
     ctx.upstream = upstream.name

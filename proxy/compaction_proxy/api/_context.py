@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from compaction_proxy.http import DEFAULT_GRACE_SECONDS, Drain, KnownCallers
+from compaction_proxy.http import DEFAULT_GRACE_SECONDS, Drain, KnownCallers, Receive, Scope, Send
 
 if TYPE_CHECKING:
     from compaction_proxy.checkpoints import Archive, CheckpointStore
@@ -66,6 +66,10 @@ class RequestContext:
 
     state: AppState
     request_id: str
+    # The request's ASGI exchange: every route, and the relay, read and answer through it.
+    scope: Scope
+    receive: Receive
+    send: Send
     started: float = field(default_factory=time.perf_counter)
     authenticated: bool = False
     # The credential header's value that held a key of `server.api_keys` (app.py); it names the

@@ -32,9 +32,9 @@ from compaction_proxy.compaction import CompactionResult, Mode
 from compaction_proxy.compaction.chat_messages import last_user_text
 from compaction_proxy.config import UpstreamSettings
 from compaction_proxy.engine import FlowRequest
-from compaction_proxy.http import Receive, Scope, Send, read_body, send_bytes
+from compaction_proxy.http import read_body, send_bytes
 from compaction_proxy.upstream import ReplyHandling, Window, json_model, post_upstream
-from compaction_proxy.wire import ClientBody, ContextEdits, View, WireFormat
+from compaction_proxy.wire import ClientBody, WireFormat
 
 from ._attempts import Subject, compacted_body, edit_notes, traits
 from ._context import AppState, RequestContext
@@ -58,18 +58,16 @@ UNCOUNTED = frozenset({404, 405, 501})
 """Statuses by which an upstream says it has no counting route: the proxy answers instead."""
 
 
-async def count_tokens(
-    wire: WireFormat, ctx: RequestContext, scope: Scope, receive: Receive, send: Send
-) -> RouteOutcome:
+async def count_tokens(wire: WireFormat, ctx: RequestContext) -> RouteOutcome:
     with StoreBudget(ctx.state.settings.store.request_budget):
-        state = ctx.state
-        raw = await read_body(scope, receive, state.settings.server.max_body_bytes)
+        state, scope = ctx.state, ctx.scope
+        raw = await read_body(scope, ctx.receive, state.settings.server.max_body_bytes)
         ctx.bytes_in = len(raw)
         mode = compaction_mode(scope)
         if mode is None:
             upstream = route(ctx, json_model(raw))
             ctx.upstream = upstream.name
-            return await _ask_upstream(wire, ctx, upstream, scope, receive, send, raw)
+            return await _ask_upstream(wire, ctx, upstream, raw)
         body = await state.compactor.offload.parse(
             raw,
             wire.parse,
@@ -86,7 +84,7 @@ async def count_tokens(
             or not wire.has_items(body)
             or not state.compactor.enabled_for(ctx.model)
         ):
-            return await _ask_upstream(wire, ctx, upstream, scope, receive, send, raw)
+            return await _ask_upstream(wire, ctx, upstream, raw)
         view = wire.lift(body)
         if state.settings.dashboard.show_content:
             ctx.content = last_user_text(view.chat["messages"])
@@ -96,11 +94,11 @@ async def count_tokens(
         client = ClientBody(raw, body, wire.items)
         if edits is not None:
             client = client.without(edits.strip)
-        window = await effective_window(ctx, scope, upstream, ctx.model, wire)
+        window = await effective_window(ctx, upstream, ctx.model, wire)
+        run_mode = Mode.FORCE if mode is Mode.FORCE else Mode.NORMAL
+        subject = Subject(client, view, run_mode, wire, edits, traits(upstream))
         try:
-            counted = await _compacted(
-                ctx, scope, wire, upstream, client, view, edits, window, mode
-            )
+            counted = await _compacted(ctx, subject, upstream, window, mode)
         except Exception:
             # A count the proxy cannot make is the upstream's to answer, as the route would
             # forward the original: never a failure the client would not have had without it.
@@ -109,36 +107,25 @@ async def count_tokens(
                 (b"x-compaction-warning", b"compaction failed; the client's body was counted")
             ]
             body_as_sent = client.raw  # without a field the upstream would not take
-            return await _ask_upstream(
-                wire, ctx, upstream, scope, receive, send, body_as_sent, failed
-            )
+            return await _ask_upstream(wire, ctx, upstream, body_as_sent, failed)
         forwarded, headers, result, listed = counted
-        return await _ask_upstream(
-            wire, ctx, upstream, scope, receive, send, forwarded, headers, result, listed
-        )
+        return await _ask_upstream(wire, ctx, upstream, forwarded, headers, result, listed)
 
 
 async def _compacted(
-    ctx: RequestContext,
-    scope: Scope,
-    wire: WireFormat,
-    upstream: UpstreamSettings,
-    client: ClientBody,
-    view: View,
-    edits: ContextEdits | None,
-    window: Window,
-    mode: Mode,
+    ctx: RequestContext, subject: Subject, upstream: UpstreamSettings, window: Window, mode: Mode
 ) -> tuple[bytes, list[tuple[bytes, bytes]], CompactionResult, tuple[tuple[str, str], ...]]:
     """The body the count is asked for (the compacted one), its report headers, the result
-    and the header values the format's amendment lists."""
-    state = ctx.state
-    run_mode = Mode.FORCE if mode is Mode.FORCE else Mode.NORMAL
+    and the header values the format's amendment lists (``mode``: the client's, which the
+    headers report; ``subject.mode`` the one the count ran in)."""
+    state, scope = ctx.state, ctx.scope
+    client, view, wire, edits = subject.client, subject.view, subject.wire, subject.edits
     flow = await state.flow.run(
         FlowRequest(
             _as_asked(state, view.chat, window.tokens),
-            run_mode,
+            subject.mode,
             size_hint=len(client.raw),
-            credential=credential(ctx, scope),
+            credential=credential(ctx),
             caller_key=None,
             upstream_name=upstream.name,
             persist=False,  # a count changes nothing the next request finds
@@ -147,13 +134,12 @@ async def _compacted(
             summarize=False,  # no summarizer is paid for a count
             wire=wire,
             tenant=tenant(scope),
-            spend=spending(ctx, scope, wire.auth),
+            spend=spending(ctx, wire.auth),
             edits=edits,
         )
     )
     headers = [h for h in report_headers(flow.result, mode) if not _about_the_limit(h)]
     headers.append((b"x-compaction-checkpoint", flow.checkpoint.encode()))
-    subject = Subject(client, view, run_mode, wire, edits, traits(upstream))
     headers.extend(edit_notes(subject, flow.result))
     if flow.messages is None:
         return client.raw, headers, flow.result, ()
@@ -196,9 +182,6 @@ async def _ask_upstream(
     wire: WireFormat,
     ctx: RequestContext,
     upstream: UpstreamSettings,
-    scope: Scope,
-    receive: Receive,
-    send: Send,
     body: bytes,
     headers: list[tuple[bytes, bytes]] | None = None,
     result: CompactionResult | None = None,
@@ -210,7 +193,7 @@ async def _ask_upstream(
     extra = [*ctx.response_headers, *(headers or ())]
     hold = UNCOUNTED if result is not None else None
     handling = ReplyHandling(wire, extra, hold=hold)
-    sent = await post_upstream(ctx, scope, receive, send, upstream, body, handling, listed=listed)
+    sent = await post_upstream(ctx, upstream, body, handling, listed=listed)
     # The count's compaction is reported in its headers, never to telemetry: nothing it made
     # was forwarded, so nothing was saved (the next request reports its own).
     if sent.held is None or result is None:
@@ -218,7 +201,7 @@ async def _ask_upstream(
     counted = math.ceil(result.report.tokens_after * result.report.calibration)
     answer = orjson.dumps({"input_tokens": counted})
     await send_bytes(
-        send,
+        ctx.send,
         200,
         answer,
         [*extra, (b"x-compaction-counted", b"proxy")],

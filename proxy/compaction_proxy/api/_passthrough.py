@@ -30,7 +30,6 @@ from compaction_proxy.http import (
     ProxyError,
     Receive,
     Scope,
-    Send,
     bad_request,
     content_length,
     header,
@@ -80,10 +79,8 @@ class Incoming:
         return chunk
 
 
-async def passthrough(
-    ctx: RequestContext, scope: Scope, receive: Receive, send: Send
-) -> RouteOutcome:
-    state = ctx.state
+async def passthrough(ctx: RequestContext) -> RouteOutcome:
+    state, scope, receive, send = ctx.state, ctx.scope, ctx.receive, ctx.send
     limit = state.settings.server.max_body_bytes
     declared = content_length(scope)
     if declared is not None and declared > limit:
@@ -94,7 +91,7 @@ async def passthrough(
     read: list[bytes] = []  # what routing read of the body, forwarded first
     upstream = state.router.default
     if has_body and state.router.routes_by_model:
-        readable_encoding(ctx, scope)
+        readable_encoding(ctx)
         upstream, read = await _route_by_body(ctx, scope, incoming)
     ctx.upstream = upstream.name
     # A path of a format's API (Anthropic's /v1/messages/batches) takes an upstream's own key

@@ -22,9 +22,6 @@ from compaction_proxy.compaction.validation import nesting_issue
 from compaction_proxy.engine import FlowRequest, FlowResult
 from compaction_proxy.http import (
     ProxyError,
-    Receive,
-    Scope,
-    Send,
     bad_request,
     read_body,
     send_bytes,
@@ -65,10 +62,11 @@ or a tool schema got a bare 500 instead of a 400. The chat route needs no such b
 failed compaction forwards the client's bytes untouched."""
 
 
-async def preview(ctx: RequestContext, scope: Scope, receive: Receive, send: Send) -> RouteOutcome:
+async def preview(ctx: RequestContext) -> RouteOutcome:
+    scope, send = ctx.scope, ctx.send
     if scope["method"] != "POST":
         raise ProxyError(405, "use POST with a chat-completions body", code="method_not_allowed")
-    raw = await read_body(scope, receive, ctx.state.settings.server.max_body_bytes)
+    raw = await read_body(scope, ctx.receive, ctx.state.settings.server.max_body_bytes)
     ctx.bytes_in = len(raw)
     # The compacting routes' size limits, a large body checked off the event loop (so a
     # hostile one is refused without being built here; compaction_proxy/engine/_offload.py).
@@ -106,20 +104,18 @@ async def preview(ctx: RequestContext, scope: Scope, receive: Receive, send: Sen
         return RouteOutcome(None, 200)
     assert view is not None
     validate_chat(data)
-    return await _compact_and_answer(ctx, scope, send, wire, body, view, mode, len(raw))
+    return await _compact_and_answer(ctx, wire, body, view, mode, len(raw))
 
 
 async def _compact_and_answer(
     ctx: RequestContext,
-    scope: Scope,
-    send: Send,
     wire: WireFormat,
     body: dict[str, Any],
     view: View,
     mode: Mode,
     size: int,
 ) -> RouteOutcome:
-    data = view.chat
+    data, scope, send = view.chat, ctx.scope, ctx.send
     # Dry-run and normal compute the same thing here: nothing is forwarded either way, and
     # nothing is stored (a preview must not change what the next real request finds).
     run_mode = Mode.FORCE if mode is Mode.FORCE else Mode.NORMAL
@@ -131,13 +127,13 @@ async def _compact_and_answer(
     edits = context_edits(ctx, upstream, view)
     try:
         with StoreBudget(ctx.state.settings.store.request_budget):
-            window = await effective_window(ctx, scope, upstream, data["model"], wire, spend)
+            window = await effective_window(ctx, upstream, data["model"], wire, spend)
             flow = await ctx.state.flow.run(
                 FlowRequest(
                     data,
                     run_mode,
                     size_hint=size,
-                    credential=credential(ctx, scope),
+                    credential=credential(ctx),
                     caller_key=None if ctx.authenticated else caller_key(scope, wire.auth),
                     upstream_name=upstream.name,
                     persist=False,
@@ -161,7 +157,8 @@ async def _compact_and_answer(
     warnings = list(flow.warnings)
     # The output limits the budget lowered so the prompt and the answer fit the window.
     limits = lowered_limits(body, wire.output_limits, result.report.output_limit)
-    request = _forwarded(ctx, wire, body, view, flow, {**body, **limits}, edits, warnings)
+    request, notes = _forwarded(ctx, wire, body, view, flow, {**body, **limits}, edits)
+    warnings.extend(notes)
     payload = {
         "changed": flow.messages is not None or bool(limits),
         "checkpoint": flow.checkpoint,
@@ -186,15 +183,15 @@ def _forwarded(
     flow: FlowResult,
     request: dict[str, Any],
     edits: ContextEdits | None,
-    warnings: list[str],
-) -> dict[str, Any]:
-    """The body that would be forwarded (``request``: the client's, its limits lowered), with
-    what lowering and the context edits say added to ``warnings``."""
+) -> tuple[dict[str, Any], list[str]]:
+    """The body that would be forwarded (``request``: the client's, its limits lowered), and
+    what lowering and the context edits say of it."""
+    warnings: list[str] = []
     if edits is not None:
         request = {k: v for k, v in request.items() if k not in edits.strip}
         warnings.extend(edits.notes(flow.result.report))
     if flow.messages is None:
-        return request
+        return request, warnings
     try:
         lowered = view.lower(flow.messages)
     except Exception:
@@ -205,7 +202,7 @@ def _forwarded(
     recall = ctx.state.compactor.settings_for(view.chat["model"])[0].recall
     _, offered = offer_for(wire, body, flow.recall, recall)  # the recall tool, when offered
     warnings.extend(lowered.notes)
-    return {**request, **offered, wire.items: list(lowered.items)}
+    return {**request, **offered, wire.items: list(lowered.items)}, warnings
 
 
 def check_nesting(data: dict[str, object], skip: str | None = None) -> None:

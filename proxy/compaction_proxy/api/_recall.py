@@ -32,7 +32,6 @@ import orjson
 from compaction_proxy.compaction import RecallSettings
 from compaction_proxy.config import UpstreamSettings
 from compaction_proxy.engine import Recallable
-from compaction_proxy.http import Receive, Scope, Send
 from compaction_proxy.upstream import (
     REFUSAL_STATUSES,
     HeldReply,
@@ -171,36 +170,22 @@ class Rounds:
 
 
 async def settle(
-    ctx: RequestContext,
-    wire: WireFormat,
-    offer: RecallOffer,
-    first: Outcome,
-    sent_body: bytes,
-    headers: list[tuple[bytes, bytes]],
-    window: Window | None,
-    rounds: Rounds,
+    ctx: RequestContext, wire: WireFormat, forwarded: Forwarded, first: Outcome, rounds: Rounds
 ) -> tuple[Outcome, RecallStats]:
-    """The reply the client gets for a request that offered the recall tool, whose first 2xx
-    reply ``first.held`` was read whole (see the module docstring)."""
-    loop = _Loop(ctx, wire, offer, sent_body, headers, window, rounds)
-    return await loop.run(first)
+    """The reply the client gets for ``forwarded``, a request that offered the recall tool,
+    whose first 2xx reply ``first.held`` was read whole (see the module docstring)."""
+    return await _Loop(ctx, wire, forwarded, rounds).run(first)
 
 
 class _Loop:
     """One request's hidden rounds."""
 
     def __init__(
-        self,
-        ctx: RequestContext,
-        wire: WireFormat,
-        offer: RecallOffer,
-        sent_body: bytes,
-        headers: list[tuple[bytes, bytes]],
-        window: Window | None,
-        rounds: Rounds,
+        self, ctx: RequestContext, wire: WireFormat, forwarded: Forwarded, rounds: Rounds
     ) -> None:
-        self.ctx, self.wire, self.offer, self.rounds = ctx, wire, offer, rounds
-        self.sent_body, self.headers, self.window = sent_body, headers, window
+        self.ctx, self.wire, self.offer, self.rounds = ctx, wire, forwarded.offer, rounds
+        self.sent_body, self.headers = forwarded.body, list(forwarded.headers)
+        self.window = forwarded.window
         self.stats = RecallStats()
         self.started = rounds.clock()
         self.allowed: frozenset[str] | None = None
@@ -356,9 +341,6 @@ def _answer_tokens(settings: RecallSettings, window: Window | None) -> int:
 
 async def recalled(
     ctx: RequestContext,
-    scope: Scope,
-    receive: Receive,
-    send: Send,
     upstream: UpstreamSettings,
     wire: WireFormat,
     forwarded: Forwarded,
@@ -366,35 +348,20 @@ async def recalled(
 ) -> Outcome:
     """The loop over a reply read whole, for ``forwarded``, through ``upstream`` and the
     client's ``send``; its figures go on ``ctx``."""
-    offer = forwarded.offer
-    headers = list(forwarded.headers)
 
     async def post(body: bytes, round_headers: list[tuple[bytes, bytes]]) -> Outcome:
         handling = ReplyHandling(
             wire, round_headers, hold=ROUND_HOLD, hold_limit=RECALL_HOLD, hold_failures=True
         )
-        return await post_upstream(
-            ctx, scope, receive, send, upstream, body, handling, listed=forwarded.listed
-        )
+        return await post_upstream(ctx, upstream, body, handling, listed=forwarded.listed)
 
     async def relay(body: bytes, final_headers: list[tuple[bytes, bytes]]) -> Outcome:
         handling = ReplyHandling(wire, final_headers)
-        return await post_upstream(
-            ctx, scope, receive, send, upstream, body, handling, listed=forwarded.listed
-        )
+        return await post_upstream(ctx, upstream, body, handling, listed=forwarded.listed)
 
     async def deliver(held: HeldReply, final_headers: list[tuple[bytes, bytes]]) -> int:
-        return await send_held(send, held, final_headers)
+        return await send_held(ctx.send, held, final_headers)
 
-    delivered, stats = await settle(
-        ctx,
-        wire,
-        offer,
-        first,
-        forwarded.body,
-        headers,
-        forwarded.window,
-        Rounds(post, deliver, relay),
-    )
+    delivered, stats = await settle(ctx, wire, forwarded, first, Rounds(post, deliver, relay))
     ctx.recall = stats
     return delivered

@@ -45,9 +45,9 @@ def route(ctx: RequestContext, read: ModelRead) -> UpstreamSettings:
     return ctx.state.router.route(read)
 
 
-def readable_encoding(ctx: RequestContext, scope: Scope) -> None:
+def readable_encoding(ctx: RequestContext) -> None:
     """Refuse a compressed body when the proxy must read its model (it never inflates)."""
-    ctx.state.router.check_encoding(header(scope, b"content-encoding"))
+    ctx.state.router.check_encoding(header(ctx.scope, b"content-encoding"))
 
 
 def compaction_mode(scope: Scope) -> Mode | None:
@@ -97,7 +97,6 @@ def header_safe(text: str) -> bytes:
 
 async def effective_window(
     ctx: RequestContext,
-    scope: Scope,
     upstream: UpstreamSettings,
     model: str,
     wire: WireFormat,
@@ -110,8 +109,9 @@ async def effective_window(
     (default: :func:`spending`). Never fails the request: a problem here means budgeting with
     the catalog's window.
     """
+    scope = ctx.scope
     if spend is None:
-        spend = spending(ctx, scope, wire.auth)
+        spend = spending(ctx, wire.auth)
     try:
         return await ctx.state.windows.window_for(
             upstream,
@@ -126,14 +126,14 @@ async def effective_window(
     return Window(ctx.state.compactor.catalog.facts_for(model).context_window, "default")
 
 
-def credential(ctx: RequestContext, scope: Scope) -> str | None:
+def credential(ctx: RequestContext) -> str | None:
     """Who is asking, for the checkpoint namespace: the key the client presented to the proxy
     (the header that held a key of `server.api_keys`), or, without proxy keys, the one it
     passes to the upstream (`Authorization`, else `x-api-key`). Hashed before it is used
     anywhere."""
     if ctx.credential is not None:
         return ctx.credential
-    value = header(scope, b"authorization") or header(scope, b"x-api-key")
+    value = header(ctx.scope, b"authorization") or header(ctx.scope, b"x-api-key")
     return value.decode("latin-1") if value else None
 
 
@@ -156,14 +156,14 @@ def tenant(scope: Scope) -> str | None:
     return value.decode("latin-1") if value and value.strip() else None
 
 
-def spending(ctx: RequestContext, scope: Scope, auth: UpstreamAuth = BEARER) -> Spending:
+def spending(ctx: RequestContext, auth: UpstreamAuth = BEARER) -> Spending:
     """Whether the proxy may spend an operator credential for this request's caller
     (compaction_proxy/http/_admission.py): authenticated by `server.api_keys`, a key an upstream
     accepted recently (read where the request's format takes keys, `auth`), or
     `server.allow_anonymous_spend`."""
     if ctx.authenticated or ctx.state.settings.server.allow_anonymous_spend:
         return ALLOWED
-    caller = caller_key(scope, auth)
+    caller = caller_key(ctx.scope, auth)
     if ctx.state.known_callers.known(None if caller is None else caller.key):
         return ALLOWED
     return UNKNOWN_CALLER

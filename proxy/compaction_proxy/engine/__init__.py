@@ -19,7 +19,7 @@ The modules:
 """
 
 from ._build import build_flow
-from ._compactor import Compactor
+from ._compactor import Compactor, RunExtras, RunWindow
 from ._degraded import DegradedPath, DegradedPaths
 from ._flow import CompactionFlow
 from ._flow_values import FlowRequest, FlowResult
@@ -43,6 +43,8 @@ __all__ = [
     "RecallDesk",
     "Recallable",
     "Recalled",
+    "RunExtras",
+    "RunWindow",
     "build_flow",
     "settle_collector",
 ]

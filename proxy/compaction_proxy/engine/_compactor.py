@@ -12,8 +12,8 @@ import asyncio
 import fnmatch
 import hashlib
 import threading
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -180,13 +180,8 @@ class Compactor:
         *,
         size_hint: int,
         summarizer: Summarizer | None = None,
-        context_window: int | None = None,
-        anticipate: int = 0,
-        window_source: str | None = None,
-        edits: Sequence[Strategy] = (),
-        edits_key: str = "",
-        ledger: TokenLedger | None = None,
-        recall: RecallIds | None = None,
+        window: RunWindow | None = None,
+        extras: RunExtras | None = None,
     ) -> CompactionResult:
         """Compact a validated chat body.
 
@@ -196,27 +191,15 @@ class Compactor:
         quiet check of a request of at most :data:`_QUIET_INLINE_MESSAGES` messages stays
         here: it is what most agent requests need, and cheaper than the hop.
 
-        `context_window`: the window to budget for when the edge knows better than the
-        catalog (a window learned from a refusal or published by the upstream).
-
-        `anticipate`: tokens of growth to compact for as if they were already there (a
-        summary prepared ahead of its trigger, compaction_proxy/engine/_prepare.py); 0 otherwise.
-
-        `window_source`: where `context_window` came from (compaction_proxy/upstream/_windows.py),
-        for the report; None: the catalog says (config, builtin or default).
-
-        `edits`: the request's own strategies (a client's context edits its format translated,
-        compaction_proxy/wire/format.py ``ContextEdits``), run before the pipeline;
-        `edits_key` names them (their quiet limit is remembered by it); `recall`: see `_Edits`.
-        `ledger`: the counts of the body's leading messages known from the conversation's
-        previous request (compaction_proxy/engine/_known.py); the quiet check counts only the
-        rest, and leaves every message's count in it for the next request.
+        `window`: the window to budget for when the edge knows better than the catalog
+        (:class:`RunWindow`); `extras`: what the request brings besides its body
+        (:class:`RunExtras`).
         """
-        extra = _Edits(tuple(edits), edits_key, ledger, recall)
+        window = window or NO_WINDOW
+        extra = extras or NO_EXTRAS
+        ledger = extra.ledger
         if size_hint < _INLINE_BYTES:
-            return await self._run(
-                body, mode, summarizer, context_window, anticipate, window_source, extra
-            )
+            return await self._run(body, mode, summarizer, window, extra)
         quiet_checked = False
         if (
             size_hint < _QUIET_INLINE_BYTES
@@ -227,7 +210,7 @@ class Compactor:
             # Most requests of an agent session fire nothing: their quiet check (cached
             # counts) costs less than the hop to the thread, and stays here.
             quiet, _ = self._quiet_result(
-                self._request(body, mode, context_window, anticipate, window_source, extra),
+                self._request(body, mode, window, extra),
                 extra.key,
                 ledger,
             )
@@ -242,16 +225,7 @@ class Compactor:
             )
         here = on_main_loop(summarizer, asyncio.get_running_loop())
         return await self.offload.run(
-            self._run(
-                body,
-                mode,
-                here,
-                context_window,
-                anticipate,
-                window_source,
-                extra,
-                quiet_checked=quiet_checked,
-            )
+            self._run(body, mode, here, window, extra, quiet_checked=quiet_checked)
         )
 
     async def _run(
@@ -259,14 +233,12 @@ class Compactor:
         body: Mapping[str, Any],
         mode: Mode,
         summarizer: Summarizer | None,
-        context_window: int | None,
-        anticipate: int,
-        window_source: str | None,
-        edits: _Edits,
+        window: RunWindow,
+        edits: RunExtras,
         *,
         quiet_checked: bool = False,
     ) -> CompactionResult:
-        request = self._request(body, mode, context_window, anticipate, window_source, edits)
+        request = self._request(body, mode, window, edits)
         # (The debug log wants the view's groups: no quiet path then.)
         if mode is Mode.NORMAL and not self.debug and not quiet_checked:
             quiet, request = self._quiet_result(request, edits.key, edits.ledger)
@@ -356,11 +328,11 @@ class Compactor:
         self,
         body: Mapping[str, Any],
         mode: Mode,
-        context_window: int | None = None,
-        anticipate: int = 0,
-        window_source: str | None = None,
-        edits: _Edits | None = None,
+        window: RunWindow | None = None,
+        edits: RunExtras | None = None,
     ) -> CompactionRequest:
+        window = window or NO_WINDOW
+        context_window = window.tokens
         model: str = body["model"]
         tools = body.get("tools") or body.get("functions")
         compaction = self.settings_for(model)[0]
@@ -378,9 +350,9 @@ class Compactor:
             max_completion_tokens=_int_or_none(body.get("max_completion_tokens")),
             max_tokens=_int_or_none(body.get("max_tokens")),
             reserve_ratio=self.settings.summarization.reserve_ratio,
-            calibration=replace(self.calibration_for(model), offset=anticipate),
+            calibration=replace(self.calibration_for(model), offset=window.anticipate),
             mode=mode,
-            window_source=window_source if context_window is not None else None,
+            window_source=window.source if context_window is not None else None,
             output_share=compaction.output_reserve_share,
             lower_output=compaction.lower_output_limit,
             edits=edits.strategies if edits is not None else (),
@@ -446,7 +418,7 @@ class Compactor:
         """The same pipeline without a summarizer (the CLI, offline): summarization is skipped
         and says so in the report; every other strategy runs as on the server (`recall`: as
         in :meth:`run`)."""
-        result = compact(self._request(body, mode, edits=_Edits((), "", None, recall)))
+        result = compact(self._request(body, mode, edits=RunExtras(recall=recall)))
         if self.debug:
             self._debug_log(body, result.report)
         return result
@@ -470,26 +442,46 @@ class Compactor:
         )
 
 
-class _Edits:
-    """A request's own strategies and the key that names them (:meth:`Compactor.run`), its
-    token ledger (carried with them to the quiet check, wherever it runs) and ``recall``: the
-    keyed ids of its archive namespace (compaction_proxy/checkpoints/_archive_key.py), which
-    name what the run archives when ``compaction.recall`` is on (None: nothing is archived or
-    marked: the key could not be read, or a caller without an archive)."""
+@dataclass(frozen=True, slots=True)
+class RunWindow:
+    """The window a run budgets for when the edge knows better than the catalog.
 
-    __slots__ = ("key", "ledger", "recall", "strategies")
+    ``tokens``: a window learned from a refusal or published by the upstream (None: the
+    catalog's); ``source``: where it came from (compaction_proxy/upstream/_windows.py), for the
+    report (None: the catalog says: config, builtin or default); ``anticipate``: tokens of
+    growth to compact for as if they were already there (a summary prepared ahead of its
+    trigger, compaction_proxy/engine/_prepare.py), 0 otherwise."""
 
-    def __init__(
-        self,
-        strategies: tuple[Strategy, ...],
-        key: str,
-        ledger: TokenLedger | None = None,
-        recall: RecallIds | None = None,
-    ) -> None:
-        self.strategies = strategies
-        self.key = key
-        self.ledger = ledger
-        self.recall = recall
+    tokens: int | None = None
+    source: str | None = None
+    anticipate: int = 0
+
+
+NO_WINDOW = RunWindow()
+
+
+@dataclass(frozen=True, slots=True)
+class RunExtras:
+    """What a run takes from its request besides the body (:meth:`Compactor.run`).
+
+    ``strategies``: the request's own (a client's context edits its format translated,
+    compaction_proxy/wire/format.py ``ContextEdits``), run before the pipeline, and ``key``,
+    which names them (their quiet limit is remembered by it); ``ledger``: the counts of the
+    body's leading messages known from the conversation's previous request
+    (compaction_proxy/engine/_known.py), carried to the quiet check wherever it runs, which
+    counts only the rest and leaves every message's count in it for the next request;
+    ``recall``: the keyed ids of its archive namespace
+    (compaction_proxy/checkpoints/_archive_key.py), which name what the run archives when
+    ``compaction.recall`` is on (None: nothing is archived or marked: the key could not be
+    read, or a caller without an archive)."""
+
+    strategies: tuple[Strategy, ...] = ()
+    key: str = ""
+    ledger: TokenLedger | None = None
+    recall: RecallIds | None = None
+
+
+NO_EXTRAS = RunExtras()
 
 
 def _int_or_none(value: Any) -> int | None:

@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, TypedDict, cast
+from typing import Any, cast
 
 from compaction_proxy.checkpoints import (
     Archive,
@@ -47,7 +47,6 @@ from compaction_proxy.compaction import (
     firing_point,
 )
 from compaction_proxy.compaction.archive import Archived
-from compaction_proxy.compaction.strategies.base import Strategy
 from compaction_proxy.config import Settings
 from compaction_proxy.http import Spending
 from compaction_proxy.summarizer import (
@@ -58,7 +57,7 @@ from compaction_proxy.summarizer import (
     SummaryFlights,
 )
 
-from ._compactor import Compactor
+from ._compactor import Compactor, RunExtras, RunWindow
 from ._degraded import DegradedPaths
 from ._flow_values import FlowRequest, FlowResult
 from ._hit_report import as_prepared, as_sent, saved_meta
@@ -254,11 +253,8 @@ class CompactionFlow:
             plan.mode,
             size_hint=request.size_hint,
             summarizer=summarizer,
-            context_window=request.context_window,
-            window_source=request.window_source,
-            ledger=plan.ledger,
-            recall=plan.recall,
-            **_edits_of(request),
+            window=RunWindow(request.context_window, request.window_source),
+            extras=_extras_of(request, plan.ledger, plan.recall),
         )
 
     def _continue_from(self, plan: _Plan, used: Lookup) -> _Plan:
@@ -428,10 +424,8 @@ class CompactionFlow:
             Mode.NORMAL,
             size_hint=request.size_hint,
             summarizer=summarizer,
-            context_window=request.context_window,
-            anticipate=point - now.tokens,
-            recall=plan.recall,
-            **_edits_of(request),
+            window=RunWindow(request.context_window, anticipate=point - now.tokens),
+            extras=_extras_of(request, None, plan.recall),
         )
         self.degraded.note_summaries(made.report)
         if made.report.failures:
@@ -510,17 +504,15 @@ OFFLINE_NOTE = (
 )
 
 
-class _EditArguments(TypedDict, total=False):
-    edits: tuple[Strategy, ...]
-    edits_key: str
-
-
-def _edits_of(request: FlowRequest) -> _EditArguments:
-    """``Compactor.run``'s keywords for the request's context edits (none: none)."""
+def _extras_of(
+    request: FlowRequest, ledger: TokenLedger | None, recall: RecallIds | None
+) -> RunExtras:
+    """What :meth:`Compactor.run` takes of ``request`` besides its body: its context edits
+    (none: none), the token ledger and the recall ids."""
     edits = request.edits
     if edits is None:
-        return {}
-    return {"edits": edits.strategies, "edits_key": edits.key}
+        return RunExtras(ledger=ledger, recall=recall)
+    return RunExtras(tuple(edits.strategies), edits.key, ledger, recall)
 
 
 def _not_shorter(result: CompactionResult) -> bool:

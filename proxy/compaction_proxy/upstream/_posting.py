@@ -16,9 +16,18 @@ from ._transport import UpstreamRequest, UpstreamTransport
 
 
 class Caller(Protocol):
-    """What a POST needs of the request it is made for (the route's request context): the
-    transport, whether the proxy authenticated the caller (its key then never goes up), and
-    the proxy's own keys (never sent upstream)."""
+    """What a POST needs of the request it is made for (the route's request context): its
+    ASGI exchange, the transport, whether the proxy authenticated the caller (its key then
+    never goes up), and the proxy's own keys (never sent upstream)."""
+
+    @property
+    def scope(self) -> Scope: ...
+
+    @property
+    def receive(self) -> Receive: ...
+
+    @property
+    def send(self) -> Send: ...
 
     @property
     def transport(self) -> UpstreamTransport: ...
@@ -37,9 +46,6 @@ gateways: 413). Only these replies are held back and read; every other one strea
 
 async def post_upstream(
     ctx: Caller,
-    scope: Scope,
-    receive: Receive,
-    send: Send,
     upstream: UpstreamSettings,
     body: bytes,
     handling: ReplyHandling,
@@ -51,6 +57,7 @@ async def post_upstream(
     ``listed``: values the format's amendment appends to a comma-separated header (a beta it
     needs)."""
     wire = handling.wire or DEFAULT_FORMAT
+    scope = ctx.scope
     headers = upstream_headers(
         scope["headers"],
         upstream,
@@ -64,7 +71,7 @@ async def post_upstream(
         _identity(with_listed(headers, listed), handling.hold_limit is not None),
         body,
     )
-    return await forward(ctx.transport, upstream, receive, send, request, handling)
+    return await forward(ctx.transport, upstream, ctx.receive, ctx.send, request, handling)
 
 
 def _identity(headers: list[tuple[str, str]], held: bool) -> list[tuple[str, str]]:
