@@ -1,12 +1,13 @@
 """docs/architecture.md against the code: its layer table is the import-linter contract of
-pyproject.toml (which `lint-imports` in .ci/run checks against the imports), it names every
-module of the package, and the layout it describes holds (modules named apart from the
-packages, the strategies apart from what they are built from)."""
+pyproject.toml (which `lint-imports` in .ci/run checks against the imports), it and the
+packages' READMEs name every module of the package, and the layout it describes holds (modules
+named apart from the packages, the strategies apart from what they are built from)."""
 
 from __future__ import annotations
 
 import re
 import tomllib
+from pathlib import Path
 
 from compaction_proxy.compaction.strategies import default_registry
 from tests.deploy.files import REPO_ROOT
@@ -95,12 +96,31 @@ def test_the_transport_is_plumbing_in_the_table_and_the_contracts() -> None:
     assert {f"compaction_proxy.upstream.{s}" for s in siblings} <= set(held[0]["forbidden_modules"])
 
 
+def _map_of(path: Path) -> str:
+    """Where a module is named: a top-level one in docs/architecture.md, every other one in its
+    top-level package's README (``proxy/compaction_proxy/<package>/README.md``)."""
+    parts = path.relative_to(PACKAGE).parts
+    if len(parts) == 1:
+        return ARCHITECTURE
+    readme = PACKAGE / parts[0] / "README.md"
+    return readme.read_text(encoding="utf-8") if readme.is_file() else ""
+
+
 def test_every_module_of_the_package_is_named() -> None:
     unnamed = sorted(
         str(path.relative_to(REPO_ROOT))
         for path in PACKAGE.rglob("*.py")
         if path.name != "__init__.py"
-        and f"`{path.name}`" not in ARCHITECTURE
-        and f"/{path.name}`" not in ARCHITECTURE
+        and f"`{path.name}`" not in _map_of(path)
+        and f"/{path.name}`" not in _map_of(path)
     )
     assert unnamed == []
+
+
+def test_every_package_has_a_readme_the_map_links() -> None:
+    """Each part's rules live beside it, and the one-page map points at every one."""
+    packages = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
+    assert len(packages) >= 10
+    for name in packages:
+        assert (PACKAGE / name / "README.md").is_file(), name
+        assert f"../proxy/compaction_proxy/{name}/README.md" in ARCHITECTURE, name

@@ -31,7 +31,7 @@ SOURCES = [
 ]
 """Where a section may be named."""
 
-PAGE = r"((?:docs/|bench/|tests/)?[A-Za-z_-]+\.md)"
+PAGE = r"((?:docs/|bench/|tests/|compaction_proxy/[a-z_]+/)?[A-Za-z_-]+\.md)"
 TITLED = [
     re.compile(r"\"([A-Z][^\"\n]{1,80})\"\s+in\s+(?:the\s+)?" + PAGE),  # "Title" in docs/x.md
     re.compile(PAGE + r",?\s+\"([A-Z][^\"\n]{1,80})\""),  # docs/x.md, "Title"
@@ -41,8 +41,9 @@ ANCHORED = re.compile(PAGE + r"#([a-z0-9_-]+)")
 
 
 def _page(name: str) -> Path | None:
-    """The page a reference names: as a path from the repository's root, else under docs/."""
-    for candidate in (REPO_ROOT / name, REPO_ROOT / "docs" / name):
+    """The page a reference names: as a path from the repository's root, else under docs/ (a
+    package's README, ``compaction_proxy/<package>/README.md``, under the source root)."""
+    for candidate in (REPO_ROOT / name, REPO_ROOT / "docs" / name, REPO_ROOT / "proxy" / name):
         if candidate.is_file():
             return candidate
     return None
@@ -76,6 +77,7 @@ def test_the_sources_do_name_sections() -> None:
     assert len(named) >= 50
     assert any(title == "The ledger" for _, title, _ in named)
     assert any(title.startswith("#") for _, title, _ in named)
+    assert any(page.startswith("compaction_proxy/") for page, _, _ in named)  # a package README
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(REPO_ROOT)))

@@ -9,7 +9,8 @@ their outputs, and item types the proxy does not know (one pair of them linked b
 
 Properties: with nothing to compact, items -> messages -> items gives back the client's own
 objects (through a checkpoint's JSON too); and whatever the pipeline does, the items forwarded
-keep invariants 1-8 of docs/architecture.md ("Groups and invariants"), stated on items:
+keep invariants 1-8 of compaction_proxy/compaction/README.md ("Groups and invariants"), stated on
+items:
 system messages in place, order kept, every call with its output, reasoning with its item,
 the newest user message and step verbatim, unknown fields untouched, deterministic,
 idempotent, and under budget whenever the protected items alone fit.

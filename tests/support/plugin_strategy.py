@@ -3,7 +3,8 @@
 ``stamp_old_results`` replaces the content of every old tool result with a stamp, keeping the
 newest ``keep`` tool-call groups as they are.  Nothing built in writes such a stamp, so a
 request that reaches the upstream with it went through this strategy.  It is written the way
-docs/architecture.md ("Strategies of your own") tells a user to write one: a parameter model, a
+compaction_proxy/compaction/README.md ("Strategies of your own") tells a user to write one: a
+parameter model, a
 strategy class, and a ``register(registry)`` function.
 """
 

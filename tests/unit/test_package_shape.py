@@ -1,5 +1,5 @@
 """The package's shape, read from its code: one exception family with one root, and OpenAI's
-error body built by one function (docs/architecture.md, "Errors")."""
+error body built by one function (compaction_proxy/http/README.md, "Errors")."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ and lifts the body with its format, then calls :func:`compact` and :func:`send_w
 What differs between formats is asked of the :class:`Subject`'s format and view: how an attempt
 made on the chat-shaped view becomes the body forwarded (:meth:`View.lower`), and whether the
 summarizer may reuse the view as a cache-aligned prefix. "Windows and compact-and-retry" in
-docs/architecture.md has the rules.
+compaction_proxy/upstream/README.md has the rules.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Checkpoints: what the pipeline made of a conversation's prefix, where it is kept, and how it
-is found again (docs/architecture.md, "Checkpoints" and "The store contract").
+is found again (compaction_proxy/checkpoints/README.md, "Checkpoints" and "The store contract").
 
 * ``_keys``: the namespace and the hash chain a checkpoint is keyed by;
 * ``_lookup``: :class:`Checkpoints`, the one round trip that finds the longest stored prefix,

@@ -1,4 +1,5 @@
-"""What a checkpoint is and what every checkpoint store promises (docs/architecture.md, "The
+"""What a checkpoint is and what every checkpoint store promises
+(compaction_proxy/checkpoints/README.md, "The
 store contract").
 
 A checkpoint is what the pipeline made of a prefix ``m_1..m_i`` of the non-system messages,

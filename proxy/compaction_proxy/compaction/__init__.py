@@ -19,7 +19,7 @@ strategies that failed (no checkpoint should be stored then).
 
 The strategies themselves (to compose a pipeline in code, or write a new one) are in
 :mod:`compaction_proxy.compaction.strategies`; see "Groups and invariants", "Strategies" and
-"Budget and tokens" in docs/architecture.md for how the pieces fit.
+"Budget and tokens" in compaction_proxy/compaction/README.md for how the pieces fit.
 """
 
 from .archive import RecallIds

@@ -453,7 +453,7 @@ class Calibration:
     ``offset``: tokens added after the ratio.  Background preparation compacts a conversation
     *before* it reaches its trigger, as if the growth still to come were already there, so the
     prepared result lands at the target by the time it is used (see "Prepared summaries" in
-    docs/architecture.md).  Zero for every ordinary request.
+    compaction_proxy/engine/README.md).  Zero for every ordinary request.
     """
 
     ratio: float = 1.0

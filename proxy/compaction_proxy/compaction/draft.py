@@ -8,7 +8,8 @@ Totals (tokens, messages, groups, live turns, tool-call groups) are kept increme
 (:mod:`.draft_totals`), so a strategy can re-check its target after every step in O(1).
 
 The draft enforces the invariants: system groups, the proxy's ledger, the newest user message and
-the newest step ("Groups and invariants" in docs/architecture.md) are protected (touching them
+the newest step ("Groups and invariants" in compaction_proxy/compaction/README.md) are protected
+(touching them
 raises :class:`ProtectedGroupError`); decisions are per whole group (invariant 3).
 
 *Pinned* groups (a summary, the user messages carried beside it) are protected the same way for
@@ -450,7 +451,7 @@ class Draft:
 
     def insert_after_task(self, messages: Sequence[Message], *, paid_by: str | None = None) -> None:
         """Insert right after the newest user message: "progress so far" in an agent loop (the
-        task stays first; see "Agent loops" in docs/architecture.md)."""
+        task stays first; see "Agent loops" in compaction_proxy/compaction/README.md)."""
         self.insert(
             min(self.view.tail_start + 1, self.view.insert_limit), messages, paid_by=paid_by
         )

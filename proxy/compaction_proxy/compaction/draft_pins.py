@@ -1,7 +1,8 @@
 """What a draft pinned for the rest of its run, by message identity.
 
 *Pinned* groups are protected like the invariants' groups, but only by the run's own rule (see
-"What compaction keeps" in docs/architecture.md, and :mod:`.carry` for what is pinned):
+"What compaction keeps" in compaction_proxy/compaction/README.md, and :mod:`.carry` for what is
+pinned):
 a summary checkpoint (one the run inserted, or one it started with) and the user messages
 carried verbatim beside it.  Strategies skip them; only the summarization strategy folds a
 pinned summary into its new one (``drop(..., release=True)``), and only the pipeline releases

@@ -16,7 +16,7 @@ block (a pasted LibreChat block too).  It is a token-budget composition whose bu
 target: fire at ``token_ratio: 0.8`` (or the block's ``trigger``), compact towards
 ``token_ratio: 0.5`` in one go (the hysteresis of ``Pipeline.hysteresis``: once one entry acted,
 the later ones run towards 0.5 whatever their own trigger says) and skip the rest once 0.5
-holds (early stop; see "Triggers and targets" in docs/architecture.md):
+holds (early stop; see "Triggers and targets" in compaction_proxy/compaction/README.md):
 
 1. ``context_pruning`` (from ``summarization.contextPruning``, unless ``enabled: false`` is
    written explicitly);

@@ -102,7 +102,8 @@ class Mode(StrEnum):
 def summary_marker_for(strategies: Sequence[Strategy]) -> SummaryMarker:
     """The default marker, extended with every role the strategies place summaries in.
 
-    A ``system`` placement is opt-in (see "Checkpoints" in docs/architecture.md), so only a
+    A ``system`` placement is opt-in (see "Checkpoints" in compaction_proxy/checkpoints/README.md),
+    so only a
     pipeline that writes system-role summaries recognises a ``<summary>`` system message as a
     checkpoint.
     """

@@ -1,5 +1,5 @@
 """The summarizer contract between the pure core and the edge (see "Checkpoints" in
-docs/architecture.md).
+compaction_proxy/checkpoints/README.md).
 
 The core never talks to a model itself.  The summarization strategy hands a
 :class:`SummaryRequest` to whatever :class:`Summarizer` the edge passed to

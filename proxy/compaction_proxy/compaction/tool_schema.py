@@ -21,7 +21,8 @@ model sees them rendered as a TypeScript-like namespace inside the system prompt
 We render that text ourselves and count it with the request's encoding, plus a small constant for
 the surrounding envelope.  It tracks the real cost within a few percent for flat schemas; deeply
 nested schemas are rendered recursively and may drift, which the calibration ratio (see "Budget and
-tokens" in docs/architecture.md) absorbs.  Non-function tools (e.g. ``custom``) are counted as their
+tokens" in compaction_proxy/compaction/README.md) absorbs.  Non-function tools (e.g. ``custom``)
+are counted as their
 JSON.
 """
 

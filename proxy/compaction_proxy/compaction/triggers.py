@@ -7,7 +7,8 @@ fires**.  A target is therefore written as the pressure to relieve, in the trigg
 compact until below 50 %".  No target means the trigger is the target ("until the trigger no
 longer fires").  ``tokens_below`` would read backwards in a target and is rejected there.
 
-Vocabulary (see "Triggers and targets" in docs/architecture.md; both config forms are accepted,
+Vocabulary (see "Triggers and targets" in compaction_proxy/compaction/README.md; both config forms
+are accepted,
 ``{tokens_exceed: 2000}`` and LibreChat's ``{type: token_ratio, value: 0.8}``):
 
 ================== =================================================================

@@ -5,7 +5,7 @@ messages must live or die together (a tool call and every result answering it), 
 group belongs to and what each group costs in bytes and tokens.  The view holds the client's
 dicts by reference and never mutates them, so unknown fields survive by construction.
 
-Grouping rules (see "Groups and invariants" in docs/architecture.md):
+Grouping rules (see "Groups and invariants" in compaction_proxy/compaction/README.md):
 
 * ``system`` and ``developer`` messages: one ``system`` group each, turn ``None``.
 * ``user``: one group, starts a new turn (turns count from 1; groups before the first user

@@ -1,4 +1,4 @@
-"""The edge's handle on compaction (docs/architecture.md, "Layers and what each may import").
+"""The edge's handle on compaction (compaction_proxy/engine/README.md).
 
 Two layers over the pure core (`compaction_proxy/compaction/`): :class:`Compactor` runs the
 configured pipeline for a request's model (tokenizers, catalog, worker thread, calibration), and

@@ -1,4 +1,5 @@
-"""`WireFormat`: what the edge needs to know about one API it compacts (docs/architecture.md,
+"""`WireFormat`: what the edge needs to know about one API it compacts
+(compaction_proxy/wire/README.md,
 "Wire formats").
 
 The core compacts chat-shaped messages; every API the proxy compacts in flight (chat
@@ -310,7 +311,7 @@ class EditedView(Protocol):
 
 class WireFormat(Protocol):
     """One API the proxy compacts in flight. See the module docstring and "Adding a wire
-    format" in docs/architecture.md."""
+    format" in compaction_proxy/wire/README.md."""
 
     @property
     def name(self) -> str:

@@ -2,7 +2,8 @@
 
 Dispatch (``app.py``), the metric labels (``observability/labels.py``), the preview, the CLI's
 ``compact`` and the summarizer all read this list; adding a format is one entry here (or one
-:func:`register` call at start-up) and the format's own folder (docs/architecture.md, "Adding a
+:func:`register` call at start-up) and the format's own folder (compaction_proxy/wire/README.md,
+"Adding a
 wire format").
 """
 

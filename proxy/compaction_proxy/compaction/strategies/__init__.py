@@ -1,7 +1,8 @@
 """The compaction strategies, the interface they implement and the registry that builds them.
 
 See :mod:`.base` for writing a new strategy (its parameter model: :mod:`.params`; registering
-it: :mod:`.registry`) and "Strategies" in docs/architecture.md for what each one does and
+it: :mod:`.registry`) and "Strategies" in compaction_proxy/compaction/README.md for what each one
+does and
 where it deliberately differs from the Agent Framework and LibreChat.  Each module here is a
 strategy a pipeline entry names, or that interface; what they are built from is in the private
 :mod:`._support`.

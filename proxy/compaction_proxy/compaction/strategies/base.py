@@ -23,7 +23,7 @@ Writing a new strategy:
    differs), and register both under the name (:mod:`.registry`):
    ``registry.register("my_strategy", MyParams, MyStrategy)``, for a built-in in
    :mod:`.builtin`, for a strategy of your own in a plug-in function listed in
-   ``compaction.plugins`` ("Strategies of your own" in docs/architecture.md).
+   ``compaction.plugins`` ("Strategies of your own" in compaction_proxy/compaction/README.md).
 """
 
 from __future__ import annotations

@@ -27,7 +27,8 @@ plans nothing.  With recall on, the plan is made of the marked copies the draft 
 (:meth:`~..draft.Draft.preview_edit`): what is measured is what goes upstream, and a result
 cleared on an earlier request (``placeholder [recall id r…]``) plans nothing either.  A step
 that would not free any token (a result shorter than the placeholder) is skipped.  Results of
-the newest step (an invariant, see "Groups and invariants" in docs/architecture.md), orphans and
+the newest step (an invariant, see "Groups and invariants" in
+compaction_proxy/compaction/README.md), orphans and
 system messages are never touched.  ``minimum_preserved`` (default 0) protects the newest N
 non-system groups.
 """

@@ -4,7 +4,8 @@
 and :func:`run_sequence_async` runs several in order.  The top-level pipeline
 (:func:`compaction_proxy.compaction.pipeline.compact_async`) and the nested ``strategy: pipeline``
 entry (:class:`PipelineStrategy`) both run through them, in one of two compositions (see
-"Strategies" in docs/architecture.md and "Agent Framework pipelines" in docs/configuration.md):
+"Strategies" in compaction_proxy/compaction/README.md and "Agent Framework pipelines" in
+docs/configuration.md):
 
 * **plain** (.NET ``PipelineCompactionStrategy``): every strategy in order, each by its own
   trigger, and nothing else: ``early_stop=False``.  A strategy never skips because an earlier one
@@ -199,13 +200,15 @@ class PipelineStrategy(Strategy):
     first; no early stop and no fallback of its own.
 
     Token-budget form, with ``token_budget=N`` (Python ``TokenBudgetComposedStrategy``; see
-    "Strategies" in docs/architecture.md): the entry fires when the prompt exceeds N tokens, runs
+    "Strategies" in compaction_proxy/compaction/README.md): the entry fires when the prompt exceeds
+    N tokens, runs
     its children in order (each by its own trigger), stops as soon as it fits N (``early_stop``,
     on by default; ``stop_when`` may name another condition), and with ``fallback`` (on by
     default) drops the oldest groups until it fits, keeping the newest non-system group (the
     Agent Framework's "minimum retained group").  Differences from the Agent Framework: the
     fallback never removes system messages, the newest user message or the newest step (see
-    "Groups and invariants" in docs/architecture.md; the Agent Framework's "strict" fallback
+    "Groups and invariants" in compaction_proxy/compaction/README.md; the Agent Framework's
+    "strict" fallback
     drops system messages last), and when they alone exceed the budget the entry reports a
     warning instead.
 

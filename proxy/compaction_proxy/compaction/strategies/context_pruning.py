@@ -31,10 +31,12 @@ trigger fires (default ``over_budget``; in the default pipeline the pipeline's `
 0.8``), and it walks the candidates oldest first, re-checking its target before each edit
 (default: no target, i.e. prune every eligible result once triggered -- LibreChat's shape; the
 default pipeline compacts towards ``token_ratio: 0.5``).  The hysteresis between the trigger and
-the target, and later the checkpoints (see "Checkpoints" in docs/architecture.md), keep the
+the target, and later the checkpoints (see "Checkpoints" in
+compaction_proxy/checkpoints/README.md), keep the
 prefix stable between compactions.
 
-Idempotence (one of the invariants in "Groups and invariants", docs/architecture.md).  A result that
+Idempotence (one of the invariants in "Groups and invariants",
+compaction_proxy/compaction/README.md).  A result that
 already carries the placeholder, or the soft-trim marker, is recognised: a cleared result is left
 alone; a trimmed one is never trimmed again and can only be hard-cleared (its original length, read
 back from the marker, decides whether it is still a candidate).  Ages only depend on positions,
@@ -49,7 +51,8 @@ Deliberate differences from LibreChat:
   loop;
 * ``keepLastAssistants: 0`` protects no assistant step (LibreChat still protects the newest
   run, because it marks a message before counting runs); the newest user message and the
-  newest step are always protected anyway (see "Groups and invariants" in docs/architecture.md);
+  newest step are always protected anyway (see "Groups and invariants" in
+  compaction_proxy/compaction/README.md);
 * system/developer messages are never edited wherever they are, and orphan results (answering
   no call) are left exactly as sent;
 * lengths and slices count Unicode code points (JavaScript counts UTF-16 code units), so a

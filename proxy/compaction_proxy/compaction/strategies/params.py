@@ -59,5 +59,5 @@ def require_system_kept(preserve_system: bool, strategy: str) -> None:
     if not preserve_system:
         raise ValueError(
             f'{strategy} never removes system messages (invariant 1, see "Groups and '
-            'invariants" in docs/architecture.md); preserve_system must be true'
+            'invariants" in compaction_proxy/compaction/README.md); preserve_system must be true'
         )

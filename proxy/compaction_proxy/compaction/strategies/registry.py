@@ -16,7 +16,8 @@ is a function ``register(registry)`` named as ``"module:function"``::
         registry.register("my_strategy", MyParams, MyStrategy)
 
 The settings load the plug-ins before they validate the pipeline, so its entries may name
-``my_strategy`` (see "Strategies of your own" in docs/architecture.md).  A validation context
+``my_strategy`` (see "Strategies of your own" in compaction_proxy/compaction/README.md).  A
+validation context
 ``{"strategies": registry}`` selects another registry (tests use a fresh one).
 """
 

@@ -12,7 +12,8 @@ a target drops oldest first until the trigger stops firing.  ``minimum_preserved
 keeps the newest N non-system groups of any kind.
 
 Deliberate differences from the Agent Framework: the newest step's tool-call group is never dropped
-(an invariant, see "Groups and invariants" in docs/architecture.md; older steps of the running turn
+(an invariant, see "Groups and invariants" in compaction_proxy/compaction/README.md; older steps of
+the running turn
 are), and grouping follows our view
 (``developer`` is a system message; an orphan result run that does not follow a call shares its
 neighbour's fate instead of being a ``tool_call`` group of its own).

@@ -1,5 +1,5 @@
 """Summarization: fold older history into one summary checkpoint (see "Strategies" and
-"Checkpoints" in docs/architecture.md).
+"Checkpoints" in compaction_proxy/checkpoints/README.md).
 
 The strategy picks a stretch of old history, asks the edge's
 :class:`~compaction_proxy.compaction.summarizer_contract.Summarizer` for a summary of it (one
@@ -23,7 +23,8 @@ Selection has two shapes.
   least one, fewer while they exceed ``retain_tokens``) stay verbatim; everything older, earlier
   turns first, is folded (down to the newest step when that misses the target) into one
   summary placed right after the task message ("progress so far"; see "Agent loops" in
-  docs/architecture.md), or after the system block when only earlier turns are folded.  The
+  compaction_proxy/compaction/README.md), or after the system block when only earlier turns are
+  folded.  The
   task message is never folded.
 * **Groups** (the Agent Framework's ``SummarizationStrategy``, chosen by giving
   ``target_count``; ``threshold`` defaults to 0 here and to 2 in a config entry, as in the
@@ -153,7 +154,8 @@ from .base import Strategy, StrategyContext, StrategyOutcome
 from .params import BuildContext, StrategyParams
 
 Placement = Literal["user", "system", "assistant"]
-"""The role a summary checkpoint is written with (see "Checkpoints" in docs/architecture.md)."""
+"""The role a summary checkpoint is written with (see "Checkpoints" in
+compaction_proxy/checkpoints/README.md)."""
 PLACEMENTS: tuple[str, ...] = get_args(Placement)
 
 DEFAULT_SUMMARY_RATIO = 0.2

@@ -20,7 +20,8 @@ The summary is an ordinary, valid OpenAI assistant message (``content`` a string
 ``tool_calls``), so it forms an ``assistant_text`` group and is never collapsed again: a
 second run changes nothing (idempotent).
 
-Our additions (see "Triggers and targets" in docs/architecture.md): a trigger, a target and a
+Our additions (see "Triggers and targets" in compaction_proxy/compaction/README.md): a trigger, a
+target and a
 ``minimum_preserved``
 floor.  By default the strategy behaves like the Agent Framework's: it fires always and
 collapses everything but the newest N groups (``trigger``/``target`` default to ``always``).
@@ -55,7 +56,8 @@ Deliberate differences from the Agent Framework (see also the conformance test):
   results in 4096 characters, or a tiny ``max_summary_chars``) is the joined text cut once,
   as the Agent Framework does, but keeping its head and its tail too (the last result's
   verdict), with the first tool's name in the head;
-* the newest step is never collapsed (see "Groups and invariants" in docs/architecture.md), even
+* the newest step is never collapsed (see "Groups and invariants" in
+compaction_proxy/compaction/README.md), even
   with
   ``keep_last_tool_call_groups: 0``; the Agent Framework collapses any tool-call group except
   the newest N;

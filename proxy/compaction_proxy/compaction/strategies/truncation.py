@@ -8,8 +8,9 @@ when the metric (calibrated prompt tokens, or messages including system ones) ex
 are never dropped (default 1: the Agent Framework's "minimum retained group").
 
 Without ``max_n`` the trigger/target form applies (see "Triggers and targets" in
-docs/architecture.md); the default trigger is "over budget".  Divergences from the Agent Framework,
-because our invariants win (see "Groups and invariants" in docs/architecture.md):
+compaction_proxy/compaction/README.md); the default trigger is "over budget".  Divergences from the
+Agent Framework,
+because our invariants win (see "Groups and invariants" in compaction_proxy/compaction/README.md):
 ``preserve_system`` must stay true, and the newest user message and the newest step are never
 dropped (older steps of the running turn are), so e.g.  ``preserve_first_user_group`` over ``[S,
 task, a1, u2, a2]`` with ``max_n=3, compact_to=2`` yields ``[S, task, u2, a2]`` where the Agent

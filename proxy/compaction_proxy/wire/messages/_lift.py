@@ -1,7 +1,8 @@
 """A Messages request in the core's terms: chat-shaped messages, and what maps them back.
 
 The compaction core works on chat messages (see "Groups and invariants" in
-docs/architecture.md). Rather than teach it a third wire format, the adapter shows it each
+compaction_proxy/compaction/README.md). Rather than teach it a third wire format, the adapter shows
+it each
 Messages conversation as chat messages and maps the result back (:mod:`._lower`), so the
 strategies, budget, triggers, checkpoints and reports are the very ones chat completions use.
 

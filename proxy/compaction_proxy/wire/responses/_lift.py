@@ -1,7 +1,8 @@
 """Responses input items in the core's terms: one chat-shaped message per group of items.
 
 The compaction core works on chat messages (see "Groups and invariants" in
-docs/architecture.md). Rather than teach it a second wire format, the adapter shows it each
+compaction_proxy/compaction/README.md). Rather than teach it a second wire format, the adapter
+shows it each
 Responses conversation as chat messages and maps the result back (:mod:`.lower`), so the
 strategies, budget, triggers, checkpoints and reports are the very ones chat completions use.
 

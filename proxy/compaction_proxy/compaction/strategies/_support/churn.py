@@ -6,7 +6,7 @@ tokens (the pipeline's ``min_saving`` share of the budget; 2 % in the configurat
 pipeline, none in an explicit one unless its block says so)
 is undone and reported as not changing anything, so a pipeline whose tool-result compaction
 would shave 7-30 tokens off every request leaves the prefix alone instead (see "What compaction
-keeps (pins, bounds, churn)" in docs/architecture.md).
+keeps (pins, bounds, churn)" in compaction_proxy/compaction/README.md).
 
 The rule is a cut of churn, never of what was asked for.  It never undoes:
 

@@ -1,6 +1,7 @@
 """The last resort: soft-trim a tool result that alone keeps the request over budget.
 
-An agent's newest step is protected (see "Groups and invariants" in docs/architecture.md): the
+An agent's newest step is protected (see "Groups and invariants" in
+compaction_proxy/compaction/README.md): the
 model must read what the tool
 just returned.  But when that result is a 200k-token log, forwarding it whole only earns the
 upstream's refusal, and the agent's session ends there.  So, once everything else that may go

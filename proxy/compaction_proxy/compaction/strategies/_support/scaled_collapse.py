@@ -9,7 +9,8 @@ more than the configured cap and never less than :data:`FLOOR_CHARS`: the head a
 each result, with the cut marked, as the explicit strategy does.  At 8k that is ~450
 characters, at 32k ~2,150, from ~40k on the 4,096 cap itself.  So most events collapse old
 results without a summarizer call, and the summarizer runs when the collapsed stubs themselves
-add up (see "What compaction keeps" in docs/architecture.md).  An explicitly configured
+add up (see "What compaction keeps" in compaction_proxy/compaction/README.md).  An explicitly
+configured
 ``tool_result_compaction`` keeps the fixed cap.
 """
 

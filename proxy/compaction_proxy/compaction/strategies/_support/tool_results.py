@@ -34,7 +34,7 @@ def answered_results(draft: Draft, group: Group) -> list[ToolResult]:
 
     Orphans the view attached to the group (a result whose id no call of the group declared,
     or a second answer to an already answered id) are not listed: they stay exactly as the
-    client sent them (see "Groups and invariants" in docs/architecture.md).
+    client sent them (see "Groups and invariants" in compaction_proxy/compaction/README.md).
     """
     if group.kind is not GroupKind.TOOL_CALL:
         return []
