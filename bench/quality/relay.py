@@ -147,7 +147,7 @@ class Relay:
         if cached:
             status, answer_bytes = self._cache[key]
         elif self.target is None:
-            status, answer_bytes = 200, orjson.dumps(_stub_reply(body, self.stub))
+            status, answer_bytes = 200, orjson.dumps(stub_reply(body, self.stub))
         else:
             assert self._session is not None
             async with self._session.post(
@@ -193,7 +193,7 @@ def _looping(limit: int) -> str:
     return text[: 4 * limit]
 
 
-def _stub_reply(body: dict[str, Any], stub: str) -> dict[str, Any]:
+def stub_reply(body: dict[str, Any], stub: str) -> dict[str, Any]:
     prompt = sum(len(str(m.get("content") or "")) for m in body.get("messages", [])) // 4
     limit = int(body.get("max_completion_tokens") or body.get("max_tokens") or 512)
     content, finish = (_looping(limit), "length") if stub == "looping" else (PROSE, "stop")

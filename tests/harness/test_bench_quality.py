@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench.quality import scoring, transcripts, variants
+from bench.quality.relay import LOOP_HEAD, LOOP_LINES, PROSE, stub_reply
 from bench.quality.transcripts import ITEM_TYPES, Item
 
 
@@ -115,3 +116,16 @@ def test_every_shipped_variant_file_loads() -> None:
     loaded = {v.name: v for v in variants.load()}
     assert {"default", "truncation", "ledger-on", "ledger-off"} <= set(loaded)
     assert loaded["default"].overlay == {}
+
+
+def test_the_looping_stub_answers_as_the_small_model_did() -> None:
+    """`--summarizer looping`: the same few lines over and over up to the call's limit, cut
+    mid-line and reported as cut (``length``), as Qwen2.5-Coder-1.5B answered on the 6k run."""
+    reply = stub_reply({"max_tokens": 200, "messages": [{"content": "x" * 400}]}, "looping")
+    choice = reply["choices"][0]
+    text = choice["message"]["content"]
+    assert choice["finish_reason"] == "length" and len(text) == 4 * 200
+    assert text.startswith(LOOP_HEAD) and text.count(LOOP_LINES[0]) >= 3
+    assert not text.endswith("\n")  # the last line is cut
+    prose = stub_reply({"messages": []}, "prose")["choices"][0]
+    assert prose["finish_reason"] == "stop" and prose["message"]["content"] == PROSE
