@@ -13,6 +13,9 @@ Fixture map (see tests/support/servers.py for the handle types):
   -> ProxyServer`` for special configs; stopped after the test.
 - ``module_proxy_factory`` (module): the same, proxies shared by a module's tests (build
   module-scoped fixtures on it with ``fake_upstream``, and still request ``upstream`` in tests).
+- ``in_thread`` (module): ``.upstream(context_window=None)`` and ``.proxy(config)``, the same
+  handles with no process (tests/support/in_thread.py), stopped after the module: for tests
+  that need only HTTP semantics.
 - ``dead_upstream_url`` (module): a ``base_url`` whose port is bound but never listens.
 - ``openai_client`` / ``async_openai_client`` (function): SDK clients on the shared proxy
   (base_url=proxy/v1, dummy key, ``max_retries=0``).
@@ -36,6 +39,7 @@ import pytest
 import redis
 
 from tests.support import process_guard
+from tests.support.in_thread import InThreadServers
 from tests.support.processes import LIVE_SERVERS, tail, tiktoken_cache_dir
 from tests.support.redis_server import RedisServer
 from tests.support.servers import (
@@ -262,6 +266,15 @@ def module_proxy_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[P
     launcher = _ProxyLauncher(tmp_path_factory.mktemp("proxies"))
     yield launcher
     launcher.stop_all()
+
+
+@pytest.fixture(scope="module")
+def in_thread() -> Iterator[InThreadServers]:
+    """Fakes and proxies in this process, on one loop thread (tests/support/in_thread.py): for
+    a module whose tests need only HTTP semantics of the servers they share."""
+    servers = InThreadServers()
+    yield servers
+    servers.stop_all()
 
 
 # --------------------------------------------------------------------------- clients

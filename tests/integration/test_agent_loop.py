@@ -1,4 +1,4 @@
-"""A single-turn agent loop through real processes: one task, 150 tool steps, a 32k window.
+"""A single-turn agent loop through the proxy's app: one task, 150 tool steps, a 32k window.
 
 The workload the proxy exists for: the client sends one user message and then re-sends the
 whole list after every tool step, all in the same turn. The fake upstream enforces the window
@@ -20,15 +20,16 @@ import pytest
 from compaction_proxy.compaction import EncodingLoader, TokenizerProvider
 from tests.support.agent_loop import SYSTEM, TASK, LoopReport, add_step, run_loop
 from tests.support.agent_session import CHAT, TOOLS, assert_valid_pairing
+from tests.support.in_thread import InThreadServers
 from tests.support.processes import tiktoken_cache_dir
-from tests.support.servers import UpstreamServer, proxy_config, upstream_entry
+from tests.support.servers import UpstreamControl, proxy_config, upstream_entry
 
 WINDOW = 32_000
 MODEL = "agent-32k"
 STEPS = 150
 
 
-def loop_config(upstream: UpstreamServer, db: Path, summarize: bool) -> dict[str, Any]:
+def loop_config(upstream: UpstreamControl, db: Path, summarize: bool) -> dict[str, Any]:
     return proxy_config(
         upstream_entry(upstream),
         models={MODEL: {"context_window": WINDOW, "max_output_tokens": 2_000}},
@@ -43,20 +44,20 @@ def loop_config(upstream: UpstreamServer, db: Path, summarize: bool) -> dict[str
 
 
 @pytest.fixture(scope="module")
-def loop_upstream(upstream_factory_module: Any) -> UpstreamServer:
-    return upstream_factory_module(WINDOW)
+def loop_upstream(in_thread: InThreadServers) -> UpstreamControl:
+    return in_thread.upstream(WINDOW)
 
 
 @pytest.fixture(scope="module", params=["no_summarizer", "summarizer"])
 def loop(
     request: pytest.FixtureRequest,
-    loop_upstream: UpstreamServer,
-    module_proxy_factory: Any,
+    loop_upstream: UpstreamControl,
+    in_thread: InThreadServers,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> tuple[str, LoopReport]:
     loop_upstream.reset()
     db = tmp_path_factory.mktemp(f"loop-{request.param}") / "checkpoints.db"
-    proxy = module_proxy_factory(loop_config(loop_upstream, db, request.param == "summarizer"))
+    proxy = in_thread.proxy(loop_config(loop_upstream, db, request.param == "summarizer"))
     return request.param, run_loop(proxy.openai_client(), loop_upstream, model=MODEL, steps=STEPS)
 
 
@@ -119,10 +120,10 @@ def test_the_summarizer_is_called_once_per_event_and_carries_the_facts(
 
 
 def test_a_huge_newest_tool_result_is_trimmed_to_fit(
-    loop_upstream: UpstreamServer, proxy_factory: Any, tmp_path: Path
+    loop_upstream: UpstreamControl, in_thread: InThreadServers, tmp_path: Path
 ) -> None:
     loop_upstream.reset()
-    proxy = proxy_factory(loop_config(loop_upstream, tmp_path / "cp.db", summarize=False))
+    proxy = in_thread.proxy(loop_config(loop_upstream, tmp_path / "cp.db", summarize=False))
     log = "".join(f"line {n}: building target {n} ... ok\n" for n in range(20_000))
     conversation = [SYSTEM, TASK]
     report = LoopReport()

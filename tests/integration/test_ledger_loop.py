@@ -32,8 +32,9 @@ from tests.support.artifact_loop import (
     make_step,
     run_artifact_loop,
 )
+from tests.support.in_thread import InThreadProxy, InThreadServers
 from tests.support.processes import tiktoken_cache_dir
-from tests.support.servers import ProxyServer, UpstreamServer, session_config
+from tests.support.servers import UpstreamControl, session_config
 
 TOKENIZER = TokenizerProvider(EncodingLoader(directories=[tiktoken_cache_dir()])).get("o200k_base")
 
@@ -56,28 +57,28 @@ PROBES = 8
 """Missing strings asked for through the recall tool (spread from the oldest to the newest)."""
 
 
-def loop_config(upstream: UpstreamServer, db: Path) -> dict[str, Any]:
+def loop_config(upstream: UpstreamControl, db: Path) -> dict[str, Any]:
     recall = {"recall": {"enabled": True, "max_rounds": 2}}
     return session_config(upstream, db, MODEL, WINDOW, compaction=recall)
 
 
 @pytest.fixture(scope="module")
-def prose_upstream(upstream_factory_module: Any) -> UpstreamServer:
-    return upstream_factory_module(WINDOW)
+def prose_upstream(in_thread: InThreadServers) -> UpstreamControl:
+    return in_thread.upstream(WINDOW)
 
 
 @pytest.fixture(scope="module")
 def loop_proxy(
-    prose_upstream: UpstreamServer,
-    module_proxy_factory: Any,
+    prose_upstream: UpstreamControl,
+    in_thread: InThreadServers,
     tmp_path_factory: pytest.TempPathFactory,
-) -> ProxyServer:
+) -> InThreadProxy:
     db = tmp_path_factory.mktemp("ledger-loop") / "checkpoints.db"
-    return module_proxy_factory(loop_config(prose_upstream, db))  # type: ignore[no-any-return]
+    return in_thread.proxy(loop_config(prose_upstream, db))  # type: ignore[no-any-return]
 
 
 @pytest.fixture(scope="module")
-def loop(prose_upstream: UpstreamServer, loop_proxy: ProxyServer) -> ArtifactLoop:
+def loop(prose_upstream: UpstreamControl, loop_proxy: InThreadProxy) -> ArtifactLoop:
     prose_upstream.reset()
     prose_upstream.control(summarizer="prose")
     with loop_proxy.openai_client() as client:
@@ -132,7 +133,7 @@ def _reported_drops(loop: ArtifactLoop, ledger: dict[str, Any]) -> int:
     return 0
 
 
-def _probe(proxy: ProxyServer, upstream: UpstreamServer, loop: ArtifactLoop, wanted: str) -> str:
+def _probe(proxy: InThreadProxy, upstream: UpstreamControl, loop: ArtifactLoop, wanted: str) -> str:
     """Asks the scripted model for ``wanted`` after the loop's last request; it looks in its
     prompt and else recalls by a query of the string (tests/fakes/upstream.py ``FIND:``)."""
     messages = [*loop.conversation[:-2], {"role": "user", "content": f"FIND: {wanted}"}]
@@ -149,7 +150,7 @@ def _spread(items: list[tuple[ArtifactStep, str]], count: int) -> list[tuple[Art
 
 
 def test_the_exact_strings_of_folded_steps_are_still_forwarded(
-    loop: ArtifactLoop, loop_proxy: ProxyServer, prose_upstream: UpstreamServer
+    loop: ArtifactLoop, loop_proxy: InThreadProxy, prose_upstream: UpstreamControl
 ) -> None:
     figure = _figure(loop)
     survival = loop.survival()

@@ -17,27 +17,28 @@ from typing import Any
 import pytest
 
 from tests.support.agent_session import assert_valid_pairing
+from tests.support.in_thread import InThreadServers
 from tests.support.rule_turns import RuleSession, run_rule_turns
-from tests.support.servers import UpstreamServer, session_config
+from tests.support.servers import UpstreamControl, session_config
 
 TURNS = 100
 WINDOWS = {"8k": 8_192, "32k": 32_768}
 
 
-def rules_config(upstream: UpstreamServer, db: Path, model: str, window: int) -> dict[str, Any]:
+def rules_config(upstream: UpstreamControl, db: Path, model: str, window: int) -> dict[str, Any]:
     return session_config(upstream, db, model, window)
 
 
 @pytest.fixture(scope="module")
-def rules_upstream(upstream_factory_module: Any) -> UpstreamServer:
-    return upstream_factory_module(None)
+def rules_upstream(in_thread: InThreadServers) -> UpstreamControl:
+    return in_thread.upstream(None)
 
 
 @pytest.fixture(scope="module", params=sorted(WINDOWS))
 def session(
     request: pytest.FixtureRequest,
-    rules_upstream: UpstreamServer,
-    module_proxy_factory: Any,
+    rules_upstream: UpstreamControl,
+    in_thread: InThreadServers,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> tuple[int, RuleSession]:
     window = WINDOWS[request.param]
@@ -45,7 +46,7 @@ def session(
     rules_upstream.reset()
     rules_upstream.control(summarizer="prose", model_context_windows={model: window})
     db = tmp_path_factory.mktemp(f"rules-{request.param}") / "checkpoints.db"
-    proxy = module_proxy_factory(rules_config(rules_upstream, db, model, window))
+    proxy = in_thread.proxy(rules_config(rules_upstream, db, model, window))
     with proxy.openai_client() as client:
         return window, run_rule_turns(client, rules_upstream, model=model, turns=TURNS)
 

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import anthropic
 import httpx
 import pytest
+from anthropic.types import Message
 
 from tests.fakes.messages.model import Loop
 from tests.fakes.messages.signing import BINDING_BETA
@@ -33,6 +34,7 @@ from tests.support.messages_upstream import (
     MessagesUpstreamServer,
     anthropic_client,
 )
+from tests.support.sdk_chat import post_raw
 from tests.support.servers import ProxyServer, Recorded, proxy_config, upstream_entry
 
 NATIVE_MODEL = "claude-opus-5-5"  # routed to the upstream declared Anthropic's own API
@@ -136,7 +138,7 @@ def ask(
         "messages": messages,
         "extra_headers": {"anthropic-beta": betas},
     }
-    raw = client.sdk.messages.with_raw_response.create(**kwargs)
+    raw = post_raw(client.sdk, "/v1/messages", Message, **kwargs)
     # (a summarizer call may come first: the proxy's checkpoint, not the client's request)
     [forwarded] = [
         r

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 import anthropic
 import pytest
+from anthropic.types import Message
 
 from tests.fakes.messages.model import CHECKPOINT_MARKER, OWN_TOOL_ID, Loop
 from tests.fakes.messages.prompt import Counter, build_prompt, canonical
@@ -39,6 +40,7 @@ from tests.support.messages_upstream import (
     anthropic_client,
     cache_share,
 )
+from tests.support.sdk_chat import post_raw
 from tests.support.servers import ProxyServer, Recorded, proxy_config, upstream_entry
 
 MODEL = "claude-sonnet-4-5"
@@ -267,7 +269,7 @@ class Session:
                 headers = stream.response.headers
             content = content_of(reply)
         else:
-            raw = client.messages.with_raw_response.create(**kwargs)
+            raw = post_raw(client, "/v1/messages", Message, **kwargs)
             reply = raw.parse()
             headers = raw.headers
             content = raw.http_response.json()["content"]  # the fake's bytes, as relayed
@@ -529,7 +531,7 @@ def ask(
     if stream:
         with client.messages.stream(**kwargs) as events:
             return events.response.headers, events.get_final_message()
-    raw = client.messages.with_raw_response.create(**kwargs)
+    raw = post_raw(client, "/v1/messages", Message, **kwargs)
     return raw.headers, raw.parse()
 
 

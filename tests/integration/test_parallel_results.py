@@ -25,7 +25,8 @@ import pytest
 from compaction_proxy.compaction.strategies.tool_result_compaction import MIDDLE_MARKER
 from tests.support.agent_loop import LoopReport, run_loop
 from tests.support.agent_session import tool_output
-from tests.support.servers import UpstreamServer, proxy_config, upstream_entry
+from tests.support.in_thread import InThreadServers
+from tests.support.servers import UpstreamControl, proxy_config, upstream_entry
 
 WINDOW = 32_000
 MODEL = "parallel-32k"
@@ -63,13 +64,12 @@ def add_parallel_step(conversation: list[dict[str, Any]], index: int, report: Lo
 
 @pytest.fixture(scope="module")
 def loop(
-    upstream_factory_module: Any,
-    module_proxy_factory: Any,
+    in_thread: InThreadServers,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> LoopReport:
-    upstream: UpstreamServer = upstream_factory_module(WINDOW)
+    upstream: UpstreamControl = in_thread.upstream(WINDOW)
     db: Path = tmp_path_factory.mktemp("parallel") / "checkpoints.db"
-    proxy = module_proxy_factory(
+    proxy = in_thread.proxy(
         proxy_config(
             upstream_entry(upstream),
             models={MODEL: {"context_window": WINDOW, "max_output_tokens": 2_000}},

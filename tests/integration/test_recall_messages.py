@@ -26,11 +26,13 @@ from typing import Any
 
 import anthropic
 import pytest
+from anthropic.types import Message
 
 from tests.fakes.messages.model import CHECKPOINT_MARKER, OWN_TOOL_ID, Loop
 from tests.fakes.messages.signing import BINDING_BETA
 from tests.fakes.recall_policy import planted
 from tests.support.messages_upstream import MESSAGES, MessagesUpstreamServer, anthropic_client
+from tests.support.sdk_chat import post_raw
 from tests.support.servers import ProxyServer, Recorded, proxy_config, upstream_entry
 
 MODEL = "claude-opus-5-5"
@@ -166,7 +168,7 @@ def send(
             message = events.get_final_message()
             header = events.response.headers.get("x-compaction-recall", "")
     else:
-        raw = client.messages.with_raw_response.create(**kwargs)
+        raw = post_raw(client, "/v1/messages", Message, **kwargs)
         message = raw.parse()
         header = raw.headers.get("x-compaction-recall", "")
         leaks += _leaks_of(raw.http_response.json())

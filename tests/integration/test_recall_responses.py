@@ -21,6 +21,7 @@ from typing import Any
 
 import openai
 import pytest
+from openai.types.responses import Response
 
 from tests.fakes import upstream as base
 from tests.fakes.recall_policy import planted
@@ -31,6 +32,7 @@ from tests.support.responses_upstream import (
     count_input,
     input_items,
 )
+from tests.support.sdk_chat import post_raw
 from tests.support.servers import ProxyServer, proxy_config, upstream_entry
 
 WINDOW = 8_000
@@ -107,7 +109,9 @@ class Session:
     answers: dict[str, Answer] = field(default_factory=dict)
 
     def step(self, client: openai.OpenAI, n: int) -> None:
-        response = client.responses.create(model=MODEL, input=self.items, tools=TOOLS, store=False)
+        response = post_raw(
+            client, "/responses", Response, model=MODEL, input=self.items, tools=TOOLS, store=False
+        ).parse()
         assert not _leaks_of(response), n
         self.items += [item.model_dump(exclude_none=True) for item in response.output]
         calls = [item for item in response.output if item.type == "function_call"]

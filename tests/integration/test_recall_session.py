@@ -27,7 +27,9 @@ from tests.support.agent_session import (
     is_summarizer_text,
     tool_output,
 )
-from tests.support.servers import UpstreamServer, proxy_config, upstream_entry
+from tests.support.in_thread import InThreadServers
+from tests.support.sdk_chat import create_raw
+from tests.support.servers import UpstreamControl, proxy_config, upstream_entry
 
 WINDOW = 16_000
 MODEL = "agent-16k"
@@ -35,7 +37,7 @@ STEPS = 200
 FACT_EVERY = 20  # a fact in the result of steps 3, 23, 43, ...
 
 
-def session_config(upstream: UpstreamServer, db: Path, recall: bool) -> dict[str, Any]:
+def session_config(upstream: UpstreamControl, db: Path, recall: bool) -> dict[str, Any]:
     return proxy_config(
         upstream_entry(upstream),
         models={MODEL: {"context_window": WINDOW, "max_output_tokens": 1_000}},
@@ -92,12 +94,12 @@ def _step(conversation: list[dict[str, Any]], index: int, keys: list[tuple[str, 
     conversation.append({"role": "tool", "tool_call_id": call_id, "content": content})
 
 
-def run_session(client: openai.OpenAI, upstream: UpstreamServer) -> Session:
+def run_session(client: openai.OpenAI, upstream: UpstreamControl) -> Session:
     """200 tool steps, then one question per planted fact (every other one streamed)."""
     session = Session([SYSTEM, TASK])
     upstream.clear()
     for index in range(STEPS):
-        client.chat.completions.create(model=MODEL, messages=session.conversation, tools=TOOLS)
+        create_raw(client, model=MODEL, messages=session.conversation, tools=TOOLS)
         upstream.take(CHAT)
         _step(session.conversation, index, session.keys)
     for number, (key, _value) in enumerate(session.keys):
@@ -106,9 +108,7 @@ def run_session(client: openai.OpenAI, upstream: UpstreamServer) -> Session:
             text, header = _streamed(client, session)
             session.streamed.add(key)
         else:
-            raw = client.chat.completions.with_raw_response.create(
-                model=MODEL, messages=session.conversation, tools=TOOLS
-            )
+            raw = create_raw(client, model=MODEL, messages=session.conversation, tools=TOOLS)
             completion = raw.parse()
             message = completion.choices[0].message
             for call in message.tool_calls or ():
@@ -142,20 +142,20 @@ def _streamed(client: openai.OpenAI, session: Session) -> tuple[str, str]:
 
 
 @pytest.fixture(scope="module")
-def session_upstream(upstream_factory_module: Any) -> UpstreamServer:
-    return upstream_factory_module(WINDOW)
+def session_upstream(in_thread: InThreadServers) -> UpstreamControl:
+    return in_thread.upstream(WINDOW)
 
 
 @pytest.fixture(scope="module")
 def sessions(
-    session_upstream: UpstreamServer,
-    module_proxy_factory: Any,
+    session_upstream: UpstreamControl,
+    in_thread: InThreadServers,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> dict[bool, Session]:
     out: dict[bool, Session] = {}
     for recall in (True, False):
         db = tmp_path_factory.mktemp(f"recall-{recall}") / "checkpoints.db"
-        proxy = module_proxy_factory(session_config(session_upstream, db, recall))
+        proxy = in_thread.proxy(session_config(session_upstream, db, recall))
         out[recall] = run_session(proxy.openai_client(), session_upstream)
     return out
 

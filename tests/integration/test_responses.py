@@ -20,6 +20,7 @@ import httpx
 import openai
 import orjson
 import pytest
+from openai.types.responses import Response
 
 from compaction_proxy.compaction import EncodingLoader, TokenizerProvider
 from compaction_proxy.wire.responses import lift
@@ -27,6 +28,7 @@ from compaction_proxy.wire.responses._items import CALL_KEYS, OUTPUT_KEYS
 from tests.fakes.upstream import SUMMARIZER_PREFIX_MARKER
 from tests.support.agent_session import is_summarizer_text, tool_output
 from tests.support.responses_upstream import RESPONSES, ResponsesUpstreamServer
+from tests.support.sdk_chat import post_raw
 from tests.support.servers import ProxyServer, Recorded, proxy_config, upstream_entry
 
 WINDOW = 32_000
@@ -241,8 +243,8 @@ class Session:
 
     def step(self, client: openai.OpenAI, upstream: ResponsesUpstreamServer, n: int) -> None:
         self.lengths.append(len(self.items))
-        raw = client.responses.with_raw_response.create(
-            model=MODEL, input=self.items, tools=TOOLS, store=False
+        raw = post_raw(
+            client, "/responses", Response, model=MODEL, input=self.items, tools=TOOLS, store=False
         )
         response = raw.parse()
         assert response.usage is not None

@@ -17,7 +17,8 @@ from typing import Any
 import openai
 
 from tests.support.agent_session import CHAT, TOOLS, is_summarizer_text, tool_output
-from tests.support.servers import UpstreamServer
+from tests.support.sdk_chat import create_raw
+from tests.support.servers import UpstreamControl
 
 SYSTEM = {"role": "system", "content": "You are a careful coding agent. Use the tools."}
 TASK = {"role": "user", "content": "Fix the failing tests in the parser. Ticket FACT-TASK."}
@@ -89,7 +90,7 @@ StepMaker = Callable[[list[dict[str, Any]], int, LoopReport], None]
 
 def run_loop(
     client: openai.OpenAI,
-    upstream: UpstreamServer,
+    upstream: UpstreamControl,
     *,
     model: str,
     steps: int,
@@ -100,9 +101,7 @@ def run_loop(
     conversation: list[dict[str, Any]] = [SYSTEM, TASK]
     upstream.clear()
     for index in range(steps):
-        raw = client.chat.completions.with_raw_response.create(
-            model=model, messages=conversation, tools=TOOLS
-        )
+        raw = create_raw(client, model=model, messages=conversation, tools=TOOLS)
         completion = raw.parse()
         recorded = upstream.take(CHAT)  # keeps each fetch small: the bodies reach ~100 KB
         summaries = [r for r in recorded if is_summarizer_text(r.text)]

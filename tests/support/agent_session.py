@@ -16,6 +16,7 @@ from typing import Any
 import openai
 
 from tests.fakes.upstream import SUMMARIZER_PREFIX_MARKER
+from tests.support.sdk_chat import create_raw
 from tests.support.servers import UpstreamServer
 
 CHAT = "/v1/chat/completions"
@@ -129,9 +130,7 @@ def run_session(
     report.facts_shown.append("FACT-T0")
     calls_before = count_summarizer_calls(upstream)
     for index in range(requests):
-        raw = client.chat.completions.with_raw_response.create(
-            model=model, messages=conversation, tools=TOOLS
-        )
+        raw = create_raw(client, model=model, messages=conversation, tools=TOOLS)
         completion = raw.parse()
         forwarded = forwarded_requests(upstream)[-1]["messages"]
         step = Step(

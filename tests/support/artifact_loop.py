@@ -21,6 +21,7 @@ import openai
 
 from tests.support.agent_session import CHAT, is_summarizer_text
 from tests.support.forwarded_spans import message_spans
+from tests.support.sdk_chat import create_raw
 from tests.support.servers import UpstreamServer
 
 KINDS = ("path", "command", "verdict", "error", "number")
@@ -263,9 +264,7 @@ def run_artifact_loop(
     loop = ArtifactLoop(conversation=[SYSTEM, TASK])
     upstream.clear()
     for index in range(steps):
-        raw = client.chat.completions.with_raw_response.create(
-            model=model, messages=loop.conversation, tools=TOOLS
-        )
+        raw = create_raw(client, model=model, messages=loop.conversation, tools=TOOLS)
         completion = raw.parse()
         recorded = upstream.take(CHAT)
         forwarded = [r for r in recorded if not is_summarizer_text(r.text)]

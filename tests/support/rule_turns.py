@@ -18,6 +18,7 @@ import openai
 
 from tests.support.agent_session import CHAT, TOOLS, is_summarizer_text, tool_output
 from tests.support.artifact_loop import MODULES, request_text
+from tests.support.sdk_chat import create_raw
 from tests.support.servers import UpstreamServer
 
 SYSTEM_RULES = (
@@ -138,9 +139,7 @@ def run_rule_turns(
     upstream.clear()
     for index in range(turns):
         session.conversation.append(user_message(index, session.rules))
-        raw = client.chat.completions.with_raw_response.create(
-            model=model, messages=session.conversation, tools=TOOLS
-        )
+        raw = create_raw(client, model=model, messages=session.conversation, tools=TOOLS)
         completion = raw.parse()
         forwarded = [r for r in upstream.take(CHAT) if not is_summarizer_text(r.text)]
         assert len(forwarded) >= 1, f"turn {index}: nothing forwarded"

@@ -53,37 +53,21 @@ class Recorded:
         return self.body.decode("utf-8", "replace")
 
 
-class UpstreamServer(ServerProcess):
-    """The fake OpenAI-compatible upstream (tests/fakes/upstream.py) as a child process."""
+class UpstreamControl:
+    """The fake upstream's control routes (``/_requests``, ``/_events``, ``/_control``), read
+    through ``client``: the same handle whether the fake is a child process
+    (:class:`UpstreamServer`) or runs in the test's process (tests/support/in_thread.py)."""
 
-    def __init__(self, log_path: Path, context_window: int | None = None, name: str = "upstream"):
-        extra = [] if context_window is None else ["--context-window", str(context_window)]
-        super().__init__(
-            name,
-            lambda port: python_module_argv(
-                "tests.fakes.upstream", "--host", "127.0.0.1", "--port", str(port), *extra
-            ),
-            log_path,
-            ready_path="/_control",
-        )
-        self._client: httpx.Client | None = None
+    url: str
+
+    @property
+    def client(self) -> httpx.Client:
+        raise NotImplementedError
 
     @property
     def base_url(self) -> str:
         """What a proxy config's ``upstreams[].base_url`` should say."""
         return self.url + "/v1"
-
-    @property
-    def client(self) -> httpx.Client:
-        if self._client is None:
-            self._client = httpx.Client(base_url=self.url, trust_env=False, timeout=10.0)
-        return self._client
-
-    def stop(self) -> int | None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-        return super().stop()
 
     def requests(self, path: str | None = None) -> list[Recorded]:
         """Everything received since the last :meth:`clear`, optionally only on ``path``."""
@@ -141,8 +125,36 @@ class UpstreamServer(ServerProcess):
         self.clear()
 
 
+class UpstreamServer(ServerProcess, UpstreamControl):
+    """The fake OpenAI-compatible upstream (tests/fakes/upstream.py) as a child process."""
+
+    def __init__(self, log_path: Path, context_window: int | None = None, name: str = "upstream"):
+        extra = [] if context_window is None else ["--context-window", str(context_window)]
+        super().__init__(
+            name,
+            lambda port: python_module_argv(
+                "tests.fakes.upstream", "--host", "127.0.0.1", "--port", str(port), *extra
+            ),
+            log_path,
+            ready_path="/_control",
+        )
+        self._client: httpx.Client | None = None
+
+    @property
+    def client(self) -> httpx.Client:
+        if self._client is None:
+            self._client = httpx.Client(base_url=self.url, trust_env=False, timeout=10.0)
+        return self._client
+
+    def stop(self) -> int | None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        return super().stop()
+
+
 def upstream_entry(
-    upstream: UpstreamServer | str,
+    upstream: UpstreamControl | str,
     *,
     name: str = "fake",
     api_key: str = "",
@@ -150,7 +162,7 @@ def upstream_entry(
     timeouts: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """One ``upstreams:`` item of a proxy config."""
-    base_url = upstream.base_url if isinstance(upstream, UpstreamServer) else upstream
+    base_url = upstream.base_url if isinstance(upstream, UpstreamControl) else upstream
     entry: dict[str, Any] = {
         "name": name,
         "base_url": base_url,

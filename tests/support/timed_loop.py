@@ -17,6 +17,7 @@ import openai
 
 from tests.support.agent_loop import SYSTEM, TASK, LoopReport, add_step
 from tests.support.agent_session import CHAT, TOOLS, is_summarizer_text
+from tests.support.sdk_chat import create_raw
 from tests.support.servers import UpstreamServer
 
 
@@ -91,9 +92,7 @@ def drive(
         if hold_summarizer:
             upstream.control(summarizer_hold=True)
         started = time.perf_counter()
-        raw = client.chat.completions.with_raw_response.create(
-            model=model, messages=conversation, tools=TOOLS
-        )
+        raw = create_raw(client, model=model, messages=conversation, tools=TOOLS)
         seconds = time.perf_counter() - started
         if hold_summarizer:
             upstream.control(summarizer_hold=False)

@@ -30,6 +30,7 @@ import openai
 
 from tests.support.agent_session import CHAT, TOOLS, is_summarizer_text, tool_output
 from tests.support.in_process import InProcess
+from tests.support.sdk_chat import create_raw
 from tests.support.servers import UpstreamServer
 
 Shape = Literal["chat", "loop"]
@@ -233,9 +234,7 @@ def run_trust_session(
     report = TrustReport(shape)
     upstream.clear()
     for index, conversation in session_requests(report, shape, requests, tool_chars):
-        raw = client.chat.completions.with_raw_response.create(
-            model=model, messages=conversation, tools=TOOLS
-        )
+        raw = create_raw(client, model=model, messages=conversation, tools=TOOLS)
         completion = raw.parse()
         recorded = upstream.take(CHAT)  # read and cleared at once: no call is lost
         usage = completion.usage.prompt_tokens if completion.usage else 0
