@@ -46,7 +46,7 @@ LOOP_LINES = (
     "- The user is running the test suite again.",
 )
 """The looping stub's answer: what Qwen2.5-Coder-1.5B wrote for every summary of the 6k run
-(bench/results/quality-6k-default.md): a heading, then the same few lines over and over until
+at 5d9728b (94% of the folded part's strings; bench/results/quality.md has the run since): a heading, then the same few lines over and over until
 the output limit cut it (``finish_reason: length``)."""
 
 
