@@ -26,15 +26,22 @@ from tests.support.agent_session import (
     is_summarizer_text,
     run_session,
 )
+from tests.support.in_thread import InThreadServers
 from tests.support.redis_server import RedisServer, free_port
-from tests.support.servers import UpstreamServer, proxy_config, upstream_entry, write_config
+from tests.support.servers import (
+    UpstreamControl,
+    UpstreamServer,
+    proxy_config,
+    upstream_entry,
+    write_config,
+)
 
 WINDOW = 8_000
 MODEL = "agent-8k"
 
 
 def checkpoint_config(
-    upstream: UpstreamServer, store: dict[str, Any], **extra: Any
+    upstream: UpstreamControl, store: dict[str, Any], **extra: Any
 ) -> dict[str, Any]:
     summarization = {
         "enabled": True,
@@ -89,19 +96,17 @@ def conversation_over_budget(tag: str, steps: int = 12) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def session(
-    window_upstream: UpstreamServer, module_proxy_factory: Any, tmp_path_factory: Any
-) -> SessionReport:
-    window_upstream.reset()
+def session(in_thread: InThreadServers, tmp_path_factory: Any) -> SessionReport:
+    """The long session needs only HTTP: it runs in this process (tests/support/in_thread.py);
+    the restarts, replicas and stores below keep their processes."""
+    upstream = in_thread.upstream(WINDOW)
     db = tmp_path_factory.mktemp("session") / "checkpoints.db"
-    proxy = module_proxy_factory(
-        checkpoint_config(window_upstream, {"backend": "sqlite", "path": str(db)})
-    )
+    proxy = in_thread.proxy(checkpoint_config(upstream, {"backend": "sqlite", "path": str(db)}))
     # Turns of a few tool steps each: the retained two turns fit the target, so compaction
     # summarizes older turns (a single endless turn is the newest turn, and never compacted).
     return run_session(
         proxy.openai_client(),
-        window_upstream,
+        upstream,
         model=MODEL,
         requests=160,
         tool_output_chars=300,

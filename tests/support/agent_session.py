@@ -17,7 +17,7 @@ import openai
 
 from tests.fakes.upstream import SUMMARIZER_PREFIX_MARKER
 from tests.support.sdk_chat import create_raw
-from tests.support.servers import UpstreamServer
+from tests.support.servers import UpstreamControl
 
 CHAT = "/v1/chat/completions"
 TOOLS = [
@@ -103,17 +103,17 @@ def is_summarizer_text(text: str | None) -> bool:
     return "<conversation>" in text or SUMMARIZER_PREFIX_MARKER in text
 
 
-def count_summarizer_calls(upstream: UpstreamServer) -> int:
+def count_summarizer_calls(upstream: UpstreamControl) -> int:
     return sum(1 for r in upstream.requests(CHAT) if is_summarizer_text(r.text))
 
 
-def forwarded_requests(upstream: UpstreamServer) -> list[dict[str, Any]]:
+def forwarded_requests(upstream: UpstreamControl) -> list[dict[str, Any]]:
     return [r.json() for r in upstream.requests(CHAT) if not is_summarizer_text(r.text)]
 
 
 def run_session(
     client: openai.OpenAI,
-    upstream: UpstreamServer,
+    upstream: UpstreamControl,
     *,
     model: str,
     requests: int,
