@@ -234,14 +234,14 @@ class Compactor:
         mode: Mode,
         summarizer: Summarizer | None,
         window: RunWindow,
-        edits: RunExtras,
+        extras: RunExtras,
         *,
         quiet_checked: bool = False,
     ) -> CompactionResult:
-        request = self._request(body, mode, window, edits)
+        request = self._request(body, mode, window, extras)
         # (The debug log wants the view's groups: no quiet path then.)
         if mode is Mode.NORMAL and not self.debug and not quiet_checked:
-            quiet, request = self._quiet_result(request, edits.key, edits.ledger)
+            quiet, request = self._quiet_result(request, extras.key, extras.ledger)
             if quiet is not None:
                 return quiet
         result = await compact_async(request, summarizer=summarizer)
@@ -329,7 +329,7 @@ class Compactor:
         body: Mapping[str, Any],
         mode: Mode,
         window: RunWindow | None = None,
-        edits: RunExtras | None = None,
+        extras: RunExtras | None = None,
     ) -> CompactionRequest:
         window = window or NO_WINDOW
         context_window = window.tokens
@@ -355,8 +355,8 @@ class Compactor:
             window_source=window.source if context_window is not None else None,
             output_share=compaction.output_reserve_share,
             lower_output=compaction.lower_output_limit,
-            edits=edits.strategies if edits is not None else (),
-            recall=edits.recall if edits is not None and compaction.recall.enabled else None,
+            edits=extras.strategies if extras is not None else (),
+            recall=extras.recall if extras is not None and compaction.recall.enabled else None,
         )
 
     def calibrate(self, model: str, reported: int, counted: int) -> None:
@@ -418,7 +418,7 @@ class Compactor:
         """The same pipeline without a summarizer (the CLI, offline): summarization is skipped
         and says so in the report; every other strategy runs as on the server (`recall`: as
         in :meth:`run`)."""
-        result = compact(self._request(body, mode, edits=RunExtras(recall=recall)))
+        result = compact(self._request(body, mode, extras=RunExtras(recall=recall)))
         if self.debug:
             self._debug_log(body, result.report)
         return result
