@@ -15,7 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.servers import UpstreamServer, proxy_config, upstream_entry
+from tests.support.in_thread import InThreadServers
+from tests.support.servers import UpstreamControl, proxy_config, upstream_entry
 from tests.support.trust_session import (
     LIBRECHAT_BLOCK,
     LIBRECHAT_UPSTREAM,
@@ -28,7 +29,7 @@ WINDOW_32K = 32_768
 
 
 def librechat_config(
-    upstream: UpstreamServer, db: Path, model: str, window: int, *, summarize: bool = True
+    upstream: UpstreamControl, db: Path, model: str, window: int, *, summarize: bool = True
 ) -> dict[str, Any]:
     block = dict(LIBRECHAT_BLOCK) if summarize else {**LIBRECHAT_BLOCK, "enabled": False}
     return proxy_config(
@@ -43,12 +44,11 @@ def librechat_config(
 
 
 @pytest.fixture(scope="module")
-def chat_8k(
-    upstream_factory_module: Any, module_proxy_factory: Any, tmp_path_factory: Any
-) -> TrustReport:
-    upstream = upstream_factory_module(WINDOW_8K)
+def chat_8k(in_thread: InThreadServers, tmp_path_factory: Any) -> TrustReport:
+    """The sessions need only HTTP: in this process (tests/support/in_thread.py)."""
+    upstream = in_thread.upstream(WINDOW_8K)
     db = tmp_path_factory.mktemp("trust-8k") / "checkpoints.db"
-    proxy = module_proxy_factory(librechat_config(upstream, db, "acc-8k", WINDOW_8K))
+    proxy = in_thread.proxy(librechat_config(upstream, db, "acc-8k", WINDOW_8K))
     # 65 turns of two requests, each turn with a ~900-token tool result.
     return run_trust_session(
         proxy.openai_client(), upstream, model="acc-8k", shape="chat", requests=130
@@ -83,18 +83,15 @@ def test_every_request_fits_and_says_nothing_false_at_8k(chat_8k: TrustReport) -
 
 @pytest.fixture(scope="module", params=["summarizer", "no_summarizer"])
 def chat_32k(
-    request: pytest.FixtureRequest,
-    upstream_factory_module: Any,
-    module_proxy_factory: Any,
-    tmp_path_factory: Any,
+    request: pytest.FixtureRequest, in_thread: InThreadServers, tmp_path_factory: Any
 ) -> TrustReport:
-    upstream = upstream_factory_module(WINDOW_32K)
+    upstream = in_thread.upstream(WINDOW_32K)
     upstream.reset()
     db = tmp_path_factory.mktemp(f"trust-32k-{request.param}") / "checkpoints.db"
     config = librechat_config(
         upstream, db, "acc-32k", WINDOW_32K, summarize=request.param == "summarizer"
     )
-    proxy = module_proxy_factory(config)
+    proxy = in_thread.proxy(config)
     return run_trust_session(
         proxy.openai_client(), upstream, model="acc-32k", shape="chat", requests=200
     )

@@ -31,7 +31,7 @@ import openai
 from tests.support.agent_session import CHAT, TOOLS, is_summarizer_text, tool_output
 from tests.support.in_process import InProcess
 from tests.support.sdk_chat import create_raw
-from tests.support.servers import UpstreamServer
+from tests.support.servers import UpstreamControl
 
 Shape = Literal["chat", "loop"]
 
@@ -223,7 +223,7 @@ def record_step(
 
 def run_trust_session(
     client: openai.OpenAI,
-    upstream: UpstreamServer,
+    upstream: UpstreamControl,
     *,
     model: str,
     shape: Shape,
