@@ -1,5 +1,5 @@
-"""Summaries on a small local model whose window the proxy learned from a refusal, through
-real processes.
+"""Summaries on a small local model whose window the proxy learned from a refusal, through the
+proxy's app in this process (tests/support/in_thread.py).
 
 The fake upstream enforces a 4,096-token window and counts every prompt 1.63x the proxy's
 count (``token_scale``: a tokenizer that is not OpenAI's). The proxy has no ``models:`` entry:
@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.agent_session import SessionReport, run_session
-from tests.support.servers import ProxyServer, UpstreamServer, proxy_config, upstream_entry
+from tests.support.in_thread import InThreadProxy, InThreadServers
+from tests.support.servers import UpstreamControl, proxy_config, upstream_entry
 
 WINDOW = 4_096
 SCALE = 1.63
@@ -25,16 +26,16 @@ REQUESTS = 30
 
 
 def _session(
-    upstream_factory: Any, proxy_factory: Any, tmp_path: Path, **summarization: Any
-) -> tuple[SessionReport, UpstreamServer, ProxyServer]:
-    upstream: UpstreamServer = upstream_factory(WINDOW)
+    in_thread: InThreadServers, tmp_path: Path, **summarization: Any
+) -> tuple[SessionReport, UpstreamControl, InThreadProxy]:
+    upstream = in_thread.upstream(WINDOW)
     upstream.control(token_scale=SCALE, model_context_windows={"summ-3k": 3_072})
     config = proxy_config(
         upstream_entry(upstream),
         store={"backend": "sqlite", "path": str(tmp_path / "checkpoints.db")},
         summarization={"enabled": True, "retainRecent": {"turns": 2}, **summarization},
     )
-    proxy: ProxyServer = proxy_factory(config)
+    proxy = in_thread.proxy(config)
     session = run_session(
         proxy.openai_client(),
         upstream,
@@ -46,7 +47,7 @@ def _session(
     return session, upstream, proxy
 
 
-def _refused(upstream: UpstreamServer, *, summarizer: bool) -> list[dict[str, Any]]:
+def _refused(upstream: UpstreamControl, *, summarizer: bool) -> list[dict[str, Any]]:
     return [
         e
         for e in upstream.events()
@@ -64,9 +65,9 @@ def _compactions(session: SessionReport) -> list[set[str]]:
 
 
 def test_summaries_are_made_on_a_window_learned_from_a_refusal(
-    upstream_factory: Any, proxy_factory: Any, tmp_path: Path
+    in_thread: InThreadServers, tmp_path: Path
 ) -> None:
-    session, upstream, _ = _session(upstream_factory, proxy_factory, tmp_path)
+    session, upstream, _ = _session(in_thread, tmp_path)
     # The window was learned from the upstream refusing a request, as a new user's would be.
     assert _refused(upstream, summarizer=False), "the window was never learned from a refusal"
     compactions = _compactions(session)
@@ -82,12 +83,12 @@ def test_summaries_are_made_on_a_window_learned_from_a_refusal(
 
 
 def test_a_refused_summary_call_is_retried_smaller_not_backed_off(
-    upstream_factory: Any, proxy_factory: Any, tmp_path: Path
+    in_thread: InThreadServers, tmp_path: Path
 ) -> None:
     # A summarizer model the proxy has never seen: no calibration, no window (3,072 at the
     # upstream). Its first call is refused; the refusal teaches both, and one smaller try
     # (the transcript cut into chunks that fit) makes the summary.
-    session, upstream, proxy = _session(upstream_factory, proxy_factory, tmp_path, model="summ-3k")
+    session, upstream, proxy = _session(in_thread, tmp_path, model="summ-3k")
     refused = _refused(upstream, summarizer=True)
     assert len(refused) == 1, refused
     compactions = _compactions(session)
