@@ -16,8 +16,9 @@ import pytest
 from tests.fakes.recall_policy import MARK, planted
 from tests.support.agent_loop import SYSTEM, TASK
 from tests.support.agent_session import CHAT, TOOLS, is_summarizer_text, tool_output
+from tests.support.in_thread import InThreadServers
 from tests.support.redis_server import RedisServer
-from tests.support.servers import UpstreamServer, proxy_config, upstream_entry
+from tests.support.servers import UpstreamControl, proxy_config, upstream_entry
 
 WINDOW = 8_000
 MODEL = "agent-8k"
@@ -25,7 +26,7 @@ STEPS = 50
 FACT_STEP = 3
 
 
-def loop_config(upstream: UpstreamServer, store: dict[str, Any], **recall: Any) -> dict[str, Any]:
+def loop_config(upstream: UpstreamControl, store: dict[str, Any], **recall: Any) -> dict[str, Any]:
     return proxy_config(
         upstream_entry(upstream),
         models={MODEL: {"context_window": WINDOW, "max_output_tokens": 500}},
@@ -73,7 +74,7 @@ def build_conversation() -> tuple[list[dict[str, Any]], str, str]:
     return conversation, key, value
 
 
-def play(client: openai.OpenAI, upstream: UpstreamServer) -> list[dict[str, Any]]:
+def play(client: openai.OpenAI, upstream: UpstreamControl) -> list[dict[str, Any]]:
     """The session's steps one request at a time (so compaction happens as in an agent)."""
     conversation, _, _ = build_conversation()
     for end in range(4, len(conversation) + 1, 2):
@@ -82,21 +83,23 @@ def play(client: openai.OpenAI, upstream: UpstreamServer) -> list[dict[str, Any]
     return conversation
 
 
-def forwarded(upstream: UpstreamServer) -> list[dict[str, Any]]:
+def forwarded(upstream: UpstreamControl) -> list[dict[str, Any]]:
     return [r.json() for r in upstream.take(CHAT) if not is_summarizer_text(r.text)]
 
 
 @pytest.fixture(scope="module")
-def upstream(upstream_factory_module: Any) -> UpstreamServer:
-    return upstream_factory_module(WINDOW)
+def upstream(in_thread: InThreadServers) -> UpstreamControl:
+    """The loop needs only HTTP: the fake and the proxies run in this process
+    (tests/support/in_thread.py); the outage below stops a real redis-server."""
+    return in_thread.upstream(WINDOW)
 
 
 @pytest.fixture(scope="module")
 def played(
-    upstream: UpstreamServer, module_proxy_factory: Any, tmp_path_factory: pytest.TempPathFactory
+    upstream: UpstreamControl, in_thread: InThreadServers, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[openai.OpenAI, list[dict[str, Any]]]:
     db: Path = tmp_path_factory.mktemp("recall-loop") / "checkpoints.db"
-    proxy = module_proxy_factory(loop_config(upstream, {"backend": "sqlite", "path": str(db)}))
+    proxy = in_thread.proxy(loop_config(upstream, {"backend": "sqlite", "path": str(db)}))
     client = proxy.openai_client()
     return client, play(client, upstream)
 
@@ -113,7 +116,7 @@ def ask(
 
 
 def test_recall_by_the_ids_the_marks_name(
-    played: tuple[openai.OpenAI, list[dict[str, Any]]], upstream: UpstreamServer
+    played: tuple[openai.OpenAI, list[dict[str, Any]]], upstream: UpstreamControl
 ) -> None:
     client, conversation = played
     key, value = planted(FACT_STEP)
@@ -133,7 +136,7 @@ def test_recall_by_the_ids_the_marks_name(
 
 
 def test_a_mixed_turn_gives_the_client_only_its_own_call(
-    played: tuple[openai.OpenAI, list[dict[str, Any]]], upstream: UpstreamServer
+    played: tuple[openai.OpenAI, list[dict[str, Any]]], upstream: UpstreamControl
 ) -> None:
     client, conversation = played
     key, _ = planted(FACT_STEP)
@@ -147,7 +150,7 @@ def test_a_mixed_turn_gives_the_client_only_its_own_call(
 
 
 def test_the_round_cap_ends_a_model_that_never_stops_recalling(
-    played: tuple[openai.OpenAI, list[dict[str, Any]]], upstream: UpstreamServer
+    played: tuple[openai.OpenAI, list[dict[str, Any]]], upstream: UpstreamControl
 ) -> None:
     client, conversation = played
     key, _ = planted(FACT_STEP)
@@ -163,7 +166,7 @@ def test_the_round_cap_ends_a_model_that_never_stops_recalling(
 
 
 def test_a_request_without_tools_is_not_offered_recall(
-    played: tuple[openai.OpenAI, list[dict[str, Any]]], upstream: UpstreamServer
+    played: tuple[openai.OpenAI, list[dict[str, Any]]], upstream: UpstreamControl
 ) -> None:
     client, conversation = played
     key, _ = planted(FACT_STEP)
@@ -176,7 +179,7 @@ def test_a_request_without_tools_is_not_offered_recall(
 
 
 def test_a_client_tool_of_the_proxys_name_is_refused(
-    played: tuple[openai.OpenAI, list[dict[str, Any]]], upstream: UpstreamServer
+    played: tuple[openai.OpenAI, list[dict[str, Any]]], upstream: UpstreamControl
 ) -> None:
     client, conversation = played
     own = {
@@ -193,9 +196,9 @@ def test_a_client_tool_of_the_proxys_name_is_refused(
 
 
 def test_an_archive_store_outage_degrades_recall_not_the_request(
-    upstream: UpstreamServer, proxy_factory: Any, own_redis: RedisServer
+    upstream: UpstreamControl, in_thread: InThreadServers, own_redis: RedisServer
 ) -> None:
-    proxy = proxy_factory(loop_config(upstream, {"backend": "redis", "url": own_redis.url}))
+    proxy = in_thread.proxy(loop_config(upstream, {"backend": "redis", "url": own_redis.url}))
     client = proxy.openai_client()
     conversation = play(client, upstream)
     key, _ = planted(FACT_STEP)
@@ -209,7 +212,7 @@ def test_an_archive_store_outage_degrades_recall_not_the_request(
 
 
 def test_another_conversations_ids_are_not_recalled_even_under_one_key(
-    played: tuple[openai.OpenAI, list[dict[str, Any]]], upstream: UpstreamServer
+    played: tuple[openai.OpenAI, list[dict[str, Any]]], upstream: UpstreamControl
 ) -> None:
     """Conversation A's archive is the tenant's (the people's endpoint reads it with the same
     key), but a model in conversation B cannot recall A's ids: they are not in B's index."""
@@ -235,9 +238,10 @@ def test_another_conversations_ids_are_not_recalled_even_under_one_key(
     assert value not in json.dumps(rounds)
     # The same key reads what A archived through the people's endpoint.
     original = marks[0]
-    got = httpx.get(
-        f"{client.base_url}compaction/archive/{original}",
-        headers={"authorization": f"Bearer {client.api_key}"},
+    got = client.get(
+        f"/compaction/archive/{original}",
+        cast_to=httpx.Response,
+        options={"headers": {"authorization": f"Bearer {client.api_key}"}},
     )
     assert got.status_code == 200 and got.json()["id"] == original
     assert got.json()["kind"] == ("span" if original.startswith("s") else "original")
