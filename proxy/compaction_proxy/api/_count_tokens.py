@@ -95,9 +95,9 @@ async def count_tokens(wire: WireFormat, ctx: RequestContext) -> RouteOutcome:
         if edits is not None:
             client = client.without(edits.strip)
         window = await effective_window(ctx, upstream, ctx.model, wire)
-        run_mode = Mode.FORCE if mode is Mode.FORCE else Mode.NORMAL
-        subject = Subject(client, view, run_mode, wire, edits, traits(upstream))
         try:
+            run_mode = Mode.FORCE if mode is Mode.FORCE else Mode.NORMAL
+            subject = Subject(client, view, run_mode, wire, edits, traits(upstream))
             counted = await _compacted(ctx, subject, upstream, window, mode)
         except Exception:
             # A count the proxy cannot make is the upstream's to answer, as the route would
