@@ -368,15 +368,8 @@ def _build_fastapi(state: AppState) -> FastAPI:
         try:
             yield
         finally:
-            state.shutting_down = True
             unwatch()
-            await state.windows.close()
-            await state.flow.preparer.close()
-            await state.transport.aclose()
-            await state.store.close()
-            if state.archive is not None and state.archive.store is not state.store:
-                await state.archive.store.close()  # the memory backend's archive of its own
-            state.compactor.close()
+            await close_edge(state)
 
     app = FastAPI(
         title="compaction-proxy",
@@ -417,6 +410,19 @@ async def _route_error(request: Request, exc: Exception) -> Response:
     return Response(
         body, status_code=exc.status_code, media_type="application/json", headers=headers
     )
+
+
+async def close_edge(state: AppState) -> None:
+    """Close what :func:`build_edge` built, in the order its parts use each other: the
+    lifespan's end, and in-process tests that build the edge without a lifespan."""
+    state.shutting_down = True
+    await state.windows.close()
+    await state.flow.preparer.close()
+    await state.transport.aclose()
+    await state.store.close()
+    if state.archive is not None and state.archive.store is not state.store:
+        await state.archive.store.close()  # the memory backend's archive of its own
+    state.compactor.close()
 
 
 def build_edge(

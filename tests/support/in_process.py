@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import orjson
 
-from compaction_proxy.app import ProxyApp, build_edge
+from compaction_proxy.app import ProxyApp, build_edge, close_edge
 from compaction_proxy.config import Settings
 from compaction_proxy.upstream import HttpxUpstream
 from tests.fakes.upstream import FakeUpstream, create_app
@@ -82,8 +82,4 @@ async def in_process(config: Mapping[str, Any], *, window: int) -> AsyncIterator
         yield InProcess(app, fake_app.state.fake, client)
     finally:
         await client.aclose()
-        state = app.state
-        await state.flow.preparer.close()
-        await upstream.aclose()
-        await state.store.close()
-        state.compactor.close()
+        await close_edge(app.state)  # its transport closes the upstream client

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import httpx
 import openai
 
-from compaction_proxy.app import ProxyApp, build_edge
+from compaction_proxy.app import ProxyApp, build_edge, close_edge
 from compaction_proxy.config import Settings
 from compaction_proxy.upstream import HttpxUpstream
 from tests.fakes.upstream import create_app
@@ -127,8 +127,8 @@ class InThreadProxy:
         os.environ.setdefault("TIKTOKEN_CACHE_DIR", tiktoken_cache_dir())
         self._loop = loop
         self.settings = Settings.model_validate(dict(config))
-        self._upstream = httpx.AsyncClient(transport=hosts, timeout=None)
-        edge = build_edge(self.settings, transport=HttpxUpstream(self._upstream))
+        upstream = httpx.AsyncClient(transport=hosts, timeout=None)
+        edge = build_edge(self.settings, transport=HttpxUpstream(upstream))
         self.app = ProxyApp(self.settings, edge)
         self.url = f"http://proxy-{next(_hosts)}.test"
 
@@ -155,14 +155,7 @@ class InThreadProxy:
         self._loop.run(self.app.state.flow.preparer.settled())
 
     def stop(self) -> None:
-        async def close() -> None:
-            state = self.app.state
-            await state.flow.preparer.close()
-            await self._upstream.aclose()
-            await state.store.close()
-            state.compactor.close()
-
-        self._loop.run(close())
+        self._loop.run(close_edge(self.app.state))  # its transport closes the upstream client
 
 
 class InThreadServers:
